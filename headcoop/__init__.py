@@ -1,0 +1,51 @@
+"""headcoop: do attention heads cooperate, compete or superpose?
+
+`import headcoop as hc` exposes the whole API; analysis modules load on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+__version__ = "0.1.0"
+
+from headcoop.checkpoints import load, save
+from headcoop.tasks import Batch, Count01, SkipPair, Task, task_from_dict, task_of
+from headcoop.train import evaluate, train
+
+# name -> module defining it; imported on first access to keep `import headcoop` light.
+_LAZY = {
+    "run": "headcoop.analysis.common",
+    "head_names": "headcoop.analysis.common",
+    "patch": "headcoop.analysis.patching",
+    "PatchResult": "headcoop.analysis.patching",
+    "dla": "headcoop.analysis.dla",
+    "qk": "headcoop.analysis.circuits",
+    "ov": "headcoop.analysis.circuits",
+    "probe": "headcoop.analysis.probes",
+    "ablate": "headcoop.analysis.ablation",
+    "set_attention": "headcoop.analysis.intervene",
+    "attention": "headcoop.plot",
+    "train_many": "headcoop.fast_train",
+    "sweep": "headcoop.sweep",
+    "head_metrics": "headcoop.analysis.count01_metrics",
+    "report": "headcoop.report",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'headcoop' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+__all__ = [
+    "Batch", "Count01", "SkipPair", "Task", "task_from_dict", "task_of",
+    "train", "evaluate", "save", "load", *_LAZY,
+]  # fmt: skip

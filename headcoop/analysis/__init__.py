@@ -1,0 +1,1 @@
+"""Interpretability over hooks: one module per analysis."""

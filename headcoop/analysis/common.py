@@ -1,0 +1,108 @@
+"""Input handling shared by every analysis: tokens from any form, range checks, head names."""
+
+from __future__ import annotations
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+from transformer_lens import ActivationCache, HookedTransformer
+
+from headcoop.tasks.base import Batch, Task
+
+
+def task_of(model: HookedTransformer) -> Task | None:
+    """The task a headcoop model carries (None for a model built elsewhere)."""
+    return getattr(model, "task", None)
+
+
+def require_task(model: HookedTransformer, what: str) -> Task:
+    task = task_of(model)
+    if task is None:
+        raise ValueError(
+            f"this model carries no headcoop task, so {what} has no default; pass it explicitly "
+            "(or build the model with hc.Count01().model(...) / load it with hc.load)"
+        )
+    return task
+
+
+def model_device(model: HookedTransformer) -> torch.device:
+    return next(model.parameters()).device
+
+
+def as_tokens(model: HookedTransformer, tokens) -> Int[Tensor, "batch pos"]:
+    """A [batch, pos] LongTensor on the model's device from a Batch, a text (or list of texts,
+    encoded by the model's task), or a [pos] / [batch, pos] tensor or nested list of ids.
+
+    ValueError for ids outside the model's vocabulary or texts with unknown symbols.
+    """
+    if isinstance(tokens, Batch):
+        tokens = tokens.tokens
+    elif isinstance(tokens, str) or (isinstance(tokens, (list, tuple)) and tokens and isinstance(tokens[0], str)):
+        task = require_task(model, "text input")
+        texts = [tokens] if isinstance(tokens, str) else list(tokens)
+        encoded = [task.encode(t) for t in texts]
+        if len({len(e) for e in encoded}) != 1:
+            raise ValueError(f"texts encode to different lengths {[len(e) for e in encoded]}; pass equal-length texts")
+        tokens = torch.stack(encoded)
+    tokens = torch.as_tensor(tokens)
+    if tokens.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
+        raise ValueError(f"tokens must be integer ids, got dtype {tokens.dtype}")
+    if tokens.ndim == 1:
+        tokens = tokens[None]
+    if tokens.ndim != 2:
+        raise ValueError(f"tokens must have shape [batch, pos] or [pos], got {tuple(tokens.shape)}")
+    d_vocab = model.cfg.d_vocab
+    if tokens.numel() and (tokens.min() < 0 or tokens.max() >= d_vocab):
+        bad = tokens[(tokens < 0) | (tokens >= d_vocab)][0].item()
+        raise ValueError(f"token id {bad} is outside the model's vocabulary 0..{d_vocab - 1}")
+    if tokens.shape[1] > model.cfg.n_ctx:
+        raise ValueError(f"sequence length {tokens.shape[1]} exceeds the model's n_ctx {model.cfg.n_ctx}")
+    return tokens.long().to(model_device(model))
+
+
+def check_layer(model: HookedTransformer, layer: int) -> int:
+    """`layer` itself, or IndexError naming the valid range (negative indices count from the end)."""
+    n = model.cfg.n_layers
+    if not isinstance(layer, int) or isinstance(layer, bool) or not -n <= layer < n:
+        raise IndexError(f"layer {layer!r} is out of range: this model has layers 0..{n - 1}")
+    return layer % n
+
+
+def check_head(model: HookedTransformer, head: int) -> int:
+    """`head` itself, or IndexError naming the valid range."""
+    n = model.cfg.n_heads
+    if not isinstance(head, int) or isinstance(head, bool) or not -n <= head < n:
+        raise IndexError(f"head {head!r} is out of range: this model has heads 0..{n - 1}")
+    return head % n
+
+
+def check_choice(name: str, value: str, valid) -> str:
+    """`value` itself, or ValueError listing the valid names."""
+    if value not in valid:
+        raise ValueError(f"unknown {name} {value!r}; valid values are {list(valid)}")
+    return value
+
+
+def head_names(model: HookedTransformer) -> list[str]:
+    """['L0H0', 'L0H1', ...] in (layer, head) order."""
+    return [f"L{layer}H{head}" for layer in range(model.cfg.n_layers) for head in range(model.cfg.n_heads)]
+
+
+def token_labels(model: HookedTransformer, ids) -> list[str]:
+    """Strings for a [pos] sequence of ids: the task's symbols, else the ids themselves."""
+    task = task_of(model)
+    ids = torch.as_tensor(ids).tolist()
+    if task is not None and task.d_vocab == model.cfg.d_vocab:
+        return [task.vocab[i] for i in ids]
+    return [str(i) for i in ids]
+
+
+def vocab_labels(model: HookedTransformer) -> list[str]:
+    """One label per vocabulary entry."""
+    return token_labels(model, range(model.cfg.d_vocab))
+
+
+@torch.no_grad()
+def run(model: HookedTransformer, tokens, **cache_kwargs) -> tuple[Float[Tensor, "batch pos vocab"], ActivationCache]:
+    """Logits and the TransformerLens ActivationCache of `model` on `tokens` (any form `as_tokens` takes)."""
+    return model.run_with_cache(as_tokens(model, tokens), **cache_kwargs)

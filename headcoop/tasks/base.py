@@ -1,0 +1,199 @@
+"""What every task provides: a `Batch` of token sequences and the `Task` interface.
+
+A task is a vocabulary, a sampler, labels, a corruption and the positions where
+the loss applies, plus the `HookedTransformerConfig` of the models that solve it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class Batch:
+    """A batch of task sequences and everything needed to score a model on them.
+
+    tokens:     [batch, pos]     input ids (right-padded where lengths differ)
+    loss_pos:   [batch, n_loss]  positions whose next-token prediction is scored
+    targets:    [batch, n_loss]  the token each loss position must predict
+    answer_pos: [batch]          the position that predicts the answer
+    answer:     [batch]          the right answer token
+    wrong:      [batch]          the alternative answer (what the corrupted input asks for)
+    labels:     [batch]          class label (Count01: 1 if more 1s than 0s; SkipPair: pair index, -1 for noise)
+    """
+
+    tokens: Int[Tensor, "batch pos"]
+    loss_pos: Int[Tensor, "batch n_loss"]
+    targets: Int[Tensor, "batch n_loss"]
+    answer_pos: Int[Tensor, " batch"]
+    answer: Int[Tensor, " batch"]
+    wrong: Int[Tensor, " batch"]
+    labels: Int[Tensor, " batch"]
+
+    def __len__(self) -> int:
+        return self.tokens.shape[0]
+
+    def __getitem__(self, index) -> "Batch":
+        """Select examples: `batch[:10]`, `batch[mask]`, `batch[indices]`."""
+        return Batch(**{f.name: getattr(self, f.name)[index] for f in dataclasses.fields(self)})
+
+    def to(self, device: torch.device | str) -> "Batch":
+        return Batch(**{f.name: getattr(self, f.name).to(device) for f in dataclasses.fields(self)})
+
+    def replace(self, **changes: Tensor) -> "Batch":
+        return dataclasses.replace(self, **changes)
+
+    @staticmethod
+    def cat(batches: list["Batch"]) -> "Batch":
+        """Concatenate batches of the same width along the batch axis."""
+        return Batch(
+            **{f.name: torch.cat([getattr(b, f.name) for b in batches]) for f in dataclasses.fields(Batch)}
+        )
+
+
+def build_model(cfg: HookedTransformerConfig, seed: int) -> HookedTransformer:
+    """A freshly initialised HookedTransformer whose weights depend on `seed` only.
+
+    The global RNG is left untouched (TransformerLens's own `cfg.seed` reseeds it).
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="HookedTransformer is deprecated", category=DeprecationWarning)
+            model = HookedTransformer(cfg)
+    model.eval()
+    return model
+
+
+def generator(seed: int) -> torch.Generator:
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise TypeError(f"seed must be an int, got {seed!r}")
+    return torch.Generator().manual_seed(seed)
+
+
+class Task(ABC):
+    """A toy task: vocabulary, sampler, labels, corruption, loss positions and model config."""
+
+    name: ClassVar[str]
+    vocab: list[str]
+
+    # --- vocabulary -----------------------------------------------------------------
+    @property
+    def d_vocab(self) -> int:
+        return len(self.vocab)
+
+    @property
+    @abstractmethod
+    def n_ctx(self) -> int:
+        """Width of every sampled batch; the models' context length."""
+
+    @abstractmethod
+    def encode(self, text: str) -> Int[Tensor, " pos"]:
+        """Token ids of `text`; ValueError naming any unknown symbol and its position."""
+
+    @abstractmethod
+    def decode(self, ids) -> str | list[str]:
+        """Text of a [pos] id sequence (a list of texts for [batch, pos])."""
+
+    def token_strings(self, ids) -> list[str]:
+        """One string per token of a [pos] sequence, for attention views and axis labels."""
+        ids = torch.as_tensor(ids).tolist()
+        self.check_tokens(torch.as_tensor(ids))
+        return [self.vocab[i] for i in ids]
+
+    def check_tokens(self, tokens: Tensor) -> None:
+        """ValueError if any id lies outside the vocabulary."""
+        if tokens.numel() and (tokens.min() < 0 or tokens.max() >= self.d_vocab):
+            bad = tokens[(tokens < 0) | (tokens >= self.d_vocab)][0].item()
+            raise ValueError(f"token id {bad} is outside the {self.name} vocabulary (0..{self.d_vocab - 1})")
+
+    # --- data ------------------------------------------------------------------------
+    @abstractmethod
+    def sample(self, n: int, seed: int = 0) -> Batch:
+        """`n` examples drawn with a private generator seeded by `seed`."""
+
+    @abstractmethod
+    def corrupt(self, batch: Batch) -> Batch:
+        """The minimally different inputs whose answer is `batch.wrong`."""
+
+    def patching_inputs(self, n: int = 256, seed: int = 0) -> tuple[Batch, Batch]:
+        """Default (clean, corrupt) pair for activation patching."""
+        clean = self.sample(n, seed=seed)
+        return clean, self.corrupt(clean)
+
+    # --- scoring ---------------------------------------------------------------------
+    @staticmethod
+    def logit_diff(logits: Float[Tensor, "batch pos vocab"], batch: Batch) -> Float[Tensor, " batch"]:
+        """logit(answer) - logit(wrong) at the answer position, per example."""
+        rows = torch.arange(len(batch), device=logits.device)
+        at_answer = logits[rows, batch.answer_pos.to(logits.device)]
+        return at_answer[rows, batch.answer.to(logits.device)] - at_answer[rows, batch.wrong.to(logits.device)]
+
+    def metric(self, logits: Float[Tensor, "batch pos vocab"], batch: Batch) -> Float[Tensor, ""]:
+        """The default patching metric: mean logit difference, right answer minus the alternative."""
+        return self.logit_diff(logits, batch).mean()
+
+    @staticmethod
+    def loss_logits(logits: Float[Tensor, "batch pos vocab"], batch: Batch) -> Float[Tensor, "batch n_loss vocab"]:
+        """The logits at the loss positions."""
+        index = batch.loss_pos.to(logits.device)[..., None].expand(-1, -1, logits.shape[-1])
+        return logits.gather(1, index)
+
+    def loss(self, logits: Float[Tensor, "batch pos vocab"], batch: Batch) -> Float[Tensor, ""]:
+        """Cross-entropy at the loss positions only."""
+        picked = self.loss_logits(logits, batch)
+        return torch.nn.functional.cross_entropy(picked.flatten(0, 1), batch.targets.to(logits.device).flatten())
+
+    def correct(self, logits: Float[Tensor, "batch pos vocab"], batch: Batch) -> Float[Tensor, "batch n_loss"]:
+        """Whether the argmax prediction is right, at each loss position."""
+        return self.loss_logits(logits, batch).argmax(-1) == batch.targets.to(logits.device)
+
+    @abstractmethod
+    def evaluate(self, model: HookedTransformer, n: int = 4096, seed: int = 10_000) -> dict[str, float]:
+        """Accuracies on fresh samples."""
+
+    # --- models ----------------------------------------------------------------------
+    @abstractmethod
+    def config(self, **kwargs) -> HookedTransformerConfig:
+        """The HookedTransformerConfig of a model for this task."""
+
+    def model(self, seed: int = 0, **kwargs) -> HookedTransformer:
+        """A freshly initialised model for this task, with `model.task` set.
+
+        `kwargs` go to `config` (n_heads, d_head, n_layers, device, ...).
+        """
+        return self.prepare(build_model(self.config(**kwargs), seed))
+
+    @abstractmethod
+    def prepare(self, model: HookedTransformer) -> HookedTransformer:
+        """Impose the task's fixed weights, freeze them, and attach the task as `model.task`."""
+
+    def frozen_parameters(self) -> list[str]:
+        """Names of parameters this task holds fixed during training."""
+        return []
+
+    # --- persistence -----------------------------------------------------------------
+    @abstractmethod
+    def params(self) -> dict[str, Any]:
+        """The constructor arguments that rebuild this task."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "params": self.params()}
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.params().items())
+        return f"{type(self).__name__}({args})"
+
+    def __eq__(self, other) -> bool:
+        return type(self) is type(other) and self.params() == other.params()
+
+    def __hash__(self) -> int:
+        return hash(repr(self))

@@ -1,0 +1,197 @@
+"""Count01 (arXiv 2502.06923): does a string of 0/1/2 hold more 1s than 0s?
+
+A sequence is `[BOS] w = a [EOS]`, w in {0,1,2}^n; `a` is '5' if w has more 1s
+than 0s, else '4'. Batches are right-padded with [EOS] to width max_len + 4.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from jaxtyping import Int
+from torch import Tensor
+from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+from headcoop.tasks.base import Batch, Task, generator
+
+ZERO, ONE, TWO, EQ, FOUR, FIVE, EOS, BOS = range(8)
+
+
+class Count01(Task):
+    """The Count01 task.
+
+    min_len, max_len: range of the length n of w (uniform over lengths, symbols uniform).
+    include_ties:     keep strings with as many 1s as 0s (answer '4'); excluded by default.
+    positional:       learn a positional embedding; by default W_pos is held at zero so
+                      attention depends on token identity only.
+    """
+
+    name = "count01"
+    vocab = ["0", "1", "2", "=", "4", "5", "[EOS]", "[BOS]"]
+
+    def __init__(self, min_len: int = 1, max_len: int = 20, include_ties: bool = False, positional: bool = False):
+        if not 1 <= min_len <= max_len:
+            raise ValueError(f"need 1 <= min_len <= max_len, got min_len={min_len}, max_len={max_len}")
+        self.min_len, self.max_len = int(min_len), int(max_len)
+        self.include_ties = bool(include_ties)
+        self.positional = bool(positional)
+
+    def params(self) -> dict[str, Any]:
+        return dict(min_len=self.min_len, max_len=self.max_len, include_ties=self.include_ties, positional=self.positional)
+
+    @property
+    def n_ctx(self) -> int:
+        return self.max_len + 4
+
+    # --- text ------------------------------------------------------------------------
+    def encode(self, text: str) -> Int[Tensor, " pos"]:
+        """`encode("0121=")` -> ids of `[BOS] 0 1 2 1 =`. Whitespace is ignored."""
+        ids, i = [], 0
+        while i < len(text):
+            if text[i].isspace():
+                i += 1
+                continue
+            symbol = next((s for s in ("[EOS]", "[BOS]") if text.startswith(s, i)), text[i])
+            if symbol not in self.vocab:
+                raise ValueError(
+                    f"unknown symbol {symbol!r} at position {i} of {text!r}; Count01 symbols are {self.vocab}"
+                )
+            ids.append(self.vocab.index(symbol))
+            i += len(symbol)
+        if not ids or ids[0] != BOS:
+            ids.insert(0, BOS)
+        return torch.tensor(ids, dtype=torch.long)
+
+    def decode(self, ids) -> str | list[str]:
+        ids = torch.as_tensor(ids)
+        if ids.ndim == 2:
+            return [self.decode(row) for row in ids]
+        return "".join(self.token_strings(ids))
+
+    # --- data ------------------------------------------------------------------------
+    def _draw_strings(self, n: int, g: torch.Generator) -> tuple[Tensor, Tensor]:
+        """n strings (symbols [n, max_len], lengths [n]), ties rejected unless included."""
+        kept_syms, kept_lens, have = [], [], 0
+        while have < n:
+            m = 2 * (n - have) + 16
+            lengths = torch.randint(self.min_len, self.max_len + 1, (m,), generator=g)
+            syms = torch.randint(0, 3, (m, self.max_len), generator=g)
+            inside = torch.arange(self.max_len) < lengths[:, None]
+            syms = torch.where(inside, syms, EOS)
+            if not self.include_ties:
+                keep = (syms == ZERO).sum(1) != (syms == ONE).sum(1)
+                syms, lengths = syms[keep], lengths[keep]
+            kept_syms.append(syms)
+            kept_lens.append(lengths)
+            have += len(lengths)
+        return torch.cat(kept_syms)[:n], torch.cat(kept_lens)[:n]
+
+    def batch_from_strings(self, syms: Int[Tensor, "batch n"], lengths: Int[Tensor, " batch"]) -> Batch:
+        """A Batch from symbol rows (ids 0/1/2, anything past `lengths` ignored)."""
+        n = len(lengths)
+        width = self.n_ctx
+        if syms.shape[1] > self.max_len or lengths.max() > self.max_len or lengths.min() < 1:
+            raise ValueError(f"string lengths must lie in 1..{self.max_len}, got {lengths.min()}..{lengths.max()}")
+        inside = torch.arange(syms.shape[1]) < lengths[:, None]
+        syms = torch.where(inside, syms, EOS)
+        if ((syms > TWO) & inside).any():
+            raise ValueError("Count01 strings may only hold the symbols 0, 1, 2")
+        label = ((syms == ONE).sum(1) > (syms == ZERO).sum(1)).long()
+        answer = FOUR + label
+        tokens = torch.full((n, width), EOS, dtype=torch.long)
+        tokens[:, 0] = BOS
+        tokens[:, 1 : 1 + syms.shape[1]] = syms
+        eq_pos = 1 + lengths
+        rows = torch.arange(n)
+        tokens[rows, eq_pos] = EQ
+        tokens[rows, eq_pos + 1] = answer
+        tokens[rows, eq_pos + 2] = EOS
+        return Batch(
+            tokens=tokens,
+            loss_pos=torch.stack([eq_pos, eq_pos + 1], 1),
+            targets=torch.stack([answer, torch.full_like(answer, EOS)], 1),
+            answer_pos=eq_pos,
+            answer=answer,
+            wrong=FOUR + FIVE - answer,
+            labels=label,
+        )
+
+    def sample(self, n: int, seed: int = 0) -> Batch:
+        """`n` sequences `[BOS] w = a [EOS]`, right-padded with [EOS] to width max_len + 4."""
+        if n < 1:
+            raise ValueError(f"n must be positive, got {n}")
+        syms, lengths = self._draw_strings(n, generator(seed))
+        return self.batch_from_strings(syms, lengths)
+
+    def corrupt(self, batch: Batch) -> Batch:
+        """Swap every 0 and 1 (and the written answer): the count comparison flips.
+
+        Ties stay ties and keep the answer '4'.
+        """
+        tokens = batch.tokens.clone()
+        tokens[batch.tokens == ZERO] = ONE
+        tokens[batch.tokens == ONE] = ZERO
+        n0 = (tokens == ZERO).sum(1)
+        n1 = (tokens == ONE).sum(1)
+        label = (n1 > n0).long()
+        answer = FOUR + label
+        rows = torch.arange(len(batch))
+        tokens[rows, batch.answer_pos + 1] = answer
+        targets = batch.targets.clone()
+        targets[:, 0] = answer
+        return batch.replace(tokens=tokens, targets=targets, answer=answer, wrong=FOUR + FIVE - answer, labels=label)
+
+    # --- scoring ---------------------------------------------------------------------
+    @torch.no_grad()
+    def evaluate(self, model: HookedTransformer, n: int = 4096, seed: int = 10_000) -> dict[str, float]:
+        """Accuracy of the answer at '=', of [EOS] after the answer, and of both, on `n` fresh strings."""
+        batch = self.sample(n, seed=seed).to(model.cfg.device)
+        logits = model(batch.tokens)
+        correct = self.correct(logits, batch)
+        return {
+            "answer_acc": correct[:, 0].float().mean().item(),
+            "eos_acc": correct[:, 1].float().mean().item(),
+            "both_acc": correct.all(1).float().mean().item(),
+            "loss": self.loss(logits, batch).item(),
+        }
+
+    # --- models ----------------------------------------------------------------------
+    def config(
+        self,
+        n_heads: int = 16,
+        d_model: int = 32,
+        d_head: int = 2,
+        n_layers: int = 1,
+        device: str | None = None,
+    ) -> HookedTransformerConfig:
+        """One attention-only layer (by default), no LayerNorm; the paper's primary size by default."""
+        for key, value in dict(n_heads=n_heads, d_model=d_model, d_head=d_head, n_layers=n_layers).items():
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{key} must be a positive int, got {value!r}")
+        return HookedTransformerConfig(
+            n_layers=n_layers,
+            d_model=d_model,
+            d_head=d_head,
+            n_heads=n_heads,
+            n_ctx=self.n_ctx,
+            d_vocab=self.d_vocab,
+            attn_only=True,
+            normalization_type=None,
+            positional_embedding_type="standard",
+            default_prepend_bos=False,
+            model_name=f"count01-L{n_layers}-H{n_heads}-d{d_model}-dh{d_head}",
+            device=device,
+        )
+
+    def frozen_parameters(self) -> list[str]:
+        return [] if self.positional else ["pos_embed.W_pos"]
+
+    def prepare(self, model: HookedTransformer) -> HookedTransformer:
+        """Hold W_pos at zero unless positional, and attach the task."""
+        if not self.positional:
+            with torch.no_grad():
+                model.pos_embed.W_pos.zero_()
+            model.pos_embed.W_pos.requires_grad_(False)
+        model.task = self
+        return model

@@ -1,0 +1,256 @@
+"""SkipPair, the OV-coherent task ("An OV-Coherent Toy Model of Attention Head Superposition").
+
+Tokens 0..11: 0 is the read-off token, 1..4 are signal, 5..11 noise.
+Signal example: noise context with exactly two positions holding signal tokens a, b
+(independent, uniform over 1..4), then the read-off 0; the target is mapping[{a, b}].
+Noise example: every token uniform over 5..11, target uniform over 5..11.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import torch
+from jaxtyping import Int
+from torch import Tensor
+from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+from headcoop.tasks.base import Batch, Task, generator
+
+READ_OFF = 0
+SIGNAL = (1, 2, 3, 4)
+NOISE = tuple(range(5, 12))
+PAIRS: list[tuple[int, int]] = list(itertools.combinations_with_replacement(SIGNAL, 2))
+
+# An injection from the 10 unordered pairs to 10 distinct completions, containing
+# the post's two examples {1,4} -> 3 and {3,3} -> 7. The rest is an arbitrary choice.
+DEFAULT_MAPPING: dict[tuple[int, int], int] = {
+    (1, 1): 5, (1, 2): 9, (1, 3): 1, (1, 4): 3, (2, 2): 11,
+    (2, 3): 6, (2, 4): 2, (3, 3): 7, (3, 4): 10, (4, 4): 4,
+}  # fmt: skip
+
+
+def _next_signal(token: Tensor) -> Tensor:
+    """The corruption's replacement for a signal token: 1->2->3->4->1."""
+    return token % 4 + 1
+
+
+class SkipPair(Task):
+    """The OV-coherent SkipPair task.
+
+    seq_len:         tokens per example, the read-off token included (default 10).
+    signal_fraction: share of signal examples in `sample` (default 0.5).
+    mapping:         {(a, b): completion} over the 10 sorted pairs of 1..4, an injection.
+    """
+
+    name = "skip-pair"
+    vocab = [str(i) for i in range(12)]
+
+    def __init__(self, seq_len: int = 10, signal_fraction: float = 0.5, mapping: dict | None = None):
+        if seq_len < 3:
+            raise ValueError(f"seq_len must be at least 3 (two signal tokens and the read-off), got {seq_len}")
+        if not 0.0 <= signal_fraction <= 1.0:
+            raise ValueError(f"signal_fraction must lie in [0, 1], got {signal_fraction}")
+        self.seq_len = int(seq_len)
+        self.signal_fraction = float(signal_fraction)
+        self.mapping = self._check_mapping(DEFAULT_MAPPING if mapping is None else mapping)
+        table = torch.full((5, 5), -1, dtype=torch.long)
+        for (a, b), c in self.mapping.items():
+            table[a, b] = table[b, a] = c
+        self._table = table
+        pair_index = torch.full((5, 5), -1, dtype=torch.long)
+        for i, (a, b) in enumerate(PAIRS):
+            pair_index[a, b] = pair_index[b, a] = i
+        self._pair_index = pair_index
+
+    @staticmethod
+    def _check_mapping(mapping: dict) -> dict[tuple[int, int], int]:
+        clean = {}
+        for key, value in mapping.items():
+            if isinstance(key, str):
+                key = tuple(int(t) for t in key.replace("{", "").replace("}", "").split(","))
+            pair = tuple(sorted(int(t) for t in key))
+            if pair not in PAIRS:
+                raise ValueError(f"mapping key {key!r} is not a pair of signal tokens 1..4")
+            if not 0 <= int(value) < 12:
+                raise ValueError(f"mapping value {value!r} for {pair} is not a token 0..11")
+            clean[pair] = int(value)
+        if sorted(clean) != PAIRS:
+            raise ValueError(f"mapping must cover all 10 pairs, missing {sorted(set(PAIRS) - set(clean))}")
+        if len(set(clean.values())) != len(clean):
+            raise ValueError("mapping must send the 10 pairs to 10 distinct completions")
+        return dict(sorted(clean.items()))
+
+    def params(self) -> dict[str, Any]:
+        mapping = {f"{a},{b}": c for (a, b), c in self.mapping.items()}
+        return dict(seq_len=self.seq_len, signal_fraction=self.signal_fraction, mapping=mapping)
+
+    @property
+    def n_ctx(self) -> int:
+        return self.seq_len
+
+    @property
+    def pairs(self) -> list[tuple[int, int]]:
+        """The 10 unordered signal pairs, in the order of `labels`."""
+        return list(PAIRS)
+
+    # --- text ------------------------------------------------------------------------
+    def encode(self, text: str) -> Int[Tensor, " pos"]:
+        """`encode("5 3 9 1 0")` -> ids; tokens are separated by whitespace or commas."""
+        words = text.replace(",", " ").split()
+        ids = []
+        for i, word in enumerate(words):
+            if word not in self.vocab:
+                raise ValueError(
+                    f"unknown symbol {word!r} at token position {i} of {text!r}; SkipPair tokens are 0..11"
+                )
+            ids.append(int(word))
+        return torch.tensor(ids, dtype=torch.long)
+
+    def decode(self, ids) -> str | list[str]:
+        ids = torch.as_tensor(ids)
+        if ids.ndim == 2:
+            return [self.decode(row) for row in ids]
+        return " ".join(self.token_strings(ids))
+
+    # --- data ------------------------------------------------------------------------
+    def sample(
+        self, n: int, seed: int = 0, signal_fraction: float | None = None, pair: tuple[int, int] | None = None
+    ) -> Batch:
+        """`n` examples; `signal_fraction` overrides the task's, `pair` fixes the signal pair."""
+        if n < 1:
+            raise ValueError(f"n must be positive, got {n}")
+        fraction = self.signal_fraction if signal_fraction is None else signal_fraction
+        if pair is not None:
+            if tuple(sorted(pair)) not in PAIRS:
+                raise ValueError(f"pair {pair!r} is not a pair of signal tokens 1..4")
+            fraction = 1.0
+        g = generator(seed)
+        L = self.seq_len
+        tokens = torch.randint(NOISE[0], NOISE[-1] + 1, (n, L), generator=g)
+        noise_target = torch.randint(NOISE[0], NOISE[-1] + 1, (n,), generator=g)
+        is_signal = torch.rand(n, generator=g) < fraction
+        where = torch.rand(n, L - 1, generator=g).argsort(1)[:, :2]
+        if pair is None:
+            signal = torch.randint(1, 5, (n, 2), generator=g)
+        else:
+            signal = torch.tensor(pair).expand(n, 2).clone()
+            swap = torch.rand(n, generator=g) < 0.5
+            signal[swap] = signal[swap].flip(1)
+        signal_tokens = tokens.scatter(1, where, signal)
+        signal_tokens[:, -1] = READ_OFF
+        tokens = torch.where(is_signal[:, None], signal_tokens, tokens)
+        return self._finish(tokens, is_signal, signal, where, noise_target)
+
+    def _finish(self, tokens, is_signal, signal, where, noise_target) -> Batch:
+        n, L = tokens.shape
+        a, b = signal[:, 0], signal[:, 1]
+        first = where.argmin(1)  # the earlier of the two signal positions is the one corruption replaces
+        a_first = torch.where(first == 0, a, b)
+        other = torch.where(first == 0, b, a)
+        answer = torch.where(is_signal, self._table[a, b], noise_target)
+        wrong = torch.where(is_signal, self._table[_next_signal(a_first), other], noise_target)
+        labels = torch.where(is_signal, self._pair_index[a, b], -1)
+        last = torch.full((n,), L - 1, dtype=torch.long)
+        return Batch(
+            tokens=tokens,
+            loss_pos=last[:, None].clone(),
+            targets=answer[:, None].clone(),
+            answer_pos=last,
+            answer=answer,
+            wrong=wrong,
+            labels=labels,
+        )
+
+    def signal_positions(self, tokens: Int[Tensor, "batch pos"]) -> Int[Tensor, "batch 2"]:
+        """The two positions holding signal tokens in each signal example."""
+        is_sig = (tokens >= 1) & (tokens <= 4)
+        if not (is_sig.sum(1) == 2).all():
+            raise ValueError("every row must hold exactly two signal tokens (1..4)")
+        return is_sig.float().topk(2, dim=1, sorted=False).indices.sort(1).values
+
+    def corrupt(self, batch: Batch) -> Batch:
+        """Replace the first signal token t by t % 4 + 1 (1->2->3->4->1): the pair, so the completion, changes.
+
+        Noise rows are returned unchanged (they have no counterfactual; their `wrong` equals `answer`).
+        """
+        tokens = batch.tokens.clone()
+        is_signal = batch.labels >= 0
+        if is_signal.any():
+            rows = is_signal.nonzero().squeeze(1)
+            pos = self.signal_positions(tokens[rows])
+            first = pos[:, 0]
+            tokens[rows, first] = _next_signal(tokens[rows, first])
+        answer = torch.where(is_signal, batch.wrong, batch.answer)
+        wrong = torch.where(is_signal, batch.answer, batch.wrong)
+        labels = batch.labels.clone()
+        if is_signal.any():
+            pos = self.signal_positions(tokens[rows])
+            labels[rows] = self._pair_index[tokens[rows, pos[:, 0]], tokens[rows, pos[:, 1]]]
+        return batch.replace(tokens=tokens, targets=answer[:, None].clone(), answer=answer, wrong=wrong, labels=labels)
+
+    def patching_inputs(self, n: int = 256, seed: int = 0) -> tuple[Batch, Batch]:
+        """Signal-only clean inputs and their corruption."""
+        clean = self.sample(n, seed=seed, signal_fraction=1.0)
+        return clean, self.corrupt(clean)
+
+    # --- scoring ---------------------------------------------------------------------
+    @torch.no_grad()
+    def evaluate(self, model: HookedTransformer, n: int = 256, seed: int = 10_000) -> dict[str, float]:
+        """Accuracy on each of the 10 signal pair types (`n` random contexts each, both orders),
+        overall signal accuracy, and the noise-case loss beside its optimum ln 7."""
+        device = model.cfg.device
+        result, total = {}, 0.0
+        for i, pair in enumerate(PAIRS):
+            batch = self.sample(n, seed=seed + i, pair=pair).to(device)
+            acc = self.correct(model(batch.tokens), batch).float().mean().item()
+            result[f"acc_{pair[0]}{pair[1]}"] = acc
+            total += acc
+        noise = self.sample(4 * n, seed=seed + 100, signal_fraction=0.0).to(device)
+        result["signal_acc"] = total / len(PAIRS)
+        result["noise_loss"] = self.loss(model(noise.tokens), noise).item()
+        result["noise_loss_optimum"] = float(torch.log(torch.tensor(float(len(NOISE)))))
+        return result
+
+    # --- models ----------------------------------------------------------------------
+    def config(
+        self, n_heads: int = 2, d_head: int = 5, n_layers: int = 1, device: str | None = None, d_model: int | None = None
+    ) -> HookedTransformerConfig:
+        """One attention-only layer, no LayerNorm, d_model = d_vocab = 12 (one-hot residual stream)."""
+        if d_model is not None and d_model != self.d_vocab:
+            raise ValueError(f"SkipPair models have one-hot embeddings, so d_model must be {self.d_vocab}, got {d_model}")
+        for key, value in dict(n_heads=n_heads, d_head=d_head, n_layers=n_layers).items():
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{key} must be a positive int, got {value!r}")
+        return HookedTransformerConfig(
+            n_layers=n_layers,
+            d_model=self.d_vocab,
+            d_head=d_head,
+            n_heads=n_heads,
+            n_ctx=self.n_ctx,
+            d_vocab=self.d_vocab,
+            attn_only=True,
+            normalization_type=None,
+            positional_embedding_type="standard",
+            default_prepend_bos=False,
+            model_name=f"skip-pair-L{n_layers}-H{n_heads}-dh{d_head}",
+            device=device,
+        )
+
+    def frozen_parameters(self) -> list[str]:
+        return ["embed.W_E", "pos_embed.W_pos", "unembed.W_U", "unembed.b_U"]
+
+    def prepare(self, model: HookedTransformer) -> HookedTransformer:
+        """One-hot (identity) embedding and unembedding, zero W_pos and b_U, all frozen."""
+        with torch.no_grad():
+            eye = torch.eye(self.d_vocab, device=model.embed.W_E.device)
+            model.embed.W_E.copy_(eye)
+            model.unembed.W_U.copy_(eye)
+            model.unembed.b_U.zero_()
+            model.pos_embed.W_pos.zero_()
+        for name, param in model.named_parameters():
+            if name in self.frozen_parameters():
+                param.requires_grad_(False)
+        model.task = self
+        return model
