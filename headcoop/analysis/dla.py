@@ -23,7 +23,7 @@ from einops import einsum
 from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens import HookedTransformer
-from transformer_lens.utils import get_act_name
+from transformer_lens.utilities import get_act_name
 
 from headcoop.analysis.common import as_tokens, check_choice, head_names, require_task, vocab_labels
 from headcoop.tasks.base import Batch
@@ -67,7 +67,7 @@ def token_ids(labels: list[str], value, n: int, what: str) -> Int[Tensor, " batc
     """A [n] LongTensor of token ids from a token string, an id, or a per-example sequence / tensor of ids."""
     if isinstance(value, str):
         if value not in labels:
-            raise ValueError(f"unknown {what} token {value!r}; valid tokens are {labels}")
+            raise ValueError(f"unknown {what} {value!r}; valid tokens are {labels}")
         value = labels.index(value)
     if isinstance(value, (list, tuple)):
         value = [token_ids(labels, v, 1, what)[0].item() if isinstance(v, str) else v for v in value]
@@ -79,7 +79,7 @@ def token_ids(labels: list[str], value, n: int, what: str) -> Int[Tensor, " batc
     if ids.shape != (n,):
         raise ValueError(f"{what} must be one token or one per example ({n}), got shape {tuple(ids.shape)}")
     if ids.numel() and (ids.min() < 0 or ids.max() >= len(labels)):
-        raise ValueError(f"{what} token id {ids[(ids < 0) | (ids >= len(labels))][0].item()} is outside 0..{len(labels) - 1}")
+        raise ValueError(f"{what} id {ids[(ids < 0) | (ids >= len(labels))][0].item()} is outside 0..{len(labels) - 1}")
     return ids.long().cpu()
 
 
