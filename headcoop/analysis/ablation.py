@@ -1,0 +1,171 @@
+"""Head ablation: zero, mean, resample or scale chosen heads' outputs for the length of a `with` block.
+
+    with hc.ablate(model, heads=[3, 5], how="mean"):
+        logits = model(tokens)
+
+The hooks sit on `blocks.{layer}.attn.hook_z` (a head's z, before W_O), so in every forward pass inside
+the block -- plain calls, `run_with_cache`, `run_with_hooks`, other headcoop analyses -- the chosen heads
+write the replaced z. They are added as TransformerLens *permanent* hooks so that `model.reset_hooks()`
+or `run_with_hooks` inside the block cannot silently undo them, and exactly these hooks are removed when
+the block ends, also on an exception.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Callable, Iterator, Sequence
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+from transformer_lens import HookedTransformer
+from transformer_lens.utilities import get_act_name
+
+from headcoop.analysis.common import as_tokens, check_choice, check_head, check_layer, require_task
+from headcoop.tasks.base import generator
+
+HOWS = ("zero", "mean", "resample", "scale")
+
+HeadSpec = int | str | tuple[int, int]
+
+
+def parse_heads(model: HookedTransformer, heads, layer: int = 0) -> list[tuple[int, int]]:
+    """(layer, head) pairs from an int (in `layer`), a (layer, head) tuple, a name "L0H3", or a list of these.
+
+    IndexError naming the valid range for a layer or head out of range; duplicates are dropped.
+    """
+    if isinstance(heads, (int, str)) or (isinstance(heads, tuple) and len(heads) == 2 and all(isinstance(h, int) for h in heads)):
+        heads = [heads]
+    if isinstance(heads, Tensor):
+        heads = heads.tolist()
+    if not isinstance(heads, Sequence) or isinstance(heads, str):
+        raise TypeError(f"heads must be an int, a (layer, head) tuple, a name like 'L0H3' or a list of these, got {heads!r}")
+    pairs: list[tuple[int, int]] = []
+    for spec in heads:
+        if isinstance(spec, str):
+            match = re.fullmatch(r"L(\d+)H(\d+)", spec)
+            if match is None:
+                raise ValueError(f"head name {spec!r} is not of the form 'L<layer>H<head>', e.g. 'L0H3'")
+            lay, head = int(match.group(1)), int(match.group(2))
+        elif isinstance(spec, (tuple, list)) and len(spec) == 2:
+            lay, head = spec
+        elif isinstance(spec, int) and not isinstance(spec, bool):
+            lay, head = layer, spec
+        else:
+            raise TypeError(f"cannot read a head from {spec!r}; use an int, (layer, head) or 'L0H3'")
+        pair = (check_layer(model, lay), check_head(model, head))
+        if pair not in pairs:
+            pairs.append(pair)
+    if not pairs:
+        raise ValueError("no heads given")
+    return pairs
+
+
+@contextlib.contextmanager
+def installed_hooks(model: HookedTransformer, hooks: list[tuple[str, Callable]]) -> Iterator[HookedTransformer]:
+    """Add forward hooks (name, fn(activation, hook)) for the length of a `with` block.
+
+    They are permanent TransformerLens hooks (surviving `reset_hooks()` and `run_with_hooks`); on exit,
+    also after an exception, exactly these hooks are removed and others are left alone.
+    """
+    added: list[tuple[object, Callable]] = []
+    try:
+        for name, fn in hooks:
+            point = model.hook_dict[name]
+            point.add_hook(fn, dir="fwd", is_permanent=True)
+            added.append((point, fn))
+        yield model
+    finally:
+        for point, fn in reversed(added):
+            for handle in [h for h in point.fwd_hooks if h.user_hook is fn]:
+                handle.hook.remove()
+                point.fwd_hooks.remove(handle)
+
+
+@torch.no_grad()
+def _reference_z(model: HookedTransformer, reference, layers: set[int]) -> dict[int, Float[Tensor, "ref pos head d_head"]]:
+    names = {get_act_name("z", lay): lay for lay in layers}
+    _, cache = model.run_with_cache(as_tokens(model, reference), names_filter=lambda n: n in names)
+    return {lay: cache[name] for name, lay in names.items()}
+
+
+@contextlib.contextmanager
+def ablate(
+    model: HookedTransformer,
+    heads,
+    how: str = "zero",
+    layer: int = 0,
+    reference=None,
+    seed: int = 0,
+    factor: float | None = None,
+) -> Iterator[HookedTransformer]:
+    """Replace the z ([batch, pos, d_head] per head, before W_O) of `heads` inside a `with` block.
+
+    heads:     ints (heads of `layer`), (layer, head) tuples or names "L0H3", alone or in a list.
+    how:       "zero"     z = 0: the head writes nothing (b_O, shared by all heads, stays);
+               "mean"     z at position p = the mean of the head's z at p over the reference examples;
+               "resample" z = the head's z on a reference example: example i of the batch gets
+                          reference example perm[i % n_ref], perm a permutation seeded by `seed`
+                          (the same in every forward pass);
+               "scale"    z = factor * z (factor > 1 amplifies the head, 0 < factor < 1 attenuates it).
+    reference: tokens (any form `as_tokens` takes) for "mean" / "resample"; default: the model's task
+               sample `task.sample(512, seed=0)`. Their z is computed once on entering the block, by the
+               model as it runs then (so inside an enclosing ablation, that ablation applies). Inputs
+               may be shorter than the reference (position p uses reference position p), not longer.
+    Yields the model; hooks are removed on exit, also after an exception.
+    """
+    check_choice("how", how, HOWS)
+    pairs = parse_heads(model, heads, layer)
+    if how == "scale":
+        if factor is None or isinstance(factor, bool) or not isinstance(factor, (int, float)):
+            raise ValueError(f'how="scale" needs a numeric factor=, e.g. factor=2.0; got {factor!r}')
+    elif factor is not None:
+        raise ValueError(f'factor= only applies to how="scale", not how={how!r}')
+    if how in ("zero", "scale") and reference is not None:
+        raise ValueError(f'reference= only applies to how="mean" or "resample", not how={how!r}')
+
+    by_layer: dict[int, list[int]] = {}
+    for lay, head in pairs:
+        by_layer.setdefault(lay, []).append(head)
+
+    ref_z = {}
+    if how in ("mean", "resample"):
+        if reference is None:
+            reference = require_task(model, f'the reference of how="{how}"').sample(512, seed=0)
+        ref_z = _reference_z(model, reference, set(by_layer))
+    n_ref = next(iter(ref_z.values())).shape[0] if ref_z else 0
+    perm = torch.randperm(n_ref, generator=generator(seed)) if how == "resample" else None
+
+    def make_hook(lay: int, hs: list[int]):
+        index = torch.tensor(hs)
+        if how == "mean":
+            source = ref_z[lay][:, :, index].mean(0)  # [pos, n_sel, d_head]
+        elif how == "resample":
+            source = ref_z[lay][:, :, index]  # [ref, pos, n_sel, d_head]
+
+        def hook(z: Float[Tensor, "batch pos head d_head"], hook) -> Tensor:
+            batch, n_pos = z.shape[:2]
+            z = z.clone()
+            if how == "zero":
+                z[:, :, index] = 0.0
+            elif how == "scale":
+                z[:, :, index] = z[:, :, index] * factor
+            else:
+                ref_pos = source.shape[-3]
+                if n_pos > ref_pos:
+                    raise ValueError(
+                        f"inputs of length {n_pos} are longer than the {how}-ablation reference ({ref_pos} positions)"
+                    )
+                if how == "mean":
+                    z[:, :, index] = source[:n_pos].to(z)
+                else:
+                    pick = perm[torch.arange(batch) % n_ref]
+                    z[:, :, index] = source[pick.to(source.device), :n_pos].to(z)
+            return z
+
+        return hook
+
+    hooks = [(get_act_name("z", lay), make_hook(lay, hs)) for lay, hs in sorted(by_layer.items())]
+    with installed_hooks(model, hooks):
+        yield model
