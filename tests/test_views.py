@@ -1,0 +1,112 @@
+"""headcoop.plot: shared plotly helpers and the offline circuitsvis attention view."""
+
+import json
+import re
+import urllib.request
+
+import numpy as np
+import plotly.graph_objects as go
+import pytest
+import torch
+from circuitsvis.utils.render import RenderedHTML
+
+import headcoop as hc
+from headcoop.plot import AttentionView, bar, heatmap
+
+PROPS = re.compile(r"CircuitsVis\.render\(\"[^\"]+\", CircuitsVis\.AttentionHeads, (\{.*?\})\);\n")
+
+
+def props_of(view) -> list[dict]:
+    return [json.loads(m.replace("<\\/", "</")) for m in PROPS.findall(str(view))]
+
+
+@pytest.fixture(scope="module")
+def model():
+    return hc.Count01().model(seed=0, n_heads=4, d_model=8, d_head=2)
+
+
+def test_heatmap():
+    fig = heatmap(torch.arange(6.0).reshape(2, 3), ["a", "b", "a"], ["r0", "r1"], "t", xlabel="x", ylabel="y")
+    assert isinstance(fig, go.Figure)
+    trace = fig.data[0]
+    assert np.asarray(trace.z).shape == (2, 3) and trace.zmid == 0.0
+    assert list(trace.x) == ["a", "b", "a (1)"]  # duplicate labels stay separate columns
+    assert list(trace.y) == ["r0", "r1"]
+    assert fig.layout.title.text == "t" and fig.layout.xaxis.title.text == "x"
+    assert heatmap([[1, 2]], zmid=None, colorscale="Viridis").data[0].zmid is None
+    with pytest.raises(ValueError, match="2-D"):
+        heatmap([1, 2, 3])
+    with pytest.raises(ValueError, match="do not match"):
+        heatmap([[1, 2]], x=["a"])
+
+
+def test_bar():
+    fig = bar(torch.tensor([1.0, -2.0]), ["a", "b"], title="t", error=[0.1, 0.2])
+    assert list(fig.data[0].y) == [1.0, -2.0] and list(fig.data[0].error_y.array) == [0.1, 0.2]
+    with pytest.raises(ValueError, match="matching 3 labels"):
+        bar([1.0, 2.0], ["a", "b", "c"])
+
+
+def test_attention_view_is_offline(model, monkeypatch):
+    def no_network(*args, **kwargs):
+        raise AssertionError("the view must not touch the network")
+
+    monkeypatch.setattr(urllib.request, "urlopen", no_network)
+    view = hc.attention(model)
+    assert isinstance(view, RenderedHTML) and isinstance(view, AttentionView)
+    html = str(view)
+    assert view._repr_html_() == html == view.__html__()
+    assert "var CircuitsVis=" in html and len(html) > 1_000_000  # the bundle, inlined
+    assert not re.search(r"<script[^>]*\bsrc\s*=", html)  # no external script
+    assert "unpkg.com" not in html and not re.search(r"""from\s+["']https?:""", html)  # no CDN import
+
+
+def test_attention_view_content(model):
+    batch = hc.Count01().sample(5, seed=2)
+    view = hc.attention(model, batch, example=1, max_examples=3)
+    html = str(view)
+    assert html.count("var CircuitsVis=") == 1  # one bundle for every example
+    props = props_of(view)
+    assert len(props) == 3
+    _, cache = model.run_with_cache(batch.tokens)
+    for i, p in zip(range(1, 4), props):
+        end = int(batch.loss_pos[i].max()) + 1  # trimmed after the last loss position
+        assert p["tokens"] == hc.Count01().token_strings(batch.tokens[i, :end])
+        assert p["tokens"][-2] == "="
+        assert p["attentionHeadNames"] == ["L0H0", "L0H1", "L0H2", "L0H3"]
+        assert p["maskUpperTri"] is True
+        torch.testing.assert_close(torch.tensor(p["attention"]), cache["blocks.0.attn.hook_pattern"][i, :, :end, :end])
+
+
+def test_attention_untrimmed_and_without_task(model, tmp_path):
+    batch = hc.Count01().sample(2, seed=3)
+    assert len(props_of(hc.attention(model, batch, trim=False))[0]["tokens"]) == 24
+    bare = hc.Count01().model(seed=0, n_heads=2, d_model=8, d_head=2, n_layers=2)
+    del bare.task
+    view = hc.attention(bare, torch.tensor([[7, 0, 1, 3]]), layer=1)
+    (p,) = props_of(view)
+    assert p["tokens"] == ["7", "0", "1", "3"] and p["attentionHeadNames"] == ["L1H0", "L1H1"]
+    path = view.save(tmp_path / "view.html")
+    assert path.read_text().startswith("<!DOCTYPE html>")
+    with pytest.raises(ValueError, match="no headcoop task"):
+        hc.attention(bare)
+
+
+def test_labels_cannot_close_the_script():
+    from headcoop.plot import _offline_html
+
+    html = _offline_html([("<b>head</b>", dict(attention=[[[1.0]]], tokens=["</script><i>"]))])
+    assert html.count("</script>") == 1 and "&lt;b&gt;head" in html
+    (p,) = props_of(html)
+    assert p["tokens"] == ["</script><i>"]
+
+
+def test_attention_bad_input(model):
+    with pytest.raises(IndexError, match=r"layers 0\.\.0"):
+        hc.attention(model, "01=", layer=1)
+    with pytest.raises(IndexError, match=r"examples 0\.\.1"):
+        hc.attention(model, hc.Count01().sample(2), example=2)
+    with pytest.raises(ValueError, match="max_examples must be a positive int"):
+        hc.attention(model, "01=", max_examples=0)
+    with pytest.raises(ValueError, match="unknown symbol"):
+        hc.attention(model, "01x=")
