@@ -45,7 +45,8 @@ def heatmap(
     """A plotly heatmap of a 2-D array-like `z` [len(y), len(x)] (row i is y[i], column j is x[j]).
 
     `x`/`y` label the columns/rows (default 0..n-1; labels are shown as categories, in order, top row
-    first). `zmid` centres a diverging colorscale (None: plotly picks the range). Returns a go.Figure.
+    first). `zmid` centres a diverging colorscale (None: plotly picks the range); "RdBu" is drawn
+    reversed so positive is red and negative blue. NaN entries are left blank. Returns a go.Figure.
     """
     z = _to_numpy(z)
     if z.ndim != 2:
@@ -111,7 +112,8 @@ class AttentionView(RenderedHTML):
     def save(self, path: str | Path) -> Path:
         """Write a standalone HTML page; returns the path."""
         path = Path(path)
-        path.write_text(f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'></head><body>\n{self.local_src}\n</body></html>\n", encoding="utf-8")
+        head = "<!DOCTYPE html>\n<html><head><meta charset='utf-8'></head><body>\n"
+        path.write_text(f"{head}{self.local_src}\n</body></html>\n", encoding="utf-8")
         return path
 
 
@@ -121,7 +123,8 @@ def _offline_html(views: list[tuple[str, dict]]) -> str:
     divs, calls = [], []
     for heading, props in views:
         div_id = "circuits-vis-" + uuid.uuid4().hex[:13]
-        divs.append(f"<h4 style='margin: 10px 0 0 0;'>{html.escape(heading)}</h4>\n<div id='{div_id}' style='margin: 15px 0;'></div>")
+        divs.append(f"<h4 style='margin: 10px 0 0 0;'>{html.escape(heading)}</h4>")
+        divs.append(f"<div id='{div_id}' style='margin: 15px 0;'></div>")
         js_props = convert_props(props).replace("</", "<\\/")
         calls.append(f"CircuitsVis.render({json.dumps(div_id)}, CircuitsVis.AttentionHeads, {js_props});")
     script = "\n".join([bundle, *calls])

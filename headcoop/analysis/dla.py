@@ -162,7 +162,8 @@ class DLAResult:
     def to_dataframe(self) -> pd.DataFrame:
         """One row per component: the mean contribution to every logit (columns: vocab labels), plus
         'logit_diff' and 'logit_diff_std' (over examples) when answer/wrong are known."""
-        df = pd.DataFrame(self.mean().cpu().numpy(), index=pd.Index(self.components, name="component"), columns=self.vocab)
+        index = pd.Index(self.components, name="component")
+        df = pd.DataFrame(self.mean().cpu().numpy(), index=index, columns=self.vocab)
         if self.answer is not None and self.wrong is not None:
             diff = self.logit_diff()
             df["logit_diff"] = diff.mean(0).cpu().numpy()
