@@ -388,7 +388,7 @@ def probe(
             raise ValueError("labels are required unless tokens is a Batch (whose labels are used)")
         labels = tokens.labels
     features, names, layers, heads = probe_features(model, tokens, site=site, head=head, layer=layer, pos=pos)
-    labels = torch.as_tensor(labels).flatten().cpu() if not isinstance(labels, Tensor) else labels.cpu()
+    labels = torch.as_tensor(labels).cpu()
     if labels.ndim != 1:
         raise ValueError(f"labels must be a [batch] vector, got shape {tuple(labels.shape)}")
     if labels.dtype.is_floating_point:
