@@ -1,0 +1,432 @@
+"""Activation patching of attention heads and the residual stream, many patches per forward pass.
+
+Direction conventions
+---------------------
+Two inputs of the same shape: *clean* (the model gives the right answer) and *corrupt* (a minimal change
+that asks for the alternative). A patch runs one input, the *target*, and overwrites one slice of one
+activation with the same slice from a run on the other input, the *source*:
+
+- ``direction="denoise"`` (the default, as in ``transformer_lens.patching``): run the corrupt input and
+  patch in clean activations. A value near the clean baseline means the patched slice alone restores
+  the behaviour (the slice is *sufficient*).
+- ``direction="noise"``: run the clean input and patch in corrupt activations. A value near the corrupt
+  baseline means the behaviour breaks without the slice (the slice is *necessary*). This equals
+  ``transformer_lens.patching`` called with the clean and corrupt inputs swapped.
+
+In both directions the metric is scored on the patched logits with the same metric (by default the
+task's mean logit difference, right answer minus alternative, measured against the clean batch), and
+``PatchResult.normalized()`` maps it to ``(value - corrupt) / (clean - corrupt)``: 0 at the corrupt
+baseline, 1 at the clean baseline.
+
+The batching trick
+------------------
+``transformer_lens.patching`` runs one forward pass per patch and syncs with the host (``.item()``) after
+each. Here the patches of a sweep are stacked along the batch axis: a chunk of P patches is one forward
+pass on P copies of the target batch ([P * batch, pos]), and one hook per patched layer overwrites, in
+copy p, exactly the slice (layer, head[, pos]) of patch p, using index tensors (a single advanced-index
+assignment per layer and chunk, not one per patch). Copies start from the target's residual stream at
+the first layer patched in the chunk (``start_at_layer``), so earlier layers run once. P is chosen from
+``memory_budget_mb``. The metric is evaluated per copy on the stacked logits: the task's logit
+difference is vectorised over the patch axis; a user metric is called on each copy's [batch, pos, vocab]
+slice (no forward pass). Results stay on the device until one transfer at the end.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+from transformer_lens import HookedTransformer
+from transformer_lens.utils import get_act_name
+
+from headcoop.analysis.common import as_tokens, check_choice, check_head, check_layer, model_device, task_of
+from headcoop.tasks.base import Batch, Task
+
+HEAD_COMPONENTS = ("z", "q", "k", "v", "pattern")
+COMPONENTS = (*HEAD_COMPONENTS, "resid_pre")
+POSITIONS = ("all", "each")
+DIRECTIONS = ("denoise", "noise")
+
+Metric = Callable[[Float[Tensor, "batch pos vocab"]], Float[Tensor, ""]]
+
+
+# --- the result ---------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class PatchResult:
+    """The metric after each patch, with labelled axes.
+
+    values:        tensor whose axes are named by `dims`:
+                   z/q/k/v/pattern, positions="all":  ("layer", "head")
+                   z/q/k/v,         positions="each": ("layer", "pos", "head")
+                   pattern,         positions="each": ("layer", "dest_pos", "head")  (the query position
+                                                      whose attention row is patched)
+                   resid_pre, "all": ("layer",)   resid_pre, "each": ("layer", "pos")
+    coords:        for each dim, the model index of each entry (e.g. the layers and heads patched).
+    clean_value:   the metric on the unpatched clean run; corrupt_value: on the unpatched corrupt run.
+    pos_labels:    one label per position ("3 =" where every clean row holds "=" there, else "3").
+    """
+
+    values: Tensor
+    dims: tuple[str, ...]
+    coords: dict[str, list[int]]
+    clean_value: float
+    corrupt_value: float
+    component: str
+    positions: str
+    direction: str
+    pos_labels: list[str]
+
+    def normalized(self) -> Tensor:
+        """(values - corrupt_value) / (clean_value - corrupt_value): the share of the clean-corrupt gap
+        at which each patched run lands (0 = corrupt baseline, 1 = clean baseline). Same shape as values."""
+        gap = self.clean_value - self.corrupt_value
+        if gap == 0:
+            raise ValueError("clean and corrupt baselines are equal, so the gap cannot be normalised")
+        return (self.values - self.corrupt_value) / gap
+
+    def item(self) -> float:
+        """The single value of a one-patch result (e.g. one head, positions="all", one layer)."""
+        if self.values.numel() != 1:
+            raise ValueError(f"this result holds {self.values.numel()} values (shape {tuple(self.values.shape)})")
+        return float(self.values.reshape(()))
+
+    def __float__(self) -> float:
+        return self.item()
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """One row per patch: a column per dim (model indices), `value` and `normalized`."""
+        grids = np.meshgrid(*[np.asarray(self.coords[d]) for d in self.dims], indexing="ij")
+        frame = pd.DataFrame({d: g.reshape(-1) for d, g in zip(self.dims, grids)})
+        frame["value"] = self.values.reshape(-1).numpy()
+        gap = self.clean_value - self.corrupt_value
+        frame["normalized"] = (frame["value"] - self.corrupt_value) / gap if gap != 0 else np.nan
+        for d in ("pos", "dest_pos"):
+            if d in frame:
+                frame[f"{d}_label"] = [self.pos_labels[p] for p in frame[d]]
+        return frame
+
+    def plot(self, normalized: bool = False, title: str | None = None):
+        """A plotly heatmap (never shown): layer x head, layer x position, or, for per-position head
+        sweeps, one panel per layer of head x position. Hover shows the head name, position and value."""
+        return _plot(self, normalized, title)
+
+
+# --- inputs -------------------------------------------------------------------------------------------
+def _resolve_inputs(model: HookedTransformer, clean, corrupt, metric) -> tuple[Tensor, Tensor, Metric, Batch | None]:
+    """(clean tokens, corrupt tokens, metric, clean Batch if the task metric applies) from the arguments."""
+    task = task_of(model)
+    if clean is None and corrupt is None:
+        if task is None:
+            raise ValueError(
+                "this model carries no headcoop task, so patch() needs clean=, corrupt= and metric=; "
+                "build the model with hc.Count01().model(...) / hc.load(...) for task defaults"
+            )
+        clean, corrupt = task.patching_inputs()
+    elif clean is None:
+        raise ValueError("corrupt= was given without clean=; pass both (or neither, to use the task's inputs)")
+    elif corrupt is None:
+        if not isinstance(clean, Batch) or task is None:
+            raise ValueError(
+                "corrupt= is missing; it can only be derived (task.corrupt) when clean= is a Batch "
+                "and the model carries a task"
+            )
+        corrupt = task.corrupt(clean)
+    clean_tokens, corrupt_tokens = as_tokens(model, clean), as_tokens(model, corrupt)
+    if clean_tokens.shape != corrupt_tokens.shape:
+        raise ValueError(
+            f"clean and corrupt inputs must have the same shape, got clean {tuple(clean_tokens.shape)} "
+            f"and corrupt {tuple(corrupt_tokens.shape)}"
+        )
+    task_batch = None
+    if metric is None:
+        if task is None:
+            raise ValueError(
+                "this model carries no headcoop task, so there is no default metric; pass "
+                "metric=lambda logits: ... (logits [batch, pos, vocab] -> scalar tensor)"
+            )
+        if not isinstance(clean, Batch):
+            raise ValueError(
+                "the default metric (the task's logit difference) needs clean= as a Batch, which knows the "
+                "answers; pass a Batch or an explicit metric="
+            )
+        task_batch = clean.to(clean_tokens.device)
+        metric = lambda logits: task.metric(logits, task_batch)  # noqa: E731
+    elif not callable(metric):
+        raise TypeError(f"metric must be callable (logits [batch, pos, vocab] -> scalar), got {type(metric).__name__}")
+    vectorised = task_batch if task is not None and _uses_base_metric(task) else None
+    return clean_tokens, corrupt_tokens, metric, vectorised
+
+
+def _uses_base_metric(task: Task) -> bool:
+    return type(task).metric is Task.metric and type(task).logit_diff is Task.logit_diff
+
+
+def _pos_labels(model: HookedTransformer, tokens: Int[Tensor, "batch pos"]) -> list[str]:
+    task = task_of(model)
+    labels = []
+    for p in range(tokens.shape[1]):
+        column = tokens[:, p]
+        same = bool((column == column[0]).all())
+        if same and task is not None and task.d_vocab == model.cfg.d_vocab:
+            labels.append(f"{p} {task.vocab[int(column[0])]}")
+        else:
+            labels.append(str(p))
+    return labels
+
+
+# --- the patch grid -----------------------------------------------------------------------------------
+@dataclasses.dataclass
+class _Grid:
+    """Every patch of a sweep, flattened in the order of `dims` (layer outermost)."""
+
+    dims: tuple[str, ...]
+    coords: dict[str, list[int]]
+    layer: Tensor  # [n_patches] (CPU)
+    head: Tensor | None  # [n_patches] on the model's device
+    pos: Tensor | None  # [n_patches] on the model's device
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(len(self.coords[d]) for d in self.dims)
+
+
+def _grid(component: str, positions: str, layers: list[int], heads: list[int], n_pos: int, device) -> _Grid:
+    if component == "resid_pre":
+        dims = ("layer",) if positions == "all" else ("layer", "pos")
+    elif positions == "all":
+        dims = ("layer", "head")
+    else:
+        dims = ("layer", "dest_pos" if component == "pattern" else "pos", "head")
+    values = {"layer": layers, "head": heads, "pos": list(range(n_pos)), "dest_pos": list(range(n_pos))}
+    coords = {d: values[d] for d in dims}
+    mesh = torch.cartesian_prod(*[torch.tensor(coords[d]) for d in dims]).reshape(-1, len(dims))
+    column = {d: mesh[:, i] for i, d in enumerate(dims)}
+    pos = column.get("pos", column.get("dest_pos"))
+    return _Grid(
+        dims=dims,
+        coords=coords,
+        layer=column["layer"],
+        head=column["head"].to(device) if "head" in column else None,
+        pos=pos.to(device) if pos is not None else None,
+    )
+
+
+def _set_slices(act: Tensor, source: Tensor, component: str, head: Tensor | None, pos: Tensor | None) -> None:
+    """In place: in copy i of `act` ([n, batch, ...]) put `source`'s slice (head[i], pos[i]).
+
+    act: [n, batch, pos, head, d] for q/k/v/z, [n, batch, head, dest, src] for pattern,
+    [n, batch, pos, d_model] for resid_pre; source: the same without the leading n.
+    """
+    copy = torch.arange(act.shape[0], device=act.device)
+    if component == "resid_pre":
+        if pos is None:
+            act.copy_(source.expand_as(act))
+        else:
+            act[copy, :, pos] = source[:, pos].transpose(0, 1)
+    elif component == "pattern":
+        if pos is None:
+            act[copy, :, head] = source[:, head].transpose(0, 1)
+        else:
+            act[copy, :, head, pos] = source[:, head, pos].transpose(0, 1)
+    elif pos is None:
+        act[copy, :, :, head] = source[:, :, head].permute(2, 0, 1, 3)
+    else:
+        act[copy, :, pos, head] = source[:, pos, head].transpose(0, 1)
+
+
+def patches_per_chunk(model: HookedTransformer, batch: int, n_pos: int, memory_budget_mb: float) -> int:
+    """How many patched copies of a [batch, n_pos] input fit in `memory_budget_mb` (at least 1).
+
+    Estimates the live activations of one layer (q, k, v, z, scores, pattern, result, residuals) plus the
+    logits, twice over for temporaries.
+    """
+    cfg = model.cfg
+    n_kv = getattr(cfg, "n_key_value_heads", None) or cfg.n_heads
+    per_layer = (
+        n_pos * cfg.d_head * (2 * cfg.n_heads + 2 * n_kv)
+        + 2 * cfg.n_heads * n_pos * n_pos
+        + 4 * n_pos * cfg.d_model
+        + (n_pos * cfg.d_mlp * 2 if not cfg.attn_only and cfg.d_mlp else 0)
+    )
+    per_sequence = 2 * (per_layer + n_pos * cfg.d_vocab_out) * torch.finfo(cfg.dtype).bits // 8
+    return max(1, int(memory_budget_mb * 2**20 // (per_sequence * batch)))
+
+
+# --- patching -----------------------------------------------------------------------------------------
+def _stacked_metric(logits: Float[Tensor, "n batch pos vocab"], metric: Metric, task_batch: Batch | None) -> Tensor:
+    """The metric of each copy, [n], without leaving the device."""
+    if task_batch is not None:
+        rows = torch.arange(logits.shape[1], device=logits.device)
+        at_answer = logits[:, rows, task_batch.answer_pos]  # [n, batch, vocab]
+        diff = at_answer[:, rows, task_batch.answer] - at_answer[:, rows, task_batch.wrong]
+        return diff.mean(-1)
+    return torch.stack([torch.as_tensor(metric(copy), device=logits.device).reshape(()) for copy in logits])
+
+
+@torch.no_grad()
+def patch(
+    model: HookedTransformer,
+    head: int | None = None,
+    layer: int | None = None,
+    clean=None,
+    corrupt=None,
+    metric: Metric | None = None,
+    component: str = "z",
+    positions: str = "all",
+    direction: str = "denoise",
+    memory_budget_mb: float = 256,
+) -> PatchResult:
+    """Activation patching of one head or every head (or the residual stream), all patches batched.
+
+    model:       any attention-only HookedTransformer; with `model.task`, nothing else is needed.
+    head, layer: which heads to patch. None means all: `head=3` patches head 3 in every layer (one
+                 value per layer), `head=3, layer=1` that single head, `layer=1` every head of layer 1.
+                 Out of range -> IndexError. resid_pre takes no head.
+    clean, corrupt: [batch, pos] tokens in any form `as_tokens` takes (Batch, texts, ids), same shape.
+                 Default: the task's `patching_inputs()`; with clean a Batch, corrupt defaults to
+                 `task.corrupt(clean)`.
+    metric:      logits [batch, pos, vocab] -> scalar tensor. Default: the task's mean logit difference
+                 (right answer minus alternative at the answer position) on the clean Batch.
+    component:   "z" (head output), "q", "k", "v", "pattern", or "resid_pre" (per layer, no head axis).
+    positions:   "all" patches every position at once; "each" one patch per position (per destination
+                 position for "pattern", like transformer_lens's pattern-by-pos).
+    direction:   "denoise" runs corrupt with clean activations patched in; "noise" the reverse.
+    memory_budget_mb: memory for one stacked forward pass; sets how many patches share a pass.
+
+    Returns a PatchResult; `values` has dims ("layer", "head"), ("layer", "pos", "head"),
+    ("layer", "dest_pos", "head"), ("layer",) or ("layer", "pos") (see PatchResult).
+    """
+    check_choice("component", component, COMPONENTS)
+    check_choice("positions", positions, POSITIONS)
+    check_choice("direction", direction, DIRECTIONS)
+    if not memory_budget_mb > 0:
+        raise ValueError(f"memory_budget_mb must be positive, got {memory_budget_mb!r}")
+    layers = list(range(model.cfg.n_layers)) if layer is None else [check_layer(model, layer)]
+    if component == "resid_pre":
+        if head is not None:
+            raise ValueError("component 'resid_pre' has no head axis; pass head=None (use layer= to pick a layer)")
+        heads = []
+    else:
+        heads = list(range(model.cfg.n_heads)) if head is None else [check_head(model, head)]
+
+    clean_tokens, corrupt_tokens, metric, task_batch = _resolve_inputs(model, clean, corrupt, metric)
+    source_tokens, target_tokens = (
+        (clean_tokens, corrupt_tokens) if direction == "denoise" else (corrupt_tokens, clean_tokens)
+    )
+    names = {get_act_name(component, lay) for lay in layers}
+    starts = {get_act_name("resid_pre", lay) for lay in layers}
+    source_logits, source_cache = model.run_with_cache(source_tokens, names_filter=lambda n: n in names)
+    target_logits, target_cache = model.run_with_cache(target_tokens, names_filter=lambda n: n in starts)
+    source_value = float(metric(source_logits))
+    target_value = float(metric(target_logits))
+    clean_value, corrupt_value = (
+        (source_value, target_value) if direction == "denoise" else (target_value, source_value)
+    )
+
+    device = model_device(model)
+    batch, n_pos = target_tokens.shape
+    grid = _grid(component, positions, layers, heads, n_pos, device)
+    n_patches = len(grid.layer)
+    per_chunk = patches_per_chunk(model, batch, n_pos, memory_budget_mb)
+    shortformer = model.cfg.positional_embedding_type == "shortformer"
+    results = []
+    for start in range(0, n_patches, per_chunk):
+        stop = min(start + per_chunk, n_patches)
+        n = stop - start
+        chunk_layers = grid.layer[start:stop]
+        hooks = []
+        for lay in sorted(set(chunk_layers.tolist())):
+            # Patches are ordered layer first, so this layer's patches are one contiguous run.
+            lo = start + int((chunk_layers < lay).sum())
+            hi = start + int((chunk_layers <= lay).sum())
+            hooks.append((get_act_name(component, lay), _hook(component, source_cache[get_act_name(component, lay)],
+                                                              n, lo - start, hi - start, grid, lo, hi)))
+        first = int(chunk_layers[0])
+        if shortformer:
+            logits = model.run_with_hooks(target_tokens.repeat(n, 1), fwd_hooks=hooks)
+        else:
+            resid = target_cache[get_act_name("resid_pre", first)].repeat(n, 1, 1)
+            logits = model.run_with_hooks(resid, start_at_layer=first, fwd_hooks=hooks)
+        results.append(_stacked_metric(logits.view(n, batch, *logits.shape[1:]), metric, task_batch))
+    values = torch.cat(results).reshape(grid.shape).float().cpu()
+    return PatchResult(
+        values=values,
+        dims=grid.dims,
+        coords=grid.coords,
+        clean_value=clean_value,
+        corrupt_value=corrupt_value,
+        component=component,
+        positions=positions,
+        direction=direction,
+        pos_labels=_pos_labels(model, clean_tokens),
+    )
+
+
+def _hook(component: str, source: Tensor, n: int, a: int, b: int, grid: _Grid, lo: int, hi: int):
+    """A hook that patches copies a..b-1 of an [n * batch, ...] activation with grid patches lo..hi-1."""
+    head = grid.head[lo:hi] if grid.head is not None else None
+    pos = grid.pos[lo:hi] if grid.pos is not None else None
+
+    def hook(act: Tensor, hook) -> Tensor:
+        act = act.contiguous()
+        copies = act.view(n, -1, *act.shape[1:])[a:b]
+        _set_slices(copies, source, component, head, pos)
+        return act
+
+    return hook
+
+
+# --- plotting -----------------------------------------------------------------------------------------
+def _plot(result: PatchResult, normalized: bool, title: str | None):
+    from plotly.subplots import make_subplots
+
+    from headcoop.plot import heatmap
+
+    values = result.normalized() if normalized else result.values
+    what = "fraction of clean-corrupt gap" if normalized else "metric"
+    title = title or f"{result.direction} patching of {result.component} ({result.positions} positions): {what}"
+    layers = result.coords["layer"]
+    layer_names = [f"L{lay}" for lay in layers]
+    hover = "%{customdata}<br>value %{z:.4g}<extra></extra>"
+    if result.dims == ("layer",):
+        fig = heatmap(values[None], x=layer_names, y=["resid_pre"], title=title, xlabel="layer")
+        fig.data[0].update(customdata=[[f"resid_pre {name}" for name in layer_names]], hovertemplate=hover)
+        return fig
+    if result.dims == ("layer", "pos"):
+        labels = result.pos_labels
+        fig = heatmap(values, x=labels, y=layer_names, title=title, xlabel="position", ylabel="layer")
+        names = [[f"resid_pre {ln}, pos {p}" for p in labels] for ln in layer_names]
+        fig.data[0].update(customdata=names, hovertemplate=hover)
+        return fig
+    heads = result.coords["head"]
+    if result.dims == ("layer", "head"):
+        fig = heatmap(values, x=[f"H{h}" for h in heads], y=layer_names, title=title, xlabel="head", ylabel="layer")
+        names = [[f"L{lay}H{h}" for h in heads] for lay in layers]
+        fig.data[0].update(customdata=names, hovertemplate=hover)
+        return fig
+    # (layer, pos|dest_pos, head): one panel per layer, head x position.
+    labels = result.pos_labels
+    pos_title = "destination position" if result.dims[1] == "dest_pos" else "position"
+    bound = float(values.abs().max()) or 1.0
+    fig = make_subplots(rows=len(layers), cols=1, subplot_titles=[f"layer {lay}" for lay in layers],
+                        vertical_spacing=0.3 / max(1, len(layers)))
+    for row, lay in enumerate(layers):
+        names = [f"L{lay}H{h}" for h in heads]
+        panel = heatmap(values[row].T, x=labels, y=names)
+        trace = panel.data[0]
+        trace.update(zmin=-bound, zmax=bound, zmid=None, coloraxis=None, showscale=row == 0,
+                     customdata=[[f"{name}, {pos_title} {p}" for p in labels] for name in names],
+                     hovertemplate=hover)
+        fig.add_trace(trace, row=row + 1, col=1)
+        fig.update_xaxes(type="category", title_text=pos_title if row == len(layers) - 1 else None, row=row + 1, col=1)
+        fig.update_yaxes(type="category", autorange="reversed", row=row + 1, col=1)
+    fig.update_layout(title=title, template="simple_white", height=max(300, 60 + 30 * len(heads) * len(layers)))
+    return fig
+
+
+__all__: Sequence[str] = ["patch", "PatchResult", "patches_per_chunk", "COMPONENTS", "POSITIONS", "DIRECTIONS"]
