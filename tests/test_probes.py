@@ -56,7 +56,8 @@ def test_agrees_with_sklearn_on_trained_head_activations(trained, batch):
         assert result.train_acc[p].item() == pytest.approx(clf.score(z[tr].numpy(), y[tr].numpy()), abs=1e-12)
         assert result.roc_auc[p].item() == pytest.approx(roc_auc_score(y[te].numpy(), theirs[:, 1]), abs=1e-9)
         # standardised-space coefficients map back to the reported original-unit weights
-        np.testing.assert_allclose((clf.coef_[0] / result.std[p].numpy()), result.weight[p].numpy(), rtol=1e-4, atol=1e-6)
+        coef = clf.coef_[0] / result.std[p].numpy()
+        np.testing.assert_allclose(coef, result.weight[p].numpy(), rtol=1e-4, atol=1e-6)
     # the trained model solves the task, so some head must carry the label linearly
     assert result.acc.max() > 0.9
 
@@ -119,7 +120,8 @@ def test_features_read_the_cache_at_the_answer_position(trained, batch):
     torch.testing.assert_close(feats[:, 0], cache["blocks.0.hook_resid_post"][rows, batch.answer_pos])
     feats, *_ = probe_features(trained, batch.tokens, site="result", pos=3)
     want = torch.einsum("bhd,hdm->bhm", cache["blocks.0.attn.hook_z"][:, 3], trained.W_O[0])
-    torch.testing.assert_close(feats, want)
+    torch.testing.assert_close(feats, want.detach())
+    assert not feats.requires_grad
     feats, *_ = probe_features(trained, batch.tokens, site="k", head=1)  # default: last position
     torch.testing.assert_close(feats[:, 0], cache["blocks.0.attn.hook_k"][:, -1, 1])
 

@@ -27,7 +27,6 @@ from headcoop.tasks.base import generator
 
 HOWS = ("zero", "mean", "resample", "scale")
 
-HeadSpec = int | str | tuple[int, int]
 
 
 def parse_heads(model: HookedTransformer, heads, layer: int = 0) -> list[tuple[int, int]]:
@@ -35,12 +34,15 @@ def parse_heads(model: HookedTransformer, heads, layer: int = 0) -> list[tuple[i
 
     IndexError naming the valid range for a layer or head out of range; duplicates are dropped.
     """
-    if isinstance(heads, (int, str)) or (isinstance(heads, tuple) and len(heads) == 2 and all(isinstance(h, int) for h in heads)):
+    one_pair = isinstance(heads, tuple) and len(heads) == 2 and all(isinstance(h, int) for h in heads)
+    if isinstance(heads, (int, str)) or one_pair:
         heads = [heads]
     if isinstance(heads, Tensor):
         heads = heads.tolist()
     if not isinstance(heads, Sequence) or isinstance(heads, str):
-        raise TypeError(f"heads must be an int, a (layer, head) tuple, a name like 'L0H3' or a list of these, got {heads!r}")
+        raise TypeError(
+            f"heads must be an int, a (layer, head) tuple, a name like 'L0H3' or a list of these, got {heads!r}"
+        )
     pairs: list[tuple[int, int]] = []
     for spec in heads:
         if isinstance(spec, str):
@@ -84,7 +86,9 @@ def installed_hooks(model: HookedTransformer, hooks: list[tuple[str, Callable]])
 
 
 @torch.no_grad()
-def _reference_z(model: HookedTransformer, reference, layers: set[int]) -> dict[int, Float[Tensor, "ref pos head d_head"]]:
+def _reference_z(
+    model: HookedTransformer, reference, layers: set[int]
+) -> dict[int, Float[Tensor, "ref pos head d_head"]]:
     names = {get_act_name("z", lay): lay for lay in layers}
     _, cache = model.run_with_cache(as_tokens(model, reference), names_filter=lambda n: n in names)
     return {lay: cache[name] for name, lay in names.items()}

@@ -163,7 +163,9 @@ def set_attention(
             raise ValueError(f"query_pos must hold integer positions, got dtype {qp.dtype}")
         qp = qp.expand(batch) if qp.ndim == 0 else qp
         if qp.shape != (batch,):
-            raise ValueError(f"query_pos must be an int or a [batch] tensor with batch={batch}, got shape {tuple(qp.shape)}")
+            raise ValueError(
+                f"query_pos must be an int or a [batch] tensor with batch={batch}, got shape {tuple(qp.shape)}"
+            )
         if (qp < -n_q).any() or (qp >= n_q).any():
             raise IndexError(f"query_pos {qp.tolist()} out of range: these inputs have positions 0..{n_q - 1}")
         return torch.nn.functional.one_hot(qp.long() % n_q, n_q).bool()

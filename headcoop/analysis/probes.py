@@ -111,10 +111,13 @@ def probe_features(
             out_heads.append(None)
             continue
         if act.shape[1] != model.cfg.n_heads:
-            raise ValueError(f"site {site!r} has {act.shape[1]} heads, not n_heads={model.cfg.n_heads} (grouped-query attention is not supported)")
+            raise ValueError(
+                f"site {site!r} has {act.shape[1]} heads, not n_heads={model.cfg.n_heads} "
+                "(grouped-query attention is not supported)"
+            )
         act = act[:, heads]
         if site == "result":
-            act = torch.einsum("bhd,hdm->bhm", act, model.blocks[lay].attn.W_O[heads])
+            act = torch.einsum("bhd,hdm->bhm", act, model.blocks[lay].attn.W_O[heads].detach())
         feats.append(act)
         names += [f"L{lay}H{h}" for h in heads]
         out_layers += [lay] * len(heads)
@@ -342,7 +345,9 @@ def split_indices(n: int, test_fraction: float, seed: int) -> tuple[Int[Tensor, 
         raise ValueError(f"test_fraction must lie strictly between 0 and 1, got {test_fraction!r}")
     n_test = int(round(n * test_fraction))
     if n_test < 1 or n - n_test < 2:
-        raise ValueError(f"{n} examples with test_fraction={test_fraction} leave {n_test} held out and {n - n_test} to train")
+        raise ValueError(
+            f"{n} examples with test_fraction={test_fraction} leave {n_test} held out and {n - n_test} to train"
+        )
     perm = torch.randperm(n, generator=generator(seed))
     return perm[n_test:].sort().values, perm[:n_test].sort().values
 
@@ -408,7 +413,9 @@ def probe(
     train_idx, test_idx = split_indices(n, test_fraction, seed)
     missing = sorted(set(range(K)) - set(y[train_idx].tolist()))
     if missing:
-        raise ValueError(f"the train split holds no example of class(es) {classes[missing].tolist()}; use more examples")
+        raise ValueError(
+            f"the train split holds no example of class(es) {classes[missing].tolist()}; use more examples"
+        )
 
     x = features.detach().to(torch.float64).cpu().transpose(0, 1)  # [probe, batch, d]
     x_train = x[:, train_idx]
