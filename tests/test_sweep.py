@@ -1,0 +1,154 @@
+"""Resumable sweeps: names, grids, skipping finished runs, ignoring half-written ones, the CLI."""
+
+import argparse
+
+import pandas as pd
+import pytest
+import torch
+
+import headcoop as hc
+import headcoop.sweep as sweep_module
+from headcoop.checkpoints import META, WEIGHTS
+from headcoop.sweep import add_parser, expand_grid, run_name, sweep
+
+FAST = dict(steps=3, batch_size=16, warmup=1, progress=False)
+GRID = {"n_heads": [1, 2], "d_model": [4], "d_head": [2]}
+SEEDS = [0, 1]
+NAMES = [f"count01-L1-H{h}-d4-dh2-s{s}" for h in (1, 2) for s in SEEDS]
+
+
+class Counter:
+    """Wraps train_many, recording which runs it was asked to train."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, task, items, seeds, **kw):
+        self.calls.append([(item["n_heads"], seed) for item, seed in zip(items, seeds)])
+        return hc.train_many(task, items, seeds=seeds, **kw)
+
+
+def test_grid_forms_and_names():
+    task = hc.Count01()
+    product = expand_grid(task, {"n_heads": [1, 2], "d_head": [1, 3]})
+    assert product == [{"n_heads": 1, "d_head": 1}, {"n_heads": 1, "d_head": 3},
+                       {"n_heads": 2, "d_head": 1}, {"n_heads": 2, "d_head": 3}]  # fmt: skip
+    assert expand_grid(task, [{"n_heads": 4}, {"d_model": 8}]) == [{"n_heads": 4}, {"d_model": 8}]
+    assert run_name(task, {}, 0) == "count01-L1-H16-d32-dh2-s0"
+    assert run_name(hc.SkipPair(), {"d_head": 1}, 3) == "skip-pair-L1-H2-dh1-s3"
+    with pytest.raises(ValueError, match=r"unknown count01 model setting\(s\) \['heads'\].*valid ones"):
+        expand_grid(task, {"heads": [1]})
+    with pytest.raises(ValueError, match="the grid is empty"):
+        expand_grid(task, [])
+    with pytest.raises(TypeError, match="list of dicts or a dict of lists"):
+        expand_grid(task, "n_heads")
+
+
+def test_sweep_table_checkpoints_and_equivalence(tmp_path):
+    task = hc.Count01()
+    table = sweep(task, GRID, SEEDS, tmp_path, **FAST)
+    assert isinstance(table, pd.DataFrame) and list(table["name"]) == NAMES
+    assert {"n_heads", "d_model", "d_head", "seed", "answer_acc", "both_acc", "path"} <= set(table.columns)
+    for row in table.itertuples():
+        model = hc.load(row.path)
+        assert model.checkpoint_meta["sweep"] == {"grid": {"n_heads": row.n_heads, "d_model": 4, "d_head": 2},
+                                                  "seed": row.seed}  # fmt: skip
+        assert model.train_settings["seed"] == row.seed
+        assert model.checkpoint_meta["metrics"]["answer_acc"] == row.answer_acc
+        # the same model as hc.train_many on its own
+        (alone,) = hc.train_many(task, [dict(n_heads=row.n_heads, d_model=4, d_head=2)], seeds=[row.seed], **FAST)
+        for p, q in zip(model.parameters(), alone.parameters()):
+            torch.testing.assert_close(p, q, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("chunk", [1, 8])
+def test_interrupted_sweep_resumes_without_redoing_work(tmp_path, monkeypatch, chunk):
+    task = hc.Count01()
+    real_save, saved = sweep_module.save, []
+
+    def save_then_die(model, path, **kw):
+        if saved:
+            raise KeyboardInterrupt("killed")
+        saved.append(real_save(model, path, **kw))
+        return saved[-1]
+
+    monkeypatch.setattr(sweep_module, "save", save_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        sweep(task, GRID, SEEDS, tmp_path, chunk=chunk, **FAST)
+    assert [p.name for p in saved] == NAMES[:1]
+    assert sorted(p.name for p in tmp_path.iterdir()) == NAMES[:1]  # the failed save left no temp dir
+    first_mtime = (tmp_path / NAMES[0] / WEIGHTS).stat().st_mtime_ns
+
+    monkeypatch.setattr(sweep_module, "save", real_save)
+    counter = Counter()
+    monkeypatch.setattr(sweep_module, "train_many", counter)
+    table = sweep(task, GRID, SEEDS, tmp_path, chunk=chunk, **FAST)
+    trained = [run for call in counter.calls for run in call]
+    assert trained == [(1, 1), (2, 0), (2, 1)]
+    assert all(len(call) <= chunk for call in counter.calls)
+    assert (tmp_path / NAMES[0] / WEIGHTS).stat().st_mtime_ns == first_mtime
+    assert list(table["name"]) == NAMES and table["answer_acc"].notna().all()
+    for name in NAMES:
+        hc.load(tmp_path / name)
+
+    # a third run has nothing left to do, and gives the same table
+    counter.calls.clear()
+    again = sweep(task, GRID, SEEDS, tmp_path, chunk=chunk, **FAST)
+    assert counter.calls == []
+    pd.testing.assert_frame_equal(again, table)
+
+
+def test_half_written_checkpoints_do_not_count(tmp_path, monkeypatch):
+    task = hc.Count01()
+    grid = [{"n_heads": 1, "d_model": 4, "d_head": 2}]
+    leftover = tmp_path / f".{NAMES[0]}.k1ll3d_x"  # what a save killed before os.replace leaves
+    leftover.mkdir()
+    (leftover / WEIGHTS).write_bytes(b"\x00" * 10)
+    partial = tmp_path / NAMES[1]  # a folder without weights
+    partial.mkdir()
+    (partial / META).write_text("{not json")
+    unrelated = tmp_path / ".keep.me"
+    unrelated.mkdir()
+    counter = Counter()
+    monkeypatch.setattr(sweep_module, "train_many", counter)
+    table = sweep(task, grid, SEEDS, tmp_path, **FAST)
+    assert counter.calls == [[(1, 0), (1, 1)]]
+    assert not leftover.exists() and unrelated.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*NAMES[:2], ".keep.me"])
+    assert len(table) == 2
+    hc.load(partial)
+
+
+def test_settings_mismatch_and_bad_input(tmp_path):
+    task = hc.Count01()
+    grid = [{"n_heads": 1, "d_model": 4, "d_head": 2}]
+    sweep(task, grid, [0], tmp_path, **FAST)
+    with pytest.raises(ValueError, match="other settings.*Use another out folder"):
+        sweep(task, grid, [0], tmp_path, **dict(FAST, steps=4))
+    with pytest.raises(ValueError, match="other settings"):
+        sweep(hc.Count01(positional=True), grid, [0], tmp_path, **FAST)
+    with pytest.raises(ValueError, match="seeds repeat"):
+        sweep(task, grid, [0, 0], tmp_path, **FAST)
+    with pytest.raises(TypeError, match="seeds must be ints"):
+        sweep(task, grid, ["0"], tmp_path, **FAST)
+    with pytest.raises(ValueError, match="same model"):
+        sweep(task, [{"n_heads": 16}, {}], [0], tmp_path, **FAST)
+    with pytest.raises(ValueError, match="chunk must be a positive int"):
+        sweep(task, grid, [0], tmp_path, chunk=0, **FAST)
+
+
+def test_cli(tmp_path, capsys):
+    parser = argparse.ArgumentParser(prog="headcoop")
+    add_parser(parser.add_subparsers(dest="command"))
+    argv = ["sweep", "skip-pair", "--heads", "1", "2", "--d-head", "1", "--seeds", "0", "--steps", "2",
+            "--batch-size", "8", "--warmup", "1", "--no-progress", "--out", str(tmp_path)]  # fmt: skip
+    args = parser.parse_args(argv)
+    assert args.func(args) == 0
+    printed = capsys.readouterr().out
+    assert "skip-pair-L1-H1-dh1-s0" in printed and "signal_acc" in printed
+    table = pd.read_csv(tmp_path / "sweep.csv")
+    assert list(table["n_heads"]) == [1, 2] and list(table["seed"]) == [0, 0]
+    assert hc.load(tmp_path / "skip-pair-L1-H2-dh1-s0").cfg.n_heads == 2
+    with pytest.raises(ValueError, match="count01 only"):
+        args = parser.parse_args([*argv, "--positional"])
+        args.func(args)
