@@ -284,7 +284,8 @@ def per_model_loss(
 # --- models and groups -----------------------------------------------------------------
 
 
-def _model_kwargs(task: Task) -> list[str]:
+def model_settings(task: Task) -> list[str]:
+    """The keyword arguments `task.model` accepts besides seed (n_heads, d_model, ...)."""
     return [p for p in inspect.signature(task.config).parameters if p != "self"]
 
 
@@ -296,9 +297,9 @@ def build(task: Task, item: Any, seed: int) -> HookedTransformer:
     elif isinstance(item, HookedTransformerConfig):
         model = task.prepare(build_model(item, seed))
     elif isinstance(item, dict):
-        unknown = sorted(set(item) - set(_model_kwargs(task)))
+        unknown = sorted(set(item) - set(model_settings(task)))
         if unknown:
-            raise ValueError(f"unknown {task.name} model setting(s) {unknown}; valid ones are {_model_kwargs(task)}")
+            raise ValueError(f"unknown {task.name} model setting(s) {unknown}; valid ones are {model_settings(task)}")
         model = task.model(seed=seed, **item)
     else:
         raise TypeError(
