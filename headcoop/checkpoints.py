@@ -143,7 +143,7 @@ def load(name_or_path: str | os.PathLike, device: str | None = None) -> HookedTr
         raise ValueError(
             f"checkpoint weights do not match its config: missing {missing}, unexpected {unexpected} ({path})"
         )
-    for name, tensor in weights.items():
+    for name, tensor in sorted(weights.items()):
         if tensor.shape != expected[name].shape:
             raise ValueError(
                 f"checkpoint weight {name!r} has shape {tuple(tensor.shape)} but the config needs "

@@ -1,0 +1,38 @@
+"""Regenerate the checkpoints shipped in headcoop/checkpoints/ (deterministic on CPU).
+
+    python experiments/train_shipped.py [--only count01 skip-pair skip-pair-dhead1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import warnings
+
+import headcoop as hc
+from headcoop.checkpoints import SHIPPED_DIR
+
+warnings.filterwarnings("ignore", category=DeprecationWarning)
+
+# name -> (task, model kwargs, model seed, training settings)
+RECIPES = {
+    "count01": (hc.Count01(), dict(n_heads=16, d_model=32, d_head=2), 0, dict(steps=4000, lr=1e-2, seed=0)),
+    "skip-pair": (hc.SkipPair(), dict(n_heads=2, d_head=5), 0, dict(steps=3000, lr=1e-2, seed=0)),
+    "skip-pair-dhead1": (hc.SkipPair(), dict(n_heads=2, d_head=1), 0, dict(steps=3000, lr=1e-2, seed=0)),
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", nargs="*", choices=sorted(RECIPES), default=sorted(RECIPES))
+    args = parser.parse_args()
+    for name in args.only:
+        task, shape, model_seed, settings = RECIPES[name]
+        model = hc.train(task, task.model(seed=model_seed, **shape), **settings)
+        metrics = task.evaluate(model, n=20_000 if isinstance(task, hc.Count01) else 1000)
+        hc.save(model, SHIPPED_DIR / name, metrics=metrics, model_seed=model_seed)
+        print(name, json.dumps({k: round(v, 5) for k, v in metrics.items()}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,119 @@
+"""The `headcoop` command line: train, evaluate, sweep and report on toy attention models."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+import warnings
+
+EPILOG = """\
+examples:
+  headcoop eval count01                      accuracy of the shipped Count01 model
+  headcoop train count01 --heads 16 --d-model 32 --d-head 2 --steps 3000 --out runs/c01
+  headcoop eval runs/c01                     accuracy of a model you trained
+  headcoop train skip-pair --heads 2 --d-head 1 --out runs/sp1
+
+shipped models: count01, skip-pair, skip-pair-dhead1
+"""
+
+
+def _print_metrics(metrics: dict) -> None:
+    width = max(len(k) for k in metrics)
+    for key, value in metrics.items():
+        print(f"  {key:<{width}}  {value:.4f}" if isinstance(value, float) else f"  {key:<{width}}  {value}")
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    import headcoop as hc
+    from headcoop.tasks import TASKS
+
+    task = TASKS[args.task]()
+    shape = dict(n_heads=args.heads, d_head=args.d_head, n_layers=args.layers, d_model=args.d_model)
+    shape = {key: value for key, value in shape.items() if value is not None}
+    model = task.model(seed=args.seed, **shape)
+    hc.train(task, model, steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed)
+    metrics = task.evaluate(model)
+    path = hc.save(model, args.out, metrics=metrics, model_seed=args.seed)
+    print(f"saved {model.cfg.model_name} to {path}")
+    _print_metrics(metrics)
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    import headcoop as hc
+
+    model = hc.load(args.model)
+    if getattr(model, "task", None) is None:
+        print(f"{args.model} carries no task, so there is nothing to evaluate it on", file=sys.stderr)
+        return 2
+    metrics = hc.evaluate(model, seed=args.seed)
+    if args.json:
+        print(json.dumps(metrics, indent=1))
+    else:
+        print(f"{args.model}: {model.cfg.model_name} on {model.task!r}")
+        _print_metrics(metrics)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from headcoop.tasks import TASKS
+
+    parser = argparse.ArgumentParser(
+        prog="headcoop",
+        description="Train and analyse small attention-only transformers on the Count01 and SkipPair toy tasks.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    train = sub.add_parser(
+        "train",
+        help="train one model and save it as a checkpoint folder",
+        description="Train one model on a task (loss only at the task's loss positions) and save it.",
+    )
+    train.add_argument("task", choices=sorted(TASKS), help="the toy task")
+    train.add_argument("--heads", type=int, default=None, help="attention heads per layer (task default)")
+    train.add_argument("--d-model", type=int, default=None, help="residual width (Count01 only; SkipPair is one-hot, 12)")
+    train.add_argument("--d-head", type=int, default=None, help="width of each head (task default)")
+    train.add_argument("--layers", type=int, default=1, help="attention layers (default 1)")
+    train.add_argument("--steps", type=int, default=3000, help="optimizer steps (default 3000)")
+    train.add_argument("--batch-size", type=int, default=256, help="sequences per step (default 256)")
+    train.add_argument("--lr", type=float, default=1e-2, help="peak learning rate (default 1e-2)")
+    train.add_argument("--seed", type=int, default=0, help="seed of the initial weights and the data (default 0)")
+    train.add_argument("--out", required=True, help="folder to write the checkpoint to")
+    train.set_defaults(func=cmd_train)
+
+    evaluate = sub.add_parser(
+        "eval",
+        help="print the accuracy of a shipped or saved model",
+        description="Evaluate a model on fresh samples of its task. NAME_OR_PATH is a shipped name "
+        "(count01, skip-pair, skip-pair-dhead1) or a checkpoint folder.",
+    )
+    evaluate.add_argument("model", metavar="NAME_OR_PATH")
+    evaluate.add_argument("--seed", type=int, default=10_000, help="seed of the evaluation samples")
+    evaluate.add_argument("--json", action="store_true", help="print the metrics as JSON")
+    evaluate.set_defaults(func=cmd_eval)
+
+    # importlib, because `headcoop.sweep` the attribute is the function hc.sweep, not its module
+    importlib.import_module("headcoop.sweep").add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    warnings.filterwarnings("ignore", message="HookedTransformer is deprecated", category=DeprecationWarning)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 1
+    try:
+        return args.func(args)
+    except (FileNotFoundError, ValueError, IndexError) as err:
+        print(f"headcoop {args.command}: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

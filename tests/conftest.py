@@ -1,0 +1,17 @@
+"""Shared test settings: tiny models run fastest on one thread, and the deprecation warning of
+HookedTransformer (TransformerLens 3.9) is not ours to fix."""
+
+import warnings
+
+import pytest
+import torch
+
+warnings.filterwarnings("ignore", message="HookedTransformer is deprecated", category=DeprecationWarning)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
