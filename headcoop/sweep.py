@@ -147,8 +147,9 @@ def sweep(
             save(model, out / name, metrics=metrics[name], sweep={"grid": point, "seed": seed})
     bar.close()
 
-    rows = [{**point, "seed": seed, **metrics[name], "name": name, "path": str(out / name)} for point, seed, name in runs]
-    return pd.DataFrame(rows)
+    return pd.DataFrame(
+        [{**point, "seed": seed, **metrics[name], "name": name, "path": str(out / name)} for point, seed, name in runs]
+    )
 
 
 # --- command line ------------------------------------------------------------------------
