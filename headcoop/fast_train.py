@@ -171,11 +171,11 @@ def _token_counts(tokens: Tensor, loss_pos: Tensor, vocab: int, dtype: torch.dty
     return counts.permute(0, 3, 1, 2).reshape(n_models, vocab, -1)
 
 
-def _one_layer_by_token(
-    params: Params, tokens: Tensor, loss_pos: Tensor, scale: float
-) -> Float[Tensor, "model vocab row"]:
-    """Logits, transposed to [model, vocab, row] with row = (batch, n_loss), of one-layer models
-    without positional embedding.
+def _first_layer_by_token(
+    params: Params, tokens: Tensor, query_pos: Tensor, scale: float
+) -> Float[Tensor, "model d_model row"]:
+    """The residual stream after layer 0 at the positions `query_pos` [model, batch, query] of
+    models without positional embedding, transposed to [model, d_model, row], row = (batch, query).
 
     Keys and values then depend on the token only, so attention over positions equals
     attention over the vocabulary with each token's score raised by log(its count among
@@ -186,8 +186,8 @@ def _one_layer_by_token(
     W_E = params["embed.W_E"]
     W = {p: params[f"blocks.0.attn.{p}"] for p in _ATTN_PARAMS}
     (n_models, vocab, d_model), n_heads, d_head = W_E.shape, W["W_Q"].shape[1], W["W_Q"].shape[-1]
-    log_counts = _token_counts(tokens, loss_pos, vocab, W_E.dtype).log()[:, None]  # [K, 1, V, row]
-    query_token = tokens.gather(2, loss_pos).reshape(n_models, 1, -1)
+    log_counts = _token_counts(tokens, query_pos, vocab, W_E.dtype).log()[:, None]  # [K, 1, V, row]
+    query_token = tokens.gather(2, query_pos).reshape(n_models, 1, -1)
     is_query_token = (torch.arange(vocab, device=tokens.device)[:, None] == query_token).to(W_E.dtype)
     resid = W_E.transpose(1, 2) @ is_query_token  # [K, d_model, row]
     W_Q = W["W_Q"].transpose(2, 3).reshape(n_models, n_heads * d_head, d_model)
@@ -197,8 +197,7 @@ def _one_layer_by_token(
     pattern = (key_of_token @ q + log_counts).softmax(2)  # [K, H, V, row]
     z = value_of_token.transpose(2, 3) @ pattern + W["b_V"][..., None]  # [K, H, d_head, row]
     W_O = W["W_O"].reshape(n_models, n_heads * d_head, d_model).transpose(1, 2)
-    resid = resid + W_O @ z.view(n_models, n_heads * d_head, -1) + W["b_O"][..., None]
-    return params["unembed.W_U"].transpose(1, 2) @ resid + params["unembed.b_U"][..., None]
+    return resid + W_O @ z.view(n_models, n_heads * d_head, -1) + W["b_O"][..., None]
 
 
 def _one_layer_by_table(
@@ -244,9 +243,9 @@ def fused_logits(
     """Logits at the loss positions of K stacked attention-only models, each on its own batch.
 
     params: name -> [K, ...] (see `stack_parameters`); cfg: the models' shared config.
-    positional: whether W_pos enters (None: unless it is all zero and frozen). One-layer models
-    attend through per-token (and per-position) key and value tables, only from the loss rows;
-    earlier layers of a multi-layer model run at every position, the last only at the loss rows.
+    positional: whether W_pos enters (None: unless it is all zero and frozen). Without it layer 0
+    attends over token counts; a one-layer model with it through per-token and per-position key
+    and value tables. The last layer runs only at the loss rows, earlier ones at every position.
     """
     W_E, W_pos = params["embed.W_E"], params["pos_embed.W_pos"]
     n_pos, vocab = tokens.shape[-1], W_E.shape[1]
@@ -254,17 +253,21 @@ def fused_logits(
         positional = W_pos.requires_grad or bool(W_pos.any())
     scales = attn_scales(cfg)
     if cfg.n_layers == 1 and not positional:
-        logits = _one_layer_by_token(params, tokens, loss_pos, scales[0])
+        resid = _first_layer_by_token(params, tokens, loss_pos, scales[0])  # [K, d_model, row]
+        logits = params["unembed.W_U"].transpose(1, 2) @ resid + params["unembed.b_U"][..., None]
         return logits.view(*logits.shape[:2], *loss_pos.shape[1:]).permute(0, 2, 3, 1)
     if cfg.n_layers == 1:
         resid_q = _one_layer_by_table(params, tokens, loss_pos, scales[0])
     else:
         positions = torch.arange(n_pos, device=tokens.device)
-        resid = F.one_hot(tokens, vocab).to(W_E.dtype) @ W_E[:, None]
-        if positional:
-            resid = resid + W_pos[:, None, :n_pos]
         causal = torch.ones(n_pos, n_pos, dtype=torch.bool, device=tokens.device).triu(1)
-        for layer in range(cfg.n_layers - 1):
+        if positional:
+            resid = F.one_hot(tokens, vocab).to(W_E.dtype) @ W_E[:, None] + W_pos[:, None, :n_pos]
+            resid = resid + _attend(resid, resid, causal, params, 0, scales[0])
+        else:
+            every = positions.expand_as(tokens)
+            resid = _first_layer_by_token(params, tokens, every, scales[0]).transpose(1, 2).unflatten(1, every.shape[1:])
+        for layer in range(1, cfg.n_layers - 1):
             resid = resid + _attend(resid, resid, causal, params, layer, scales[layer])
         resid_q = (positions == loss_pos[..., None]).to(W_E.dtype) @ resid  # [K, B, n_loss, d_model]
         hidden = positions > loss_pos[..., None]  # keys after each loss position
