@@ -1,0 +1,184 @@
+"""Per-head quantities of the Count01 paper (arXiv 2502.06923), one row per head.
+
+    hc.head_metrics(model)  ->  DataFrame: name, layer, head, s_acc, l_acc, roc_auc, w01, w02, bias_45, ...
+
+All quantities are read at the '=' position (the query that predicts the answer) on `n` fresh strings
+`task.sample(n, seed)`. Definitions (docs/results/count01.md repeats them next to every result):
+
+s_acc, roc_auc, train_acc
+    A logistic-regression separator (`hc.probe`, site "z": the head's z, its d_head-dimensional output
+    before W_O) fit on a train split (1 - test_fraction of the strings) with label "more 1s than 0s";
+    s_acc is its held-out accuracy, roc_auc the ROC AUC of its held-out scores. z @ W_O[h] is a linear
+    image of z, and an injective one when W_O[h] has rank d_head, so the two are equally separable.
+l_acc
+    The model's own output layer reading the head alone: logits = z @ W_O[h] @ W_U + const, with const
+    the terms every forward pass has at '=' whatever the heads do: the embedding of '=' (and its
+    positional embedding, when the model has one), every layer's b_O, all through W_U, plus b_U. The
+    prediction is '5' when logit('5') > logit('4'); l_acc is its accuracy over all n strings (nothing
+    is fitted). l_acc_head is the same without const: the sign of the head's own push.
+w01, w02
+    Per-token attention weights at '=': a_t = (attention on keys holding token t) / (number of such
+    keys). Per string, w01 = a_0 / a_1 and w02 = ((a_0 + a_1) / 2) / a_2 (the average per-token weight
+    on '0' and '1' over the per-token weight on '2'); the reported value is the geometric mean over
+    the strings that contain the tokens involved. Computed in log space from the attention scores,
+    so extreme ratios do not underflow. In a one-layer model without positional embedding a key's
+    score depends on its token only, so every string gives the same ratio, exp(s_0 - s_1) for w01,
+    which is also read from the QK table (columns w01_qk, w02_qk; NaN for layers > 0, where QK
+    tables are direct-path only).
+bias_45, signal_45, push_std_45
+    The head's direct push on logit('5') - logit('4') at '=' (its `hc.dla` component): bias_45 is the
+    average of its mean over strings labelled '5' and its mean over strings labelled '4' (so the class
+    balance of the sample does not enter); signal_45 is the difference of the two means; push_std_45
+    its standard deviation over all strings.
+readout_45
+    || W_O[h] @ (W_U['5'] - W_U['4']) ||: how strongly the output layer reads the head on the answer
+    decision (the weight used for the ensemble average in experiments/count01).
+successful
+    s_acc >= success_threshold (default 0.95).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+from transformer_lens import HookedTransformer
+from transformer_lens.utilities import get_act_name
+
+from headcoop.analysis.circuits import qk
+from headcoop.analysis.common import require_task
+from headcoop.analysis.dla import dla
+from headcoop.analysis.probes import probe
+from headcoop.tasks.base import Task
+from headcoop.tasks.count01 import EQ, FIVE, FOUR, ONE, TWO, ZERO, Count01
+
+COLUMNS = [
+    "name", "layer", "head", "s_acc", "l_acc", "roc_auc", "w01", "w02", "bias_45",
+    "train_acc", "l_acc_head", "signal_45", "push_std_45", "readout_45", "w01_qk", "w02_qk", "successful",
+]  # fmt: skip
+
+
+def per_token_log_weights(
+    scores: Float[Tensor, "batch head key"], key_tokens: Int[Tensor, "batch key"], tokens=(ZERO, ONE, TWO)
+) -> Float[Tensor, "batch head token"]:
+    """log a_t for each token t: log of (attention on keys holding t) / (number of such keys), up to a
+    per-(string, head) constant (the log of the softmax normaliser, which cancels in every ratio).
+
+    scores: the query's pre-softmax attention scores over the visible keys (-inf where hidden).
+    Returns [batch, head, len(tokens)], -inf (nan-free) where a string holds no such key.
+    """
+    out = []
+    for t in tokens:
+        on_t = (key_tokens == t)[:, None, :]
+        masked = torch.where(on_t & torch.isfinite(scores), scores, float("-inf"))
+        count = on_t.sum(-1).to(scores.dtype)
+        out.append(torch.logsumexp(masked, -1) - count.clamp(min=1).log())
+    return torch.stack(out, -1)
+
+
+def ratio_logs(log_w: Float[Tensor, "batch head 3"]) -> tuple[Float[Tensor, "batch head"], Float[Tensor, "batch head"]]:
+    """log w01 = log a_0 - log a_1 and log w02 = log((a_0 + a_1) / 2) - log a_2 per string and head
+    (NaN where a token involved is absent from the string)."""
+    l0, l1, l2 = log_w.unbind(-1)
+    absent = ~torch.isfinite(log_w)
+    log_w01 = torch.where(absent[..., 0] | absent[..., 1], float("nan"), l0 - l1)
+    log_w02 = torch.where(absent.any(-1), float("nan"), torch.logaddexp(l0, l1) - math.log(2.0) - l2)
+    return log_w01, log_w02
+
+
+def _geometric_mean(log_values: Float[Tensor, "batch head"]) -> np.ndarray:
+    return torch.nanmean(log_values.double(), 0).exp().cpu().numpy()
+
+
+def qk_ratios(model: HookedTransformer, layer: int, head: int) -> tuple[float, float]:
+    """(w01, w02) from the QK table of a layer-0 head without positional scores: exp(s_0 - s_1) and
+    (exp(s_0 - s_2) + exp(s_1 - s_2)) / 2 for the query '='."""
+    table = qk(model, head=head, layer=layer, positional=False).scores[EQ].double()
+    s0, s1, s2 = table[ZERO], table[ONE], table[TWO]
+    return math.exp(s0 - s1), float((torch.exp(s0 - s2) + torch.exp(s1 - s2)) / 2)
+
+
+@torch.no_grad()
+def head_metrics(
+    model: HookedTransformer,
+    task: Task | None = None,
+    n: int = 4096,
+    seed: int = 0,
+    test_fraction: float = 0.25,
+    l2: float = 1e-3,
+    success_threshold: float = 0.95,
+) -> pd.DataFrame:
+    """The paper's per-head quantities at '=' on `n` fresh Count01 strings (module docstring: definitions).
+
+    task: a Count01 task (default: the model's own). seed: seeds the sample and the probes' train /
+    held-out split. Returns a DataFrame with one row per (layer, head), columns COLUMNS.
+    """
+    task = task if task is not None else require_task(model, "the task of head_metrics")
+    if not isinstance(task, Count01):
+        raise ValueError(f"head_metrics computes Count01 quantities; got a {type(task).__name__} task")
+    if model.cfg.d_vocab != task.d_vocab:
+        raise ValueError(f"the model's vocabulary has {model.cfg.d_vocab} tokens, Count01 has {task.d_vocab}")
+    if not isinstance(n, int) or n < 8:
+        raise ValueError(f"n must be an int >= 8, got {n!r}")
+    batch = task.sample(n, seed=seed).to(model.cfg.device)
+    n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
+
+    # separability of z: one batched probe fit for every head of every layer
+    fit = probe(model, batch, site="z", layer=None, seed=seed, test_fraction=test_fraction, l2=l2)
+
+    # direct pushes and the output layer reading each head alone
+    attr = dla(model, batch)
+    heads = attr.heads().flatten(1, 2)  # [batch, layer*head, vocab]
+    const = attr.total() - heads.sum(1)  # embed (+ pos_embed) + every b_O + b_U
+    push = heads[..., FIVE] - heads[..., FOUR]  # [batch, layer*head]
+    alone = push + (const[:, FIVE] - const[:, FOUR])[:, None]
+    label = (batch.labels == 1).to(push.device)[:, None]
+    l_acc = ((alone > 0) == label).double().mean(0)
+    l_acc_head = ((push > 0) == label).double().mean(0)
+    mean5 = torch.where(label, push, 0.0).sum(0) / label.sum()
+    mean4 = torch.where(~label, push, 0.0).sum(0) / (~label).sum()
+
+    # attention ratios from the scores of the '=' query
+    names = [get_act_name("attn_scores", layer) for layer in range(n_layers)]
+    _, cache = model.run_with_cache(batch.tokens, names_filter=lambda name: name in names)
+    rows = torch.arange(n, device=batch.tokens.device)
+    eq_pos = batch.answer_pos.to(batch.tokens.device)
+    visible = torch.arange(batch.tokens.shape[1], device=batch.tokens.device) <= eq_pos[:, None]
+    w01, w02 = [], []
+    for name in names:
+        scores = cache[name][rows, :, eq_pos].double()  # [batch, head, key]
+        scores = torch.where(visible[:, None], scores, float("-inf"))
+        log_w01, log_w02 = ratio_logs(per_token_log_weights(scores, batch.tokens))
+        w01.append(_geometric_mean(log_w01))
+        w02.append(_geometric_mean(log_w02))
+
+    readout_dir = model.W_U[:, FIVE] - model.W_U[:, FOUR]
+    records = []
+    for i, name in enumerate(fit.names):
+        layer, head = fit.layers[i], fit.heads[i]
+        W_O = model.blocks[layer].attn.W_O[head]
+        if layer == 0 and not _positional_scores(model):
+            w01_qk, w02_qk = qk_ratios(model, layer, head)
+        else:
+            w01_qk = w02_qk = float("nan")
+        records.append(
+            dict(
+                name=name, layer=layer, head=head,
+                s_acc=fit.acc[i].item(), l_acc=l_acc[i].item(), roc_auc=fit.roc_auc[i].item(),
+                w01=float(w01[layer][head]), w02=float(w02[layer][head]),
+                bias_45=((mean5[i] + mean4[i]) / 2).item(), train_acc=fit.train_acc[i].item(),
+                l_acc_head=l_acc_head[i].item(), signal_45=(mean5[i] - mean4[i]).item(),
+                push_std_45=push[:, i].std(unbiased=False).item(), readout_45=(W_O @ readout_dir).norm().item(),
+                w01_qk=w01_qk, w02_qk=w02_qk, successful=bool(fit.acc[i].item() >= success_threshold),
+            )  # fmt: skip
+        )
+    return pd.DataFrame.from_records(records, columns=COLUMNS)
+
+
+def _positional_scores(model: HookedTransformer) -> bool:
+    """Whether a non-zero standard positional embedding enters layer 0's attention scores."""
+    return model.cfg.positional_embedding_type == "standard" and bool(model.W_pos.abs().max() > 0)
