@@ -38,7 +38,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 import pandas as pd
+import einops
 import torch
+import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens import HookedTransformer
@@ -239,21 +241,62 @@ def _set_slices(act: Tensor, source: Tensor, component: str, head: Tensor | None
         act[copy, :, pos, head] = source[:, pos, head].transpose(0, 1)
 
 
-def patches_per_chunk(model: HookedTransformer, batch: int, n_pos: int, memory_budget_mb: float) -> int:
-    """How many patched copies of a [batch, n_pos] input fit in `memory_budget_mb` (at least 1).
+def _start_mid_ok(model: HookedTransformer) -> bool:
+    """Whether a forward pass may start at a block from a cached residual stream (`start_at_layer`)."""
+    return model.cfg.positional_embedding_type != "shortformer" and getattr(model, "tokenizer", None) is None
 
-    Estimates the live activations of one layer (q, k, v, z, scores, pattern, result, residuals) plus the
-    logits, twice over for temporaries.
+
+def _prefix_reusable(model: HookedTransformer, component: str) -> bool:
+    """Whether the head-local shortcut reproduces the model's own computation (see `_head_suffix`).
+
+    It needs attention-only blocks whose output is `resid_pre + F.linear(z, W_O, b_O)` and, for q/k,
+    scores computed from the hooked q/k by `calculate_attention_scores` and the causal mask alone.
     """
     cfg = model.cfg
-    n_kv = getattr(cfg, "n_key_value_heads", None) or cfg.n_heads
-    per_layer = (
+    if component == "resid_pre" or not _start_mid_ok(model):
+        return False
+    plain_block = (
+        cfg.attn_only
+        and not cfg.parallel_attn_mlp
+        and not cfg.use_normalization_before_and_after
+        and not cfg.use_attn_result
+        and not getattr(cfg, "load_in_4bit", False)
+        and not getattr(cfg, "use_attention_sinks", False)
+        and cfg.positional_embedding_type == "standard"
+        and (cfg.n_key_value_heads is None or cfg.n_key_value_heads == cfg.n_heads)
+        and all(type(block.attn).__name__ == "Attention" for block in model.blocks)
+    )
+    if not plain_block:
+        return False
+    if component in ("q", "k"):
+        return (
+            not getattr(cfg, "use_logn_attn", False)
+            and getattr(cfg, "clip_qkv", None) is None
+            and all(getattr(block.attn, "q_norm", None) is None for block in model.blocks)
+        )
+    return True
+
+
+def patches_per_chunk(
+    model: HookedTransformer, batch: int, n_pos: int, memory_budget_mb: float, from_layer: int = 0, head_local: bool = False
+) -> int:
+    """How many patched copies of a [batch, n_pos] input fit in `memory_budget_mb` (at least 1).
+
+    Estimates the live activations of one sequence: for the full forward from `from_layer`, one layer's
+    q, k, v, z, scores and pattern (twice over for temporaries) for each remaining layer; for the
+    head-local shortcut, the patched layer's z, one head's scores and the residual stream instead.
+    """
+    cfg = model.cfg
+    n_kv = cfg.n_key_value_heads or cfg.n_heads
+    layer = (
         n_pos * cfg.d_head * (2 * cfg.n_heads + 2 * n_kv)
         + 2 * cfg.n_heads * n_pos * n_pos
         + 4 * n_pos * cfg.d_model
-        + (n_pos * cfg.d_mlp * 2 if not cfg.attn_only and cfg.d_mlp else 0)
+        + (2 * n_pos * cfg.d_mlp if not cfg.attn_only and cfg.d_mlp else 0)
     )
-    per_sequence = 2 * (per_layer + n_pos * cfg.d_vocab_out) * torch.finfo(cfg.dtype).bits // 8
+    later = cfg.n_layers - from_layer - (1 if head_local else 0)
+    first = 2 * n_pos * cfg.n_heads * cfg.d_head + 3 * n_pos * n_pos + 3 * n_pos * cfg.d_model if head_local else 0
+    per_sequence = (first + 2 * later * layer + 2 * n_pos * cfg.d_vocab_out) * torch.finfo(cfg.dtype).bits // 8
     return max(1, int(memory_budget_mb * 2**20 // (per_sequence * batch)))
 
 
@@ -280,6 +323,7 @@ def patch(
     positions: str = "all",
     direction: str = "denoise",
     memory_budget_mb: float = 256,
+    head_local: bool = True,
 ) -> PatchResult:
     """Activation patching of one head or every head (or the residual stream), all patches batched.
 
@@ -296,7 +340,10 @@ def patch(
     positions:   "all" patches every position at once; "each" one patch per position (per destination
                  position for "pattern", like transformer_lens's pattern-by-pos).
     direction:   "denoise" runs corrupt with clean activations patched in; "noise" the reverse.
-    memory_budget_mb: memory for one stacked forward pass; sets how many patches share a pass.
+    memory_budget_mb: memory for one stacked pass; sets how many patches share a pass.
+    head_local:  reuse the target run's activations of the patched layer and recompute only the
+                 patched head there (where the model's blocks allow, see the module docstring);
+                 False runs every copy through the whole model with hooks.
 
     Returns a PatchResult; `values` has dims ("layer", "head"), ("layer", "pos", "head"),
     ("layer", "dest_pos", "head"), ("layer",) or ("layer", "pos") (see PatchResult).
@@ -318,41 +365,34 @@ def patch(
     source_tokens, target_tokens = (
         (clean_tokens, corrupt_tokens) if direction == "denoise" else (corrupt_tokens, clean_tokens)
     )
-    names = {get_act_name(component, lay) for lay in layers}
-    starts = {get_act_name("resid_pre", lay) for lay in layers}
-    source_logits, source_cache = model.run_with_cache(source_tokens, names_filter=lambda n: n in names)
+    local = head_local and _prefix_reusable(model, component)
+    patched = {get_act_name(component, lay) for lay in layers}
+    # The target run supplies each copy's starting point: the residual stream entering the patched layer,
+    # and, for the head-local shortcut, that layer's activations the patch leaves alone.
+    kept = ("resid_pre", "resid_post", "z", "q", "k", "v", "pattern") if local else ("resid_pre",)
+    starts = {get_act_name(name, lay) for lay in layers for name in kept}
+    source_logits, source_cache = model.run_with_cache(source_tokens, names_filter=lambda n: n in patched)
     target_logits, target_cache = model.run_with_cache(target_tokens, names_filter=lambda n: n in starts)
-    source_value = float(metric(source_logits))
-    target_value = float(metric(target_logits))
+    source_value, target_value = float(metric(source_logits)), float(metric(target_logits))
     clean_value, corrupt_value = (
         (source_value, target_value) if direction == "denoise" else (target_value, source_value)
     )
 
-    device = model_device(model)
     batch, n_pos = target_tokens.shape
-    grid = _grid(component, positions, layers, heads, n_pos, device)
-    n_patches = len(grid.layer)
-    per_chunk = patches_per_chunk(model, batch, n_pos, memory_budget_mb)
-    shortformer = model.cfg.positional_embedding_type == "shortformer"
+    grid = _grid(component, positions, layers, heads, n_pos, model_device(model))
     results = []
-    for start in range(0, n_patches, per_chunk):
-        stop = min(start + per_chunk, n_patches)
-        n = stop - start
-        chunk_layers = grid.layer[start:stop]
-        hooks = []
-        for lay in sorted(set(chunk_layers.tolist())):
-            # Patches are ordered layer first, so this layer's patches are one contiguous run.
-            lo = start + int((chunk_layers < lay).sum())
-            hi = start + int((chunk_layers <= lay).sum())
-            hooks.append((get_act_name(component, lay), _hook(component, source_cache[get_act_name(component, lay)],
-                                                              n, lo - start, hi - start, grid, lo, hi)))
-        first = int(chunk_layers[0])
-        if shortformer:
-            logits = model.run_with_hooks(target_tokens.repeat(n, 1), fwd_hooks=hooks)
-        else:
-            resid = target_cache[get_act_name("resid_pre", first)].repeat(n, 1, 1)
-            logits = model.run_with_hooks(resid, start_at_layer=first, fwd_hooks=hooks)
-        results.append(_stacked_metric(logits.view(n, batch, *logits.shape[1:]), metric, task_batch))
+    for lay in layers:
+        # Patches are ordered layer first, so this layer's patches are one contiguous run.
+        lo, hi = int((grid.layer < lay).sum()), int((grid.layer <= lay).sum())
+        per_chunk = patches_per_chunk(model, batch, n_pos, memory_budget_mb, from_layer=lay, head_local=local)
+        for start in range(lo, hi, per_chunk):
+            stop = min(start + per_chunk, hi)
+            head_index = grid.head[start:stop] if grid.head is not None else None
+            pos_index = grid.pos[start:stop] if grid.pos is not None else None
+            run = _run_head_local if local else _run_hooked
+            logits = run(model, component, lay, stop - start, head_index, pos_index, source_cache, target_cache,
+                         target_tokens)
+            results.append(_stacked_metric(logits.view(stop - start, batch, *logits.shape[1:]), metric, task_batch))
     values = torch.cat(results).reshape(grid.shape).float().cpu()
     return PatchResult(
         values=values,
@@ -367,18 +407,116 @@ def patch(
     )
 
 
-def _hook(component: str, source: Tensor, n: int, a: int, b: int, grid: _Grid, lo: int, hi: int):
-    """A hook that patches copies a..b-1 of an [n * batch, ...] activation with grid patches lo..hi-1."""
-    head = grid.head[lo:hi] if grid.head is not None else None
-    pos = grid.pos[lo:hi] if grid.pos is not None else None
+def _patched_head(target: Tensor, source: Tensor, pos: Tensor | None) -> Tensor:
+    """`source` [n, batch, pos, ...] where pos is None, else `target` with row pos[i] of copy i from `source`."""
+    if pos is None:
+        return source
+    copy = torch.arange(len(pos), device=pos.device)
+    patched = target.clone()
+    patched[copy, :, pos] = source[copy, :, pos]
+    return patched
+
+
+def _run_hooked(model, component, layer, n, head, pos, source_cache, target_cache, target_tokens) -> Tensor:
+    """Logits [n * batch, pos, vocab] of n copies of the target run, copy i patched at (layer, head[i], pos[i])
+    by a hook on the component's activation; the copies start from the target's residual stream at `layer`."""
+    name = get_act_name(component, layer)
+    source = source_cache[name]
 
     def hook(act: Tensor, hook) -> Tensor:
         act = act.contiguous()
-        copies = act.view(n, -1, *act.shape[1:])[a:b]
-        _set_slices(copies, source, component, head, pos)
+        _set_slices(act.view(n, -1, *act.shape[1:]), source, component, head, pos)
         return act
 
-    return hook
+    if not _start_mid_ok(model):
+        return model.run_with_hooks(target_tokens.repeat(n, 1), fwd_hooks=[(name, hook)])
+    resid = target_cache[get_act_name("resid_pre", layer)].repeat(n, 1, 1)
+    return model.run_with_hooks(resid, start_at_layer=layer, fwd_hooks=[(name, hook)])
+
+
+def _run_head_local(model, component, layer, n, head, pos, source_cache, target_cache, target_tokens) -> Tensor:
+    """As `_run_hooked`, but only the patched head of `layer` is recomputed for each copy.
+
+    A patch of head h's q, k, v, pattern or z changes nothing else in its layer, so each copy takes the
+    target's z, recomputes z[:, :, h] from the patched activation exactly as the attention module does,
+    adds `F.linear(z, W_O, b_O)` to the target's resid_pre, and runs the later layers from there.
+    Patches of one position of z, q or pattern change one row of z only (see `_run_row_local`).
+    """
+    if pos is not None and component in ("z", "q", "pattern"):
+        return _run_row_local(model, component, layer, n, head, pos, source_cache, target_cache)
+    attn = model.blocks[layer].attn
+    act = lambda kind, cache=target_cache: cache[get_act_name(kind, layer)]  # noqa: E731
+    batch, n_pos = act("z").shape[:2]
+    z = act("z")[None].repeat(n, 1, 1, 1, 1)  # [n, batch, pos, head, d_head]
+    copy = torch.arange(n, device=z.device)
+    if component == "z":
+        _set_slices(z, act("z", source_cache), "z", head, pos)
+    else:
+        # One head per copy: [n, batch, pos, d_head] for q/k/v, [n, batch, dest, src] for the pattern.
+        pattern = act("pattern")[:, head].transpose(0, 1)
+        q, k, v = (act(kind)[:, :, head].permute(2, 0, 1, 3) for kind in ("q", "k", "v"))
+        if component == "pattern":
+            pattern = _patched_head(pattern, act("pattern", source_cache)[:, head].transpose(0, 1), pos)
+        else:
+            source = act(component, source_cache)[:, :, head].permute(2, 0, 1, 3)
+            patched = _patched_head({"q": q, "k": k, "v": v}[component], source, pos)
+            q, k, v = (patched if kind == component else x for kind, x in zip("qkv", (q, k, v)))
+        if component in ("q", "k"):
+            flat = lambda x: x.reshape(n * batch, n_pos, 1, -1)  # noqa: E731
+            scores = attn.calculate_attention_scores(flat(q), flat(k))
+            if _causal(model, attn):
+                scores = attn.apply_causal_mask(scores)
+            pattern = _softmax(scores).view(n, batch, n_pos, n_pos)
+        z[copy, :, :, head] = pattern @ v
+    out = F.linear(z.view(n * batch, n_pos, -1), _w_o(attn), attn.b_O)
+    resid = (act("resid_pre") + out.view(n, batch, n_pos, -1)).view(n * batch, n_pos, -1)
+    return model(resid, start_at_layer=layer + 1)
+
+
+def _run_row_local(model, component, layer, n, head, pos, source_cache, target_cache) -> Tensor:
+    """Copy i patches head[i] of z, q or pattern at position pos[i] only: that changes z, hence the block's
+    output, at that one query position. Each copy is the target's resid_post with row pos[i] recomputed."""
+    attn = model.blocks[layer].attn
+    act = lambda kind, cache=target_cache: cache[get_act_name(kind, layer)]  # noqa: E731
+    batch, n_pos = act("z").shape[:2]
+    copy = torch.arange(n, device=pos.device)
+    z_row = act("z")[:, pos].transpose(0, 1).clone()  # [n, batch, head, d_head]
+    if component == "z":
+        z_row[copy, :, head] = act("z", source_cache)[:, pos, head].transpose(0, 1)
+    else:
+        v = act("v")[:, :, head].permute(2, 0, 1, 3)  # [n, batch, key_pos, d_head]
+        if component == "pattern":
+            pattern = act("pattern", source_cache)[:, head, pos].transpose(0, 1)  # [n, batch, key_pos]
+        else:
+            q = act("q", source_cache)[:, pos, head].transpose(0, 1)  # [n, batch, d_head]
+            k = act("k")[:, :, head].permute(2, 0, 1, 3)
+            scores = attn.calculate_attention_scores(
+                q.reshape(n * batch, 1, 1, -1), k.reshape(n * batch, n_pos, 1, -1)
+            ).view(n, batch, n_pos)
+            if _causal(model, attn):
+                future = torch.arange(n_pos, device=pos.device) > pos[:, None]  # [n, key_pos]
+                scores = torch.where(future[:, None], attn.IGNORE.to(scores.device), scores)
+            pattern = _softmax(scores)
+        z_row[copy, :, head] = (pattern[:, :, None] @ v).squeeze(2)
+    out = F.linear(z_row.reshape(n, batch, -1), _w_o(attn), attn.b_O)  # [n, batch, d_model]
+    resid = act("resid_post")[None].repeat(n, 1, 1, 1)
+    resid[copy, :, pos] = act("resid_pre")[:, pos].transpose(0, 1) + out
+    return model(resid.view(n * batch, n_pos, -1), start_at_layer=layer + 1)
+
+
+def _causal(model: HookedTransformer, attn) -> bool:
+    return (getattr(attn, "_attention_dir_override", None) or model.cfg.attention_dir) == "causal"
+
+
+def _softmax(scores: Tensor) -> Tensor:
+    """The attention module's softmax over keys, with NaN rows (all keys masked) set to zero."""
+    pattern = F.softmax(scores, dim=-1)
+    return torch.where(torch.isnan(pattern), torch.zeros_like(pattern), pattern)
+
+
+def _w_o(attn) -> Tensor:
+    """W_O as the attention module feeds it to F.linear: [d_model, head * d_head]."""
+    return einops.rearrange(attn.W_O, "head d_head d_model -> d_model (head d_head)").contiguous()
 
 
 # --- plotting -----------------------------------------------------------------------------------------
