@@ -98,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     # importlib, because `headcoop.sweep` the attribute is the function hc.sweep, not its module
     importlib.import_module("headcoop.sweep").add_parser(sub)
+    importlib.import_module("headcoop.report").add_parser(sub)
     return parser
 
 

@@ -1,0 +1,462 @@
+"""`hc.report(model)` / `headcoop report NAME_OR_PATH`: one self-contained HTML page on what every head does.
+
+The page holds the task and configuration, accuracy, a per-head metrics table, circuitsvis attention views
+on a few inputs, the head-patching heatmaps, DLA bars, every head's QK and OV tables as heatmaps, and the
+task's own head picture: the (w01, w02) head map for Count01, the preference orderings for SkipPair.
+
+It works offline: plotly.js and the circuitsvis bundle are each inlined once (no CDN, no `<script src>`),
+so the file opens in a browser with the network cut. Each plotly figure is a `<div id="hc-fig-N">`; each
+attention view a circuitsvis `<div id="circuits-vis-...">` (tests check both draw in headless Chromium).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import html
+import importlib
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import plotly.offline
+import torch
+from jaxtyping import Float
+from torch import Tensor
+from tqdm.auto import tqdm
+from transformer_lens import HookedTransformer
+
+from headcoop.analysis.common import head_names, require_task
+from headcoop.tasks.base import Batch, Task
+
+_CSS = """
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 auto; max-width: 1200px;
+       padding: 0 24px 48px; color: #222; line-height: 1.45; }
+h1 { margin-bottom: 0; } h2 { margin-top: 40px; border-bottom: 1px solid #ddd; padding-bottom: 4px; }
+table.hc { border-collapse: collapse; font-size: 14px; margin: 8px 0; }
+table.hc th, table.hc td { border: 1px solid #ddd; padding: 3px 8px; text-align: right; }
+table.hc th { background: #f4f4f4; } table.hc td:first-child, table.hc th:first-child { text-align: left; }
+.note { color: #555; font-size: 14px; max-width: 900px; }
+.row { display: flex; flex-wrap: wrap; gap: 12px; }
+details { margin: 6px 0; } summary { cursor: pointer; font-weight: 600; }
+nav a { margin-right: 14px; } code { background: #f4f4f4; padding: 0 3px; }
+"""
+
+
+# --- what the sections share --------------------------------------------------------------------------
+@dataclasses.dataclass
+class _Context:
+    """The model and inputs every section reads, and the figures the page collects."""
+
+    model: HookedTransformer
+    task: Task
+    source: str
+    examples: int
+    clean: Batch
+    corrupt: Batch
+    n_figures: int = 0
+    head_table: pd.DataFrame | None = None
+
+    def figure(self, fig: go.Figure, height: int = 420, width: int | None = None) -> str:
+        """The figure as a div (`hc-fig-N`) and the script that draws it; plotly.js is loaded once in <head>.
+
+        width: fixed width in pixels (needed inside closed <details>, which have no width to fill);
+        default: the page's width."""
+        div_id = f"hc-fig-{self.n_figures}"
+        self.n_figures += 1
+        fig.update_layout(height=height, width=width, margin=dict(t=60, b=50, l=60, r=30))
+        return fig.to_html(
+            full_html=False, include_plotlyjs=False, div_id=div_id, default_height=f"{height}px",
+            default_width="100%" if width is None else f"{width}px",
+            config={"displaylogo": False, "responsive": width is None},
+        )  # fmt: skip
+
+
+def _esc(text) -> str:
+    return html.escape(str(text))
+
+
+def _table(df: pd.DataFrame, index: bool = True, digits: int = 3) -> str:
+    return df.to_html(
+        classes="hc", border=0, index=index, na_rep="", escape=True,
+        float_format=lambda x: f"{x:.{digits}f}",
+    )  # fmt: skip
+
+
+def _note(text: str) -> str:
+    return f"<p class='note'>{text}</p>"
+
+
+# --- task-specific head pictures ----------------------------------------------------------------------
+def _is_count01(task: Task) -> bool:
+    return task.name == "count01"
+
+
+def _is_skip_pair(task: Task) -> bool:
+    return task.name == "skip-pair"
+
+
+COUNT01_COLUMNS = ["s_acc", "l_acc", "roc_auc", "w01", "w02", "bias_45", "successful"]
+
+
+def count01_head_metrics(model: HookedTransformer, task: Task) -> pd.DataFrame:
+    """`hc.head_metrics(model, task)` indexed by head name ("L0H3"), the columns the report shows."""
+    import headcoop as hc
+
+    return hc.head_metrics(model, task).set_index("name")[COUNT01_COLUMNS]
+
+
+@torch.no_grad()
+def skip_pair_preferences(model: HookedTransformer) -> pd.DataFrame:
+    """Each head's QK score from the read-off token 0 (query) to each signal token 1..4 (key), and its
+    preference ordering: the signal tokens by descending score ("3 > 1 > 4 > 2").
+
+    One row per head (index "L0H0", ...; layers > 0: direct path); columns `score <t>` per signal token
+    and `ordering`. Scores are `hc.qk`'s (pre-softmax, as `hook_attn_scores`).
+    """
+    import headcoop as hc
+    from headcoop.tasks.skip_pair import READ_OFF, SIGNAL
+
+    rows = {}
+    for layer in range(model.cfg.n_layers):
+        for head in range(model.cfg.n_heads):
+            scores: Float[Tensor, " signal"] = hc.qk(model, head=head, layer=layer).scores[READ_OFF, list(SIGNAL)]
+            order = [SIGNAL[i] for i in scores.cpu().argsort(descending=True).tolist()]
+            row = {f"score {t}": float(s) for t, s in zip(SIGNAL, scores)}
+            row["ordering"] = " > ".join(str(t) for t in order)
+            rows[f"L{layer}H{head}"] = row
+    return pd.DataFrame.from_dict(rows, orient="index")
+
+
+# --- sections -----------------------------------------------------------------------------------------
+def _section_overview(ctx: _Context) -> str:
+    model, task, cfg = ctx.model, ctx.task, ctx.model.cfg
+    doc = (sys.modules[type(task).__module__].__doc__ or "").strip()
+    fields = [
+        "model_name", "n_layers", "n_heads", "d_model", "d_head", "d_vocab", "n_ctx", "attn_only",
+        "normalization_type", "positional_embedding_type", "attention_dir",
+    ]  # fmt: skip
+    config = pd.DataFrame({"value": [str(getattr(cfg, f)) for f in fields]}, index=fields)
+    n_params = sum(p.numel() for p in model.parameters())
+    n_trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    config.loc["parameters (trainable)"] = f"{n_params} ({n_trainable})"
+    example = ctx.clean[:1]
+    end = int(example.loss_pos.max()) + 1
+    return (
+        f"<p><b>Model:</b> <code>{_esc(ctx.source)}</code> &nbsp; <b>Task:</b> <code>{_esc(repr(task))}</code></p>"
+        f"<pre class='note'>{_esc(doc)}</pre>"
+        f"<p><b>Vocabulary</b> (id: token): {_esc(', '.join(f'{i}: {t}' for i, t in enumerate(task.vocab)))}</p>"
+        f"<p><b>An example</b>: <code>{_esc(task.decode(example.tokens[0, :end]))}</code>, answer "
+        f"<code>{_esc(task.vocab[int(example.answer[0])])}</code> at position {int(example.answer_pos[0])}</p>"
+        f"<h3>Configuration</h3>{_table(config)}"
+    )
+
+
+def _section_accuracy(ctx: _Context) -> str:
+    metrics = ctx.task.evaluate(ctx.model)
+    frame = pd.DataFrame({"value": list(metrics.values())}, index=list(metrics))
+    return _note(f"<code>task.evaluate(model)</code> on fresh samples of {_esc(repr(ctx.task))}.") + _table(
+        frame, digits=4
+    )
+
+
+def _section_heads(ctx: _Context) -> str:
+    import headcoop as hc
+
+    model, task = ctx.model, ctx.task
+    names = head_names(model)
+    patched = hc.patch(model, clean=ctx.clean, corrupt=ctx.corrupt)
+    attr = hc.dla(model, ctx.clean)
+    diff = attr.logit_diff()[:, [attr.components.index(n) for n in names]]  # [batch, head]
+    table = pd.DataFrame(
+        {
+            "patch effect": patched.normalized().reshape(-1).numpy(),
+            "DLA logit diff": diff.mean(0).cpu().numpy(),
+            "DLA std": diff.std(0, unbiased=False).cpu().numpy(),
+        },
+        index=pd.Index(names, name="head"),
+    )
+    notes = [
+        "<b>patch effect</b>: share of the clean&minus;corrupt gap in mean logit difference (right answer "
+        "minus the alternative) restored by patching the head's output <code>z</code> from the clean run into "
+        f"the corrupt run (<code>hc.patch</code> on {len(ctx.clean)} inputs; 1: the head alone restores it).",
+        "<b>DLA logit diff</b>: the head's direct contribution to logit(answer) &minus; logit(alternative) at "
+        "the answer position, mean and std over the same inputs (<code>hc.dla</code>).",
+    ]
+    if _is_count01(task):
+        table = table.join(count01_head_metrics(model, task))
+        notes.append(
+            "From <code>hc.head_metrics</code> (at '=', 4,096 fresh strings): <b>s_acc</b> held-out accuracy "
+            "of a linear separator on the head's <code>z</code>, <b>l_acc</b> accuracy of the model's own "
+            "unembedding reading that head alone, <b>roc_auc</b> of the separator, <b>w01</b> attention per "
+            "'0' over per '1', <b>w02</b> per '0'/'1' over per '2', <b>bias_45</b> the head's push on "
+            "logit('5') &minus; logit('4'), <b>successful</b>: s_acc &ge; 0.95. The paper's successful heads "
+            "sit at w01 &asymp; 1 and w02 &gt; 10."
+        )
+    else:
+        probe_batch = task.patching_inputs(n=1024, seed=1)[0]
+        probes = hc.probe(model, probe_batch, probe_batch.labels, site="z", layer=None)
+        table["probe acc"] = probes.acc.numpy()
+        table["probe ROC AUC"] = probes.roc_auc.numpy()
+        notes.append(
+            "<b>probe acc / ROC AUC</b>: linear probe of the task label from the head's <code>z</code> at the "
+            f"answer position, held-out ({len(probes.test_index)} of {len(probe_batch)} inputs; "
+            f"{len(probes.classes)} classes; <code>hc.probe</code>)."
+        )
+    if _is_skip_pair(task):
+        table["preference (QK from 0)"] = skip_pair_preferences(model)["ordering"]
+        notes.append("<b>preference</b>: signal tokens 1..4 ordered by the head's QK score from the read-off token 0.")
+    ctx.head_table = table
+    return "".join(_note(n) for n in notes) + _table(table)
+
+
+def _section_attention(ctx: _Context) -> str:
+    """One circuitsvis view per (layer, example), every render call in one script after the bundle."""
+    import headcoop as hc
+    from headcoop.plot import _BUNDLE
+
+    bundle = _BUNDLE.read_text(encoding="utf-8").replace("</script>", "")
+    opening = '<script crossorigin type="module">\n'
+    divs, calls = [], []
+    n = min(ctx.examples, len(ctx.clean))
+    for layer in range(ctx.model.cfg.n_layers):
+        view = str(hc.attention(ctx.model, ctx.clean, layer=layer, example=0, max_examples=n))
+        markup, _, script = view.partition(opening)
+        body = script.rsplit("</script>", 1)[0]
+        if not body.startswith(bundle):
+            raise RuntimeError("hc.attention's HTML no longer has the expected layout (bundle, then render calls)")
+        divs.append(markup)
+        calls.append(body[len(bundle) :].strip())
+    script = "\n".join([bundle, *calls])
+    return (
+        _note(
+            f"Attention patterns of every head on {n} inputs of the task's patching batch (query rows, key "
+            "columns; hover a head to enlarge it, click to lock). Rendered by circuitsvis, offline."
+        )
+        + "\n".join(divs)
+        + f"\n{opening}{script}\n</script>"
+    )
+
+
+def _section_patching(ctx: _Context) -> str:
+    import headcoop as hc
+
+    model = ctx.model
+    heads = hc.patch(model, clean=ctx.clean, corrupt=ctx.corrupt)
+    each = hc.patch(model, clean=ctx.clean, corrupt=ctx.corrupt, positions="each")
+    height = max(360, 140 + 28 * model.cfg.n_heads) * model.cfg.n_layers
+    return (
+        _note(
+            f"Denoising: run the corrupt inputs (<code>task.corrupt</code>) and patch in one head's clean "
+            f"output <code>z</code>. Values are the share of the clean&minus;corrupt gap restored (clean "
+            f"mean logit diff {heads.clean_value:.3f}, corrupt {heads.corrupt_value:.3f})."
+        )
+        + ctx.figure(heads.plot(normalized=True, title="head patching: all positions"), height=300 + 40 * model.cfg.n_layers)
+        + ctx.figure(each.plot(normalized=True, title="head patching: one position at a time"), height=height)
+    )
+
+
+def _section_dla(ctx: _Context) -> str:
+    import headcoop as hc
+
+    attr = hc.dla(ctx.model, ctx.clean)
+    return _note(
+        "Direct logit attribution at the answer position: each component's contribution to logit(answer) "
+        f"&minus; logit(alternative), mean over {len(ctx.clean)} inputs, error bars one std. The components "
+        "sum to the model's logit difference exactly."
+    ) + ctx.figure(attr.plot())
+
+
+def _section_circuits(ctx: _Context) -> str:
+    import headcoop as hc
+
+    model = ctx.model
+    parts = [
+        _note(
+            "QK: pre-softmax attention score of a query token on a key token (<code>hc.qk</code>). OV: change "
+            "in each output logit when the head attends fully to a source token (<code>hc.ov</code>). Layers "
+            "after the first: direct path (the head reading the embeddings)."
+        )
+    ]
+    for i, name in enumerate(head_names(model)):
+        layer, head = divmod(i, model.cfg.n_heads)
+        qk_fig = hc.qk(model, head=head, layer=layer).plot()
+        ov_fig = hc.ov(model, head=head, layer=layer).plot()
+        qk_html, ov_html = (ctx.figure(f, height=_square(f), width=_square(f) + 120) for f in (qk_fig, ov_fig))
+        parts.append(
+            f"<details{' open' if i == 0 else ''}><summary>{name}</summary>"
+            f"<div class='row'><div>{qk_html}</div><div>{ov_html}</div></div></details>"
+        )
+    return "".join(parts)
+
+
+def _square(fig: go.Figure) -> int:
+    """A heatmap's height in pixels: about 14 px a row (positional tables have many), within 380..1200."""
+    return min(1200, max(380, 200 + 14 * len(fig.data[0].y)))
+
+
+def _section_count01_map(ctx: _Context) -> str:
+    table = ctx.head_table if ctx.head_table is not None else count01_head_metrics(ctx.model, ctx.task)
+    w01, w02 = table["w01"].to_numpy(float), table["w02"].to_numpy(float)
+    s_acc = table["s_acc"].to_numpy(float)
+    fig = go.Figure(
+        go.Scatter(
+            x=w01, y=w02, mode="markers+text", text=list(table.index), textposition="top center",
+            marker=dict(size=13, color=s_acc, colorscale="Viridis", cmin=0.5, cmax=1.0,
+                        colorbar=dict(title="s_acc"), line=dict(width=1, color="#333")),
+            hovertemplate="%{text}<br>w01 %{x:.3g}<br>w02 %{y:.3g}<br>s_acc %{marker.color:.3f}<extra></extra>",
+        )
+    )  # fmt: skip
+    fig.add_vline(x=1.0, line_dash="dot", line_color="gray")
+    fig.add_hline(y=10.0, line_dash="dot", line_color="gray")
+    fig.update_layout(
+        title="Count01 heads: attention ratios w01 and w02, coloured by s_acc", template="simple_white",
+        xaxis=dict(type="log", title="w01 (attention per '0' / per '1')"),
+        yaxis=dict(type="log", title="w02 (attention per '0' or '1' / per '2')"),
+    )  # fmt: skip
+    return _note(
+        "The paper's picture: heads that solve the task attend to '0' and '1' alike (w01 &asymp; 1, dotted "
+        "vertical line) and ignore '2' (w02 &gt; 10, above the dotted horizontal line)."
+    ) + ctx.figure(fig, height=520)
+
+
+def _section_skip_pair_prefs(ctx: _Context) -> str:
+    from headcoop.plot import heatmap
+
+    prefs = skip_pair_preferences(ctx.model)
+    scores = prefs[[c for c in prefs.columns if c.startswith("score ")]]
+    fig = heatmap(
+        scores.to_numpy(), [c.removeprefix("score ") for c in scores.columns], list(prefs.index),
+        "QK score from the read-off token 0 to each signal token", xlabel="signal token (key)", ylabel="head",
+    )  # fmt: skip
+    orderings = prefs["ordering"].tolist()
+    reversed_note = ""
+    if len(orderings) == 2:
+        a, b = orderings
+        relation = "reversed" if a.split(" > ") == b.split(" > ")[::-1] else "equal" if a == b else "neither equal nor reversed"
+        reversed_note = f" The two heads' orderings are <b>{relation}</b>."
+    return (
+        _note(
+            "Each head's preference ordering over the signal tokens 1..4: their QK scores as keys, with the "
+            f"read-off token 0 as the query (the post: strict, and reversed between the two heads).{reversed_note}"
+        )
+        + _table(prefs)
+        + ctx.figure(fig, height=max(300, 160 + 40 * len(prefs)))
+    )
+
+
+def _sections(task: Task) -> list[tuple[str, str, Callable[[_Context], str]]]:
+    """(anchor, title, builder) in page order."""
+    sections = [
+        ("overview", "Task and configuration", _section_overview),
+        ("accuracy", "Accuracy", _section_accuracy),
+        ("heads", "Per-head metrics", _section_heads),
+    ]
+    if _is_count01(task):
+        sections.append(("count01-map", "Count01 head map (w01, w02)", _section_count01_map))
+    if _is_skip_pair(task):
+        sections.append(("preferences", "SkipPair preference orderings", _section_skip_pair_prefs))
+    sections += [
+        ("attention", "Attention patterns", _section_attention),
+        ("patching", "Head patching", _section_patching),
+        ("dla", "Direct logit attribution", _section_dla),
+        ("circuits", "QK and OV circuits of every head", _section_circuits),
+    ]
+    return sections
+
+
+# --- the page -----------------------------------------------------------------------------------------
+def _resolve(model_or_name) -> tuple[HookedTransformer, str]:
+    if isinstance(model_or_name, HookedTransformer):
+        return model_or_name, model_or_name.cfg.model_name
+    if isinstance(model_or_name, (str, os.PathLike)):
+        import headcoop as hc
+
+        return hc.load(model_or_name), str(model_or_name)
+    raise TypeError(
+        f"report needs a HookedTransformer, a shipped name or a checkpoint path, got {type(model_or_name).__name__}"
+    )
+
+
+def report(
+    model_or_name, out: str | os.PathLike = "report.html", examples: int = 3, progress: bool = True
+) -> Path:
+    """Write one self-contained HTML page on what every head of a headcoop model does; returns its path.
+
+    model_or_name: a HookedTransformer carrying a task (`model.task`), a shipped name ("count01",
+                   "skip-pair", "skip-pair-dhead1") or a checkpoint folder.
+    out:           the HTML file to write (parent folders are created).
+    examples:      how many inputs get a circuitsvis attention view (per layer).
+    progress:      show a tqdm bar over the sections.
+    Sections: task and configuration, accuracy, per-head metrics (patch effect, DLA, probes; Count01:
+    hc.head_metrics; SkipPair: preference orderings), Count01 (w01, w02) head map or SkipPair orderings,
+    attention views, head-patching heatmaps ([layer, head] and [layer, pos, head]), DLA bars, QK / OV
+    heatmaps per head. plotly.js and the circuitsvis bundle are inlined once each: no network needed.
+    """
+    if not isinstance(examples, int) or isinstance(examples, bool) or examples < 1:
+        raise ValueError(f"examples must be a positive int, got {examples!r}")
+    model, source = _resolve(model_or_name)
+    task = require_task(model, "the report's inputs and metrics")
+    clean, corrupt = task.patching_inputs()
+    ctx = _Context(model=model, task=task, source=source, examples=examples, clean=clean, corrupt=corrupt)
+    sections = _sections(task)
+    start = time.perf_counter()
+    bodies = []
+    bar = tqdm(sections, desc="report", unit="section", disable=not progress)
+    for anchor, title, build in bar:
+        bar.set_postfix_str(anchor)
+        bodies.append(f"<section id='hc-sec-{anchor}'><h2>{_esc(title)}</h2>\n{build(ctx)}\n</section>")
+    bar.close()
+    elapsed = time.perf_counter() - start
+
+    import headcoop
+
+    nav = " ".join(f"<a href='#hc-sec-{anchor}'>{_esc(title)}</a>" for anchor, title, _ in sections)
+    title = f"headcoop report: {source} ({model.cfg.model_name})"
+    page = "\n".join([
+        "<!DOCTYPE html>", "<html lang='en'><head><meta charset='utf-8'>", f"<title>{_esc(title)}</title>",
+        f"<style>{_CSS}</style>",
+        f'<script type="text/javascript">{plotly.offline.get_plotlyjs()}</script>',
+        "</head><body>",
+        f"<h1>{_esc(title)}</h1>",
+        _note(f"headcoop {headcoop.__version__}; built in {elapsed:.1f} s. Works offline: every script is inlined."),
+        f"<nav>{nav}</nav>", *bodies, "</body></html>",
+    ])  # fmt: skip
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(page, encoding="utf-8")
+    return out
+
+
+# --- command line ---------------------------------------------------------------------------------------
+def _cmd_report(args: argparse.Namespace) -> int:
+    start = time.perf_counter()
+    path = report(args.model, out=args.out, examples=args.examples, progress=not args.no_progress)
+    size = path.stat().st_size / 2**20
+    print(f"wrote {path} ({size:.1f} MB) in {time.perf_counter() - start:.1f} s; open it in a browser (works offline)")
+    return 0
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register `headcoop report NAME_OR_PATH --out report.html --examples 3`."""
+    # `import headcoop.report` sets the package attribute `report` to this module; put the function back.
+    sys.modules["headcoop"].report = report
+    p = subparsers.add_parser(
+        "report",
+        help="write one self-contained HTML page on what every head of a model does",
+        description="Write an offline HTML report on a shipped or saved model: task and configuration, "
+        "accuracy, per-head metrics, attention views, head patching, DLA, QK/OV circuits of every head, and the "
+        "task's own head picture. NAME_OR_PATH is a shipped name (count01, skip-pair, skip-pair-dhead1) or a "
+        "checkpoint folder.",
+    )
+    p.add_argument("model", metavar="NAME_OR_PATH")
+    p.add_argument("--out", default="report.html", help="the HTML file to write (default report.html)")
+    p.add_argument("--examples", type=int, default=3, help="inputs shown in the attention views (default 3)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_report)
+    return p

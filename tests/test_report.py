@@ -1,0 +1,232 @@
+"""hc.report / `headcoop report`: the page's sections, its offline promise, its numbers, and that it draws.
+
+The browser test opens the page in headless Chromium (Debian's `chromium` package, which .ci/run installs)
+with every host name unresolvable, dumps the DOM after the scripts ran, and checks that each plotly figure
+div holds plotly's rendered SVG and each circuitsvis container the drawn head canvases.
+"""
+
+import importlib
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+from transformer_lens.utilities import get_act_name
+
+import headcoop as hc
+from headcoop.analysis.common import head_names
+from headcoop.plot import _BUNDLE
+
+report_module = importlib.import_module("headcoop.report")
+sys.modules["headcoop"].report = report_module.report  # the import above set hc.report to the module
+
+EXAMPLES = 2
+SCRIPT_SRC = re.compile(r"<script[^>]*\bsrc\s*=", re.I)
+FIGURE_ID = re.compile(r'id="(hc-fig-\d+)"')
+VIEW_ID = re.compile(r"id='(circuits-vis-\w+)'")
+
+
+def _count01():
+    task = hc.Count01()
+    model = task.model(seed=0, n_heads=2, d_model=4, d_head=2)
+    return hc.train(task, model, steps=30, batch_size=64, seed=0, progress=False)
+
+
+def _skip_pair():
+    task = hc.SkipPair()
+    model = task.model(seed=0, n_heads=2, d_head=3)
+    return hc.train(task, model, steps=30, batch_size=64, seed=0, progress=False)
+
+
+@pytest.fixture(scope="module")
+def pages(tmp_path_factory):
+    """{name: (model, path, html)} for a tiny Count01, a tiny SkipPair and a two-layer Count01 model."""
+    root = tmp_path_factory.mktemp("report")
+    two_layer = hc.Count01().model(seed=1, n_heads=2, d_model=4, d_head=2, n_layers=2)
+    out = {}
+    for name, model in [("count01", _count01()), ("skip_pair", _skip_pair()), ("two_layer", two_layer)]:
+        path = hc.report(model, out=root / name / "report.html", examples=EXAMPLES, progress=False)
+        out[name] = (model, path, path.read_text(encoding="utf-8"))
+    return out
+
+
+COMMON = ["overview", "accuracy", "heads", "attention", "patching", "dla", "circuits"]
+
+
+@pytest.mark.parametrize(
+    "name, extra, absent",
+    [
+        ("count01", ["count01-map"], ["preferences"]),
+        ("skip_pair", ["preferences"], ["count01-map"]),
+        ("two_layer", ["count01-map"], ["preferences"]),
+    ],
+)
+def test_sections(pages, name, extra, absent):
+    model, path, html = pages[name]
+    assert path.name == "report.html" and path.exists()
+    for anchor in COMMON + extra:
+        assert f"id='hc-sec-{anchor}'" in html and f"href='#hc-sec-{anchor}'" in html
+    for anchor in absent:
+        assert f"hc-sec-{anchor}" not in html
+    for head in head_names(model):
+        assert f"<th>{head}</th>" in html  # a row of the per-head table
+        assert f"<summary>{head}</summary>" in html  # its QK / OV tables
+    assert model.cfg.model_name in html and repr(model.task).split("(")[0] in html
+
+
+def test_offline_and_scripts_inlined_once(pages):
+    import plotly.offline
+
+    plotly_js = plotly.offline.get_plotlyjs()
+    bundle = _BUNDLE.read_text(encoding="utf-8").replace("</script>", "")
+    for _, _, html in pages.values():
+        assert not SCRIPT_SRC.search(html), "no external script may be loaded"
+        assert html.count(plotly_js) == 1 and html.count(bundle) == 1
+        ours = html.replace(plotly_js, "").replace(bundle, "")  # the page without the two libraries
+        assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", ours), "no remote resource"
+        assert "cdn.plot.ly" not in ours and "unpkg.com" not in ours
+        assert html.count("var CircuitsVis=") == 1
+
+
+def test_figures_and_views(pages):
+    for name, (model, _, html) in pages.items():
+        figures = FIGURE_ID.findall(html)
+        # patching (2), DLA (1), QK + OV per head, and the task's own figure (1)
+        assert len(figures) == 3 + 2 * model.cfg.n_layers * model.cfg.n_heads + 1
+        assert len(set(figures)) == len(figures)
+        views = VIEW_ID.findall(html)
+        assert len(views) == EXAMPLES * model.cfg.n_layers
+        assert html.count("CircuitsVis.render(") == len(views)
+
+
+@torch.no_grad()
+def _slow_patch_effect(model, clean, corrupt, layer, head) -> float:
+    """Normalised denoising effect of one head's z, one hooked forward pass (reference for the table)."""
+    name = get_act_name("z", layer)
+    _, cache = model.run_with_cache(clean.tokens, names_filter=name)
+
+    def hook(z, hook):
+        z[:, :, head] = cache[name][:, :, head]
+        return z
+
+    metric = lambda logits: model.task.logit_diff(logits, clean).mean().item()  # noqa: E731
+    clean_v, corrupt_v = metric(model(clean.tokens)), metric(model(corrupt.tokens))
+    patched = metric(model.run_with_hooks(corrupt.tokens, fwd_hooks=[(name, hook)]))
+    return (patched - corrupt_v) / (clean_v - corrupt_v)
+
+
+@torch.no_grad()
+def _slow_dla(model, batch, layer, head) -> float:
+    """Mean over examples of the head's direct push on logit(answer) - logit(wrong), from hook_z."""
+    name = get_act_name("z", layer)
+    _, cache = model.run_with_cache(batch.tokens, names_filter=name)
+    rows = torch.arange(len(batch))
+    z = cache[name][rows, batch.answer_pos, head]  # [batch, d_head]
+    logits = z @ model.blocks[layer].attn.W_O[head] @ model.W_U
+    return (logits[rows, batch.answer] - logits[rows, batch.wrong]).mean().item()
+
+
+@pytest.mark.parametrize("name", ["two_layer", "skip_pair"])
+def test_head_table_against_slow_references(pages, name):
+    model = pages[name][0]
+    clean, corrupt = model.task.patching_inputs()
+    ctx = report_module._Context(model=model, task=model.task, source="m", examples=1, clean=clean, corrupt=corrupt)
+    report_module._section_heads(ctx)
+    table = ctx.head_table
+    assert list(table.index) == head_names(model)
+    for i, head_name in enumerate(head_names(model)):
+        layer, head = divmod(i, model.cfg.n_heads)
+        effect = _slow_patch_effect(model, clean, corrupt, layer, head)
+        assert table.loc[head_name, "patch effect"] == pytest.approx(effect, abs=1e-4)
+        assert table.loc[head_name, "DLA logit diff"] == pytest.approx(_slow_dla(model, clean, layer, head), abs=1e-4)
+    if name == "skip_pair":
+        assert {"probe acc", "probe ROC AUC", "preference (QK from 0)"} <= set(table.columns)
+    else:
+        assert {"s_acc", "w01", "w02"} <= set(table.columns)
+
+
+@torch.no_grad()
+def test_skip_pair_preferences_from_the_scores(pages):
+    """Orderings against the model's own hook_attn_scores on a sequence holding 1, 2, 3, 4 before 0."""
+    model = pages["skip_pair"][0]
+    prefs = report_module.skip_pair_preferences(model)
+    tokens = torch.tensor([[5, 1, 2, 3, 4, 6, 7, 8, 9, 0]])
+    _, cache = model.run_with_cache(tokens)
+    scores = cache[get_act_name("attn_scores", 0)][0, :, -1, 1:5]  # [head, signal token 1..4]
+    for head in range(model.cfg.n_heads):
+        order = (scores[head].argsort(descending=True) + 1).tolist()
+        assert prefs.loc[f"L0H{head}", "ordering"] == " > ".join(map(str, order))
+        expected = {f"score {t}": scores[head, t - 1].item() for t in (1, 2, 3, 4)}
+        assert prefs.loc[f"L0H{head}", list(expected)].tolist() == pytest.approx(list(expected.values()), abs=1e-5)
+
+
+def test_shipped_name_and_cli(tmp_path, capsys):
+    from headcoop.cli import main
+
+    out = tmp_path / "sub" / "sp.html"
+    assert main(["report", "skip-pair-dhead1", "--out", str(out), "--examples", "1", "--no-progress"]) == 0
+    assert out.exists() and f"wrote {out}" in capsys.readouterr().out
+    assert "skip-pair-dhead1" in out.read_text(encoding="utf-8")
+    assert callable(hc.report) and hc.report is report_module.report  # the CLI's import left hc.report alone
+    assert main(["report", str(tmp_path / "nothing"), "--no-progress"]) == 2
+    assert "no headcoop checkpoint" in capsys.readouterr().err
+
+
+def test_bad_input(tmp_path):
+    bare = hc.Count01().model(seed=0, n_heads=2, d_model=4, d_head=2)
+    del bare.task
+    with pytest.raises(ValueError, match="carries no headcoop task"):
+        hc.report(bare, out=tmp_path / "r.html", progress=False)
+    with pytest.raises(ValueError, match="examples must be a positive int"):
+        hc.report("count01", out=tmp_path / "r.html", examples=0)
+    with pytest.raises(TypeError, match="shipped name or a checkpoint path"):
+        hc.report(3, out=tmp_path / "r.html")
+    with pytest.raises(FileNotFoundError, match="shipped names are"):
+        hc.report(tmp_path / "missing", out=tmp_path / "r.html")
+    assert not (tmp_path / "r.html").exists()
+
+
+# --- in a browser ---------------------------------------------------------------------------------------
+def _dump_dom(chromium: str, path, profile) -> str:
+    command = [
+        chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run",
+        "--host-resolver-rules=MAP * ~NOTFOUND",  # no network: any remote load would fail
+        f"--user-data-dir={profile}", "--virtual-time-budget=15000", "--dump-dom", path.resolve().as_uri(),
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0, f"chromium failed ({done.returncode}): {done.stderr[-2000:]}"
+    return done.stdout
+
+
+def _segments(dom: str) -> dict[str, str]:
+    """The DOM from each figure / view / section marker to the next one, by marker id."""
+    marks = [(m.start(), m.group(1)) for m in re.finditer(r'id="(hc-[\w-]+|circuits-vis-\w+)"', dom)]
+    return {name: dom[start : (marks[i + 1][0] if i + 1 < len(marks) else len(dom))] for i, (start, name) in enumerate(marks)}
+
+
+def test_page_draws_in_headless_chromium(pages, tmp_path):
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("headless Chromium is not installed (Debian: apt-get install chromium; .ci/run does this)")
+    for name in ("count01", "two_layer"):
+        model, path, html = pages[name]
+        dom = _dump_dom(chromium, path, tmp_path / f"profile-{name}")
+        segments = _segments(dom)
+        figures = FIGURE_ID.findall(html)
+        assert figures and all(f in segments for f in figures)
+        blank = [f for f in figures if 'class="main-svg"' not in segments[f]]
+        assert not blank, f"plotly did not draw {blank}"
+        for f in figures:  # a drawn heatmap / bar / scatter trace, not only the axes
+            assert re.search(r'class="(hm|trace bars|trace scatter)', segments[f]), f
+        views = VIEW_ID.findall(html)
+        assert views and all(v in segments for v in views)
+        for view in views:
+            drawn = segments[view]
+            assert "Head Selector" in drawn, f"circuitsvis did not render {view}"
+            # one thumbnail canvas per head plus the zoomed pattern
+            assert drawn.count("<canvas") == model.cfg.n_heads + 1, view
+            for head in range(model.cfg.n_heads):
+                assert re.search(rf">L\d+H{head}</h4>", drawn), (view, head)
