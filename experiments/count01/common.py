@@ -1,0 +1,136 @@
+"""Shared settings of the Count01 experiments: output folder, training recipe, table and figure writers."""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+warnings.filterwarnings("ignore", category=DeprecationWarning)
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_OUT = REPO / "docs" / "results" / "count01"
+PRIMARY = dict(n_heads=16, d_model=32, d_head=2)
+THRESHOLD = 0.95  # s_acc of a "successful" head
+
+
+@dataclass
+class Settings:
+    """Sizes of every experiment; `quick()` shrinks them for the smoke test."""
+
+    out: Path = DEFAULT_OUT
+    quick: bool = False
+    steps: int = 1000  # training steps of every fully trained model
+    batch_size: int = 256
+    lr: float = 1e-2
+    sweep_seeds: tuple = (0, 1, 2)
+    sweep_d_model: tuple = (1, 2, 4, 8, 16, 32)
+    sweep_heads: tuple = (1, 2, 4, 8, 16)
+    primary_seeds: tuple = tuple(range(8))
+    n_metrics: int = 2048  # strings per head_metrics call
+    n_eval: int = 4096  # strings per accuracy evaluation
+    w01_grid: int = 25  # points of the log grid 1e-3 .. 1e3
+    early_steps: tuple = (10, 20, 40, 80, 160)  # short runs for the ensemble correlation
+    early_seeds: tuple = (0, 1, 2, 3)
+    isolation_seeds: tuple = (0, 1, 2, 3)
+    minimal_seeds: int = 64
+    minimal_steps: int = 1500
+    two_layer_seeds: tuple = (0, 1, 2, 3)
+    two_layer_heads: int = 16
+    n_reference: int = 512  # strings whose mean z replaces a head's z in mean ablations
+    bootstrap: int = 2000
+
+    @staticmethod
+    def quick_settings(out: Path) -> "Settings":
+        return Settings(
+            out=out, quick=True, steps=30, sweep_seeds=(0,), sweep_d_model=(1, 8), sweep_heads=(1, 4),
+            primary_seeds=(0, 1), n_metrics=256, n_eval=256, w01_grid=3, early_steps=(10,), early_seeds=(0,),
+            isolation_seeds=(0,), minimal_seeds=4, minimal_steps=30, two_layer_seeds=(0,), two_layer_heads=2, n_reference=64, bootstrap=100,
+        )  # fmt: skip
+
+    def recipe(self, steps: int | None = None) -> dict:
+        """Training settings of hc.train_many: warm-up is a tenth of the steps (100 for 1000 steps)."""
+        steps = self.steps if steps is None else steps
+        return dict(steps=steps, batch_size=self.batch_size, lr=self.lr, warmup=max(1, steps // 10), progress=False)
+
+
+def d_head_for(d_model: int, n_heads: int) -> int:
+    """The sweep's head width: d_model / n_heads as in the paper's primary size (32 / 16 = 2), at least 1."""
+    return max(1, d_model // n_heads)
+
+
+def setup() -> None:
+    torch.set_num_threads(1)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+
+
+def fmt(x, digits: int = 3) -> str:
+    """A number for the markdown tables and prose."""
+    if isinstance(x, (bool, np.bool_)):
+        return str(bool(x))
+    if isinstance(x, (int, np.integer)):
+        return str(int(x))
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    x = float(x)
+    if x != 0 and (abs(x) >= 1e4 or abs(x) < 1e-3):
+        return f"{x:.{digits - 1}e}"
+    return f"{x:.{digits}f}"
+
+
+def write_table(df: pd.DataFrame, out: Path, name: str, digits: int = 3) -> pd.DataFrame:
+    """Write `df` as out/name.csv and out/name.md (a markdown table); returns df."""
+    out.mkdir(parents=True, exist_ok=True)
+    df.to_csv(out / f"{name}.csv", index=False)
+    (out / f"{name}.md").write_text(markdown(df, digits) + "\n")
+    return df
+
+
+def markdown(df: pd.DataFrame, digits: int = 3) -> str:
+    cols = [str(c) for c in df.columns]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    for row in df.itertuples(index=False):
+        lines.append("| " + " | ".join(fmt(v, digits) if not isinstance(v, str) else v for v in row) + " |")
+    return "\n".join(lines)
+
+
+def save_figure(fig, out: Path, name: str) -> list[str]:
+    """Write out/name.html and, if kaleido can render, out/name.png; returns the files written."""
+    out.mkdir(parents=True, exist_ok=True)
+    fig.write_html(out / f"{name}.html", include_plotlyjs="cdn")
+    written = [f"{name}.html"]
+    if os.environ.get("COUNT01_NO_PNG"):
+        return written
+    try:
+        if os.path.exists("/usr/bin/chromium"):
+            os.environ.setdefault("BROWSER_PATH", "/usr/bin/chromium")
+        fig.write_image(out / f"{name}.png", width=900, height=600, scale=1)
+        written.append(f"{name}.png")
+    except Exception as error:  # kaleido missing or no browser: HTML only
+        print(f"  (PNG export of {name} failed: {type(error).__name__}: {str(error)[:120]}; HTML only)")
+    return written
+
+
+def pearson_ci(x: np.ndarray, y: np.ndarray, n_boot: int, seed: int = 0) -> dict:
+    """Pearson r of x and y with a Fisher-z 95% interval and a percentile bootstrap 95% interval."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    n = len(x)
+    r = float(np.corrcoef(x, y)[0, 1])
+    z, se = np.arctanh(np.clip(r, -0.999999, 0.999999)), 1 / math.sqrt(max(n - 3, 1))
+    rng = np.random.default_rng(seed)
+    boots = []
+    for _ in range(n_boot):
+        idx = rng.integers(0, n, n)
+        if np.std(x[idx]) > 0 and np.std(y[idx]) > 0:
+            boots.append(np.corrcoef(x[idx], y[idx])[0, 1])
+    lo, hi = np.percentile(boots, [2.5, 97.5]) if boots else (float("nan"), float("nan"))
+    return dict(
+        n=n, r=r, fisher_lo=float(np.tanh(z - 1.96 * se)), fisher_hi=float(np.tanh(z + 1.96 * se)),
+        boot_lo=float(lo), boot_hi=float(hi),
+    )  # fmt: skip

@@ -1,0 +1,89 @@
+"""Regenerate every Count01 result: tables (CSV + markdown) and figures in docs/results/count01/,
+then docs/results/count01.md from those tables.
+
+    python experiments/count01/run_all.py            # everything (fixed seeds), a few minutes on 2 cores
+    python experiments/count01/run_all.py --quick --out /tmp/count01   # tiny sizes: a smoke test
+    python experiments/count01/run_all.py --only shipped minimal       # some parts (the doc is rebuilt
+                                                                         from whatever tables exist)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import pandas as pd  # noqa: E402
+
+import exp_models  # noqa: E402
+import exp_shipped  # noqa: E402
+import exp_training  # noqa: E402
+import make_doc  # noqa: E402
+from common import DEFAULT_OUT, Settings, setup, write_table  # noqa: E402
+
+PARTS = ("training", "shipped", "isolation", "minimal", "two_layer")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, for the smoke test")
+    parser.add_argument("--out", type=Path, default=None, help=f"output folder (default {DEFAULT_OUT})")
+    parser.add_argument("--only", nargs="+", choices=PARTS, default=list(PARTS))
+    parser.add_argument("--no-png", action="store_true", help="write HTML figures only")
+    args = parser.parse_args(argv)
+    out = args.out or DEFAULT_OUT
+    if args.quick and args.out is None:
+        parser.error("--quick needs --out (the quick tables must not overwrite docs/results)")
+    if args.no_png:
+        os.environ["COUNT01_NO_PNG"] = "1"
+    setup()
+    s = Settings.quick_settings(out) if args.quick else Settings(out=out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    timings = []
+    load_at_start = os.getloadavg()[0]
+    start = time.perf_counter()
+
+    def timed(name, fn, *a):
+        t = time.perf_counter()
+        print(f"[count01] {name} ...", flush=True)
+        result = fn(*a)
+        timings.append(dict(step=name, seconds=time.perf_counter() - t))
+        print(f"[count01] {name}: {timings[-1]['seconds']:.1f} s", flush=True)
+        return result
+
+    if "training" in args.only:
+        sweep_models, _ = timed("accuracy sweep", exp_training.sweep, s)
+        primary_models, _ = timed("primary configuration over seeds", exp_training.primary, s)
+        timed("ensemble correlation", exp_training.ensemble, s, sweep_models, primary_models)
+    if "shipped" in args.only:
+        timed("shipped model: head map", exp_shipped.head_map, s)
+        timed("shipped model: intervention sweep", exp_shipped.intervention, s)
+        timed("shipped model: logit analysis", exp_shipped.logits, s)
+        timed("shipped model: ablation and amplification", exp_shipped.ablation, s)
+    if "isolation" in args.only:
+        timed("Table 1: joint vs isolated heads", exp_models.isolation, s)
+    if "minimal" in args.only:
+        timed("minimal solution", exp_models.minimal, s)
+    if "two_layer" in args.only:
+        timed("two-layer model", exp_models.two_layer, s)
+    total = time.perf_counter() - start
+    timings.append(dict(step="total", seconds=total))
+    if set(args.only) == set(PARTS):
+        table = pd.DataFrame(timings)
+        table["cpu_cores"] = os.cpu_count()
+        table["torch_threads"] = 1
+        table["load_avg_1min_at_start"] = load_at_start
+        table["load_avg_1min_at_end"] = os.getloadavg()[0]
+        write_table(table, out, "timing")
+    doc = make_doc.build(out, quick=args.quick)
+    print(f"[count01] done in {total:.1f} s; doc: {doc}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

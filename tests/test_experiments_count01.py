@@ -1,0 +1,69 @@
+"""The Count01 experiments: the notebook executes cleanly, the hand-written minimal model solves the task,
+and a smoke run of run_all.py (tiny sizes, into a temporary folder) writes every table and the doc."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+from nbclient import NotebookClient
+
+import headcoop as hc
+
+REPO = Path(__file__).resolve().parents[1]
+FOLDER = REPO / "experiments" / "count01"
+RESULTS = REPO / "docs" / "results" / "count01"
+
+
+@pytest.fixture(scope="module")
+def experiments_on_path():
+    sys.path.insert(0, str(FOLDER))
+    yield
+    sys.path.remove(str(FOLDER))
+
+
+@pytest.mark.skipif(not (RESULTS / "shipped_heads.csv").exists(), reason="run experiments/count01/run_all.py first")
+def test_notebook_executes_without_errors():
+    nb = nbformat.read(FOLDER / "count01.ipynb", as_version=4)
+    client = NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(FOLDER)}})
+    client.execute()  # raises CellExecutionError on any error
+    errors = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.get("outputs", []) if o.output_type == "error"]
+    assert not errors
+    assert sum(1 for cell in nb.cells if cell.cell_type == "code") >= 6
+
+
+def test_hand_written_minimal_model_solves_the_task(experiments_on_path):
+    from exp_models import minimal_model
+
+    model = minimal_model()
+    assert (model.cfg.d_model, model.cfg.n_heads, model.cfg.d_head) == (1, 1, 1)
+    result = hc.evaluate(model, n=2000, seed=7)
+    assert result["answer_acc"] == 1.0 and result["eos_acc"] == 1.0
+    # the extremes: all-0 / all-1 strings of the longest length, and a single 1 among 19 twos
+    task = hc.Count01()
+    syms = torch.tensor([[0] * 20, [1] * 20, [2] * 19 + [1], [0, 1] * 9 + [1, 2]])
+    batch = task.batch_from_strings(syms, torch.full((4,), 20))
+    assert task.correct(model(batch.tokens), batch).all()
+
+
+def test_quick_run_writes_every_table_and_the_doc(tmp_path):
+    out = tmp_path / "count01"
+    done = subprocess.run(
+        [sys.executable, str(FOLDER / "run_all.py"), "--quick", "--no-png", "--out", str(out)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    for name in ("sweep_accuracy", "primary_summary", "ensemble_correlation", "shipped_heads", "intervention_summary",
+                 "logit_means", "ablation_aggregation", "table1", "minimal_handwritten", "minimal_trained",
+                 "two_layer_summary", "timing"):  # fmt: skip
+        assert (out / f"{name}.csv").exists() and (out / f"{name}.md").exists(), name
+    assert (out / "intervention_model.html").exists()
+    doc = (out / "count01.md").read_text()
+    assert "missing:" not in doc and "## 8. The minimal solution" in doc
+
+
+def test_quick_needs_an_out_folder():
+    done = subprocess.run([sys.executable, str(FOLDER / "run_all.py"), "--quick"], capture_output=True, text=True)
+    assert done.returncode != 0 and "--quick needs --out" in done.stderr
