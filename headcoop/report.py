@@ -14,14 +14,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import html
-import importlib
+import itertools
 import os
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 import plotly.offline
@@ -325,6 +324,28 @@ def _section_count01_map(ctx: _Context) -> str:
     ) + ctx.figure(fig, height=520)
 
 
+def local_relation(first: tuple[int, ...], second: tuple[int, ...]) -> str:
+    """How two orderings of the same tokens compare: 'equal', 'reversed', else 'partly reversed' when they
+    disagree on more pairs of tokens than they agree on (Kendall tau < 0), else 'partly equal'."""
+    if first == second or first == second[::-1]:
+        return "equal" if first == second else "reversed"
+    agree = sum(
+        1 if (first.index(a) - first.index(b)) * (second.index(a) - second.index(b)) > 0 else -1
+        for a, b in itertools.combinations(first, 2)
+    )
+    return "partly reversed" if agree < 0 else "partly equal"
+
+
+def _relation(first: tuple[int, ...], second: tuple[int, ...]) -> str:
+    """skip_pair_metrics.compare_orderings where that module exists (the results pages use it), else the
+    same definition here."""
+    try:
+        from headcoop.analysis.skip_pair_metrics import compare_orderings
+    except ImportError:
+        return local_relation(first, second)
+    return compare_orderings(first, second)
+
+
 def _section_skip_pair_prefs(ctx: _Context) -> str:
     from headcoop.plot import heatmap
 
@@ -334,17 +355,16 @@ def _section_skip_pair_prefs(ctx: _Context) -> str:
         scores.to_numpy(), [c.removeprefix("score ") for c in scores.columns], list(prefs.index),
         "QK score from the read-off token 0 to each signal token", xlabel="signal token (key)", ylabel="head",
     )  # fmt: skip
-    orderings = prefs["ordering"].tolist()
-    reversed_note = ""
-    if len(orderings) == 2:
-        a, b = orderings
-        relation = "reversed" if a.split(" > ") == b.split(" > ")[::-1] else "equal" if a == b else "neither equal nor reversed"
-        reversed_note = f" The two heads' orderings are <b>{relation}</b>."
+    orderings = {name: tuple(int(t) for t in o.split(" > ")) for name, o in prefs["ordering"].items()}
+    pairs = list(itertools.combinations(orderings, 2))[:6]
+    relations = "; ".join(f"{a} vs {b}: <b>{_relation(orderings[a], orderings[b])}</b>" for a, b in pairs)
     return (
         _note(
             "Each head's preference ordering over the signal tokens 1..4: their QK scores as keys, with the "
-            f"read-off token 0 as the query (the post: strict, and reversed between the two heads).{reversed_note}"
+            "read-off token 0 as the query (the post: strict, and reversed between the two heads). "
+            "Orderings compare as equal, reversed, partly reversed (Kendall tau &lt; 0) or partly equal."
         )
+        + (f"<p>{relations}</p>" if relations else "")
         + _table(prefs)
         + ctx.figure(fig, height=max(300, 160 + 40 * len(prefs)))
     )

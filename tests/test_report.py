@@ -6,6 +6,7 @@ div holds plotly's rendered SVG and each circuitsvis container the drawn head ca
 """
 
 import importlib
+import itertools
 import re
 import shutil
 import subprocess
@@ -230,3 +231,18 @@ def test_page_draws_in_headless_chromium(pages, tmp_path):
             assert drawn.count("<canvas") == model.cfg.n_heads + 1, view
             for head in range(model.cfg.n_heads):
                 assert re.search(rf">L\d+H{head}</h4>", drawn), (view, head)
+
+
+def test_ordering_relations():
+    perms = list(itertools.permutations((1, 2, 3, 4)))
+    assert report_module.local_relation((3, 1, 4, 2), (2, 4, 1, 3)) == "reversed"
+    assert report_module.local_relation((3, 1, 4, 2), (3, 1, 4, 2)) == "equal"
+    assert report_module.local_relation((1, 2, 3, 4), (2, 1, 3, 4)) == "partly equal"
+    assert report_module.local_relation((1, 2, 3, 4), (4, 3, 1, 2)) == "partly reversed"
+    try:
+        from headcoop.analysis.skip_pair_metrics import compare_orderings
+    except ImportError:
+        return
+    for a in perms:  # the page uses compare_orderings when it exists: both definitions must agree
+        for b in perms:
+            assert report_module.local_relation(a, b) == compare_orderings(a, b), (a, b)
