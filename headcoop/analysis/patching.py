@@ -44,7 +44,7 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens import HookedTransformer
-from transformer_lens.utils import get_act_name
+from transformer_lens.utilities import get_act_name
 
 from headcoop.analysis.common import as_tokens, check_choice, check_head, check_layer, model_device, task_of
 from headcoop.tasks.base import Batch, Task
