@@ -21,14 +21,27 @@ baseline, 1 at the clean baseline.
 The batching trick
 ------------------
 ``transformer_lens.patching`` runs one forward pass per patch and syncs with the host (``.item()``) after
-each. Here the patches of a sweep are stacked along the batch axis: a chunk of P patches is one forward
-pass on P copies of the target batch ([P * batch, pos]), and one hook per patched layer overwrites, in
-copy p, exactly the slice (layer, head[, pos]) of patch p, using index tensors (a single advanced-index
-assignment per layer and chunk, not one per patch). Copies start from the target's residual stream at
-the first layer patched in the chunk (``start_at_layer``), so earlier layers run once. P is chosen from
-``memory_budget_mb``. The metric is evaluated per copy on the stacked logits: the task's logit
-difference is vectorised over the patch axis; a user metric is called on each copy's [batch, pos, vocab]
-slice (no forward pass). Results stay on the device until one transfer at the end.
+each. Here the patches of a sweep are stacked along the batch axis: a chunk of P patches of one layer is
+one pass over P copies of the target batch ([P * batch, pos]), copy p carrying patch p. P comes from
+``memory_budget_mb``. Two ways to run a chunk, both compared with transformer_lens in the tests:
+
+- hooked (``head_local=False``, and always for resid_pre): ``run_with_hooks`` from the target's residual
+  stream at the patched layer (``start_at_layer``; earlier layers are not rerun), with one hook on the
+  patched activation that overwrites, in copy p, exactly the slice (head[p], pos[p]) from the source
+  run -- one advanced-index assignment with index tensors per chunk, not one per patch.
+- head-local (the default where the blocks allow it: attention-only, no LayerNorm after attention,
+  standard positional embedding, no attention sinks or grouped queries): a patch of head h's q, k, v,
+  pattern or z changes only z[:, :, h] in its layer, so the rest of that layer is taken from the cached
+  target run. Each copy recomputes head h alone (scores with the module's own
+  ``calculate_attention_scores`` and causal mask, softmax, ``pattern @ v``), applies ``F.linear(z, W_O,
+  b_O)`` and adds the target's resid_pre, as the block does; a one-position patch of z, q or pattern
+  changes a single row of z, so only that row is recomputed and the other rows keep the target's
+  resid_post. Later layers then run stacked through the model (``start_at_layer``). This removes the
+  [copies, head, pos, pos] attention work that dominates a stacked full forward on a CPU.
+
+The metric is evaluated per copy on the stacked logits: the task's logit difference is vectorised over
+the patch axis; a user metric is called on each copy's [batch, pos, vocab] slice (no forward pass).
+Results stay on the device until one transfer at the end; only the activations needed are cached.
 """
 
 from __future__ import annotations
@@ -36,9 +49,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 
+import einops
 import numpy as np
 import pandas as pd
-import einops
 import torch
 import torch.nn.functional as F
 from jaxtyping import Float, Int
@@ -99,6 +112,12 @@ class PatchResult:
 
     def __float__(self) -> float:
         return self.item()
+
+    def __repr__(self) -> str:
+        return (
+            f"PatchResult({self.direction} {self.component!r}, positions={self.positions!r}, dims={self.dims}, "
+            f"shape={tuple(self.values.shape)}, clean={self.clean_value:.4g}, corrupt={self.corrupt_value:.4g})"
+        )
 
     def to_dataframe(self) -> pd.DataFrame:
         """One row per patch: a column per dim (model indices), `value` and `normalized`."""
@@ -169,16 +188,12 @@ def _uses_base_metric(task: Task) -> bool:
 
 
 def _pos_labels(model: HookedTransformer, tokens: Int[Tensor, "batch pos"]) -> list[str]:
+    """'p tok' where every row holds the task symbol tok at position p, else 'p'."""
     task = task_of(model)
-    labels = []
-    for p in range(tokens.shape[1]):
-        column = tokens[:, p]
-        same = bool((column == column[0]).all())
-        if same and task is not None and task.d_vocab == model.cfg.d_vocab:
-            labels.append(f"{p} {task.vocab[int(column[0])]}")
-        else:
-            labels.append(str(p))
-    return labels
+    same = (tokens == tokens[:1]).all(0).tolist()
+    first = tokens[0].tolist()
+    named = task is not None and task.d_vocab == model.cfg.d_vocab
+    return [f"{p} {task.vocab[first[p]]}" if named and same[p] else str(p) for p in range(tokens.shape[1])]
 
 
 # --- the patch grid -----------------------------------------------------------------------------------
