@@ -30,6 +30,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 from transformer_lens import HookedTransformer
 
+import headcoop as hc
 from headcoop.analysis.common import head_names, require_task
 from headcoop.tasks.base import Batch, Task
 
@@ -60,6 +61,24 @@ class _Context:
     corrupt: Batch
     n_figures: int = 0
     head_table: pd.DataFrame | None = None
+    _memo: dict = dataclasses.field(default_factory=dict)
+
+    def once(self, key: str, compute: Callable):
+        """`compute()` the first time `key` is asked for, the stored value after (sections share results)."""
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
+
+    def patch(self, positions: str = "all"):
+        """hc.patch of every head's z on the clean / corrupt batches (denoising)."""
+        return self.once(
+            f"patch-{positions}",
+            lambda: hc.patch(self.model, clean=self.clean, corrupt=self.corrupt, positions=positions),
+        )
+
+    def dla(self):
+        """hc.dla on the clean batch."""
+        return self.once("dla", lambda: hc.dla(self.model, self.clean))
 
     def figure(self, fig: go.Figure, height: int = 420, width: int | None = None) -> str:
         """The figure as a div (`hc-fig-N`) and the script that draws it; plotly.js is loaded once in <head>.
@@ -80,9 +99,13 @@ def _esc(text) -> str:
     return html.escape(str(text))
 
 
+RATIO_COLUMNS = ("w01", "w02")  # ratios spanning decades: significant digits, not decimals
+
+
 def _table(df: pd.DataFrame, index: bool = True, digits: int = 3) -> str:
+    formatters = {c: (lambda x: f"{x:.3g}") for c in df.columns if c in RATIO_COLUMNS}
     return df.to_html(
-        classes="hc", border=0, index=index, na_rep="", escape=True,
+        classes="hc", border=0, index=index, na_rep="", escape=True, formatters=formatters,
         float_format=lambda x: f"{x:.{digits}f}",
     )  # fmt: skip
 
@@ -105,8 +128,6 @@ COUNT01_COLUMNS = ["s_acc", "l_acc", "roc_auc", "w01", "w02", "bias_45", "succes
 
 def count01_head_metrics(model: HookedTransformer, task: Task) -> pd.DataFrame:
     """`hc.head_metrics(model, task)` indexed by head name ("L0H3"), the columns the report shows."""
-    import headcoop as hc
-
     return hc.head_metrics(model, task).set_index("name")[COUNT01_COLUMNS]
 
 
@@ -118,7 +139,6 @@ def skip_pair_preferences(model: HookedTransformer) -> pd.DataFrame:
     One row per head (index "L0H0", ...; layers > 0: direct path); columns `score <t>` per signal token
     and `ordering`. Scores are `hc.qk`'s (pre-softmax, as `hook_attn_scores`).
     """
-    import headcoop as hc
     from headcoop.tasks.skip_pair import READ_OFF, SIGNAL
 
     rows = {}
@@ -165,12 +185,9 @@ def _section_accuracy(ctx: _Context) -> str:
 
 
 def _section_heads(ctx: _Context) -> str:
-    import headcoop as hc
-
     model, task = ctx.model, ctx.task
     names = head_names(model)
-    patched = hc.patch(model, clean=ctx.clean, corrupt=ctx.corrupt)
-    attr = hc.dla(model, ctx.clean)
+    patched, attr = ctx.patch(), ctx.dla()
     diff = attr.logit_diff()[:, [attr.components.index(n) for n in names]]  # [batch, head]
     table = pd.DataFrame(
         {
@@ -216,7 +233,6 @@ def _section_heads(ctx: _Context) -> str:
 
 def _section_attention(ctx: _Context) -> str:
     """One circuitsvis view per (layer, example), every render call in one script after the bundle."""
-    import headcoop as hc
     from headcoop.plot import _BUNDLE
 
     bundle = _BUNDLE.read_text(encoding="utf-8").replace("</script>", "")
@@ -243,27 +259,23 @@ def _section_attention(ctx: _Context) -> str:
 
 
 def _section_patching(ctx: _Context) -> str:
-    import headcoop as hc
-
     model = ctx.model
-    heads = hc.patch(model, clean=ctx.clean, corrupt=ctx.corrupt)
-    each = hc.patch(model, clean=ctx.clean, corrupt=ctx.corrupt, positions="each")
-    height = max(360, 140 + 28 * model.cfg.n_heads) * model.cfg.n_layers
+    heads, each = ctx.patch(), ctx.patch("each")
+    n_layers = model.cfg.n_layers
+    height = max(360, 140 + 28 * model.cfg.n_heads) * n_layers
     return (
         _note(
             f"Denoising: run the corrupt inputs (<code>task.corrupt</code>) and patch in one head's clean "
             f"output <code>z</code>. Values are the share of the clean&minus;corrupt gap restored (clean "
             f"mean logit diff {heads.clean_value:.3f}, corrupt {heads.corrupt_value:.3f})."
         )
-        + ctx.figure(heads.plot(normalized=True, title="head patching: all positions"), height=300 + 40 * model.cfg.n_layers)
+        + ctx.figure(heads.plot(normalized=True, title="head patching: all positions"), height=300 + 40 * n_layers)
         + ctx.figure(each.plot(normalized=True, title="head patching: one position at a time"), height=height)
     )
 
 
 def _section_dla(ctx: _Context) -> str:
-    import headcoop as hc
-
-    attr = hc.dla(ctx.model, ctx.clean)
+    attr = ctx.dla()
     return _note(
         "Direct logit attribution at the answer position: each component's contribution to logit(answer) "
         f"&minus; logit(alternative), mean over {len(ctx.clean)} inputs, error bars one std. The components "
@@ -272,8 +284,6 @@ def _section_dla(ctx: _Context) -> str:
 
 
 def _section_circuits(ctx: _Context) -> str:
-    import headcoop as hc
-
     model = ctx.model
     parts = [
         _note(
@@ -395,8 +405,6 @@ def _resolve(model_or_name) -> tuple[HookedTransformer, str]:
     if isinstance(model_or_name, HookedTransformer):
         return model_or_name, model_or_name.cfg.model_name
     if isinstance(model_or_name, (str, os.PathLike)):
-        import headcoop as hc
-
         return hc.load(model_or_name), str(model_or_name)
     raise TypeError(
         f"report needs a HookedTransformer, a shipped name or a checkpoint path, got {type(model_or_name).__name__}"
@@ -434,8 +442,6 @@ def report(
     bar.close()
     elapsed = time.perf_counter() - start
 
-    import headcoop
-
     nav = " ".join(f"<a href='#hc-sec-{anchor}'>{_esc(title)}</a>" for anchor, title, _ in sections)
     title = f"headcoop report: {source} ({model.cfg.model_name})"
     page = "\n".join([
@@ -444,7 +450,7 @@ def report(
         f'<script type="text/javascript">{plotly.offline.get_plotlyjs()}</script>',
         "</head><body>",
         f"<h1>{_esc(title)}</h1>",
-        _note(f"headcoop {headcoop.__version__}; built in {elapsed:.1f} s. Works offline: every script is inlined."),
+        _note(f"headcoop {hc.__version__}; built in {elapsed:.1f} s. Works offline: every script is inlined."),
         f"<nav>{nav}</nav>", *bodies, "</body></html>",
     ])  # fmt: skip
     out = Path(out)

@@ -205,7 +205,8 @@ def _dump_dom(chromium: str, path, profile) -> str:
 def _segments(dom: str) -> dict[str, str]:
     """The DOM from each figure / view / section marker to the next one, by marker id."""
     marks = [(m.start(), m.group(1)) for m in re.finditer(r'id="(hc-[\w-]+|circuits-vis-\w+)"', dom)]
-    return {name: dom[start : (marks[i + 1][0] if i + 1 < len(marks) else len(dom))] for i, (start, name) in enumerate(marks)}
+    ends = [start for start, _ in marks[1:]] + [len(dom)]
+    return {name: dom[start:end] for (start, name), end in zip(marks, ends)}
 
 
 def test_page_draws_in_headless_chromium(pages, tmp_path):
