@@ -364,6 +364,7 @@ def _section_skip_pair_prefs(ctx: _Context) -> str:
     fig = heatmap(
         scores.to_numpy(), [c.removeprefix("score ") for c in scores.columns], list(prefs.index),
         "QK score from the read-off token 0 to each signal token", xlabel="signal token (key)", ylabel="head",
+        zmid=None, colorscale="Viridis",
     )  # fmt: skip
     orderings = {name: tuple(int(t) for t in o.split(" > ")) for name, o in prefs["ordering"].items()}
     pairs = list(itertools.combinations(orderings, 2))[:6]

@@ -213,7 +213,7 @@ def test_page_draws_in_headless_chromium(pages, tmp_path):
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
         pytest.skip("headless Chromium is not installed (Debian: apt-get install chromium; .ci/run does this)")
-    for name in ("count01", "two_layer"):
+    for name in ("count01", "skip_pair", "two_layer"):
         model, path, html = pages[name]
         dom = _dump_dom(chromium, path, tmp_path / f"profile-{name}")
         segments = _segments(dom)
