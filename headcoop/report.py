@@ -191,7 +191,7 @@ def _section_heads(ctx: _Context) -> str:
     diff = attr.logit_diff()[:, [attr.components.index(n) for n in names]]  # [batch, head]
     table = pd.DataFrame(
         {
-            "patch effect": patched.normalized().reshape(-1).numpy(),
+            "patch effect": _share(patched).reshape(-1).numpy(),
             "DLA logit diff": diff.mean(0).cpu().numpy(),
             "DLA std": diff.std(0, unbiased=False).cpu().numpy(),
         },
@@ -231,6 +231,13 @@ def _section_heads(ctx: _Context) -> str:
     return "".join(_note(n) for n in notes) + _table(table)
 
 
+def _share(result) -> Tensor:
+    """PatchResult.normalized(), or NaN everywhere when clean and corrupt runs score the same (no gap)."""
+    if result.clean_value == result.corrupt_value:
+        return torch.full_like(result.values, float("nan"))
+    return result.normalized()
+
+
 def _section_attention(ctx: _Context) -> str:
     """One circuitsvis view per (layer, example), every render call in one script after the bundle."""
     from headcoop.plot import _BUNDLE
@@ -263,14 +270,15 @@ def _section_patching(ctx: _Context) -> str:
     heads, each = ctx.patch(), ctx.patch("each")
     n_layers = model.cfg.n_layers
     height = max(360, 140 + 28 * model.cfg.n_heads) * n_layers
+    gap = heads.clean_value != heads.corrupt_value  # else show the raw metric: there is no gap to share
     return (
         _note(
             f"Denoising: run the corrupt inputs (<code>task.corrupt</code>) and patch in one head's clean "
             f"output <code>z</code>. Values are the share of the clean&minus;corrupt gap restored (clean "
             f"mean logit diff {heads.clean_value:.3f}, corrupt {heads.corrupt_value:.3f})."
         )
-        + ctx.figure(heads.plot(normalized=True, title="head patching: all positions"), height=300 + 40 * n_layers)
-        + ctx.figure(each.plot(normalized=True, title="head patching: one position at a time"), height=height)
+        + ctx.figure(heads.plot(normalized=gap, title="head patching: all positions"), height=300 + 40 * n_layers)
+        + ctx.figure(each.plot(normalized=gap, title="head patching: one position at a time"), height=height)
     )
 
 

@@ -247,3 +247,16 @@ def test_ordering_relations():
     for a in perms:  # the page uses compare_orderings when it exists: both definitions must agree
         for b in perms:
             assert report_module.local_relation(a, b) == compare_orderings(a, b), (a, b)
+
+
+def test_model_whose_heads_write_nothing(tmp_path):
+    """Clean and corrupt runs score the same (W_O = 0): the page still renders, patch effects are blank."""
+    model = hc.Count01().model(seed=0, n_heads=2, d_model=4, d_head=2)
+    with torch.no_grad():
+        model.blocks[0].attn.W_O.zero_()
+    path = hc.report(model, out=tmp_path / "flat.html", examples=1, progress=False)
+    assert "hc-sec-patching" in path.read_text(encoding="utf-8")
+    clean, corrupt = model.task.patching_inputs()
+    ctx = report_module._Context(model=model, task=model.task, source="m", examples=1, clean=clean, corrupt=corrupt)
+    report_module._section_heads(ctx)
+    assert ctx.head_table["patch effect"].isna().all()
