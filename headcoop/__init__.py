@@ -27,9 +27,9 @@ _LAZY = {
     "set_attention": "headcoop.analysis.intervene",
     "attention": "headcoop.plot",
     "train_many": "headcoop.fast_train",
-    "sweep": "headcoop.sweep",
+    "sweep": "headcoop.sweeps",
     "head_metrics": "headcoop.analysis.count01_metrics",
-    "report": "headcoop.report",
+    "report": "headcoop.reporting",
 }
 
 

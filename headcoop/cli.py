@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
 import warnings
 
 EPILOG = """\
 examples:
+  headcoop report count01 --out report.html  one offline page on what every head of the shipped model does
   headcoop eval count01                      accuracy of the shipped Count01 model
   headcoop train count01 --heads 16 --d-model 32 --d-head 2 --steps 3000 --out runs/c01
   headcoop eval runs/c01                     accuracy of a model you trained
   headcoop train skip-pair --heads 2 --d-head 1 --out runs/sp1
+  headcoop sweep count01 --heads 1 2 4 --d-model 8 --d-head 2 --seeds 0 1 --steps 2000 --out runs/grid
 
 shipped models: count01, skip-pair, skip-pair-dhead1
 """
@@ -58,6 +59,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from headcoop import reporting, sweeps
     from headcoop.tasks import TASKS
 
     parser = argparse.ArgumentParser(
@@ -96,9 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--json", action="store_true", help="print the metrics as JSON")
     evaluate.set_defaults(func=cmd_eval)
 
-    # importlib, because `headcoop.sweep` the attribute is the function hc.sweep, not its module
-    importlib.import_module("headcoop.sweep").add_parser(sub)
-    importlib.import_module("headcoop.report").add_parser(sub)
+    sweeps.add_parser(sub)
+    reporting.add_parser(sub)
     return parser
 
 

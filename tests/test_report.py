@@ -20,7 +20,7 @@ import headcoop as hc
 from headcoop.analysis.common import head_names
 from headcoop.plot import _BUNDLE
 
-report_module = importlib.import_module("headcoop.report")
+report_module = importlib.import_module("headcoop.reporting")
 sys.modules["headcoop"].report = report_module.report  # the import above set hc.report to the module
 
 EXAMPLES = 2

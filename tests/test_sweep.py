@@ -7,9 +7,9 @@ import pytest
 import torch
 
 import headcoop as hc
-import headcoop.sweep as sweep_module
+import headcoop.sweeps as sweep_module
 from headcoop.checkpoints import META, WEIGHTS
-from headcoop.sweep import add_parser, expand_grid, run_name, sweep
+from headcoop.sweeps import add_parser, expand_grid, run_name, sweep
 
 FAST = dict(steps=3, batch_size=16, warmup=1, progress=False)
 GRID = {"n_heads": [1, 2], "d_model": [4], "d_head": [2]}

@@ -479,8 +479,6 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register `headcoop report NAME_OR_PATH --out report.html --examples 3`."""
-    # `import headcoop.report` sets the package attribute `report` to this module; put the function back.
-    sys.modules["headcoop"].report = report
     p = subparsers.add_parser(
         "report",
         help="write one self-contained HTML page on what every head of a model does",
