@@ -1,0 +1,382 @@
+"""Write docs/results/skip_pair.md from the tables run_all.py produced (every number comes from them)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+
+import headcoop as hc
+from analyse import SPLIT_THRESHOLD
+from headcoop.analysis.skip_pair_metrics import ORDERING_KINDS
+from headcoop.tasks.skip_pair import NOISE, PAIRS
+
+PAIR_KEYS = [f"{a}{b}" for a, b in PAIRS]
+
+
+def md_table(df: pd.DataFrame, floatfmt: str = "{:.4f}") -> str:
+    """A GitHub markdown table of `df` (index dropped)."""
+
+    def cell(v) -> str:
+        if isinstance(v, float):
+            return floatfmt.format(v) if math.isfinite(v) else "nan"
+        return str(v)
+
+    lines = ["| " + " | ".join(map(str, df.columns)) + " |", "|" + "---|" * len(df.columns)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join(lines)
+
+
+def frac(n: int, d: int) -> str:
+    return f"{n}/{d}"
+
+
+def shape(runs: pd.DataFrame, h: int, d: int) -> pd.DataFrame:
+    return runs[(runs.n_heads == h) & (runs.d_head == d)]
+
+
+def pair_table(runs: pd.DataFrame, h: int, d: int) -> pd.DataFrame:
+    """Per pair type: mean exact accuracy over seeds, and seeds right on every context of that type."""
+    rows = shape(runs, h, d)
+    task = hc.SkipPair()
+    out = []
+    for (a, b), key in zip(PAIRS, PAIR_KEYS):
+        out.append({
+            "pair": f"{{{a},{b}}}", "completion": task.mapping[(a, b)],
+            "mean accuracy": rows[f"acc_{key}"].mean(), "min accuracy": rows[f"acc_{key}"].min(),
+            "seeds right on every context": frac(int(rows[f"all_{key}"].sum()), len(rows)),
+        })  # fmt: skip
+    return pd.DataFrame(out)
+
+
+def noise_line(rows: pd.DataFrame) -> str:
+    q = rows.noise_loss.quantile([0.0, 0.5, 1.0]).values
+    opt = rows.noise_loss_optimum.iloc[0]
+    return (
+        f"noise-case loss: median {q[1]:.4f}, range {q[0]:.4f} to {q[2]:.4f}, against the uniform optimum "
+        f"ln 7 = {opt:.4f} (median excess {q[1] - opt:.4f} nats)"
+    )
+
+
+def relation_counts(rows: pd.DataFrame) -> dict[str, int]:
+    return {k: int((rows.relation == k).sum()) for k in ORDERING_KINDS}
+
+
+def relation_text(rows: pd.DataFrame) -> str:
+    c = relation_counts(rows)
+    return ", ".join(f"{k} {c[k]}" for k in ORDERING_KINDS) + f" (of {len(rows)} seeds)"
+
+
+def ordering_table(rows: pd.DataFrame) -> pd.DataFrame:
+    cols = ["seed", "order_h0", "order_h1", "relation", "kendall_tau", "split_heads", "signal_acc", "signal_all",
+            "noise_loss", "constructive_centered", "constructive_raw", "specific_rows"]  # fmt: skip
+    df = rows[cols].copy()
+    df["signal_all"] = df.signal_all.map(lambda v: "yes" if v == 1.0 else "no")
+    df["specific_rows"] = df.specific_rows.astype(int).astype(str) + "/8"
+    return df.rename(columns={"order_h0": "H0 ordering", "order_h1": "H1 ordering", "kendall_tau": "tau",
+                              "split_heads": "heads splitting", "signal_all": "100%",
+                              "constructive_centered": "constructive (centered)", "constructive_raw":
+                              "constructive (raw)", "specific_rows": "OV matches ordering"})  # fmt: skip
+
+
+def capacity_table(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    g = runs.groupby(["n_heads", "d_head"])
+    solved = g.signal_all.mean().unstack()
+    n = g.seed.count().unstack()
+    acc = g.signal_acc.mean().unstack()
+    a = pd.DataFrame({"n_heads": solved.index})
+    b = pd.DataFrame({"n_heads": acc.index})
+    for d in solved.columns:
+        a[f"d_head {d}"] = [f"{int(round(s * k))}/{int(k)}" for s, k in zip(solved[d], n[d])]
+        b[f"d_head {d}"] = acc[d].values
+    return a, b
+
+
+def split_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per (n_heads, d_head): how often and how much heads split attention between two signal tokens."""
+    out = []
+    for (h, d), rows in runs.groupby(["n_heads", "d_head"]):
+        solved = rows[rows.signal_all == 1.0]
+        out.append({
+            "n_heads": h, "d_head": d,
+            "models with a splitting head": frac(int((rows.split_heads > 0).sum()), len(rows)),
+            "among 100% models": frac(int((solved.split_heads > 0).sum()), len(solved)),
+            "split pairs per head (of 6)": rows.split_pairs.mean(),
+            "pairs split by every head": rows.split_shared.mean() if h > 1 else float("nan"),
+            "median max split": rows.split_max.median(),
+        })  # fmt: skip
+    return pd.DataFrame(out)
+
+
+def _share(n: int, d: int) -> str:
+    """Words for n of d seeds."""
+    return "all" if n == d else "none" if n == 0 else "most" if n > d / 2 else "some"
+
+
+def claim_verdicts(main5: pd.DataFrame, main1: pd.DataFrame, two_large: pd.DataFrame, iff_verdict: str,
+                   iff_holds: bool) -> list[str]:  # fmt: skip
+    """One verdict per row of the claims table, in its order, from counts over seeds."""
+    n5, n1 = len(main5), len(main1)
+    solved5, solved1 = int(main5.signal_all.sum()), int(main1.signal_all.sum())
+    strict5 = int((main5.split_heads == 0).sum())
+    rev5, rev1 = int((main5.relation == "reversed").sum()), int((main1.relation == "reversed").sum())
+    split_large = int((two_large.split_heads > 0).sum())
+    spec5 = main5.specific_rows.sum() / main5.specific_total.sum()
+    spec1 = main1.specific_rows.sum() / main1.specific_total.sum()
+    only5 = main5.constructive_centered.median()
+    up5 = main5.correct_up_both.median()
+    return [
+        f"confirmed ({_share(solved5, n5)} seeds)" if solved5 == n5 else f"partly ({_share(solved5, n5)} seeds)",
+        ("confirmed" if solved1 == n1 else f"confirmed as possible ({_share(solved1, n1)} seeds), not reliable")
+        if solved1 else "not reproduced",
+        "confirmed" if strict5 > n5 / 2 else
+        f"not in the strict sense: orderings exist, but in {_share(n5 - strict5, n5)} d_head 5 models a head gives "
+        "the less-preferred token of some pair > 10% of the pair's attention",
+        (f"confirmed for d_head 5 ({_share(rev5, n5)} seeds)" if rev5 > n5 / 2 else "not confirmed for d_head 5")
+        + ("; also for d_head 1" if rev1 > n1 / 2 else f"; {_share(rev1, n1)} d_head 1 seeds"),
+        "not confirmed under this measure: splits occur at every d_head" if split_large else "confirmed",
+        (f"confirmed for d_head 5 ({spec5:.0%} of rows)" if spec5 > 0.5 else f"weak at d_head 5 ({spec5:.0%} of rows)")
+        + (f"; also d_head 1 ({spec1:.0%})" if spec1 > 0.5 else f"; not at d_head 1 ({spec1:.0%})"),
+        "confirmed" if only5 == 10 else
+        f"partly: the correct completion is the only one both heads push up in a median {only5:g} of 10 pair types",
+        "confirmed" if iff_holds else f"not as stated: {iff_verdict}",
+        f"confirmed at d_head 5 (median {up5:g}/10 pair types)" if up5 > 5 else "not confirmed",
+    ]
+
+
+def write(out: Path, runs: pd.DataFrame, long_runs: pd.DataFrame, shipped: pd.DataFrame, typical: pd.DataFrame, timing: dict, setup: dict) -> Path:
+    task = hc.SkipPair()
+    t = lambda h, d: shape(runs, h, d)  # noqa: E731
+    main5, main1 = t(2, 5), t(2, 1)
+    grid_seeds = setup["grid_seeds"]
+    cap_solved, cap_acc = capacity_table(runs)
+    one = runs[runs.n_heads == 1].groupby("d_head").signal_all.agg(["sum", "count"])
+    one_text = ", ".join(f"d_head {d}: {int(r['sum'])}/{int(r['count'])}" for d, r in one.iterrows())
+    one_small = one[one.index < 4]["sum"].sum() if len(one) else 0
+    one_large = one[one.index >= 4]
+    one_small += int(long_runs.signal_all.sum())
+    only_if_fails = one_small > 0  # a head with d_head < 4 solved the task
+    if_fails = len(one_large) == 0 or bool((one_large["sum"] == 0).any())  # some d_head >= 4 never solved it
+    iff_holds = not only_if_fails and not if_fails
+    iff_verdict = "consistent with the claim" if iff_holds else "; ".join(
+        part for part, bad in (("the 'only if' half fails (a head with d_head < 4 solved it)", only_if_fails),
+                               ("the 'if' half fails (some d_head >= 4 never solved it)", if_fails)) if bad
+    )  # fmt: skip
+    large_text = f"{int(one_large['sum'].sum())}/{int(one_large['count'].sum())}"
+    long_one = long_runs.groupby("d_head").signal_all.agg(["sum", "count"])
+    long_text = ", ".join(f"d_head {d}: {int(r['sum'])}/{int(r['count'])}" for d, r in long_one.iterrows())
+    long_steps = timing.get("long_steps")
+    splits = split_table(runs)
+    two_all = runs[runs.n_heads == 2]
+    two_small, two_large = two_all[two_all.d_head < 3], two_all[two_all.d_head >= 3]
+
+    def split_text(rows: pd.DataFrame) -> str:
+        return (f"{frac(int((rows.split_heads > 0).sum()), len(rows))} models with a splitting head, "
+                f"{rows.split_pairs.mean():.2f} split pairs per head, {rows.split_shared.mean():.2f} pairs split by "
+                "both heads")  # fmt: skip
+
+    mapping_md = "| pair | " + " | ".join(f"{{{a},{b}}}" for a, b in task.mapping) + " |\n|" + "---|" * 11 + "\n"
+    mapping_md += "| completion | " + " | ".join(str(c) for c in task.mapping.values()) + " |"
+
+    def cons(rows: pd.DataFrame, col: str) -> str:
+        v = rows[col]
+        return f"median {v.median():g}/10, range {v.min():g}..{v.max():g}"
+
+    def spec(rows: pd.DataFrame) -> str:
+        return f"{int(rows.specific_rows.sum())}/{int(rows.specific_total.sum())}"
+
+    sp = shipped.set_index("name")
+    typ = typical.set_index("name")
+
+    lines = []
+    w = lines.append
+    w("# SkipPair: the OV-coherent toy model of attention-head superposition, reproduced\n")
+    w("Source: \"An OV-Coherent Toy Model of Attention Head Superposition\" (no code was published). Everything below is regenerated by `python experiments/skip_pair/run_all.py`; every number "
+      "comes from the tables it writes into `docs/results/skip_pair/` (`runs.csv`: one row per trained model; "
+      "`shipped.csv`: the shipped checkpoints; `typical_seeds.csv`; `timing.json`). The notebook "
+      "`experiments/skip_pair/skip_pair.ipynb` shows the shipped models, the orderings, the conditional "
+      "logit-contribution figure and the capacity map.\n")
+
+    w("## The task as we read it\n")
+    w(f"- **Vocabulary**: {task.d_vocab} tokens `0..11`: `0` is the read-off token, `1..4` signal, `5..11` noise. "
+      "The post says d_model = 11 with integers \"in [0, 11]\"; that range holds 12 integers, and with one-hot "
+      f"embeddings d_model = d_vocab, so our models have d_model = {task.d_vocab}.")
+    w(f"- **Context length**: {task.seq_len} tokens including the read-off token (the post does not give it): "
+      f"{task.seq_len - 1} context positions, then `0`.")
+    w(f"- **Signal example** (fraction {task.signal_fraction} of training batches): {task.seq_len - 1 - 2} noise "
+      "tokens uniform over 5..11, two positions (uniform among the context positions) holding signal tokens drawn "
+      "independently and uniformly from 1..4 (so repeats such as {3,3} occur), then `0`; the target is "
+      "mapping[{a, b}].")
+    w(f"- **Noise example**: all {task.seq_len} tokens uniform over 5..11 (no read-off token), target uniform over "
+      f"5..11, so the best possible loss is ln {len(NOISE)}.")
+    w("- **Mapping** (an injection from the 10 unordered pairs; it contains the post's examples {1,4} -> 3 and "
+      "{3,3} -> 7, the rest is our arbitrary choice):\n")
+    w(mapping_md + "\n")
+    w("- **Model**: one attention-only layer, no LayerNorm, one-hot embedding and unembedding (identity, frozen), "
+      "unembedding bias frozen at 0, positional embedding frozen at 0 (attention sees token identity only), "
+      "attention scores divided by sqrt(d_head) (TransformerLens default), all biases b_Q, b_K, b_V, b_O trained.")
+    r = timing["recipe"]
+    w(f"- **Training** (`hc.train_many`, the shipped models' recipe): AdamW (betas 0.9, 0.98), {r['steps']} steps, "
+      f"batch {r['batch_size']}, peak lr {r['lr']}, {r['warmup']} warm-up steps then cosine decay to lr/10, "
+      f"weight decay {r['weight_decay']}; cross-entropy at the last position only; fresh samples every step. "
+      "Seed k initialises model k and drives its data.")
+    w("- **Evaluation is exact, not sampled**: with no positional embedding the read-off position sees its "
+      "context as a multiset, so we enumerate every distinct input (10 pairs x 1,716 noise multisets for signal; "
+      "7 query tokens x 5,005 multisets for noise) with its probability (`headcoop.analysis.skip_pair_metrics.exact_evaluate`). "
+      "*Accuracy of a pair type* = probability that the argmax at `0` is the pair's completion; "
+      "*100%* = right on every signal input; *signal accuracy* = mean over the 10 pair types (as "
+      "`hc.evaluate`); *noise loss* = expected cross-entropy on noise examples.\n")
+
+    w("## Claims of the post beside the measurements\n")
+    n5, n1 = len(main5), len(main1)
+    claims = [
+        ("A 2-head, d_head 5 model solves the task with perfect accuracy",
+         f"{frac(int(main5.signal_all.sum()), n5)} seeds right on every signal input; mean signal accuracy "
+         f"{main5.signal_acc.mean():.4f}; {noise_line(main5)}"),
+        ("Two heads with d_head = 1 still reach 100% on signal",
+         f"{frac(int(main1.signal_all.sum()), n1)} seeds right on every signal input; mean signal accuracy "
+         f"{main1.signal_acc.mean():.4f}; {noise_line(main1)}"),
+        ("Both heads learn a strict preference ordering over the signal tokens (QK from `0`)",
+         f"d_head 5: {frac(int((main5.split_heads == 0).sum()), n5)} seeds have both heads strict (every pair of "
+         f"signal tokens gets at most {SPLIT_THRESHOLD:.0%} / at least {1 - SPLIT_THRESHOLD:.0%} of the pair's "
+         f"attention); d_head 1: {frac(int((main1.split_heads == 0).sum()), n1)}"),
+        ("The two heads' orderings are generally reversed",
+         f"d_head 5: {relation_text(main5)}; d_head 1: {relation_text(main1)}"),
+        ("Split attention is seen only for d_head < 3",
+         f"2-head models, d_head < 3: {split_text(two_small)}; d_head >= 3: {split_text(two_large)} "
+         f"(split = the less-attended of two signal tokens gets > {SPLIT_THRESHOLD:.0%} of the two's attention)"),
+        ("Conditional OV: attending to its k-th favourite token, a head writes to the 5-k completions consistent "
+         "with its ordering",
+         f"(head, attended token) rows whose top OV completions are exactly the consistent set: d_head 5 "
+         f"{spec(main5)}, d_head 1 {spec(main1)}"),
+        ("The heads interfere constructively only on the correct completion",
+         f"pair types whose completion is the only one pushed up by both heads, per seed: d_head 5 "
+         f"{cons(main5, 'constructive_centered')} (centered), {cons(main5, 'constructive_raw')} (raw > 0); "
+         f"d_head 1 {cons(main1, 'constructive_centered')} (centered)"),
+        ("One head suffices iff d_head >= 4",
+         f"1-head seeds right on every signal input: {one_text} ({timing['recipe']['steps']} steps); trained "
+         f"{long_steps} steps: {long_text} (section 4)"),
+        ("(weaker reading of the same claim) Both heads push the correct completion up",
+         f"pair types whose completion is pushed up (centered) by both heads, per seed: d_head 5 "
+         f"{cons(main5, 'correct_up_both')}; pair types that only the sum of the heads gets right (neither head's "
+         f"own top completion is right): d_head 5 {cons(main5, 'needs_both')}, d_head 1 {cons(main1, 'needs_both')}"),
+    ]
+    verdicts = claim_verdicts(main5, main1, two_large, iff_verdict, iff_holds)
+    claims = [(c, v, m) for (c, m), v in zip(claims, verdicts)]
+    w("Verdicts are computed from the same tables by the rules in `experiments/skip_pair/report.py` "
+      "(`claim_verdicts`); *most* means more than half of the seeds.\n")
+    w(md_table(pd.DataFrame(claims, columns=["claim of the post", "verdict", "measured here"])) + "\n")
+
+    w("## 1. Accuracy per signal pair type\n")
+    for name, rows in (("2 heads, d_head 5", main5), ("2 heads, d_head 1", main1)):
+        w(f"**{name}**, {len(rows)} seeds (seeds {rows.seed.min()}..{rows.seed.max()}); {noise_line(rows)}.\n")
+        w(md_table(pair_table(runs, 2, 5 if "5" in name else 1)) + "\n")
+
+    w("## 2. Preference orderings\n")
+    w("A head's *preference ordering* lists the signal tokens 1..4 by its pre-softmax QK score from the read-off "
+      "token `0` (`hc.qk(model, head).scores[0, 1:5]`), most preferred first. Two heads' orderings are "
+      "*equal* (same permutation), *reversed* (one is the exact reverse of the other, Kendall tau = -1; this is "
+      "the only relation under which, for every pair of distinct signal tokens, each head attends to a different "
+      "one), *partly reversed* (neither, Kendall tau < 0), or *partly equal* (neither, tau >= 0). A head is "
+      f"*splitting* a pair {{a, b}} of distinct signal tokens when min(p_a, p_b)/(p_a + p_b) > {SPLIT_THRESHOLD} "
+      "at the read-off (section 5); a head with no split pair has a strict ordering in the sense that, of any two "
+      f"signal tokens present, the preferred one takes at least {1 - SPLIT_THRESHOLD:.0%} of the two's "
+      "attention.\n")
+    w(f"- 2 heads, d_head 5: {relation_text(main5)}.")
+    w(f"- 2 heads, d_head 1: {relation_text(main1)}.")
+    by_d = two_all.groupby("d_head")
+    w("- All 2-head models of the capacity grid and the extra seeds, by d_head:\n")
+    rel = pd.DataFrame([{"d_head": d, **relation_counts(g), "seeds": len(g),
+                         "top choices differ": int(g.top_differ.sum())} for d, g in by_d])  # fmt: skip
+    w(md_table(rel) + "\n")
+    w("![orderings by d_head](skip_pair/orderings_by_d_head.png)\n")
+    for name, rows in (("2 heads, d_head 5", main5), ("2 heads, d_head 1", main1)):
+        w(f"<details><summary>Per seed, {name}</summary>\n")
+        w(md_table(ordering_table(rows)) + "\n\n</details>\n")
+
+    w("## 3. Conditional logit contributions and constructive interference\n")
+    w("*Conditional contribution*: the direct effect on the logits of a head attending fully to signal token t, "
+      "`hc.ov(model, head).effects[t]`, read at the 10 completions (columns ordered by pair). Rows are sorted by "
+      "the head's preference; ■ marks the completions *consistent* with the ordering: pairs {t, x} where x is t "
+      "or ranked below t (a higher-ranked x would have drawn the head's attention). For the k-th favourite "
+      "token there are 5 - k of them. *OV matches ordering* counts the (head, token) rows whose 5 - k largest "
+      "effects are exactly the consistent completions.\n")
+    w("*Pushed up*: for a pair type P, a head's contribution to each completion is its direct logit attribution "
+      "(`hc.dla`, the head's `z @ W_O @ W_U` at the read-off) averaged exactly over all contexts of type P. The "
+      "head *pushes up* a completion when that mean exceeds the head's mean over the 10 completions (*centered*; "
+      "softmax ignores a shift common to all logits), or, in the *raw* variant, when it exceeds 0. "
+      "*Constructive* pair types: those whose own completion is the only completion pushed up by both heads.\n")
+    for name in sp.index:
+        row = sp.loc[name]
+        w(f"**{name}** (H0 {row.order_h0}, H1 {row.order_h1}: {row.relation}; OV matches ordering in "
+          f"{int(row.specific_rows)}/{int(row.specific_total)} rows; constructive pair types "
+          f"{int(row.constructive_centered)}/10 centered, {int(row.constructive_raw)}/10 raw; correct completion "
+          f"pushed up by both heads in {int(row.correct_up_both)}/10):\n")
+        w(f"![conditional contributions {name}](skip_pair/conditional_contributions_{name}.png)\n")
+        w(f"![pair contributions {name}](skip_pair/pair_contributions_{name}.png)\n")
+    w("Across seeds (2 heads): constructive pair types (centered) per seed "
+      f"d_head 5 {cons(main5, 'constructive_centered')}, d_head 1 {cons(main1, 'constructive_centered')}; raw: "
+      f"d_head 5 {cons(main5, 'constructive_raw')}, d_head 1 {cons(main1, 'constructive_raw')}. "
+      f"Correct completion pushed up (centered) by both heads: d_head 5 {cons(main5, 'correct_up_both')}, "
+      f"d_head 1 {cons(main1, 'correct_up_both')}. OV matches ordering: d_head 5 {spec(main5)} rows, "
+      f"d_head 1 {spec(main1)} rows.\n")
+
+    w("## 4. Capacity map\n")
+    w(f"n_heads 1..4 x d_head 1..6, seeds {grid_seeds[0]}..{grid_seeds[-1]} per cell (the 2-head d_head 1 and 5 "
+      "cells also hold the extra seeds). Fraction of seeds right on every signal input:\n")
+    w(md_table(cap_solved) + "\n")
+    w("Mean signal accuracy (mean over pair types, exact):\n")
+    w(md_table(cap_acc) + "\n")
+    w("![capacity map](skip_pair/capacity_map.png)\n")
+    w(f"One head, {timing['recipe']['steps']} steps: {one_text}. One head, d_head {long_runs.d_head.min()}..{long_runs.d_head.max()}, trained {long_steps} steps "
+      f"(same recipe otherwise, seeds {long_runs.seed.min()}..{long_runs.seed.max()}): {long_text}; mean signal "
+      f"accuracy " + ", ".join(f"d_head {d} {g.signal_acc.mean():.3f}" for d, g in long_runs.groupby("d_head"))
+      + f". Verdict: {iff_verdict}. One head with d_head >= 4 was right on every signal input in {large_text} seeds."
+      + "\n")
+
+    w("## 5. Split attention\n")
+    w("*Split*: for a head and two distinct signal tokens a, b in the context, min(p_a, p_b) / (p_a + p_b) of its "
+      "attention at the read-off: 0 when it attends to one of them only, 0.5 when evenly. With one a and one b "
+      "present, p_a / p_b = exp(s_a - s_b) whatever the noise tokens, so split = sigmoid(-|s_a - s_b|) from the "
+      "QK scores (`skip_pair_metrics.split_attention`, checked against the model's attention pattern in the "
+      f"tests). A head *splits* when some pair's split exceeds {SPLIT_THRESHOLD}; *max split* is the largest "
+      "value over a model's heads and the 6 pairs.\n")
+    w(md_table(splits) + "\n")
+    one_big = runs[(runs.n_heads == 1) & (runs.d_head >= 4)]
+    w(f"- 2-head models: d_head < 3: {split_text(two_small)}; d_head >= 3: {split_text(two_large)}.")
+    if len(one_big):
+        w(f"- 1-head models with d_head >= 4 split {one_big.split_pairs.mean():.2f} of the 6 pairs on average and "
+          f"{frac(int((one_big.signal_all == 1.0).sum()), len(one_big))} of them are right on every signal input"
+          + (": a lone head that solves the task attends to both signal tokens at once rather than following a "
+             "preference hierarchy (consistent with the post's intuition that with d_head >= 4 it can read the "
+             "signal tokens through separate directions)." if one_big.split_pairs.mean() > 5 else "."))
+    w("")
+    w("![split attention](skip_pair/split_attention.png)\n")
+
+    w("## 6. Shipped checkpoints\n")
+    for name in typ.index:
+        row, s = typ.loc[name], sp.loc[name]
+        same = int(s.seed) == int(row.typical_seed) and int(s.train_seed) == int(row.typical_seed)
+        w(f"- `hc.load(\"{name}\")` (2 heads, d_head {int(row.d_head)}): typical seed {int(row.typical_seed)}: "
+          f"{row.why}. The checkpoint is trained by `experiments/train_shipped.py` (`hc.train`, same recipe) "
+          f"with model seed {int(s.seed)} and data seed {s.train_seed}"
+          + (" (the typical seed)." if same else " -- NOT the typical seed; update RECIPES and regenerate.")
+          + f" Measured from its weights: H0 {s.order_h0}, H1 {s.order_h1} ({s.relation}); signal accuracy "
+          f"{s.signal_acc:.4f}, 100%: {'yes' if s.signal_all == 1.0 else 'no'}; noise loss {s.noise_loss:.4f}.")
+    w("")
+    cols = ["name", "seed", "order_h0", "scores_h0", "order_h1", "scores_h1", "relation", "signal_acc", "signal_all",
+            "noise_loss", "constructive_centered", "specific_rows"]  # fmt: skip
+    w(md_table(shipped[cols]) + "\n")
+    w("QK scores are those from `0` to keys 1, 2, 3, 4.\n")
+    w("![QK scores](skip_pair/qk_scores.png)\n")
+
+    w("## Regeneration\n")
+    w(f"`python experiments/skip_pair/run_all.py` trained and measured {timing['n_models']} models in "
+      f"{timing['train_and_measure_s']} s and had written every table and figure after {timing['total_s']} s "
+      f"with {timing['threads']} torch thread(s), on a 2-core machine shared with other jobs at the time, so "
+      "these times are upper bounds for an idle machine. Figures are written as HTML (plotly.js from its CDN) and "
+      "PNG (when kaleido can export).\n")
+    path = out / "skip_pair.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
