@@ -106,7 +106,7 @@ def test_shipped_seeds_are_the_typical_seeds():
         assert (run.order_h0, run.order_h1) == (shipped.loc[name, "order_h0"], shipped.loc[name, "order_h1"])
 
 
-def test_doc_is_generated_from_the_tables():
+def test_doc_is_generated_from_the_tables(tmp_path):
     """Rewriting the page from the saved tables reproduces it (so no number in it is typed by hand)."""
     sys.path.insert(0, str(EXP))
     try:
@@ -116,9 +116,7 @@ def test_doc_is_generated_from_the_tables():
         sys.path.remove(str(EXP))
     timing = json.loads((TABLES / "timing.json").read_text())
     tables = {n: pd.read_csv(TABLES / f"{n}.csv") for n in ("runs", "runs_long", "shipped", "typical_seeds")}
-    out = Path(run_all.ROOT / ".pytest_cache" / "skip_pair_doc")
-    out.mkdir(parents=True, exist_ok=True)
-    written = report.write(out, tables["runs"], tables["runs_long"], tables["shipped"], tables["typical_seeds"],
+    written = report.write(tmp_path, tables["runs"], tables["runs_long"], tables["shipped"], tables["typical_seeds"],
                            dict(timing, total_s=timing["doc_total_s"]), run_all.FULL)  # fmt: skip
     assert written.read_text(encoding="utf-8") == (RESULTS / "skip_pair.md").read_text(encoding="utf-8")
 

@@ -94,14 +94,18 @@ def pair_figure(model, name: str) -> go.Figure:
     fig = make_subplots(1, n_heads, subplot_titles=[f"H{h}" for h in range(n_heads)], horizontal_spacing=0.12)
     zmax = float(np.abs(centered).max())
     for h in range(n_heads):
-        text = [[("★" if both[p, c] else "+" if up[p, h, c] else "") for c in range(len(PAIRS))] for p in range(len(PAIRS))]
+        n = len(PAIRS)
+        text = [[("★" if both[p, c] else "+" if up[p, h, c] else "") for c in range(n)] for p in range(n)]
         fig.add_heatmap(z=centered[:, h], x=labels, y=rows, text=text, texttemplate="%{text}", colorscale="RdBu",
-                        reversescale=True, zmid=0, zmin=-zmax, zmax=zmax, showscale=h == n_heads - 1, row=1, col=h + 1)  # fmt: skip
-        fig.update_yaxes(autorange="reversed", type="category", title_text="pair type in the context", row=1, col=h + 1)
+                        reversescale=True, zmid=0, zmin=-zmax, zmax=zmax, showscale=h == n_heads - 1,
+                        row=1, col=h + 1)  # fmt: skip
+        fig.update_yaxes(autorange="reversed", type="category", title_text="pair type in the context",
+                         row=1, col=h + 1)  # fmt: skip
         fig.update_xaxes(title_text="completion", type="category", row=1, col=h + 1)
     fig.update_layout(
         title=f"{name}: mean direct contribution of each head per pair type<br><sup>hc.dla averaged over all "
-        "contexts of the pair type, centered over the 10 completions; + pushed up by this head, ★ by every head</sup>", template="simple_white", font=dict(size=10),
+        "contexts of the pair type, centered over the 10 completions; + pushed up by this head, ★ by every head</sup>",
+        template="simple_white", font=dict(size=10),
     )  # fmt: skip
     return fig
 
@@ -133,7 +137,8 @@ def split_figure(runs: pd.DataFrame) -> go.Figure:
     for i, (h, part) in enumerate(runs.groupby("n_heads")):
         for col, key in ((1, "split_pairs"), (2, "split_max")):
             fig.add_box(x=part.d_head.astype(str), y=part[key], name=f"{h} head(s)", boxpoints="all", jitter=0.4,
-                        marker_color=colours[i % 4], legendgroup=str(h), showlegend=col == 1, row=1, col=col)  # fmt: skip
+                        marker_color=colours[i % 4], legendgroup=str(h), showlegend=col == 1,
+                        row=1, col=col)  # fmt: skip
     fig.add_hline(y=0.1, line_dash="dot", line_color="black", annotation_text="threshold 0.1", row=1, col=2)
     fig.update_xaxes(title_text="d_head", type="category")
     fig.update_layout(title="Split attention between two distinct signal tokens, against d_head", boxmode="group",

@@ -148,14 +148,16 @@ def main(argv: list[str] | None = None) -> int:
     figures.PNG = not args.no_png
     figures.write_all(tables, table, shipped)
     timing = dict(
-        quick=args.quick, threads=args.threads, n_models=len(runs) + len(long_runs), recipe=recipe, long_steps=long["steps"],
+        quick=args.quick, threads=args.threads, n_models=len(runs) + len(long_runs), recipe=recipe,
+        long_steps=long["steps"],
         train_and_measure_s=round(trained - start, 1), total_s=None,
     )  # fmt: skip
     timing["total_s"] = timing["doc_total_s"] = round(time.time() - start, 1)  # the doc states the time so far
     report.write(out, table, long_table, shipped, typical, timing, setup)
     timing["total_s"] = round(time.time() - start, 1)
     (tables / "timing.json").write_text(json.dumps(timing, indent=1))
-    print(f"{timing['n_models']} models; trained and measured in {timing['train_and_measure_s']} s; total {timing['total_s']} s")
+    print(f"{timing['n_models']} models; trained and measured in {timing['train_and_measure_s']} s; "
+          f"total {timing['total_s']} s")
     print(f"wrote {out / 'skip_pair.md'} and {tables}/")
     return 0
 
