@@ -35,15 +35,19 @@ class Settings:
     primary_seeds: tuple = tuple(range(8))
     n_metrics: int = 2048  # strings per head_metrics call
     n_eval: int = 4096  # strings per accuracy evaluation
-    w01_grid: int = 25  # points of the log grid 1e-3 .. 1e3
+    w01_grid: int = 19  # points of the log grid 1e-3 .. 1e3 (3 per decade)
     early_steps: tuple = (10, 20, 40, 80, 160)  # short runs for the ensemble correlation
     early_seeds: tuple = (0, 1, 2, 3)
-    isolation_seeds: tuple = (0, 1, 2, 3)
-    minimal_seeds: int = 64
-    minimal_steps: int = 1500
-    two_layer_seeds: tuple = (0, 1, 2, 3)
+    isolation_seeds: tuple = (0, 1, 2)
+    minimal_seeds: int = 32
+    minimal_steps: int = 1000
+    minimal_lrs: tuple = (1e-2, 3e-2)
+    two_layer_seeds: tuple = (0, 1)
     two_layer_heads: int = 16
     n_reference: int = 512  # strings whose mean z replaces a head's z in mean ablations
+    n_ablation: int = 2048  # strings scored under each ablation of the shipped model
+    n_ensemble: int = 1024  # strings per head_metrics call of the ensemble correlation
+    n_two_layer_ablation: int = 512  # strings scored under each single-head ablation of the two-layer models
     bootstrap: int = 2000
 
     @staticmethod
@@ -51,7 +55,8 @@ class Settings:
         return Settings(
             out=out, quick=True, steps=30, sweep_seeds=(0,), sweep_d_model=(1, 8), sweep_heads=(1, 4),
             primary_seeds=(0, 1), n_metrics=256, n_eval=256, w01_grid=3, early_steps=(10,), early_seeds=(0,),
-            isolation_seeds=(0,), minimal_seeds=4, minimal_steps=30, two_layer_seeds=(0,), two_layer_heads=2, n_reference=64, bootstrap=100,
+            isolation_seeds=(0,), minimal_seeds=4, minimal_steps=30, minimal_lrs=(1e-2,), two_layer_seeds=(0,),
+            two_layer_heads=2, n_reference=64, n_ablation=256, n_ensemble=256, n_two_layer_ablation=256, bootstrap=100,
         )  # fmt: skip
 
     def recipe(self, steps: int | None = None) -> dict:

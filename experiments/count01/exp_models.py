@@ -125,7 +125,7 @@ def minimal(s: Settings) -> pd.DataFrame:
     seeds = list(range(s.minimal_seeds))
     shape = dict(n_heads=1, d_model=1, d_head=1)
     found = []
-    for lr in (1e-2, 3e-2):
+    for lr in s.minimal_lrs:
         recipe = dict(s.recipe(s.minimal_steps), lr=lr)
         for seed, m in zip(seeds, hc.train_many(task, [shape] * len(seeds), seeds=seeds, **recipe)):
             ev = task.evaluate(m, n=s.n_eval)
@@ -150,12 +150,12 @@ def two_layer(s: Settings) -> pd.DataFrame:
     for seed, model in zip(s.two_layer_seeds, models):
         df = hc.head_metrics(model, n=s.n_metrics, seed=1)
         df.insert(0, "seed", seed)
-        base = task.evaluate(model, n=s.n_eval)
-        df["model_answer_acc"] = base["answer_acc"]
+        df["model_answer_acc"] = task.evaluate(model, n=s.n_eval)["answer_acc"]
+        base = task.evaluate(model, n=s.n_two_layer_ablation, seed=11)["answer_acc"]
         drops = []
         for name in df.name:
             with hc.ablate(model, heads=name, how="mean", reference=reference):
-                drops.append(base["answer_acc"] - task.evaluate(model, n=s.n_eval)["answer_acc"])
+                drops.append(base - task.evaluate(model, n=s.n_two_layer_ablation, seed=11)["answer_acc"])
         df["mean_ablation_acc_drop"] = drops
         frames.append(df)
     heads = write_table(pd.concat(frames, ignore_index=True), s.out, "two_layer_heads")
@@ -173,8 +173,8 @@ def two_layer(s: Settings) -> pd.DataFrame:
     fig = px.scatter(
         heads.assign(layer=heads.layer.astype(str)), x="w01", y="w02", color="s_acc", symbol="layer", log_x=True,
         log_y=True, range_color=(0.5, 1.0), color_continuous_scale="Viridis", hover_data=["seed", "name"],
-        title=f"Two-layer model ({len(models)} seeds x 2 x 16 heads): s_acc over (w01, w02)",
+        title=f"Two-layer model ({len(models)} seeds x 2 x {s.two_layer_heads} heads): s_acc over (w01, w02)",
     )  # fmt: skip
-    fig.update_layout(template="simple_white")
+    fig.update_layout(template="simple_white", legend=dict(orientation="h", y=-0.15))
     save_figure(fig, s.out, "two_layer_sacc_w01_w02")
     return summary

@@ -140,7 +140,7 @@ def ablation(s: Settings) -> pd.DataFrame:
     model = hc.load("count01")
     task = hc.Count01()
     hm = hc.head_metrics(model, n=2 * s.n_metrics, seed=0)
-    batch = task.sample(s.n_eval, seed=3)
+    batch = task.sample(s.n_ablation, seed=3)
     reference = task.sample(s.n_reference, seed=0)
 
     def score() -> dict:
@@ -152,8 +152,7 @@ def ablation(s: Settings) -> pd.DataFrame:
     rows = [dict(intervention="none", head="-", **score())]
     for h in range(model.cfg.n_heads):
         for label, kw in (("zero", dict(how="zero")), ("mean", dict(how="mean", reference=reference)),
-                          ("scale x0.5", dict(how="scale", factor=0.5)), ("scale x2", dict(how="scale", factor=2.0)),
-                          ("scale x4", dict(how="scale", factor=4.0))):  # fmt: skip
+                          ("scale x2", dict(how="scale", factor=2.0))):  # fmt: skip
             with hc.ablate(model, heads=h, **kw):
                 rows.append(dict(intervention=label, head=f"L0H{h}", **score()))
     per_head = write_table(pd.DataFrame(rows), s.out, "ablation_heads")
@@ -186,7 +185,7 @@ def ablation(s: Settings) -> pd.DataFrame:
     cumulative = write_table(pd.DataFrame(cum), s.out, "ablation_cumulative")
 
     fig = go.Figure()
-    for label in ("zero", "mean", "scale x0.5", "scale x2", "scale x4"):
+    for label in ("zero", "mean", "scale x2"):
         part = per_head[per_head.intervention == label]
         fig.add_trace(go.Bar(name=label, x=part["head"], y=part.answer_acc))
     fig.update_layout(template="simple_white", barmode="group", yaxis_range=[0.5, 1.01],

@@ -7,10 +7,12 @@ import numpy as np
 import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
+import torch
 
 import headcoop as hc
 from common import PRIMARY, THRESHOLD, Settings, d_head_for, pearson_ci, save_figure, write_table
 from headcoop.plot import heatmap
+from headcoop.tasks.count01 import FIVE, FOUR
 
 
 def sweep(s: Settings) -> tuple[list, pd.DataFrame]:
@@ -93,8 +95,10 @@ def primary(s: Settings) -> tuple[list, pd.DataFrame]:
     )  # fmt: skip
     fig.add_vline(x=1.0, line_dash="dot", line_color="gray")
     fig.add_hline(y=10.0, line_dash="dot", line_color="gray")
-    fig.update_layout(template="simple_white", xaxis_title="w01 (per-token attention on '0' / on '1')",
-                      yaxis_title="w02 (per-token attention on '0','1' / on '2')")
+    fig.update_layout(
+        template="simple_white", legend=dict(orientation="h", y=-0.15),
+        xaxis_title="w01 (per-token attention on '0' / on '1')", yaxis_title="w02 (per-token attention on '0','1' / on '2')",
+    )  # fmt: skip
     save_figure(fig, s.out, "primary_sacc_w01_w02")
     fig = px.scatter(
         plot_df, x="w01", y="s_acc", color="status", log_x=True, hover_data=["seed", "name", "w02"],
@@ -116,15 +120,19 @@ def ensemble(s: Settings, sweep_models: list, primary_models: list) -> pd.DataFr
     entries += [("primary", m, m.train_settings["steps"], m.train_settings["seed"]) for m in primary_models]
     entries += [("primary-short", m, steps, seed) for m, (steps, seed) in zip(early, early_items)]
     rows = []
+    batch45 = task.sample(s.n_eval, seed=10_000)
     for group, model, steps, seed in entries:
-        df = hc.head_metrics(model, n=s.n_metrics, seed=1)
+        df = hc.head_metrics(model, n=s.n_ensemble, seed=1)
         ev = task.evaluate(model, n=s.n_eval)
+        with torch.no_grad():
+            at_eq = model(batch45.tokens)[torch.arange(len(batch45)), batch45.answer_pos]
+        acc45 = ((at_eq[:, FIVE] > at_eq[:, FOUR]) == (batch45.labels == 1)).float().mean().item()
         cfg = model.cfg
         w, e = df.readout_45.to_numpy(), df.push_std_45.to_numpy()
         rows.append(
             dict(
                 group=group, d_model=cfg.d_model, n_heads=cfg.n_heads, d_head=cfg.d_head, steps=steps, seed=seed,
-                answer_acc=ev["answer_acc"], both_acc=ev["both_acc"],
+                answer_acc=ev["answer_acc"], answer_45_acc=acc45, both_acc=ev["both_acc"],
                 weighted_s_acc=float((w * df.s_acc).sum() / w.sum()) if w.sum() > 0 else float("nan"),
                 effective_s_acc=float((e * df.s_acc).sum() / e.sum()) if e.sum() > 0 else float("nan"),
                 mean_s_acc=float(df.s_acc.mean()), max_s_acc=float(df.s_acc.max()),
@@ -135,8 +143,9 @@ def ensemble(s: Settings, sweep_models: list, primary_models: list) -> pd.DataFr
     for x in ("weighted_s_acc", "effective_s_acc", "mean_s_acc", "max_s_acc"):
         for subset, part in (("all models", models_df), ("primary config only", models_df[models_df.group != "sweep"])):
             part = part.dropna(subset=[x])
-            if len(part) >= 4 and part[x].std() > 0 and part.answer_acc.std() > 0:
-                corr.append(dict(x=x, y="answer_acc", models=subset, **pearson_ci(part[x], part.answer_acc, s.bootstrap)))
+            for y in ("answer_acc", "answer_45_acc"):
+                if len(part) >= 4 and part[x].std() > 0 and part[y].std() > 0:
+                    corr.append(dict(x=x, y=y, models=subset, **pearson_ci(part[x], part[y], s.bootstrap)))
     corr_df = write_table(pd.DataFrame(corr), s.out, "ensemble_correlation")
     fig = px.scatter(
         models_df, x="weighted_s_acc", y="answer_acc", color="group", hover_data=["d_model", "n_heads", "steps", "seed"],

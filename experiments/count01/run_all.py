@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import sys
 import time
 from pathlib import Path
@@ -24,6 +25,12 @@ import exp_shipped  # noqa: E402
 import exp_training  # noqa: E402
 import make_doc  # noqa: E402
 from common import DEFAULT_OUT, Settings, setup, write_table  # noqa: E402
+
+def cpu_seconds() -> float:
+    """CPU time (user + system) of this process and its finished children (kaleido's browser)."""
+    me, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
+
 
 PARTS = ("training", "shipped", "isolation", "minimal", "two_layer")
 
@@ -46,13 +53,13 @@ def main(argv=None) -> int:
 
     timings = []
     load_at_start = os.getloadavg()[0]
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), cpu_seconds()
 
     def timed(name, fn, *a):
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), cpu_seconds()
         print(f"[count01] {name} ...", flush=True)
         result = fn(*a)
-        timings.append(dict(step=name, seconds=time.perf_counter() - t))
+        timings.append(dict(step=name, seconds=time.perf_counter() - t, cpu_seconds=cpu_seconds() - cpu))
         print(f"[count01] {name}: {timings[-1]['seconds']:.1f} s", flush=True)
         return result
 
@@ -72,7 +79,7 @@ def main(argv=None) -> int:
     if "two_layer" in args.only:
         timed("two-layer model", exp_models.two_layer, s)
     total = time.perf_counter() - start
-    timings.append(dict(step="total", seconds=total))
+    timings.append(dict(step="total", seconds=total, cpu_seconds=cpu_seconds() - cpu_start))
     if set(args.only) == set(PARTS):
         table = pd.DataFrame(timings)
         table["cpu_cores"] = os.cpu_count()
