@@ -108,12 +108,18 @@ def test_shipped_seeds_are_the_typical_seeds():
 
 def test_doc_is_generated_from_the_tables(tmp_path):
     """Rewriting the page from the saved tables reproduces it (so no number in it is typed by hand)."""
+    # other experiment folders have modules of the same names (run_all, ...): import ours, not a cached one
+    for name in ("run_all", "report", "analyse", "figures"):
+        cached = sys.modules.get(name)
+        if cached is not None and Path(getattr(cached, "__file__", "") or "").parent != EXP:
+            del sys.modules[name]
     sys.path.insert(0, str(EXP))
     try:
         import report
         import run_all
     finally:
         sys.path.remove(str(EXP))
+    assert Path(report.__file__).parent == EXP and Path(run_all.__file__).parent == EXP
     timing = json.loads((TABLES / "timing.json").read_text())
     tables = {n: pd.read_csv(TABLES / f"{n}.csv") for n in ("runs", "runs_long", "shipped", "typical_seeds")}
     written = report.write(tmp_path, tables["runs"], tables["runs_long"], tables["shipped"], tables["typical_seeds"],
