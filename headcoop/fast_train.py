@@ -327,7 +327,7 @@ def _signature(model: HookedTransformer) -> tuple:
 class _Group:
     """Models of one shape trained as one stacked computation."""
 
-    def __init__(self, models: list[HookedTransformer], indices: list[int], stream_rows: list[int]):
+    def __init__(self, models: list[HookedTransformer], indices: list[int], stream_rows: list[int], n_streams: int):
         self.models, self.indices = models, indices
         self.cfg = models[0].cfg
         self.device = next(models[0].parameters()).device
@@ -336,7 +336,7 @@ class _Group:
         self.params = {n: t.requires_grad_(n not in frozen) for n, t in stacked.items()}
         W_pos = self.params["pos_embed.W_pos"]
         self.positional = W_pos.requires_grad or bool(W_pos.any())
-        identity = stream_rows == list(range(len(stream_rows)))
+        identity = stream_rows == list(range(n_streams))  # this group reads every stream, in order
         self.rows = None if identity else torch.tensor(stream_rows, device=self.device)
 
     def trainable(self) -> list[Tensor]:
@@ -357,7 +357,8 @@ def group_models(models: Sequence[HookedTransformer], seeds: Sequence[int]) -> l
     for i, model in enumerate(models):
         by_signature.setdefault(_signature(model), []).append(i)
     return [
-        _Group([models[i] for i in idx], idx, [stream_of[seeds[i]] for i in idx]) for idx in by_signature.values()
+        _Group([models[i] for i in idx], idx, [stream_of[seeds[i]] for i in idx], len(stream_of))
+        for idx in by_signature.values()
     ]
 
 

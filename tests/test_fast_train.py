@@ -140,3 +140,13 @@ def test_bad_input():
     cfg.attn_only, cfg.d_mlp, cfg.act_fn = False, 8, "relu"
     with pytest.raises(ValueError, match="attn_only=False.*Use hc.train"):
         train_many(task, [cfg], **SETTINGS)
+
+
+def test_groups_with_different_seed_sets_each_read_their_own_streams():
+    """A group whose seeds are 0..k-1 must not be handed every stream when another group has more seeds."""
+    task = hc.SkipPair()
+    items = [dict(n_heads=1, d_head=1), dict(n_heads=2, d_head=1), dict(n_heads=2, d_head=1)]
+    together = hc.train_many(task, items, seeds=[0, 0, 1], steps=3, progress=False)
+    alone = hc.train_many(task, items[:1], seeds=[0], steps=3, progress=False)
+    for p, q in zip(together[0].parameters(), alone[0].parameters()):
+        assert torch.allclose(p, q, atol=1e-6)
