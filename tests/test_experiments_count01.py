@@ -29,7 +29,8 @@ def test_notebook_executes_without_errors():
     nb = nbformat.read(FOLDER / "count01.ipynb", as_version=4)
     client = NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(FOLDER)}})
     client.execute()  # raises CellExecutionError on any error
-    errors = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.get("outputs", []) if o.output_type == "error"]
+    outputs = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
+    errors = [o for o in outputs if o.output_type == "error"]
     assert not errors
     assert sum(1 for cell in nb.cells if cell.cell_type == "code") >= 6
 

@@ -59,10 +59,12 @@ def isolation(s: Settings) -> pd.DataFrame:
                           isolated_better=float((i > j).mean()), joint_better=float((j > i).mean())))  # fmt: skip
     table.append(dict(metric="successful share", joint_mean=float((heads.joint_s_acc >= 0.95).mean()), joint_std=np.nan,
                       isolated_mean=float((heads.isolated_s_acc >= 0.95).mean()), isolated_std=np.nan,
-                      isolated_minus_joint=float((heads.isolated_s_acc >= 0.95).mean() - (heads.joint_s_acc >= 0.95).mean()),
+                      isolated_minus_joint=float((heads.isolated_s_acc >= 0.95).mean()
+                                                 - (heads.joint_s_acc >= 0.95).mean()),
                       isolated_better=np.nan, joint_better=np.nan))  # fmt: skip
     table.append(dict(metric="isolated one-head model answer acc", joint_mean=np.nan, joint_std=np.nan,
-                      isolated_mean=heads.isolated_model_answer_acc.mean(), isolated_std=heads.isolated_model_answer_acc.std(ddof=0),
+                      isolated_mean=heads.isolated_model_answer_acc.mean(),
+                      isolated_std=heads.isolated_model_answer_acc.std(ddof=0),
                       isolated_minus_joint=np.nan, isolated_better=np.nan, joint_better=np.nan))  # fmt: skip
     return write_table(pd.DataFrame(table), s.out, "table1")
 
@@ -129,7 +131,9 @@ def minimal(s: Settings) -> pd.DataFrame:
         recipe = dict(s.recipe(s.minimal_steps), lr=lr)
         for seed, m in zip(seeds, hc.train_many(task, [shape] * len(seeds), seeds=seeds, **recipe)):
             ev = task.evaluate(m, n=s.n_eval)
-            found.append(dict(lr=lr, steps=s.minimal_steps, seed=seed, answer_acc=ev["answer_acc"], both_acc=ev["both_acc"]))
+            found.append(
+                dict(lr=lr, steps=s.minimal_steps, seed=seed, answer_acc=ev["answer_acc"], both_acc=ev["both_acc"])
+            )
     found = write_table(pd.DataFrame(found), s.out, "minimal_trained_runs")
     summary = (
         found.groupby(["lr", "steps"], as_index=False)

@@ -26,7 +26,8 @@ def head_map(s: Settings) -> pd.DataFrame:
     labels = [f"log10 {c}" if c in ("w01", "w02") else c for c in SHOWN]
     # each row on its own scale: rows normalised to [-1, 1] by their largest magnitude, values shown as text
     scale = np.abs(z).max(1, keepdims=True)
-    fig = heatmap(z / np.where(scale > 0, scale, 1), x=df.name, y=labels, title="Shipped count01 model: per-head metrics")
+    title = "Shipped count01 model: per-head metrics"
+    fig = heatmap(z / np.where(scale > 0, scale, 1), x=df.name, y=labels, title=title)
     fig.update_traces(text=np.round(z, 2), texttemplate="%{text}", showscale=False)
     save_figure(fig, s.out, "shipped_head_map")
     return df
@@ -44,21 +45,27 @@ def intervention(s: Settings) -> pd.DataFrame:
             with hc.set_attention(model, head=heads, tokens={"2": 0.0, "0": float(w), "1": 1.0}, others=others):
                 fit = hc.probe(model, batch, site="z")
             for h in heads:
-                rows.append(dict(others=str(others), w01=float(w), head=h, s_acc=fit.acc[h].item(), roc_auc=fit.roc_auc[h].item()))
+                rows.append(dict(others=str(others), w01=float(w), head=h, s_acc=fit.acc[h].item(),
+                                 roc_auc=fit.roc_auc[h].item()))  # fmt: skip
     df = write_table(pd.DataFrame(rows), s.out, "intervention_heads")
     summary = (
         df.groupby(["others", "w01"], as_index=False)
-        .agg(mean_s_acc=("s_acc", "mean"), min_s_acc=("s_acc", "min"), share_successful=("s_acc", lambda x: float((x >= 0.95).mean())))
+        .agg(mean_s_acc=("s_acc", "mean"), min_s_acc=("s_acc", "min"),
+             share_successful=("s_acc", lambda x: float((x >= 0.95).mean())))
     )  # fmt: skip
     write_table(summary, s.out, "intervention_summary")
-    for others, title in (("model", "[BOS] and '=' keep the model's attention"), ("0.0", "[BOS] and '=' get 0 attention")):
+    modes = (("model", "[BOS] and '=' keep the model's attention"), ("0.0", "[BOS] and '=' get 0 attention"))
+    for others, title in modes:
         part = df[df.others == others]
         fig = go.Figure()
         for h in heads:
             one = part[part["head"] == h]
-            fig.add_trace(go.Scatter(x=one.w01, y=one.s_acc, mode="lines", line=dict(width=1), opacity=0.5, name=f"L0H{h}"))
+            fig.add_trace(
+                go.Scatter(x=one.w01, y=one.s_acc, mode="lines", line=dict(width=1), opacity=0.5, name=f"L0H{h}")
+            )
         mean = summary[summary.others == others]
-        fig.add_trace(go.Scatter(x=mean.w01, y=mean.mean_s_acc, mode="lines+markers", line=dict(width=4, color="black"), name="mean"))
+        fig.add_trace(go.Scatter(x=mean.w01, y=mean.mean_s_acc, mode="lines+markers",
+                                 line=dict(width=4, color="black"), name="mean"))  # fmt: skip
         fig.add_vrect(x0=0.1, x1=10, fillcolor="green", opacity=0.08, line_width=0)
         fig.update_layout(
             template="simple_white", xaxis_type="log", yaxis_range=[0.45, 1.02],
@@ -85,7 +92,8 @@ def logits(s: Settings) -> pd.DataFrame:
             sel = at[batch.labels == label]
             table.append({"position": where, "true answer": answer, **{f"mean logit {names[t]}": sel[:, i].mean().item()
                           for i, t in enumerate((FOUR, FIVE, EOS))}})  # fmt: skip
-            order = [" > ".join(["4", "5", "[EOS]"][j] for j in row) for row in sel.argsort(-1, descending=True).tolist()]
+            ranked = sel.argsort(-1, descending=True).tolist()
+            order = [" > ".join(["4", "5", "[EOS]"][j] for j in row) for row in ranked]
             counts = pd.Series(order).value_counts(normalize=True)
             for o, share in counts.items():
                 orders.append({"position": where, "true answer": answer, "order": o, "share": float(share)})
@@ -98,7 +106,8 @@ def logits(s: Settings) -> pd.DataFrame:
         {"true answer": answer, "strings": int((batch.labels == label).sum()),
          "share with '5' > '4' at '='": five_over_four_eq[batch.labels == label].float().mean().item(),
          "share with '5' > '4' at the answer": five_over_four_ans[batch.labels == label].float().mean().item(),
-         "share keeping the 4/5 order": (five_over_four_eq == five_over_four_ans)[batch.labels == label].float().mean().item(),
+         "share keeping the 4/5 order":
+             (five_over_four_eq == five_over_four_ans)[batch.labels == label].float().mean().item(),
          "share with [EOS] on top at the answer": eos_top_ans[batch.labels == label].float().mean().item()}
         for label, answer in ((0, "4"), (1, "5"))
     ]  # fmt: skip
@@ -108,13 +117,16 @@ def logits(s: Settings) -> pd.DataFrame:
     # each head's direct push on logit(5) - logit(4) at '=' and on logit([EOS]) - logit(answer) at the answer
     at_eq = hc.dla(model, batch)
     at_ans = hc.dla(model, batch, pos=batch.answer_pos + 1)
-    eos_push = (at_ans.heads()[:, 0, :, EOS] - at_ans.heads()[:, 0].gather(2, batch.answer[:, None, None].expand(-1, 16, 1))[..., 0])
+    ans_heads = at_ans.heads()[:, 0]  # [batch, head, vocab]
+    answer_index = batch.answer[:, None, None].expand(-1, ans_heads.shape[1], 1)
+    eos_push = ans_heads[..., EOS] - ans_heads.gather(2, answer_index)[..., 0]
+    push_45 = at_eq.heads()[:, 0, :, FIVE] - at_eq.heads()[:, 0, :, FOUR]  # [batch, head]
     hm = hc.head_metrics(model, n=2 * s.n_metrics, seed=0)
     heads = pd.DataFrame(
         dict(
             head=hm.name, successful=hm.successful, bias_45=hm.bias_45, signal_45=hm.signal_45,
-            push_45_when_4=(at_eq.heads()[:, 0, :, FIVE] - at_eq.heads()[:, 0, :, FOUR])[batch.labels == 0].mean(0).numpy(),
-            push_45_when_5=(at_eq.heads()[:, 0, :, FIVE] - at_eq.heads()[:, 0, :, FOUR])[batch.labels == 1].mean(0).numpy(),
+            push_45_when_4=push_45[batch.labels == 0].mean(0).numpy(),
+            push_45_when_5=push_45[batch.labels == 1].mean(0).numpy(),
             eos_push_at_answer=eos_push.mean(0).numpy(),
         )
     )  # fmt: skip
@@ -128,7 +140,8 @@ def logits(s: Settings) -> pd.DataFrame:
                        marker=dict(size=10, color="black", symbol="diamond")),
         ]
     )  # fmt: skip
-    fig.update_layout(template="simple_white", barmode="group", title="Each head's direct push on logit('5') - logit('4') at '='",
+    fig.update_layout(template="simple_white", barmode="group",
+                      title="Each head's direct push on logit('5') - logit('4') at '='",
                       yaxis_title="logit('5') - logit('4')")  # fmt: skip
     save_figure(fig, s.out, "logit_heads")
     return heads
@@ -180,7 +193,8 @@ def ablation(s: Settings) -> pd.DataFrame:
         for k in range(len(order) + 1):
             with contextlib.ExitStack() as stack:
                 if k:
-                    stack.enter_context(hc.ablate(model, heads=[int(h) for h in order[:k]], how="mean", reference=reference))
+                    first = [int(h) for h in order[:k]]
+                    stack.enter_context(hc.ablate(model, heads=first, how="mean", reference=reference))
                 cum.append(dict(order=order_name, ablated=k, **score()))
     cumulative = write_table(pd.DataFrame(cum), s.out, "ablation_cumulative")
 
@@ -189,13 +203,15 @@ def ablation(s: Settings) -> pd.DataFrame:
         part = per_head[per_head.intervention == label]
         fig.add_trace(go.Bar(name=label, x=part["head"], y=part.answer_acc))
     fig.update_layout(template="simple_white", barmode="group", yaxis_range=[0.5, 1.01],
-                      title="Answer accuracy with one head ablated or scaled (shipped model)", yaxis_title="answer accuracy")
+                      title="Answer accuracy with one head ablated or scaled (shipped model)",
+                      yaxis_title="answer accuracy")
     save_figure(fig, s.out, "ablation_heads")
     fig = go.Figure()
     for order_name in cumulative.order.unique():
         part = cumulative[cumulative.order == order_name]
         fig.add_trace(go.Scatter(x=part.ablated, y=part.answer_acc, mode="lines+markers", name=f"answer, {order_name}"))
-        fig.add_trace(go.Scatter(x=part.ablated, y=part.eos_acc, mode="lines", line=dict(dash="dot"), name=f"[EOS], {order_name}"))
+        fig.add_trace(go.Scatter(x=part.ablated, y=part.eos_acc, mode="lines", line=dict(dash="dot"),
+                                 name=f"[EOS], {order_name}"))  # fmt: skip
     fig.update_layout(template="simple_white", title="Mean-ablating heads one after another (ordered by readout norm)",
                       xaxis_title="heads mean-ablated", yaxis_title="accuracy")
     save_figure(fig, s.out, "ablation_cumulative")

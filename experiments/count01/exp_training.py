@@ -28,7 +28,8 @@ def sweep(s: Settings) -> tuple[list, pd.DataFrame]:
     rows = []
     for item, seed, model in zip(items, seeds, models):
         ev = task.evaluate(model, n=s.n_eval)
-        rows.append(dict(**item, seed=seed, answer_acc=ev["answer_acc"], eos_acc=ev["eos_acc"], both_acc=ev["both_acc"]))
+        accs = {k: ev[k] for k in ("answer_acc", "eos_acc", "both_acc")}
+        rows.append(dict(**item, seed=seed, **accs))
     runs = write_table(pd.DataFrame(rows), s.out, "sweep_runs")
     summary = (
         runs.groupby(["d_model", "n_heads", "d_head"], as_index=False)
@@ -82,7 +83,8 @@ def primary(s: Settings) -> tuple[list, pd.DataFrame]:
             dict(quantity="failed: share with w02 > 10", value=share(failed.w02 > 10)),
             dict(quantity="failed: median w01", value=float(failed.w01.median()) if len(failed) else float("nan")),
             dict(quantity="all: share with w02 > 10", value=share(heads.w02 > 10)),
-            dict(quantity="mean model answer accuracy", value=float(heads.groupby("seed").model_answer_acc.first().mean())),
+            dict(quantity="mean model answer accuracy",
+                 value=float(heads.groupby("seed").model_answer_acc.first().mean())),
         ]
     )  # fmt: skip
     write_table(summary, s.out, "primary_summary")
@@ -97,7 +99,8 @@ def primary(s: Settings) -> tuple[list, pd.DataFrame]:
     fig.add_hline(y=10.0, line_dash="dot", line_color="gray")
     fig.update_layout(
         template="simple_white", legend=dict(orientation="h", y=-0.15),
-        xaxis_title="w01 (per-token attention on '0' / on '1')", yaxis_title="w02 (per-token attention on '0','1' / on '2')",
+        xaxis_title="w01 (per-token attention on '0' / on '1')",
+        yaxis_title="w02 (per-token attention on '0','1' / on '2')",
     )  # fmt: skip
     save_figure(fig, s.out, "primary_sacc_w01_w02")
     fig = px.scatter(
@@ -148,7 +151,8 @@ def ensemble(s: Settings, sweep_models: list, primary_models: list) -> pd.DataFr
                     corr.append(dict(x=x, y=y, models=subset, **pearson_ci(part[x], part[y], s.bootstrap)))
     corr_df = write_table(pd.DataFrame(corr), s.out, "ensemble_correlation")
     fig = px.scatter(
-        models_df, x="weighted_s_acc", y="answer_acc", color="group", hover_data=["d_model", "n_heads", "steps", "seed"],
+        models_df, x="weighted_s_acc", y="answer_acc", color="group",
+        hover_data=["d_model", "n_heads", "steps", "seed"],
         title="Model accuracy against the output-layer-weighted mean head s_acc",
     )  # fmt: skip
     fig.update_layout(template="simple_white", xaxis_title="sum_h ||W_O[h](W_U[5]-W_U[4])|| s_acc_h / sum_h ||...||",

@@ -109,7 +109,8 @@ def section_sweep(t: Tables, s: Settings, rel: str) -> str:
         "",
         "**Paper**: sweeps d = 1..32 and 1..16 heads; larger models train reliably, the minimal size does not.",
         "",
-        f"**Here**: {len(acc)} sizes x {n_seeds} seeds (seeds {', '.join(map(str, s.sweep_seeds))}), {s.steps} steps each; "
+        f"**Here**: {len(acc)} sizes x {n_seeds} seeds (seeds {', '.join(map(str, s.sweep_seeds))}), "
+        f"{s.steps} steps each; "
         "d_head = max(1, d_model // heads) (the paper's primary 32 / 16 = 2). Mean over seeds of the accuracy with "
         "both the answer and `[EOS]` right (`sweep_accuracy.csv`; per run: `sweep_runs.csv`):",
         "",
@@ -120,7 +121,8 @@ def section_sweep(t: Tables, s: Settings, rel: str) -> str:
         f"{len(solved)} of {len(acc)} sizes reach >= 99% in every seed, {len(never)} in none. ",
     ]
     if smallest is not None:
-        lines[-1] += (f"The smallest d_model at which some head count solves it in every seed is {int(smallest.d_model)} "
+        lines[-1] += ("The smallest d_model at which some head count solves it in every seed is "
+                      f"{int(smallest.d_model)} "
                       f"({int(smallest.n_heads)} heads). ")
     if len(primary):
         p = primary.iloc[0]
@@ -135,7 +137,8 @@ def section_sweep(t: Tables, s: Settings, rel: str) -> str:
     if len(weak):
         lines[-1] += ("Sizes that fail in some seed: " + ", ".join(
             f"d_model {int(r.d_model)} / {int(r.n_heads)} heads ({int(r.solved)}/{int(r.seeds)} solved, mean "
-            f"{fmt(r.both_acc_mean)})" for _, r in weak.iterrows()) + ". Apart from these, every size trains to >= 99%; "
+            f"{fmt(r.both_acc_mean)})" for _, r in weak.iterrows())
+            + ". Apart from these, every size trains to >= 99%; "
             "the paper's observation that small models are harder to train holds only for these few cases here.")
     return "\n".join(lines) + "\n"
 
@@ -158,7 +161,8 @@ def section_primary(t: Tables, rel: str) -> str:
         "",
         markdown(sm),
         "",
-        t.fig("primary_sacc_w01_w02", "Every head of the primary models in the (w01, w02) plane, coloured by s_acc", rel),
+        t.fig("primary_sacc_w01_w02", "Every head of the primary models in the (w01, w02) plane, coloured by s_acc",
+              rel),
         "",
         t.fig("primary_sacc_w01", "s_acc against w01", rel),
         "",
@@ -225,7 +229,8 @@ def section_intervention(t: Tables, rel: str) -> str:
         "",
         markdown(wide),
         "",
-        t.fig("intervention_model", "s_acc per head (thin) and mean (thick) against the imposed w01, others=model", rel),
+        t.fig("intervention_model", "s_acc per head (thin) and mean (thick) against the imposed w01, others=model",
+              rel),
         "",
         t.fig("intervention_zero", "The same with [BOS] and '=' given zero attention", rel),
         "",
@@ -246,8 +251,9 @@ def section_intervention(t: Tables, rel: str) -> str:
     if lo <= 0.1 and hi >= 10 and shape:
         verdict = "This agrees with the paper: s_acc is high over 0.1..10 and falls outside."
     elif shape:
-        verdict = (f"The shape agrees with the paper (high around w01 = 1, near chance at both ends), but the band with "
-                   f"mean s_acc >= 0.95 is {'narrower' if lo > 0.1 and hi < 10 else 'different'} than the paper's 0.1..10 "
+        narrower = "narrower" if lo > 0.1 and hi < 10 else "different"
+        verdict = ("The shape agrees with the paper (high around w01 = 1, near chance at both ends), but the band "
+                   f"with mean s_acc >= 0.95 is {narrower} than the paper's 0.1..10 "
                    f"(mean s_acc {fmt(at(0.1))} at w01 = 0.1 and {fmt(at(10))} at w01 = 10).")
     else:
         verdict = "The curve does not show the paper's pattern (see the numbers above)."
@@ -270,11 +276,13 @@ def section_ensemble(t: Tables, rel: str) -> str:
     models = t["ensemble_models"]
     main = corr[(corr.x == "weighted_s_acc") & (corr.models == "all models") & (corr.y == "answer_acc")]
     alt = corr[(corr.x == "weighted_s_acc") & (corr.y == "answer_45_acc")]
+    others = pd.concat([corr[(corr.x == "weighted_s_acc") & (corr.models != "all models")], alt]).drop_duplicates()
     groups = models.groupby("group").size().to_dict()
     lines = [
         "## 5. Ensemble correlation",
         "",
-        f"**Paper**: model accuracy correlates with the output-layer-weighted mean of its heads' s_acc, Pearson r = {PAPER_R}.",
+        "**Paper**: model accuracy correlates with the output-layer-weighted mean of its heads' s_acc, "
+        f"Pearson r = {PAPER_R}.",
         "",
         f"**Here**: {len(models)} models: the sweep's {groups.get('sweep', 0)} models (every size and seed), "
         f"{groups.get('primary', 0)} fully trained primary models and {groups.get('primary-short', 0)} primary "
@@ -284,7 +292,8 @@ def section_ensemble(t: Tables, rel: str) -> str:
         "the standard deviation of the head's push on logit(5) - logit(4) (effective_s_acc, it includes the size of "
         "z), the plain mean and the best head. Model accuracy is read two ways: `answer_acc`, the argmax over all 8 "
         "logits at `=` (a model that has not yet learnt to emit `4`/`5` scores 0), and `answer_45_acc`, whether "
-        "logit(5) > logit(4) matches the answer (the model's own separation). 95% intervals: Fisher z and a percentile bootstrap over models "
+        "logit(5) > logit(4) matches the answer (the model's own separation). 95% intervals: Fisher z and a "
+        "percentile bootstrap over models "
         "(`ensemble_correlation.csv`, per model `ensemble_models.csv`).",
         "",
         markdown(corr),
@@ -303,8 +312,7 @@ def section_ensemble(t: Tables, rel: str) -> str:
                          f"{'stronger' if m.r > PAPER_R else 'weaker'}. ")
                       + "Other readings: " + "; ".join(
                           f"{r.models}, {r.y}: r = {fmt(r.r)} ({fmt(r.fisher_lo)}..{fmt(r.fisher_hi)}, n = {int(r.n)})"
-                          for _, r in pd.concat([corr[(corr.x == 'weighted_s_acc') & (corr.models != 'all models')], alt]
-                                                ).drop_duplicates().iterrows())
+                          for _, r in others.iterrows())
                       + ". The value depends on which models enter (most here are at or near 100% accuracy, so the "
                       "few imperfect ones drive r); the paper's model set is not published, so only the sign and rough "
                       "size are comparable.")
@@ -338,7 +346,8 @@ def section_table1(t: Tables, s: Settings) -> str:
                   f"(isolated - joint = {fmt(diff)}; isolated better for {pct(row.isolated_better)} of heads, joint "
                   f"better for {pct(row.joint_better)}). "
                   + ("Isolated heads separate better, as in the paper. " if diff > 0.005 else
-                     "By separability, jointly trained heads are better here, the opposite of the paper. " if diff < -0.005 else
+                     "By separability, jointly trained heads are better here, the opposite of the paper. "
+                     if diff < -0.005 else
                      "The difference in separability is negligible here. "))
     la = tab[tab.metric == "l_acc"].iloc[0]
     lines[-1] += (f"By l_acc (the output layer reading the head alone) isolated heads score {fmt(la.isolated_mean)} "
@@ -347,7 +356,8 @@ def section_table1(t: Tables, s: Settings) -> str:
                      "not better in isolation. ")
                   + "The two metrics disagree in sign here, so which of the paper's metrics its Table 1 uses matters; "
                   "a one-head model must put the whole answer through its single head, which pushes its l_acc up, "
-                  "while a head in an ensemble only needs to separate." if (la.isolated_minus_joint > 0) != (diff > 0) else "")
+                  "while a head in an ensemble only needs to separate."
+                  if (la.isolated_minus_joint > 0) != (diff > 0) else "")
     return "\n".join(lines) + "\n"
 
 
@@ -386,16 +396,24 @@ def section_logits(t: Tables, rel: str) -> str:
     eq_ok = all(r.order.startswith(r["true answer"]) for _, r in eq_rows.iterrows())
     ans_ok = all(r.order.startswith("[EOS]") for _, r in ans_rows.iterrows())
     kept = t["logit_order_kept"] if t.has("logit_order_kept") else None
-    eq_text = "; ".join(f"{r.order} in {pct(r.share)} of strings answered {r['true answer']}" for _, r in eq_rows.iterrows())
-    ans_text = "; ".join(f"{r.order} in {pct(r.share)} of strings answered {r['true answer']}" for _, r in ans_rows.iterrows())
+
+    def orders_text(rows: pd.DataFrame) -> str:
+        return "; ".join(
+            f"{r.order} in {pct(r.share)} of strings answered {r['true answer']}" for _, r in rows.iterrows()
+        )
+
+    eq_text, ans_text = orders_text(eq_rows), orders_text(ans_rows)
     lean = heads.bias_45.abs() > 0.2 * heads.signal_45.abs()
     lines[-1] += (
         f"Every head's push is asymmetric between the two answers (bias_45 != 0); for {int(lean.sum())} of "
         f"{len(heads)} heads the bias exceeds a fifth of the class signal |signal_45| (median ratio {fmt(ratio)}), "
         + ("so most heads are clearly biased toward one answer, as the paper says. " if lean.mean() >= 0.5 else
-           "so for most heads the bias is small next to the signal: the paper's 'typically biased' holds only weakly here. ")
-        + (f"At `=` the right answer's logit is on top ({eq_text}), " if eq_ok else f"At `=` the right answer is not always on top ({eq_text}), ")
-        + (f"and at the answer position `[EOS]` moves to the top ({ans_text}): the balance tips toward `[EOS]`, as in the paper. " if ans_ok
+           "so for most heads the bias is small next to the signal: the paper's 'typically biased' holds only weakly "
+           "here. ")
+        + (f"At `=` the right answer's logit is on top ({eq_text}), " if eq_ok
+           else f"At `=` the right answer is not always on top ({eq_text}), ")
+        + (f"and at the answer position `[EOS]` moves to the top ({ans_text}): the balance tips toward `[EOS]`, as "
+           "in the paper. " if ans_ok
            else f"but `[EOS]` is not on top at the answer position ({ans_text}). ")
     )
     if kept is not None:
@@ -501,7 +519,8 @@ def section_ablation(t: Tables, s: Settings, rel: str) -> str:
          f"uniform weighting keeps answer accuracy {fmt(uni.answer_acc)} and `[EOS]` {fmt(uni.eos_acc)}: on this model "
          "equal readout weights suffice, so the non-uniform aggregation is not causally necessary here. ")
         + (f"Mean-ablating the heads with the largest readout first, accuracy falls below 99% after "
-           f"{int(k_big.ablated.min())} heads; " if len(k_big) else "Mean-ablating heads never pushes accuracy below 99%; ")
+           f"{int(k_big.ablated.min())} heads; " if len(k_big)
+           else "Mean-ablating heads never pushes accuracy below 99%; ")
         + "single-head ablations show how much redundancy the ensemble has (a single head's removal "
         + ("never costs more than 1% accuracy)." if per_summary.min_answer_acc.min() >= 0.99 else "can cost accuracy).")
     )
@@ -516,7 +535,8 @@ def section_two_layer(t: Tables, rel: str) -> str:
         "## 10. Past the paper: a two-layer attention-only model",
         "",
         "The paper's proposed multi-layer check: the same analysis on two attention-only layers of the primary width "
-        f"(d_model 32, {per_layer} heads per layer, d_head 2), {n_seeds} seeds, the recipe above. Layer-1 heads read a residual "
+        f"(d_model 32, {per_layer} heads per layer, d_head 2), {n_seeds} seeds, the recipe above. Layer-1 heads "
+        "read a residual "
         "that already holds layer-0 outputs, so their w01/w02 come from their actual scores (no QK-table shortcut), "
         "and their l_acc is their direct path only. `mean_ablation_acc_drop` = loss of answer accuracy when that one "
         "head is mean-ablated (`two_layer_heads.csv`):",
@@ -529,10 +549,12 @@ def section_two_layer(t: Tables, rel: str) -> str:
     ]
     l0, l1 = sm.iloc[0], sm.iloc[-1]
     lines[-1] += (f"the models reach answer accuracy {fmt(l0.model_answer_acc)}; {pct(l0.successful_share)} of layer-0 "
-                  f"heads and {pct(l1.successful_share)} of layer-1 heads are successful; the share with 0.1 < w01 < 10 "
+                  f"heads and {pct(l1.successful_share)} of layer-1 heads are successful; the share with "
+                  "0.1 < w01 < 10 "
                   f"is {pct(l0.share_w01_in_0_1_10)} / {pct(l1.share_w01_in_0_1_10)} and with w02 > 10 "
                   f"{pct(l0.share_w02_gt_10)} / {pct(l1.share_w02_gt_10)} (layer 0 / layer 1). The largest single-head "
-                  f"ablation drop is {fmt(l0.max_ablation_drop)} in layer 0 and {fmt(l1.max_ablation_drop)} in layer 1.")
+                  f"ablation drop is {fmt(l0.max_ablation_drop)} in layer 0 and {fmt(l1.max_ablation_drop)} in "
+                  "layer 1.")
     return "\n".join(lines) + "\n"
 
 
@@ -546,7 +568,8 @@ def section_time(t: Tables) -> str:
         f"`python experiments/count01/run_all.py` regenerated every table and figure here in **{total:.0f} s "
         f"({total / 60:.1f} min)** on a machine with {int(tm.cpu_cores.iloc[0])} CPU cores, one torch thread. "
         f"The machine was shared with other agents' jobs while it ran (1-minute load average "
-        f"{fmt(tm.load_avg_1min_at_start.iloc[0], 2)} at the start, {fmt(tm.load_avg_1min_at_end.iloc[0], 2)} at the end), "
+        f"{fmt(tm.load_avg_1min_at_start.iloc[0], 2)} at the start, "
+        f"{fmt(tm.load_avg_1min_at_end.iloc[0], 2)} at the end), "
         f"so an idle machine is faster: the run used {cpu:.0f} s of CPU time ({cpu / 60:.1f} min, user + system, "
         "including the browser kaleido starts for the PNGs), roughly what the run takes on an idle machine with "
         "one torch thread. PNG export is included; `--no-png` skips it.",
