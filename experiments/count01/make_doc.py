@@ -16,6 +16,11 @@ import pandas as pd
 from common import DEFAULT_OUT, Settings, fmt, markdown
 
 PAPER_R = 0.72
+SUMMARY: list[dict] = []  # one row per claim, filled by the sections and shown at the top
+
+
+def claim(section: str, paper: str, here: str, verdict: str) -> None:
+    SUMMARY.append({"section": section, "paper": paper, "here": here, "verdict": verdict})
 
 
 class Tables:
@@ -178,6 +183,12 @@ def section_primary(t: Tables, rel: str) -> str:
             "(the d_head = 1 minimal solution in section 8 does the same with w02 = 1)."
             if w02_ok < 0.5 else f"{pct(w02_ok)} of the successful heads have w02 > 10, in line with the paper.")
     lines[-1] += msg
+    claim("2", "about half the heads successful", f"{pct(share)} successful (s_acc >= 0.95)",
+          "agrees" if half else "differs (more)" if share > 0.65 else "differs (fewer)")
+    claim("2", "successful heads have w01 ~ 1", f"{pct(w01_wide)} within 0.1..10, {pct(w01_ok)} within 0.5..2",
+          "agrees" if w01_wide >= 0.75 else "partly")
+    claim("2", "successful heads have w02 > 10", f"{pct(w02_ok)} of them (median {fmt(v('successful: median w02'))})",
+          "agrees" if w02_ok >= 0.5 else "does not reproduce")
     return "\n".join(lines) + "\n"
 
 
@@ -257,6 +268,9 @@ def section_intervention(t: Tables, rel: str) -> str:
                    f"(mean s_acc {fmt(at(0.1))} at w01 = 0.1 and {fmt(at(10))} at w01 = 10).")
     else:
         verdict = "The curve does not show the paper's pattern (see the numbers above)."
+    claim("4", "s_acc high for 0.1 < w01 < 10 under the intervention",
+          f"mean s_acc >= 0.95 for w01 in {fmt(lo)}..{fmt(hi)} (others=model)",
+          "agrees" if lo <= 0.1 and hi >= 10 and shape else "same shape, narrower band" if shape else "differs")
     zero = sm[sm.others == "0.0"]
     same = bool(np.allclose(zero.mean_s_acc, zero.min_s_acc))
     lines[-1] += "; ".join(msgs) + ". " + verdict + (
@@ -305,6 +319,15 @@ def section_ensemble(t: Tables, rel: str) -> str:
     if len(main):
         m = main.iloc[0]
         inside = m.fisher_lo <= PAPER_R <= m.fisher_hi
+        prim = others[(others.models != "all models") & (others.y == "answer_acc")]
+        primary_inside = bool(((prim.fisher_lo <= PAPER_R) & (PAPER_R <= prim.fisher_hi)).any())
+        claim("5", f"weighted head s_acc vs model accuracy: r = {PAPER_R}",
+              f"r = {fmt(m.r)} ({fmt(m.fisher_lo)}..{fmt(m.fisher_hi)}) over all {int(m.n)} models"
+              + "".join(f"; {fmt(r.r)} ({fmt(r.fisher_lo)}..{fmt(r.fisher_hi)}) over the {int(r.n)} primary-size models"
+                        for _, r in others[(others.models != "all models") & (others.y == "answer_acc")].iterrows()),
+              "agrees" if inside else
+              "weaker over all models; consistent over the primary size" if primary_inside else
+              "positive but weaker" if 0 < m.r < PAPER_R else "differs")
         lines[-1] += (f"r = {fmt(m.r)} (Fisher 95% CI {fmt(m.fisher_lo)}..{fmt(m.fisher_hi)}, bootstrap "
                       f"{fmt(m.boot_lo)}..{fmt(m.boot_hi)}, n = {int(m.n)}). "
                       + (f"The paper's {PAPER_R} lies inside the interval: agreement. " if inside else
@@ -350,6 +373,11 @@ def section_table1(t: Tables, s: Settings) -> str:
                      if diff < -0.005 else
                      "The difference in separability is negligible here. "))
     la = tab[tab.metric == "l_acc"].iloc[0]
+    claim("6", "jointly trained heads slightly worse than isolated",
+          f"isolated - joint: s_acc {fmt(diff)}, l_acc {fmt(la.isolated_minus_joint)}",
+          "agrees" if diff > 0.005 and la.isolated_minus_joint > 0.005 else
+          "mixed (joint better by s_acc, isolated by l_acc)" if diff < -0.005 and la.isolated_minus_joint > 0.005 else
+          "differs")
     lines[-1] += (f"By l_acc (the output layer reading the head alone) isolated heads score {fmt(la.isolated_mean)} "
                   f"against {fmt(la.joint_mean)} jointly (isolated - joint = {fmt(la.isolated_minus_joint)}): "
                   + ("isolated heads are better, the paper's direction. " if la.isolated_minus_joint > 0.005 else
@@ -404,6 +432,12 @@ def section_logits(t: Tables, rel: str) -> str:
 
     eq_text, ans_text = orders_text(eq_rows), orders_text(ans_rows)
     lean = heads.bias_45.abs() > 0.2 * heads.signal_45.abs()
+    claim("7", "heads typically biased toward '4' or '5'",
+          f"{int(lean.sum())} of {len(heads)} heads with abs(bias_45) > abs(signal_45) / 5",
+          "agrees" if lean.mean() >= 0.5 else "weakly")
+    claim("7", "logits tip toward [EOS] from '=' to the answer",
+          "[EOS] on top at the answer" if ans_ok else "[EOS] not always on top",
+          "agrees" if ans_ok and eq_ok else "differs")
     lines[-1] += (
         f"Every head's push is asymmetric between the two answers (bias_45 != 0); for {int(lean.sum())} of "
         f"{len(heads)} heads the bias exceeds a fifth of the class signal |signal_45| (median ratio {fmt(ratio)}), "
@@ -463,6 +497,10 @@ def section_minimal(t: Tables) -> str:
     lines[-1] += (("The hand-written model solves the task (" + ", ".join(f"{fmt(a)}" for a in hand.both_acc)
                    + " on the samples above). ") if ok else "The hand-written model does not reach 99%. ")
     share = trained.solved_99.sum() / total
+    claim("8", "a d=1, d'=1, one-head solution exists", f"hand-written weights: {fmt(hand.both_acc.min())} accuracy",
+          "agrees" if ok else "differs")
+    claim("8", "training rarely finds it", f"{int(trained.solved_99.sum())} of {total} runs reach >= 99%",
+          "agrees" if share <= 0.25 else "does not reproduce")
     lines[-1] += (f"Training found a >= 99% solution in {int(trained.solved_99.sum())} of {total} runs "
                   f"({pct(share)}), "
                   + ("so, as in the paper, the solution exists but is hard to reach." if share <= 0.25 else
@@ -512,6 +550,9 @@ def section_ablation(t: Tables, s: Settings, rel: str) -> str:
         "**Reading**: ",
     ]
     nonuni = uni.answer_acc < base.answer_acc - 0.01 or uni.eos_acc < base.eos_acc - 0.01
+    claim("9", "non-uniform aggregation needed (causal test, past the paper)",
+          f"uniform readout: answer {fmt(uni.answer_acc)}, [EOS] {fmt(uni.eos_acc)}",
+          "supported" if nonuni else "not needed on the shipped model")
     k_big = cum[(cum.order == "largest readout first") & (cum.answer_acc < 0.99)]
     lines[-1] += (
         (f"uniform weighting drops the answer accuracy to {fmt(uni.answer_acc)} and `[EOS]` to {fmt(uni.eos_acc)}: "
@@ -621,8 +662,12 @@ def build(out: Path = DEFAULT_OUT, quick: bool = False) -> Path:
         ("two_layer_summary", lambda: section_two_layer(t, rel)),
         ("timing", lambda: section_time(t)),
     ]
+    SUMMARY.clear()
     for table, make in sections:
         parts.append(make() if t.has(table) else f"*(missing: {table}.csv; run run_all.py)*\n")
+    if SUMMARY:
+        summary = "## Summary: the paper's claims and what we measured\n\n" + markdown(pd.DataFrame(SUMMARY)) + "\n"
+        parts.insert(2, summary)
     parts.append(OPEN)
     target.write_text("\n".join(parts))
     return target
