@@ -382,9 +382,9 @@ def section_table1(t: Tables, s: Settings) -> str:
                   f"against {fmt(la.joint_mean)} jointly (isolated - joint = {fmt(la.isolated_minus_joint)}): "
                   + ("isolated heads are better, the paper's direction. " if la.isolated_minus_joint > 0.005 else
                      "not better in isolation. ")
-                  + "The two metrics disagree in sign here, so which of the paper's metrics its Table 1 uses matters; "
-                  "a one-head model must put the whole answer through its single head, which pushes its l_acc up, "
-                  "while a head in an ensemble only needs to separate."
+                  + "The two metrics disagree in sign here, so which of the paper's metrics its Table 1 uses matters. "
+                  "One possible reason (not tested here): a one-head model must put the whole answer through its "
+                  "single head, which favours its l_acc, while a head in an ensemble only needs to separate."
                   if (la.isolated_minus_joint > 0) != (diff > 0) else "")
     return "\n".join(lines) + "\n"
 
@@ -534,7 +534,8 @@ def section_ablation(t: Tables, s: Settings, rel: str) -> str:
         f"{s.n_ablation} fresh strings (`ablation_*.csv`). Unablated: answer accuracy "
         f"{fmt(base.answer_acc)}, `[EOS]` accuracy {fmt(base.eos_acc)}.",
         "",
-        "One head at a time (worst head per intervention; `ablation_heads.csv` has every head):",
+        "One head at a time (worst head per intervention, the first one on ties; `ablation_heads.csv` has every "
+        "head):",
         "",
         markdown(per_summary),
         "",
