@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from headcoop.tasks.base import Task, build_model
-from headcoop.train import check_training_args, lr_at, make_optimizer, step_seed
+from headcoop.train import check_training_args, lr_at, make_optimizer, mark_trained, step_seed
 
 Params = dict[str, Tensor]
 
@@ -454,13 +454,9 @@ def train_many(
 
     for g in groups:
         g.write_back()
+    settings = dict(steps=steps, batch_size=batch_size, lr=lr, weight_decay=weight_decay, warmup=warmup)
     for model, seed, history in zip(models, seeds, histories):
-        model.eval()
-        model.task = task
-        model.history = history
-        model.train_settings = dict(
-            steps=steps, batch_size=batch_size, lr=lr, weight_decay=weight_decay, warmup=warmup, seed=seed
-        )
+        mark_trained(model, task, history, **settings, seed=seed)
     return models
 
 

@@ -75,12 +75,17 @@ def train(
             acc = task.correct(logits.detach(), batch).float().mean().item()
             history.append({"step": step, "loss": loss.item(), "acc": acc})
             bar.set_postfix(loss=f"{loss.item():.4f}", acc=f"{acc:.3f}")
+    return mark_trained(
+        model, task, history, steps=steps, batch_size=batch_size, lr=lr, weight_decay=weight_decay, warmup=warmup, seed=seed
+    )
+
+
+def mark_trained(model: HookedTransformer, task: Task, history: list[dict], **settings) -> HookedTransformer:
+    """Put `model` in eval mode with its task, training history and settings attached (what `hc.save` records)."""
     model.eval()
     model.task = task
     model.history = history
-    model.train_settings = dict(
-        steps=steps, batch_size=batch_size, lr=lr, weight_decay=weight_decay, warmup=warmup, seed=seed
-    )
+    model.train_settings = settings
     return model
 
 

@@ -1,7 +1,6 @@
 """Save/load round trips, shipped checkpoints, and every way a checkpoint can be bad."""
 
 import json
-import shutil
 
 import pytest
 import torch

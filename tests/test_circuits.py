@@ -5,18 +5,9 @@ import torch
 from transformer_lens import FactoredMatrix, HookedTransformer, HookedTransformerConfig
 
 import headcoop as hc
+from helpers import jiggle
 
 ATOL = 1e-5
-
-
-def jiggle(model, scale=0.1, seed=1, skip=()):
-    """Perturb every trainable weight (biases included) so a forgotten term cannot hide behind a zero."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name not in skip:
-                p.add_(scale * torch.randn(p.shape, generator=g))
-    return model
 
 
 def make(kind, n_layers=1):

@@ -10,14 +10,6 @@ PATTERN = "blocks.0.attn.hook_pattern"
 ZERO, ONE, TWO = 0, 1, 2
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def model():
     return hc.Count01().model(seed=0, n_heads=4, d_model=8, d_head=2)

@@ -11,14 +11,6 @@ import headcoop as hc
 from headcoop.analysis.probes import fit_logistic, probe_features, roc_auc
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def trained():
     task = hc.Count01()

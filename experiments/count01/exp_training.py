@@ -6,11 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import plotly.express as px
-import plotly.graph_objects as go
 import torch
 
 import headcoop as hc
-from common import PRIMARY, THRESHOLD, Settings, d_head_for, pearson_ci, save_figure, write_table
+from common import PRIMARY, Settings, d_head_for, pearson_ci, save_figure, write_table
 from headcoop.plot import heatmap
 from headcoop.tasks.count01 import FIVE, FOUR
 

@@ -465,7 +465,6 @@ def section_minimal(t: Tables) -> str:
     hand = t["minimal_handwritten"]
     hh = t["minimal_handwritten_heads"].iloc[0]
     trained = t["minimal_trained"]
-    best = int(trained.solved_99.max())
     total = int(trained.seeds.sum())
     lines = [
         "## 8. The minimal solution: d_model 1, d_head 1, one head",

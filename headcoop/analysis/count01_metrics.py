@@ -125,7 +125,7 @@ def head_metrics(
     if not isinstance(n, int) or n < 8:
         raise ValueError(f"n must be an int >= 8, got {n!r}")
     batch = task.sample(n, seed=seed).to(model.cfg.device)
-    n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
+    n_layers = model.cfg.n_layers
 
     # separability of z: one batched probe fit for every head of every layer
     fit = probe(model, batch, site="z", layer=None, seed=seed, test_fraction=test_fraction, l2=l2)
