@@ -131,3 +131,24 @@ def test_independent_count01_strings():
         logits = model(ids[None])[0]
         right += task.vocab[logits[-2].argmax()] == a and task.vocab[logits[-1].argmax()] == "[EOS]"
     assert right / len(texts) >= 0.99
+
+
+@pytest.mark.parametrize("name", ["skip-pair", "skip-pair-dhead1"])
+def test_independent_skip_pair_contexts(name):
+    """Every pair type, both orders, at random positions in random noise, built with plain Python."""
+    import random
+
+    model = hc.load(name)
+    task = model.task
+    rng = random.Random(7)
+    mapping = {(1, 1): 5, (1, 2): 9, (1, 3): 1, (1, 4): 3, (2, 2): 11, (2, 3): 6, (2, 4): 2, (3, 3): 7, (3, 4): 10, (4, 4): 4}
+    rows, answers = [], []
+    for (a, b), completion in mapping.items():
+        for _ in range(60):
+            context = [rng.randint(5, 11) for _ in range(task.seq_len - 1)]
+            i, j = rng.sample(range(task.seq_len - 1), 2)
+            context[i], context[j] = (a, b) if rng.random() < 0.5 else (b, a)
+            rows.append(context + [0])
+            answers.append(completion)
+    logits = model(torch.tensor(rows))[:, -1]
+    assert logits.argmax(-1).tolist() == answers
