@@ -381,9 +381,10 @@ def write(
     w("## Regeneration\n")
     w(f"`python experiments/skip_pair/run_all.py` trained and measured {timing['n_models']} models in "
       f"{timing['train_and_measure_s']} s and had written every table and figure after {timing['total_s']} s "
-      f"with {timing['threads']} torch thread(s), on a 2-core machine shared with other jobs at the time, so "
-      "these times are upper bounds for an idle machine. Figures are written as HTML (plotly.js from its CDN) and "
-      "PNG (when kaleido can export).\n")
+      f"with {timing['threads']} torch thread(s), on a machine with {timing.get('cores', '?')} CPU cores "
+      f"(1-minute load average {timing.get('load_start', '?')} at the start, {timing.get('load_end', '?')} when "
+      "training ended; other jobs on the machine raise it and the times with it). Figures are written as HTML "
+      "(plotly.js from its CDN) and PNG (when kaleido can export).\n")
     path = out / "skip_pair.md"
     path.write_text("\n".join(lines) + "\n")
     return path

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 import warnings
@@ -115,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     start = time.time()
+    load_start = os.getloadavg()[0]
 
     setup = QUICK if args.quick else FULL
     recipe = dict(RECIPE, steps=setup.get("steps", RECIPE["steps"]))
@@ -151,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         quick=args.quick, threads=args.threads, n_models=len(runs) + len(long_runs), recipe=recipe,
         long_steps=long["steps"],
         train_and_measure_s=round(trained - start, 1), total_s=None,
+        cores=os.cpu_count(), load_start=round(load_start, 2), load_end=round(os.getloadavg()[0], 2),
     )  # fmt: skip
     timing["total_s"] = timing["doc_total_s"] = round(time.time() - start, 1)  # the doc states the time so far
     report.write(out, table, long_table, shipped, typical, timing, setup)
