@@ -108,7 +108,7 @@ def markdown(df: pd.DataFrame, digits: int = 3) -> str:
 def save_figure(fig, out: Path, name: str) -> list[str]:
     """Write out/name.html and, if kaleido can render, out/name.png; returns the files written."""
     out.mkdir(parents=True, exist_ok=True)
-    fig.write_html(out / f"{name}.html", include_plotlyjs="cdn")
+    fig.write_html(out / f"{name}.html", include_plotlyjs="cdn", div_id=name)  # a fixed id keeps reruns diff-free
     written = [f"{name}.html"]
     if os.environ.get("COUNT01_NO_PNG"):
         return written

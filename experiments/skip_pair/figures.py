@@ -21,7 +21,7 @@ PNG = True  # run_all --no-png turns PNG export off
 
 def save(fig: go.Figure, folder: Path, name: str, width: int = 1000, height: int = 500) -> list[str]:
     """Write NAME.html and, if kaleido works here, NAME.png; returns the files written."""
-    fig.write_html(folder / f"{name}.html", include_plotlyjs="cdn")
+    fig.write_html(folder / f"{name}.html", include_plotlyjs="cdn", div_id=name)  # a fixed id keeps reruns diff-free
     written = [f"{name}.html"]
     if not PNG:
         return written
