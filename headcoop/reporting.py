@@ -25,13 +25,14 @@ import pandas as pd
 import plotly.graph_objects as go
 import plotly.offline
 import torch
-from jaxtyping import Float
 from torch import Tensor
 from tqdm.auto import tqdm
 from transformer_lens import HookedTransformer
 
 import headcoop as hc
 from headcoop.analysis.common import head_names, require_task
+from headcoop.analysis.skip_pair_metrics import compare_orderings, read_off_scores
+from headcoop.tasks.skip_pair import SIGNAL
 from headcoop.tasks.base import Batch, Task
 
 _CSS = """
@@ -139,13 +140,10 @@ def skip_pair_preferences(model: HookedTransformer) -> pd.DataFrame:
     One row per head (index "L0H0", ...; layers > 0: direct path); columns `score <t>` per signal token
     and `ordering`. Scores are `hc.qk`'s (pre-softmax, as `hook_attn_scores`).
     """
-    from headcoop.tasks.skip_pair import READ_OFF, SIGNAL
-
     rows = {}
     for layer in range(model.cfg.n_layers):
-        for head in range(model.cfg.n_heads):
-            scores: Float[Tensor, " signal"] = hc.qk(model, head=head, layer=layer).scores[READ_OFF, list(SIGNAL)]
-            order = [SIGNAL[i] for i in scores.cpu().argsort(descending=True).tolist()]
+        for head, scores in enumerate(read_off_scores(model, layer)):
+            order = [SIGNAL[i] for i in scores.argsort(descending=True).tolist()]
             row = {f"score {t}": float(s) for t, s in zip(SIGNAL, scores)}
             row["ordering"] = " > ".join(str(t) for t in order)
             rows[f"L{layer}H{head}"] = row
@@ -342,28 +340,6 @@ def _section_count01_map(ctx: _Context) -> str:
     ) + ctx.figure(fig, height=520)
 
 
-def local_relation(first: tuple[int, ...], second: tuple[int, ...]) -> str:
-    """How two orderings of the same tokens compare: 'equal', 'reversed', else 'partly reversed' when they
-    disagree on more pairs of tokens than they agree on (Kendall tau < 0), else 'partly equal'."""
-    if first == second or first == second[::-1]:
-        return "equal" if first == second else "reversed"
-    agree = sum(
-        1 if (first.index(a) - first.index(b)) * (second.index(a) - second.index(b)) > 0 else -1
-        for a, b in itertools.combinations(first, 2)
-    )
-    return "partly reversed" if agree < 0 else "partly equal"
-
-
-def _relation(first: tuple[int, ...], second: tuple[int, ...]) -> str:
-    """skip_pair_metrics.compare_orderings where that module exists (the results pages use it), else the
-    same definition here."""
-    try:
-        from headcoop.analysis.skip_pair_metrics import compare_orderings
-    except ImportError:
-        return local_relation(first, second)
-    return compare_orderings(first, second)
-
-
 def _section_skip_pair_prefs(ctx: _Context) -> str:
     from headcoop.plot import heatmap
 
@@ -376,7 +352,7 @@ def _section_skip_pair_prefs(ctx: _Context) -> str:
     )  # fmt: skip
     orderings = {name: tuple(int(t) for t in o.split(" > ")) for name, o in prefs["ordering"].items()}
     pairs = list(itertools.combinations(orderings, 2))[:6]
-    relations = "; ".join(f"{a} vs {b}: <b>{_relation(orderings[a], orderings[b])}</b>" for a, b in pairs)
+    relations = "; ".join(f"{a} vs {b}: <b>{compare_orderings(orderings[a], orderings[b])}</b>" for a, b in pairs)
     return (
         _note(
             "Each head's preference ordering over the signal tokens 1..4: their QK scores as keys, with the "
