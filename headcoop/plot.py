@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -76,6 +77,28 @@ def bar(values, labels: Sequence, title: str = "", ylabel: str = "", xlabel: str
     fig.update_layout(title=title, xaxis_title=xlabel, yaxis_title=ylabel, template="simple_white")
     fig.update_xaxes(type="category")
     return fig
+
+
+def save_figure(
+    fig: go.Figure, folder: Path, name: str, png: bool = True, width: int = 900, height: int = 600, scale: float = 1.0
+) -> list[str]:
+    """Write folder/name.html (plotly.js from its CDN; the div id is `name`, so rerunning rewrites nothing that
+    did not change) and, when `png` and kaleido can export here, folder/name.png. Returns the file names written;
+    a failed PNG export is reported and skipped."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    fig.write_html(folder / f"{name}.html", include_plotlyjs="cdn", div_id=name)
+    written = [f"{name}.html"]
+    if not png:
+        return written
+    if os.path.exists("/usr/bin/chromium"):
+        os.environ.setdefault("BROWSER_PATH", "/usr/bin/chromium")  # kaleido 1.x drives a Chromium
+    try:
+        fig.write_image(folder / f"{name}.png", width=width, height=height, scale=scale)
+        written.append(f"{name}.png")
+    except Exception as error:  # kaleido missing or no browser: HTML only
+        print(f"  (PNG export of {name} failed: {type(error).__name__}: {str(error)[:120]}; HTML only)")
+    return written
 
 
 def _unique(labels: list[str]) -> list[str]:

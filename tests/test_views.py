@@ -110,3 +110,12 @@ def test_attention_bad_input(model):
         hc.attention(model, "01=", max_examples=0)
     with pytest.raises(ValueError, match="unknown symbol"):
         hc.attention(model, "01x=")
+
+
+def test_save_figure_writes_html_with_a_fixed_id(tmp_path):
+    from headcoop.plot import bar, save_figure
+
+    fig = bar([1.0, -2.0], ["a", "b"], title="t")
+    assert save_figure(fig, tmp_path / "figs", "my_fig", png=False) == ["my_fig.html"]
+    page = (tmp_path / "figs" / "my_fig.html").read_text()
+    assert 'id="my_fig"' in page and not (tmp_path / "figs" / "my_fig.png").exists()

@@ -12,6 +12,8 @@ import numpy as np
 import pandas as pd
 import torch
 
+from headcoop import plot
+
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 
 REPO = Path(__file__).resolve().parents[2]
@@ -106,20 +108,8 @@ def markdown(df: pd.DataFrame, digits: int = 3) -> str:
 
 
 def save_figure(fig, out: Path, name: str) -> list[str]:
-    """Write out/name.html and, if kaleido can render, out/name.png; returns the files written."""
-    out.mkdir(parents=True, exist_ok=True)
-    fig.write_html(out / f"{name}.html", include_plotlyjs="cdn", div_id=name)  # a fixed id keeps reruns diff-free
-    written = [f"{name}.html"]
-    if os.environ.get("COUNT01_NO_PNG"):
-        return written
-    try:
-        if os.path.exists("/usr/bin/chromium"):
-            os.environ.setdefault("BROWSER_PATH", "/usr/bin/chromium")
-        fig.write_image(out / f"{name}.png", width=900, height=600, scale=1)
-        written.append(f"{name}.png")
-    except Exception as error:  # kaleido missing or no browser: HTML only
-        print(f"  (PNG export of {name} failed: {type(error).__name__}: {str(error)[:120]}; HTML only)")
-    return written
+    """out/name.html and, unless COUNT01_NO_PNG is set, out/name.png (900 x 600); the files written."""
+    return plot.save_figure(fig, out, name, png=not os.environ.get("COUNT01_NO_PNG"))
 
 
 def pearson_ci(x: np.ndarray, y: np.ndarray, n_boot: int, seed: int = 0) -> dict:

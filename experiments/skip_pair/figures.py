@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -12,25 +11,16 @@ from plotly.subplots import make_subplots
 
 import headcoop as hc
 from headcoop.analysis import skip_pair_metrics as M
+from headcoop.plot import save_figure
 from headcoop.tasks.skip_pair import PAIRS, SIGNAL
 
-os.environ.setdefault("BROWSER_PATH", "/usr/bin/chromium")
 SHIPPED = ("skip-pair", "skip-pair-dhead1")
 PNG = True  # run_all --no-png turns PNG export off
 
 
 def save(fig: go.Figure, folder: Path, name: str, width: int = 1000, height: int = 500) -> list[str]:
-    """Write NAME.html and, if kaleido works here, NAME.png; returns the files written."""
-    fig.write_html(folder / f"{name}.html", include_plotlyjs="cdn", div_id=name)  # a fixed id keeps reruns diff-free
-    written = [f"{name}.html"]
-    if not PNG:
-        return written
-    try:
-        fig.write_image(folder / f"{name}.png", width=width, height=height, scale=1.5)
-        written.append(f"{name}.png")
-    except Exception as err:  # kaleido or chromium missing: HTML only
-        print(f"PNG export of {name} failed ({type(err).__name__}: {err}); HTML only")
-    return written
+    """NAME.html and, unless run_all --no-png, NAME.png (at 1.5x); the files written."""
+    return save_figure(fig, folder, name, png=PNG, width=width, height=height, scale=1.5)
 
 
 def completion_labels(task: hc.SkipPair) -> list[str]:
