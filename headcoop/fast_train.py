@@ -23,7 +23,11 @@ from tqdm.auto import tqdm
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from headcoop.tasks.base import Task, build_model
-from headcoop.train import check_training_args, lr_at, make_optimizer, mark_trained, step_seed
+from headcoop.checks import check_finite, check_seed
+from headcoop.tasks.base import check_sample_size
+from headcoop.train import (
+    check_training_args, deterministic, lr_at, make_optimizer, mark_trained, step_seed, trainable_parameters,
+)
 
 Params = dict[str, Tensor]
 
@@ -376,10 +380,7 @@ def _check_seeds(seeds: Sequence[int] | None, k: int) -> list[int]:
     seeds = list(seeds)
     if len(seeds) != k:
         raise ValueError(f"got {len(seeds)} seeds for {k} models; pass one seed per model")
-    for s in seeds:
-        if not isinstance(s, int) or isinstance(s, bool):
-            raise TypeError(f"seeds must be ints, got {s!r}")
-    return seeds
+    return [check_seed(s, "each seed") for s in seeds]
 
 
 # --- training --------------------------------------------------------------------------
@@ -408,7 +409,8 @@ def train_many(
     the groups step together, sharing each step's batches between models of equal seed.
     progress: a bool, or a tqdm bar to advance by K model-steps per step.
     """
-    check_training_args(steps, batch_size, lr)
+    check_training_args(steps, batch_size, lr, weight_decay, warmup, log_every)
+    check_sample_size(batch_size, task.n_ctx)
     _check_task_scoring(task)
     items = list(configs_or_models)
     if not items:
@@ -417,6 +419,9 @@ def train_many(
     models = [build(task, item, seed) for item, seed in zip(items, seeds)]
     if len({id(m) for m in models}) != len(models):
         raise ValueError("the same model object appears more than once; pass distinct models")
+    for model in models:
+        check_finite(model, "train_many")
+        trainable_parameters(model)
     groups = group_models(models, seeds)
     stream_seeds = sorted(set(seeds))
     optimizer = make_optimizer([p for g in groups for p in g.trainable()], lr, weight_decay)
@@ -425,39 +430,54 @@ def train_many(
     own_bar = not hasattr(progress, "update")
     bar = tqdm(total=steps, desc=f"train_many {task.name} x{len(models)}", disable=not progress, leave=False) \
         if own_bar else progress  # fmt: skip
-    for step in range(steps):
-        for group in optimizer.param_groups:
-            group["lr"] = lr_at(step, steps, lr, warmup)
-        data = sample_streams(task, batch_size, [step_seed(s, step) for s in stream_seeds])
-        on_device = {}
-        losses, logged = [], step % log_every == 0 or step == steps - 1
-        for g in groups:
-            if g.device not in on_device:
-                on_device[g.device] = data.to(g.device)
-            batch = on_device[g.device].select(g.rows)
-            logits = fused_logits(g.params, g.cfg, batch.tokens, batch.loss_pos, g.positional)
-            loss = per_model_loss(logits, batch.targets)
-            losses.append(loss)
-            if logged:
-                acc = (logits.detach().argmax(-1) == batch.targets).flatten(1).float().mean(1)
-                _log(histories, g.indices, step, loss.detach(), acc)
-        optimizer.zero_grad(set_to_none=False)
-        sum(loss.sum() for loss in losses).backward()
-        if step == 0:
-            _fill_missing_grads(optimizer)
-        optimizer.step()
-        bar.update(1 if own_bar else len(models))
-        if logged and own_bar:
-            bar.set_postfix(loss=f"{sum(x.detach().sum().item() for x in losses) / len(models):.4f}")
+    with deterministic(groups[0].device):
+        for step in range(steps):
+            for group in optimizer.param_groups:
+                group["lr"] = lr_at(step, steps, lr, warmup)
+            data = sample_streams(task, batch_size, [step_seed(s, step) for s in stream_seeds])
+            on_device = {}
+            losses, logged = [], step % log_every == 0 or step == steps - 1
+            for g in groups:
+                if g.device not in on_device:
+                    on_device[g.device] = data.to(g.device)
+                batch = on_device[g.device].select(g.rows)
+                logits = fused_logits(g.params, g.cfg, batch.tokens, batch.loss_pos, g.positional)
+                loss = per_model_loss(logits, batch.targets)
+                check_loss_of_models(loss, g.indices, step, lr)
+                losses.append(loss)
+                if logged:
+                    acc = (logits.detach().argmax(-1) == batch.targets).flatten(1).float().mean(1)
+                    _log(histories, g.indices, step, loss.detach(), acc)
+            optimizer.zero_grad(set_to_none=False)
+            sum(loss.sum() for loss in losses).backward()
+            if step == 0:
+                _fill_missing_grads(optimizer)
+            optimizer.step()
+            bar.update(1 if own_bar else len(models))
+            if logged and own_bar:
+                bar.set_postfix(loss=f"{sum(x.detach().sum().item() for x in losses) / len(models):.4f}")
     if own_bar:
         bar.close()
 
     for g in groups:
         g.write_back()
+    for model in models:
+        check_finite(model, "train_many (after the last step)")
     settings = dict(steps=steps, batch_size=batch_size, lr=lr, weight_decay=weight_decay, warmup=warmup)
     for model, seed, history in zip(models, seeds, histories):
         mark_trained(model, task, history, **settings, seed=seed)
     return models
+
+
+def check_loss_of_models(loss: Tensor, indices: list[int], step: int, lr: float) -> None:
+    """ValueError naming the models (by input index) whose loss at `step` is not finite."""
+    bad = ~torch.isfinite(loss.detach())
+    if bad.any():
+        which = [indices[i] for i in bad.nonzero().flatten().tolist()]
+        raise ValueError(
+            f"training diverged: at step {step} the loss of model(s) {which} is not finite "
+            f"({loss.detach()[bad].tolist()[:4]}) with lr={lr!r}; lower the learning rate"
+        )
 
 
 def _fill_missing_grads(optimizer: torch.optim.Optimizer) -> None:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 
 import torch
 from tqdm.auto import tqdm
 from transformer_lens import HookedTransformer
 
-from headcoop.tasks.base import Task
+from headcoop.checks import check_finite, check_float, check_int, check_seed
+from headcoop.tasks.base import Task, check_sample_size
 
 
 def step_seed(seed: int, step: int) -> int:
@@ -28,13 +31,54 @@ def make_optimizer(params, lr: float, weight_decay: float) -> torch.optim.Optimi
     return torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.98), weight_decay=weight_decay)
 
 
-def check_training_args(steps: int, batch_size: int, lr: float) -> None:
-    if not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be a positive int, got {steps!r}")
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-    if not lr > 0:
-        raise ValueError(f"lr must be positive, got {lr!r}")
+def check_training_args(
+    steps: int, batch_size: int, lr: float, weight_decay: float = 0.0, warmup: int = 0, log_every: int = 1
+) -> None:
+    """TypeError/ValueError naming the first bad training setting."""
+    check_int("steps", steps, 1)
+    check_int("batch_size", batch_size, 1)
+    check_float("lr", lr, 0.0, low_open=True)
+    check_float("weight_decay", weight_decay, 0.0)
+    check_int("warmup", warmup, 0)
+    check_int("log_every", log_every, 1)
+
+
+def trainable_parameters(model: HookedTransformer) -> list[torch.Tensor]:
+    """The parameters training updates; ValueError when there are none."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError(f"model {model.cfg.model_name!r} has no trainable parameters (every one has requires_grad False)")
+    return params
+
+
+@contextlib.contextmanager
+def deterministic(device: torch.device) -> Iterator[None]:
+    """Deterministic kernels for the length of a `with` block on the CPU, restored afterwards.
+
+    With two or more threads, the CPU backward of the embedding lookup (an index_put with
+    accumulation) sums in a thread-dependent order; torch's deterministic mode sorts it instead, so
+    the same seed gives bit-identical weights run after run at a given thread count. (Different thread
+    counts split matrix products differently and may still differ in the last bits.) CUDA needs an
+    environment variable for deterministic cuBLAS, so on GPUs the mode is left as the caller set it.
+    """
+    if torch.device(device).type != "cpu":
+        yield
+        return
+    before, warn_only = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before, warn_only=warn_only)
+
+
+def check_loss(loss: torch.Tensor, step: int, lr: float) -> None:
+    """ValueError when the loss of `step` is NaN or inf (training diverged)."""
+    if not torch.isfinite(loss).all():
+        raise ValueError(
+            f"training diverged: the loss at step {step} is {loss.detach().flatten().tolist()[:8]} "
+            f"(not finite) with lr={lr!r}; lower the learning rate. The model's weights are not usable."
+        )
 
 
 def train(
@@ -51,30 +95,40 @@ def train(
 ) -> HookedTransformer:
     """Train `model` on `task` with AdamW; the loss counts only the task's loss positions.
 
-    Deterministic on CPU: batches come from `task.sample(batch_size, seed=step_seed(seed, step))`.
+    Deterministic on CPU at any thread count: batches come from
+    `task.sample(batch_size, seed=step_seed(seed, step))` and the kernels run in torch's deterministic
+    mode, so the same seed gives bit-identical weights on every run (see `deterministic`).
     Returns the same model, in eval mode, with `model.history` (a list of
     {step, loss, acc} every `log_every` steps) and `model.train_settings`.
+    ValueError for a model with non-finite weights, none to train, or a shape the task does not fit,
+    and when the loss stops being finite (training diverged).
     """
-    check_training_args(steps, batch_size, lr)
+    check_training_args(steps, batch_size, lr, weight_decay, warmup, log_every)
+    check_seed(seed)
+    check_sample_size(batch_size, task.n_ctx)
+    task.check_ready(model, "hc.train")
     device = next(model.parameters()).device
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = make_optimizer(params, lr, weight_decay)
+    optimizer = make_optimizer(trainable_parameters(model), lr, weight_decay)
     history = list(getattr(model, "history", []))
     model.train()
     bar = tqdm(range(steps), desc=f"train {task.name}", disable=not progress, leave=False)
-    for step in bar:
-        for group in optimizer.param_groups:
-            group["lr"] = lr_at(step, steps, lr, warmup)
-        batch = task.sample(batch_size, seed=step_seed(seed, step)).to(device)
-        logits = model(batch.tokens)
-        loss = task.loss(logits, batch)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        if step % log_every == 0 or step == steps - 1:
-            acc = task.correct(logits.detach(), batch).float().mean().item()
-            history.append({"step": step, "loss": loss.item(), "acc": acc})
-            bar.set_postfix(loss=f"{loss.item():.4f}", acc=f"{acc:.3f}")
+    with deterministic(device):
+        for step in bar:
+            for group in optimizer.param_groups:
+                group["lr"] = lr_at(step, steps, lr, warmup)
+            batch = task.sample(batch_size, seed=step_seed(seed, step)).to(device)
+            logits = model(batch.tokens)
+            loss = task.loss(logits, batch)
+            check_loss(loss, step, lr)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            if step % log_every == 0 or step == steps - 1:
+                acc = task.correct(logits.detach(), batch).float().mean().item()
+                history.append({"step": step, "loss": loss.item(), "acc": acc})
+                bar.set_postfix(loss=f"{loss.item():.4f}", acc=f"{acc:.3f}")
+    model.eval()
+    check_finite(model, "hc.train (after the last step)")
     return mark_trained(
         model, task, history, steps=steps, batch_size=batch_size, lr=lr, weight_decay=weight_decay, warmup=warmup, seed=seed
     )
@@ -94,5 +148,7 @@ def evaluate(model: HookedTransformer, task: Task | None = None, **kwargs) -> di
     task = task or getattr(model, "task", None)
     if task is None:
         raise ValueError("this model carries no task; pass one: hc.evaluate(model, hc.Count01())")
+    if not isinstance(task, Task):
+        raise TypeError(f"task must be a headcoop Task such as hc.Count01(), got {type(task).__name__}")
     model.eval()
     return task.evaluate(model, **kwargs)

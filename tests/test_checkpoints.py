@@ -52,7 +52,7 @@ def test_missing_path(tmp_path):
 def test_damaged_weights(saved):
     _, path = saved
     (path / WEIGHTS).write_bytes(b"not a safetensors file")
-    with pytest.raises(ValueError, match="damaged weights file"):
+    with pytest.raises(ValueError, match="SHA-256"):
         hc.load(path)
 
 
@@ -60,7 +60,18 @@ def test_truncated_weights(saved):
     _, path = saved
     data = (path / WEIGHTS).read_bytes()
     (path / WEIGHTS).write_bytes(data[: len(data) // 2])
-    with pytest.raises(ValueError, match="damaged weights file"):
+    with pytest.raises(ValueError, match="SHA-256"):
+        hc.load(path)
+
+
+def test_damaged_weights_of_a_checkpoint_without_checksum(saved):
+    """Older checkpoints record no checksum: a warning says so, and a damaged file is still caught."""
+    _, path = saved
+    meta = json.loads((path / META).read_text())
+    del meta["weights_sha256"]
+    (path / META).write_text(json.dumps(meta))
+    (path / WEIGHTS).write_bytes(b"not a safetensors file")
+    with pytest.warns(UserWarning, match="no weights checksum"), pytest.raises(ValueError, match="damaged weights file"):
         hc.load(path)
 
 

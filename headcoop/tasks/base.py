@@ -16,6 +16,8 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
+from headcoop.checks import check_finite, check_int, check_seed
+
 
 @dataclasses.dataclass(frozen=True)
 class Batch:
@@ -64,6 +66,7 @@ def build_model(cfg: HookedTransformerConfig, seed: int) -> HookedTransformer:
 
     The global RNG is left untouched (TransformerLens's own `cfg.seed` reseeds it).
     """
+    seed = check_seed(seed)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         with warnings.catch_warnings():
@@ -74,9 +77,41 @@ def build_model(cfg: HookedTransformerConfig, seed: int) -> HookedTransformer:
 
 
 def generator(seed: int) -> torch.Generator:
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        raise TypeError(f"seed must be an int, got {seed!r}")
-    return torch.Generator().manual_seed(seed)
+    """A private CPU generator; TypeError/ValueError for a seed that is not an int in 0..2**63 - 1."""
+    return torch.Generator().manual_seed(check_seed(seed))
+
+
+# The most token ids one `sample` call may hold (int64: 2 GiB); beyond it a typo such as
+# max_len=10**9 would try to allocate tens of gigabytes before failing.
+MAX_SAMPLE_TOKENS = 2**28
+
+
+def check_sample_size(n, width: int) -> int:
+    """`n` as a positive int whose [n, width] batch stays within MAX_SAMPLE_TOKENS."""
+    n = check_int("n", n, 1)
+    if n * width > MAX_SAMPLE_TOKENS:
+        raise ValueError(
+            f"a sample of n={n} sequences of width {width} holds {n * width:,} tokens, more than the "
+            f"{MAX_SAMPLE_TOKENS:,} one call may draw; draw it in parts"
+        )
+    return n
+
+
+def check_ids(ids, d_vocab: int, what: str = "token ids") -> Tensor:
+    """`ids` (a tensor, list or array of integer ids) as a LongTensor; TypeError for floats or bools,
+    ValueError naming an id outside 0..d_vocab - 1."""
+    if isinstance(ids, (str, bytes)):
+        raise TypeError(f"{what} must be integer ids, got the text {ids!r}; use encode() for text")
+    try:
+        ids = torch.as_tensor(ids)
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise TypeError(f"{what} must be integer ids, got {ids!r} ({err})") from None
+    if ids.dtype == torch.bool or ids.is_floating_point() or ids.is_complex():
+        raise TypeError(f"{what} must be integer ids, got dtype {ids.dtype}")
+    if ids.numel() and (ids.min() < 0 or ids.max() >= d_vocab):
+        bad = ids[(ids < 0) | (ids >= d_vocab)].flatten()[0].item()
+        raise ValueError(f"{what}: id {bad} is outside the vocabulary 0..{d_vocab - 1}")
+    return ids.long()
 
 
 class Task(ABC):
@@ -105,15 +140,48 @@ class Task(ABC):
 
     def token_strings(self, ids) -> list[str]:
         """One string per token of a [pos] sequence, for attention views and axis labels."""
-        ids = torch.as_tensor(ids).tolist()
-        self.check_tokens(torch.as_tensor(ids))
-        return [self.vocab[i] for i in ids]
+        ids = check_ids(ids, self.d_vocab, f"{self.name} token ids")
+        if ids.ndim != 1:
+            raise ValueError(f"token_strings takes one [pos] sequence, got shape {tuple(ids.shape)}")
+        return [self.vocab[i] for i in ids.tolist()]
 
     def check_tokens(self, tokens: Tensor) -> None:
-        """ValueError if any id lies outside the vocabulary."""
-        if tokens.numel() and (tokens.min() < 0 or tokens.max() >= self.d_vocab):
-            bad = tokens[(tokens < 0) | (tokens >= self.d_vocab)][0].item()
-            raise ValueError(f"token id {bad} is outside the {self.name} vocabulary (0..{self.d_vocab - 1})")
+        """ValueError if any id lies outside the vocabulary (TypeError for non-integer ids)."""
+        check_ids(tokens, self.d_vocab, f"{self.name} token ids")
+
+    def check_text(self, text) -> str:
+        """`text` itself when it is a str; TypeError naming what was passed instead."""
+        if not isinstance(text, str):
+            raise TypeError(f"{self.name} encode() takes a str, got {text!r} ({type(text).__name__})")
+        return text
+
+    def decode_with(self, ids, join: str) -> str | list[str]:
+        """Text of a [pos] id sequence (a list of texts for [batch, pos]), symbols joined by `join`."""
+        ids = check_ids(ids, self.d_vocab, f"{self.name} token ids")
+        if ids.ndim == 2:
+            return [join.join(self.vocab[i] for i in row) for row in ids.tolist()]
+        if ids.ndim != 1:
+            raise ValueError(f"decode takes [pos] or [batch, pos] ids, got shape {tuple(ids.shape)}")
+        return join.join(self.vocab[i] for i in ids.tolist())
+
+    def check_model(self, model: HookedTransformer, what: str = "this task") -> HookedTransformer:
+        """`model` when its vocabulary and context fit this task; ValueError naming both otherwise
+        (a SkipPair task on a Count01 model, say)."""
+        if not isinstance(model, HookedTransformer):
+            raise TypeError(f"{what} needs a HookedTransformer, got {type(model).__name__}")
+        cfg = model.cfg
+        if cfg.d_vocab != self.d_vocab or cfg.d_vocab_out != self.d_vocab or cfg.n_ctx < self.n_ctx:
+            raise ValueError(
+                f"{what}: {self!r} needs a model with d_vocab {self.d_vocab} and n_ctx >= {self.n_ctx}, but "
+                f"{cfg.model_name!r} has d_vocab {cfg.d_vocab}, d_vocab_out {cfg.d_vocab_out} and n_ctx {cfg.n_ctx}"
+            )
+        return model
+
+    def check_ready(self, model: HookedTransformer, what: str) -> HookedTransformer:
+        """`check_model`, and ValueError when any weight is NaN or inf."""
+        self.check_model(model, what)
+        check_finite(model, what)
+        return model
 
     # --- data ------------------------------------------------------------------------
     @abstractmethod

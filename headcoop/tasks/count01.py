@@ -13,9 +13,11 @@ from jaxtyping import Int
 from torch import Tensor
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
-from headcoop.tasks.base import Batch, Task, generator
+from headcoop.checks import check_bool, check_int
+from headcoop.tasks.base import Batch, Task, check_sample_size, generator
 
 ZERO, ONE, TWO, EQ, FOUR, FIVE, EOS, BOS = range(8)
+MAX_LEN = 4096  # longer strings would need contexts no toy model here is built for
 
 
 class Count01(Task):
@@ -31,11 +33,12 @@ class Count01(Task):
     vocab = ["0", "1", "2", "=", "4", "5", "[EOS]", "[BOS]"]
 
     def __init__(self, min_len: int = 1, max_len: int = 20, include_ties: bool = False, positional: bool = False):
-        if not 1 <= min_len <= max_len:
-            raise ValueError(f"need 1 <= min_len <= max_len, got min_len={min_len}, max_len={max_len}")
-        self.min_len, self.max_len = int(min_len), int(max_len)
-        self.include_ties = bool(include_ties)
-        self.positional = bool(positional)
+        self.max_len = check_int("max_len", max_len, 1, MAX_LEN)
+        self.min_len = check_int("min_len", min_len, 1)
+        if self.min_len > self.max_len:
+            raise ValueError(f"need min_len <= max_len, got min_len={min_len}, max_len={max_len}")
+        self.include_ties = check_bool("include_ties", include_ties)
+        self.positional = check_bool("positional", positional)
 
     def params(self) -> dict[str, Any]:
         return dict(min_len=self.min_len, max_len=self.max_len, include_ties=self.include_ties, positional=self.positional)
@@ -47,6 +50,7 @@ class Count01(Task):
     # --- text ------------------------------------------------------------------------
     def encode(self, text: str) -> Int[Tensor, " pos"]:
         """`encode("0121=")` -> ids of `[BOS] 0 1 2 1 =`. Whitespace is ignored."""
+        text = self.check_text(text)
         ids, i = [], 0
         while i < len(text):
             if text[i].isspace():
@@ -64,10 +68,7 @@ class Count01(Task):
         return torch.tensor(ids, dtype=torch.long)
 
     def decode(self, ids) -> str | list[str]:
-        ids = torch.as_tensor(ids)
-        if ids.ndim == 2:
-            return [self.decode(row) for row in ids]
-        return "".join(self.token_strings(ids))
+        return self.decode_with(ids, "")
 
     # --- data ------------------------------------------------------------------------
     def _draw_strings(self, n: int, g: torch.Generator) -> tuple[Tensor, Tensor]:
@@ -119,8 +120,7 @@ class Count01(Task):
 
     def sample(self, n: int, seed: int = 0) -> Batch:
         """`n` sequences `[BOS] w = a [EOS]`, right-padded with [EOS] to width max_len + 4."""
-        if n < 1:
-            raise ValueError(f"n must be positive, got {n}")
+        n = check_sample_size(n, self.n_ctx)
         syms, lengths = self._draw_strings(n, generator(seed))
         return self.batch_from_strings(syms, lengths)
 
@@ -146,6 +146,7 @@ class Count01(Task):
     @torch.no_grad()
     def evaluate(self, model: HookedTransformer, n: int = 4096, seed: int = 10_000) -> dict[str, float]:
         """Accuracy of the answer at '=', of [EOS] after the answer, and of both, on `n` fresh strings."""
+        self.check_ready(model, f"{self.name} evaluate")
         batch = self.sample(n, seed=seed).to(model.cfg.device)
         logits = model(batch.tokens)
         correct = self.correct(logits, batch)
@@ -167,8 +168,7 @@ class Count01(Task):
     ) -> HookedTransformerConfig:
         """One attention-only layer (by default), no LayerNorm; the paper's primary size by default."""
         for key, value in dict(n_heads=n_heads, d_model=d_model, d_head=d_head, n_layers=n_layers).items():
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{key} must be a positive int, got {value!r}")
+            check_int(key, value, 1)
         return HookedTransformerConfig(
             n_layers=n_layers,
             d_model=d_model,

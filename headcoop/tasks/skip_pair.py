@@ -16,11 +16,13 @@ from jaxtyping import Int
 from torch import Tensor
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
-from headcoop.tasks.base import Batch, Task, generator
+from headcoop.checks import check_float, check_int
+from headcoop.tasks.base import Batch, Task, check_sample_size, generator
 
 READ_OFF = 0
 SIGNAL = (1, 2, 3, 4)
 NOISE = tuple(range(5, 12))
+MAX_SEQ_LEN = 4096
 PAIRS: list[tuple[int, int]] = list(itertools.combinations_with_replacement(SIGNAL, 2))
 
 # An injection from the 10 unordered pairs to 10 distinct completions, containing
@@ -48,12 +50,9 @@ class SkipPair(Task):
     vocab = [str(i) for i in range(12)]
 
     def __init__(self, seq_len: int = 10, signal_fraction: float = 0.5, mapping: dict | None = None):
-        if seq_len < 3:
-            raise ValueError(f"seq_len must be at least 3 (two signal tokens and the read-off), got {seq_len}")
-        if not 0.0 <= signal_fraction <= 1.0:
-            raise ValueError(f"signal_fraction must lie in [0, 1], got {signal_fraction}")
-        self.seq_len = int(seq_len)
-        self.signal_fraction = float(signal_fraction)
+        # seq_len >= 3: two signal tokens and the read-off
+        self.seq_len = check_int("seq_len", seq_len, 3, MAX_SEQ_LEN)
+        self.signal_fraction = check_float("signal_fraction", signal_fraction, 0.0, 1.0)
         self.mapping = self._check_mapping(DEFAULT_MAPPING if mapping is None else mapping)
         table = torch.full((5, 5), -1, dtype=torch.long)
         for (a, b), c in self.mapping.items():
@@ -66,16 +65,19 @@ class SkipPair(Task):
 
     @staticmethod
     def _check_mapping(mapping: dict) -> dict[tuple[int, int], int]:
+        if not isinstance(mapping, dict):
+            raise TypeError(f"mapping must be a dict {{(a, b): completion}}, got {type(mapping).__name__}")
         clean = {}
         for key, value in mapping.items():
-            if isinstance(key, str):
-                key = tuple(int(t) for t in key.replace("{", "").replace("}", "").split(","))
-            pair = tuple(sorted(int(t) for t in key))
+            try:
+                parts = key.replace("{", "").replace("}", "").split(",") if isinstance(key, str) else list(key)
+                pair = tuple(sorted(check_int("a mapping key's token", t) if not isinstance(t, str) else int(t)
+                                    for t in parts))
+            except (TypeError, ValueError):
+                raise ValueError(f"mapping key {key!r} is not a pair of signal tokens 1..4") from None
             if pair not in PAIRS:
                 raise ValueError(f"mapping key {key!r} is not a pair of signal tokens 1..4")
-            if not 0 <= int(value) < 12:
-                raise ValueError(f"mapping value {value!r} for {pair} is not a token 0..11")
-            clean[pair] = int(value)
+            clean[pair] = check_int(f"the mapping value of {pair}", value, 0, 11)
         if sorted(clean) != PAIRS:
             raise ValueError(f"mapping must cover all 10 pairs, missing {sorted(set(PAIRS) - set(clean))}")
         if len(set(clean.values())) != len(clean):
@@ -98,7 +100,7 @@ class SkipPair(Task):
     # --- text ------------------------------------------------------------------------
     def encode(self, text: str) -> Int[Tensor, " pos"]:
         """`encode("5 3 9 1 0")` -> ids; tokens are separated by whitespace or commas."""
-        words = text.replace(",", " ").split()
+        words = self.check_text(text).replace(",", " ").split()
         ids = []
         for i, word in enumerate(words):
             if word not in self.vocab:
@@ -109,19 +111,17 @@ class SkipPair(Task):
         return torch.tensor(ids, dtype=torch.long)
 
     def decode(self, ids) -> str | list[str]:
-        ids = torch.as_tensor(ids)
-        if ids.ndim == 2:
-            return [self.decode(row) for row in ids]
-        return " ".join(self.token_strings(ids))
+        return self.decode_with(ids, " ")
 
     # --- data ------------------------------------------------------------------------
     def sample(
         self, n: int, seed: int = 0, signal_fraction: float | None = None, pair: tuple[int, int] | None = None
     ) -> Batch:
         """`n` examples; `signal_fraction` overrides the task's, `pair` fixes the signal pair."""
-        if n < 1:
-            raise ValueError(f"n must be positive, got {n}")
-        fraction = self.signal_fraction if signal_fraction is None else signal_fraction
+        n = check_sample_size(n, self.n_ctx)
+        fraction = self.signal_fraction if signal_fraction is None else check_float(
+            "signal_fraction", signal_fraction, 0.0, 1.0
+        )
         if pair is not None:
             if tuple(sorted(pair)) not in PAIRS:
                 raise ValueError(f"pair {pair!r} is not a pair of signal tokens 1..4")
@@ -200,6 +200,7 @@ class SkipPair(Task):
     def evaluate(self, model: HookedTransformer, n: int = 256, seed: int = 10_000) -> dict[str, float]:
         """Accuracy on each of the 10 signal pair types (`n` random contexts each, both orders),
         overall signal accuracy, and the noise-case loss beside its optimum ln 7."""
+        self.check_ready(model, f"{self.name} evaluate")
         device = model.cfg.device
         result, total = {}, 0.0
         for i, pair in enumerate(PAIRS):
@@ -221,8 +222,7 @@ class SkipPair(Task):
         if d_model is not None and d_model != self.d_vocab:
             raise ValueError(f"SkipPair models have one-hot embeddings, so d_model must be {self.d_vocab}, got {d_model}")
         for key, value in dict(n_heads=n_heads, d_head=d_head, n_layers=n_layers).items():
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{key} must be a positive int, got {value!r}")
+            check_int(key, value, 1)
         return HookedTransformerConfig(
             n_layers=n_layers,
             d_model=self.d_vocab,

@@ -1,0 +1,114 @@
+"""Argument checks shared by every layer: each error names the argument and the bad value.
+
+Python's own coercions hide mistakes (`bool("no")` is True, `int(20.7)` is 20), so nothing here
+coerces: a value of the wrong type is a TypeError, one out of range a ValueError.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+import torch
+from torch import nn
+
+MAX_SEED = 2**63 - 1
+
+
+def check_int(name: str, value, low: int | None = None, high: int | None = None) -> int:
+    """`value` as an int when it is an integer (not a bool, not a float) within [low, high]."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
+    value = int(value)
+    if (low is not None and value < low) or (high is not None and value > high):
+        bounds = f">= {low}" if high is None else (f"<= {high}" if low is None else f"in {low}..{high}")
+        raise ValueError(f"{name} must be {bounds}, got {value!r}")
+    return value
+
+
+def check_seed(value, name: str = "seed") -> int:
+    """A seed: an int in 0..2**63 - 1 (what torch.Generator.manual_seed accepts without wrapping)."""
+    return check_int(name, value, 0, MAX_SEED)
+
+
+def check_bool(name: str, value) -> bool:
+    """`value` when it is a bool (or numpy bool); strings such as "no" or "false" are refused."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {value!r} ({type(value).__name__})")
+    return bool(value)
+
+
+def check_float(
+    name: str,
+    value,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+) -> float:
+    """`value` as a finite float (ints accepted, bools and strings refused) within [low, high];
+    `low_open` excludes `low` itself."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number, got {value!r} ({type(value).__name__})")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    if low is not None and (value < low or (low_open and value == low)):
+        raise ValueError(f"{name} must be {'>' if low_open else '>='} {low}, got {value!r}")
+    if high is not None and value > high:
+        raise ValueError(f"{name} must be <= {high}, got {value!r}")
+    return value
+
+
+def nonfinite_parameters(model: nn.Module) -> list[str]:
+    """Names of the parameters of `model` holding NaN or inf."""
+    return [name for name, p in model.named_parameters() if not torch.isfinite(p.detach()).all()]
+
+
+def check_finite(model: nn.Module, what: str) -> None:
+    """ValueError naming the parameters that hold NaN or inf.
+
+    TransformerLens turns a NaN attention pattern into zeros, so a NaN head would otherwise be
+    silently switched off and every measurement on the model would look plausible.
+    """
+    bad = nonfinite_parameters(model)
+    if bad:
+        raise ValueError(
+            f"{what} refuses a model with non-finite weights: {', '.join(bad)} hold NaN or inf "
+            "(a NaN head is silently switched off by TransformerLens)"
+        )
+
+
+def check_metric_value(value, what: str = "the metric") -> torch.Tensor:
+    """A metric's return value as a 0-dim tensor; TypeError/ValueError for anything else
+    (None, a string, a vector)."""
+    if isinstance(value, bool) or value is None or isinstance(value, (str, bytes)):
+        raise TypeError(f"{what} must return a scalar (a 0-dim tensor or a number), got {value!r}")
+    if isinstance(value, numbers.Real):
+        return torch.tensor(float(value))
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{what} must return a scalar (a 0-dim tensor or a number), got {type(value).__name__}")
+    if value.numel() != 1:
+        raise ValueError(
+            f"{what} must return a scalar, got a tensor of shape {tuple(value.shape)}; reduce it (e.g. .mean())"
+        )
+    if value.is_complex() or value.dtype == torch.bool:
+        raise TypeError(f"{what} must return a real scalar, got dtype {value.dtype}")
+    return value.reshape(())
+
+
+def installed_hooks(model: nn.Module) -> list[str]:
+    """Where forward or backward hooks sit on `model` or its modules (TransformerLens hook points included),
+    and the global module hooks of torch.nn, by name."""
+    found = []
+    for name, module in model.named_modules():
+        if module._forward_hooks or module._forward_pre_hooks or module._backward_hooks or getattr(
+            module, "_backward_pre_hooks", None
+        ):
+            found.append(name or "<model>")
+    glob = nn.modules.module
+    for attr in ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
+                 "_global_backward_pre_hooks"):  # fmt: skip
+        if getattr(glob, attr, None):
+            found.append(f"torch.nn global {attr.strip('_')}")
+    return found

@@ -1,0 +1,244 @@
+"""hc.save never destroys what is not a checkpoint, replaces checkpoints atomically, and hc.load
+refuses checkpoints whose weights, format or dtype are not what was saved."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import headcoop as hc
+from headcoop import checkpoints
+from headcoop.checkpoints import META, WEIGHTS
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    task = hc.Count01(max_len=6)
+    return task.model(seed=1, n_heads=2, d_model=4)
+
+
+def names(folder):
+    return sorted(p.name for p in folder.iterdir())
+
+
+# --- 1. what save may write into ---------------------------------------------------------------------
+def test_save_into_the_working_directory_with_files_refuses_and_deletes_nothing(tiny, tmp_path, monkeypatch):
+    (tmp_path / "notes.txt").write_text("my notes")
+    (tmp_path / "data").mkdir()
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match=r"not a headcoop checkpoint \(data, notes.txt\)"):
+        hc.save(tiny, ".", metrics={})
+    assert names(tmp_path) == ["data", "notes.txt"] and (tmp_path / "notes.txt").read_text() == "my notes"
+
+
+def test_save_into_a_project_folder_refuses(tiny, tmp_path):
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "analysis.ipynb").write_text("{}")
+    (project / META).write_text("{}")  # a checkpoint file name among others does not make it a checkpoint
+    with pytest.raises(ValueError, match="analysis.ipynb"):
+        hc.save(tiny, project, metrics={})
+    assert names(project) == ["analysis.ipynb", META]
+
+
+def test_save_into_an_empty_working_directory_keeps_the_folder(tiny, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    inode = os.stat(tmp_path).st_ino
+    hc.save(tiny, ".", metrics={})
+    assert names(tmp_path) == [META, WEIGHTS] and os.stat(tmp_path).st_ino == inode
+    assert torch.equal(hc.load(".").W_Q, tiny.W_Q)
+
+
+@pytest.mark.parametrize("bad", ["file", "under-file", "empty"])
+def test_save_to_a_file_a_path_under_a_file_or_an_empty_string(tiny, tmp_path, bad):
+    (tmp_path / "f").write_text("x")
+    target = {"file": tmp_path / "f", "under-file": tmp_path / "f" / "m", "empty": ""}[bad]
+    with pytest.raises(ValueError, match="is a file|empty string"):
+        hc.save(tiny, target, metrics={})
+    assert (tmp_path / "f").read_text() == "x"
+
+
+def test_save_path_of_the_wrong_type(tiny):
+    with pytest.raises(TypeError, match="path must be a str"):
+        hc.save(tiny, 3, metrics={})
+
+
+def test_replacing_a_checkpoint_is_atomic_and_leaves_nothing(tiny, tmp_path):
+    path = hc.save(tiny, tmp_path / "m", metrics={"v": 1})
+    other = hc.Count01(max_len=6).model(seed=2, n_heads=2, d_model=4)
+    hc.save(other, path, metrics={"v": 2})
+    assert names(tmp_path) == ["m"]
+    loaded = hc.load(path)
+    assert torch.equal(loaded.W_Q, other.W_Q) and loaded.checkpoint_meta["metrics"] == {"v": 2}
+
+
+def test_fallback_swap_without_renameat2_also_leaves_a_loadable_checkpoint(tiny, tmp_path, monkeypatch):
+    path = hc.save(tiny, tmp_path / "m", metrics={"v": 1})
+    monkeypatch.setattr(checkpoints, "_exchange", lambda a, b: False)
+    hc.save(tiny, path, metrics={"v": 2})
+    assert names(tmp_path) == ["m"] and hc.load(path).checkpoint_meta["metrics"] == {"v": 2}
+
+
+def test_a_kill_between_the_fallback_renames_is_repaired_by_the_next_load(tiny, tmp_path):
+    """The fallback swap moves the old checkpoint aside first; if its writer dies before the second rename,
+    the next load of the path moves it back."""
+    path = hc.save(tiny, tmp_path / "m", metrics={"v": 1})
+    dead = _dead_pid()
+    os.rename(path, tmp_path / f".m.old-{checkpoints._HOST}-{dead}-abc123")
+    (tmp_path / f".m.tmp-{checkpoints._HOST}-{dead}-def456").mkdir()
+    assert hc.load(path).checkpoint_meta["metrics"] == {"v": 1}
+    assert names(tmp_path) == ["m"]
+
+
+def test_leftovers_of_a_live_writer_are_left_alone(tiny, tmp_path):
+    busy = tmp_path / f".m.tmp-{checkpoints._HOST}-{os.getpid()}-xyz789"
+    busy.mkdir()
+    hc.save(tiny, tmp_path / "m", metrics={})
+    assert busy.is_dir()
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+KILLER = textwrap.dedent(
+    """
+    import os, signal, sys
+    import headcoop as hc
+    from headcoop import checkpoints
+    task = hc.Count01(max_len=6)
+    model = task.model(seed=int(sys.argv[2]), n_heads=2, d_model=4)
+    stage = sys.argv[3]
+    real_install, real_save_file = checkpoints._install, checkpoints.save_file
+    def die(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGKILL)
+    if stage == "writing":
+        def half_written(weights, file):
+            real_save_file(weights, file)
+            open(file, "r+b").truncate(10)
+            die()
+        checkpoints.save_file = half_written
+    elif stage == "swapping":
+        def swap_then_die(tmp, path, replace):
+            os.rename(path, path.with_name(tmp.name.replace(".tmp-", ".old-", 1)))
+            die()
+        checkpoints._install = swap_then_die
+    hc.save(model, sys.argv[1], metrics={"seed": int(sys.argv[2])})
+    """
+)
+
+
+@pytest.mark.parametrize("stage", ["writing", "swapping"])
+def test_a_save_killed_midway_leaves_the_old_checkpoint(tiny, tmp_path, stage):
+    """SIGKILL inside save: while writing the new files, or between the renames of the fallback swap."""
+    path = hc.save(tiny, tmp_path / "m", metrics={"seed": 1})
+    script = tmp_path.parent / f"killer_{stage}.py"
+    script.write_text(KILLER)
+    proc = subprocess.run([sys.executable, str(script), str(path), "2", stage], capture_output=True)
+    assert proc.returncode == -signal.SIGKILL
+    assert len(names(tmp_path)) == 2  # the leftovers are still there ...
+    loaded = hc.load(path)  # ... until the next load tidies it
+    assert names(tmp_path) == ["m"]
+    assert loaded.checkpoint_meta["metrics"] == {"seed": 1} and torch.equal(loaded.W_Q, tiny.W_Q)
+
+
+# --- 5. what load accepts -----------------------------------------------------------------------------
+@pytest.fixture
+def saved(tiny, tmp_path):
+    return hc.save(tiny, tmp_path / "m", metrics={})
+
+
+def test_one_flipped_byte_is_refused(saved):
+    data = bytearray((saved / WEIGHTS).read_bytes())
+    data[-3] ^= 0x01  # inside the last tensor's values: the file still parses
+    (saved / WEIGHTS).write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="SHA-256"):
+        hc.load(saved)
+
+
+def test_weights_swapped_in_from_another_model_are_refused(saved, tmp_path):
+    untrained = hc.save(hc.Count01(max_len=6).model(seed=9, n_heads=2, d_model=4), tmp_path / "u", metrics={})
+    (saved / WEIGHTS).write_bytes((untrained / WEIGHTS).read_bytes())
+    with pytest.raises(ValueError, match="not the ones saved with this metadata"):
+        hc.load(saved)
+
+
+@pytest.mark.parametrize("fmt", [2, "banana", "1", True, None, 0])
+def test_unknown_formats_are_refused(saved, fmt):
+    meta = json.loads((saved / META).read_text())
+    meta["format"] = fmt
+    (saved / META).write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match=r"format .* reads formats \[1\]"):
+        hc.load(saved)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_dtype_round_trips(tmp_path, dtype):
+    task = hc.Count01(max_len=6)
+    model = task.model(seed=1, n_heads=2, d_model=4)
+    model = model.to(dtype) if dtype != torch.float32 else model
+    model.cfg.dtype = dtype
+    loaded = hc.load(hc.save(model, tmp_path / "m", metrics={}))
+    assert loaded.cfg.dtype == dtype
+    for (name, p), q in zip(model.named_parameters(), loaded.parameters()):
+        assert q.dtype == dtype and torch.equal(p, q), name
+
+
+def test_reserved_metadata_is_refused_at_save_time(tiny, tmp_path):
+    with pytest.raises(ValueError, match=r"\['config'\] are written by hc.save itself"):
+        hc.save(tiny, tmp_path / "m", metrics={}, config="mine")
+    with pytest.raises(TypeError, match="cannot be written as JSON"):
+        hc.save(tiny, tmp_path / "m", metrics={}, note=object())
+    with pytest.raises(TypeError, match="metrics must be a dict"):
+        hc.save(tiny, tmp_path / "m", metrics=[1, 2])
+    assert not (tmp_path / "m").exists()
+
+
+def test_a_task_of_the_wrong_vocabulary_is_refused_at_save_time(tmp_path):
+    model = hc.Count01(max_len=6).model(seed=1, n_heads=2, d_model=4)
+    model.task = hc.SkipPair()
+    with pytest.raises(ValueError, match="hc.save: SkipPair.* needs a model with d_vocab 12"):
+        hc.save(model, tmp_path / "m", metrics={})
+    assert not (tmp_path / "m").exists()
+
+
+def test_a_local_folder_named_like_a_shipped_model(tmp_path, monkeypatch, tiny):
+    monkeypatch.chdir(tmp_path)
+    hc.save(tiny, "count01", metrics={"mine": 1})
+    assert hc.load("./count01").checkpoint_meta["metrics"] == {"mine": 1}
+    with pytest.warns(UserWarning, match="loading the shipped model"):
+        shipped = hc.load("count01")
+    assert shipped.cfg.n_heads == 16
+
+
+def test_load_of_a_wrong_type():
+    with pytest.raises(TypeError, match="shipped name or a checkpoint folder"):
+        hc.load(12)
+
+
+def test_non_finite_weights_are_not_saved(tmp_path):
+    model = hc.Count01(max_len=6).model(seed=1, n_heads=2, d_model=4)
+    with torch.no_grad():
+        model.blocks[0].attn.W_V[1, 0, 0] = float("nan")
+    with pytest.raises(ValueError, match="blocks.0.attn.W_V hold NaN or inf"):
+        hc.save(model, tmp_path / "m", metrics={})
+    assert not (tmp_path / "m").exists()
+
+
+def test_full_disk_is_one_clear_error_and_replaces_nothing(saved, tiny, monkeypatch):
+    import errno
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(checkpoints, "save_file", full)
+    with pytest.raises(OSError, match="no space left on the device to save .*nothing was replaced"):
+        hc.save(tiny, saved, metrics={"new": 1})
+    assert names(saved.parent) == ["m"] and hc.load(saved).checkpoint_meta["metrics"] == {}
