@@ -2,26 +2,31 @@
 
 A run's checkpoint is `OUT/<model name>-s<seed>` (e.g. `count01-L1-H16-d32-dh2-s0`). A run
 is finished when `hc.load` can read its checkpoint, so re-running an interrupted sweep
-trains only what is missing; temporary folders left by a killed save are removed.
+trains only what is missing; temporary folders left by a killed save are removed. Sweeps
+started into one folder at once claim runs before training them (see `Claims`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import itertools
 import os
-import re
-import shutil
-from collections.abc import Mapping, Sequence
+import socket
+import time
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 from tqdm.auto import tqdm
 
-from headcoop.checkpoints import load, save
+from headcoop.checkpoints import clean_leftovers, load, read_meta, save
+from headcoop.checks import check_int, check_seed
 from headcoop.fast_train import model_settings, train_many
-from headcoop.tasks.base import Task
+from headcoop.tasks.base import Task, check_sample_size
 from headcoop.train import check_training_args
 
 Grid = Mapping[str, Sequence[Any]] | Sequence[Mapping[str, Any]]
@@ -56,27 +61,15 @@ def run_name(task: Task, point: Mapping[str, Any], seed: int) -> str:
 
 
 def _check_seeds(seeds: Sequence[int]) -> list[int]:
-    seeds = [seeds] if isinstance(seeds, int) else list(seeds)
+    seeds = [seeds] if isinstance(seeds, int) and not isinstance(seeds, bool) else seeds
+    if isinstance(seeds, (str, bytes)) or not isinstance(seeds, Iterable):
+        raise TypeError(f"seeds must be an int or a list of ints, got {seeds!r}")
+    seeds = [check_seed(s, "each seed") for s in seeds]
     if not seeds:
         raise ValueError("seeds is empty; pass at least one int")
-    for s in seeds:
-        if not isinstance(s, int) or isinstance(s, bool):
-            raise TypeError(f"seeds must be ints, got {s!r}")
     if len(set(seeds)) != len(seeds):
         raise ValueError(f"seeds repeat: {seeds}")
     return seeds
-
-
-def remove_leftovers(out: Path, names: Sequence[str]) -> list[Path]:
-    """Delete the temporary folders `hc.save` leaves in `out` when killed mid-write
-    (`.<name>.<random>` for the given run names); returns what was removed."""
-    pattern = re.compile(r"^\.(%s)\.[^.]+$" % "|".join(re.escape(n) for n in names))
-    removed = []
-    for entry in out.iterdir():
-        if entry.is_dir() and pattern.match(entry.name):
-            shutil.rmtree(entry, ignore_errors=True)
-            removed.append(entry)
-    return removed
 
 
 def finished_metrics(path: Path, task: Task, settings: dict[str, Any]) -> dict[str, Any] | None:
@@ -85,16 +78,111 @@ def finished_metrics(path: Path, task: Task, settings: dict[str, Any]) -> dict[s
     ValueError when the checkpoint was trained for another task or with other settings.
     """
     try:
-        model = load(path)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            meta = read_meta(path)
     except (FileNotFoundError, ValueError):
         return None
-    meta = model.checkpoint_meta
     if meta.get("task") != task.to_dict() or meta.get("train") != settings:
         raise ValueError(
             f"{path} holds a run with other settings (task {meta.get('task')}, training {meta.get('train')}); "
             f"this sweep wants task {task.to_dict()}, training {settings}. Use another out folder."
         )
+    try:
+        load(path)  # the weights too: a damaged run is trained again
+    except (FileNotFoundError, ValueError):
+        return None
     return dict(meta.get("metrics") or {})
+
+
+# --- claims: two sweeps into one folder never train the same run ------------------------------------
+
+CLAIMS = ".headcoop-claims"
+
+
+def _process_id(pid: int) -> str:
+    """`pid` and, where /proc shows it, the process's start time: a claim of a dead process whose pid
+    was reused by another is not mistaken for a live one."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return f"{pid}:{stat.rsplit(')', 1)[1].split()[19]}"
+    except (OSError, IndexError):
+        return str(pid)
+
+
+_OWNER = f"{socket.gethostname()} {_process_id(os.getpid())}"
+
+
+def _claim_alive(owner: str) -> bool:
+    """Whether the process that wrote a claim still runs (claims from other machines count as alive)."""
+    host, _, proc = owner.partition(" ")
+    if host != socket.gethostname() or not proc:
+        return True
+    pid = int(proc.split(":")[0])
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return _process_id(pid) == proc
+
+
+class Claims:
+    """Per-run claim files `OUT/.headcoop-claims/<run>`, created with O_EXCL: the first sweep to create one
+    trains that run. A claim whose process died (on this machine) is taken over."""
+
+    def __init__(self, out: Path):
+        self.folder = out / CLAIMS
+        self.held: set[str] = set()
+
+    def take(self, name: str) -> bool:
+        self.folder.mkdir(exist_ok=True)
+        file = self.folder / name
+        for _ in range(2):
+            try:
+                fd = os.open(file, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                if self.alive(name):
+                    return False
+                # A dead sweep's claim: move it away under a unique name (only one taker succeeds), retry.
+                try:
+                    os.rename(file, self.folder / f".stale-{name}-{os.getpid()}")
+                    os.unlink(self.folder / f".stale-{name}-{os.getpid()}")
+                except FileNotFoundError:
+                    pass
+                continue
+            with os.fdopen(fd, "w") as f:
+                f.write(_OWNER)
+            self.held.add(name)
+            return True
+        return False
+
+    def alive(self, name: str) -> bool:
+        """Whether `name` is claimed by a running process (other than a dead one's leftover)."""
+        try:
+            owner = (self.folder / name).read_text()
+        except FileNotFoundError:
+            return False
+        return not owner or _claim_alive(owner)  # an empty claim is one being written right now
+
+    def clear_stale(self, name: str) -> None:
+        """Remove the claim of `name` when its process died (a finished run a killed sweep still claimed)."""
+        if (self.folder / name).exists() and not self.alive(name):
+            with contextlib.suppress(FileNotFoundError):
+                (self.folder / name).unlink()
+
+    def release(self, name: str) -> None:
+        if name in self.held:
+            self.held.discard(name)
+            with contextlib.suppress(FileNotFoundError):
+                (self.folder / name).unlink()
+
+    def release_all(self) -> None:
+        for name in list(self.held):
+            self.release(name)
+        with contextlib.suppress(OSError):
+            self.folder.rmdir()  # only when empty: other sweeps' claims stay
 
 
 def sweep(
@@ -109,47 +197,121 @@ def sweep(
     warmup: int = 100,
     progress: bool = True,
     chunk: int = 32,
+    poll_s: float = 0.5,
 ) -> pd.DataFrame:
     """Train every (grid point, seed) not yet finished in `out` and save each model there.
 
     grid: list of dicts of `task.model` kwargs, or a dict of lists (cartesian product).
     Runs are trained `chunk` models at a time with train_many (grouped by shape) and saved
     with their `task.evaluate` metrics after each chunk, so an interrupted sweep loses at most
-    one chunk. Returns one row per run: the grid settings, seed, metrics, name and path.
+    one chunk. Sweeps started into the same folder at once share the work: each run is claimed
+    (`OUT/.headcoop-claims/<run>`) by the sweep that trains it, the others skip it and, at the end,
+    wait for it (polling every `poll_s` seconds; a claim whose process died is taken over).
+    Returns one row per run: the grid settings, seed, metrics, name, path and `status` ("trained",
+    "finished before", or "trained by another sweep").
     """
-    check_training_args(steps, batch_size, lr)
-    if not isinstance(chunk, int) or chunk < 1:
-        raise ValueError(f"chunk must be a positive int, got {chunk!r}")
+    check_training_args(steps, batch_size, lr, weight_decay, warmup)
+    check_int("chunk", chunk, 1)
+    if not isinstance(task, Task):
+        raise TypeError(f"task must be a headcoop Task such as hc.Count01(), got {type(task).__name__}")
     points, seeds = expand_grid(task, grid), _check_seeds(seeds)
+    check_sample_size(batch_size, task.n_ctx)
     out = Path(out)
     runs = [(point, seed, run_name(task, point, seed)) for point in points for seed in seeds]
     names = [name for _, _, name in runs]
     if len(set(names)) != len(names):
         twice = sorted({n for n in names if names.count(n) > 1})
         raise ValueError(f"grid points give the same model {twice}; remove the duplicates")
+    check_out_folder(out, "sweep")
     out.mkdir(parents=True, exist_ok=True)
-    remove_leftovers(out, names)
 
     settings = dict(steps=steps, batch_size=batch_size, lr=lr, weight_decay=weight_decay, warmup=warmup)
-    metrics = {
-        name: finished_metrics(out / name, task, dict(settings, seed=seed)) for _, seed, name in runs
-    }
+    claims = Claims(out)
+    metrics: dict[str, dict | None] = {}
+    status: dict[str, str] = {}
+    for _, seed, name in runs:
+        if not claims.alive(name):
+            clean_leftovers(out / name)
+            claims.clear_stale(name)
+        metrics[name] = finished_metrics(out / name, task, dict(settings, seed=seed))
+        if metrics[name] is not None:
+            status[name] = "finished before"
     pending = [run for run in runs if metrics[run[2]] is None]
     bar = tqdm(total=len(pending) * steps, desc=f"sweep {task.name}", unit="model-step", disable=not progress)
-    for start in range(0, len(pending), chunk):
-        part = pending[start : start + chunk]
+    try:
+        _train_claimed(task, pending, out, settings, chunk, claims, metrics, status, bar)
+        _wait_for_others(task, pending, out, settings, chunk, claims, metrics, status, bar, poll_s)
+    except OSError as err:
+        if err.errno == errno.ENOSPC:
+            raise OSError(errno.ENOSPC, f"sweep stopped: no space left on the device for {out}; finished runs "
+                                        "are kept, free space and run the same sweep again to resume") from None
+        raise
+    finally:
+        claims.release_all()
+        bar.close()
+
+    return pd.DataFrame(
+        [{**point, "seed": seed, **metrics[name], "name": name, "path": str(out / name), "status": status[name]}
+         for point, seed, name in runs]
+    )  # fmt: skip
+
+
+def _train_claimed(task, pending, out, settings, chunk, claims, metrics, status, bar) -> None:
+    """Train, `chunk` at a time, every pending run no other live sweep has claimed."""
+    queue = list(pending)
+    while queue:
+        part = []
+        while queue and len(part) < chunk:
+            run = queue.pop(0)
+            name = run[2]
+            if claims.take(name):
+                # another sweep may have finished it between our scan and our claim
+                done = finished_metrics(out / name, task, dict(settings, seed=run[1]))
+                if done is None:
+                    part.append(run)
+                    continue
+                metrics[name], status[name] = done, "trained by another sweep"
+                claims.release(name)
+                bar.update(settings["steps"])
+        if not part:
+            continue
         models = train_many(
-            task, [point for point, _, _ in part], seeds=[seed for _, seed, _ in part],
-            progress=bar, **settings,
+            task, [point for point, _, _ in part], seeds=[seed for _, seed, _ in part], progress=bar, **settings,
         )  # fmt: skip
         for (point, seed, name), model in zip(part, models):
             metrics[name] = task.evaluate(model)
             save(model, out / name, metrics=metrics[name], sweep={"grid": point, "seed": seed})
-    bar.close()
+            status[name] = "trained"
+            claims.release(name)
 
-    return pd.DataFrame(
-        [{**point, "seed": seed, **metrics[name], "name": name, "path": str(out / name)} for point, seed, name in runs]
-    )
+
+def _wait_for_others(task, pending, out, settings, chunk, claims, metrics, status, bar, poll_s) -> None:
+    """Wait for the runs other sweeps claimed; train any whose claimer died without finishing it."""
+    while True:
+        missing = [run for run in pending if metrics[run[2]] is None]
+        if not missing:
+            return
+        for point, seed, name in missing:
+            done = finished_metrics(out / name, task, dict(settings, seed=seed))
+            if done is not None:
+                metrics[name], status[name] = done, "trained by another sweep"
+                bar.update(settings["steps"])
+        orphans = [run for run in missing if metrics[run[2]] is None and not claims.alive(run[2])]
+        if orphans:
+            _train_claimed(task, orphans, out, settings, chunk, claims, metrics, status, bar)
+        elif any(metrics[run[2]] is None for run in missing):
+            time.sleep(poll_s)
+
+
+def check_out_folder(out: Path, what: str) -> None:
+    """ValueError for an output folder that cannot be one: an empty name, a file, a path under a file."""
+    if str(out).strip() in ("",):
+        raise ValueError(f"{what}: the output folder is an empty string")
+    for path in (out, *out.parents):
+        if path.exists():
+            if not path.is_dir():
+                raise ValueError(f"{what}: cannot write into {str(out)!r}: {str(path)!r} is a file, not a folder")
+            return
 
 
 # --- command line ------------------------------------------------------------------------

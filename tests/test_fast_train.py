@@ -123,13 +123,13 @@ def test_bad_input():
         train_many(task, [{"heads": 2}], **SETTINGS)
     with pytest.raises(ValueError, match="got 1 seeds for 2 models"):
         train_many(task, [TINY, TINY], seeds=[0], **SETTINGS)
-    with pytest.raises(TypeError, match="seeds must be ints"):
+    with pytest.raises(TypeError, match="each seed must be an int, got 0.5"):
         train_many(task, [TINY], seeds=[0.5], **SETTINGS)
     with pytest.raises(TypeError, match="train_many items must be"):
         train_many(task, ["count01"], **SETTINGS)
     with pytest.raises(ValueError, match="at least one"):
         train_many(task, [], **SETTINGS)
-    with pytest.raises(ValueError, match="steps must be a positive int"):
+    with pytest.raises(ValueError, match="steps must be >= 1, got 0"):
         train_many(task, [TINY], steps=0)
     with pytest.raises(ValueError, match="needs d_vocab 8"):
         train_many(task, [hc.SkipPair().model(seed=0)], **SETTINGS)

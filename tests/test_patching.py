@@ -286,3 +286,55 @@ def test_model_without_task_needs_inputs_and_metric(setups):
         hc.patch(bare, head=0)
     with pytest.raises(ValueError, match="no default metric"):
         hc.patch(bare, clean=clean.tokens, corrupt=corrupt.tokens)
+
+
+# --- hooks already on the model: every path must honour them ------------------------------------------
+def _hooked_context(kind, model):
+    if kind == "ablate-mean":
+        return hc.ablate(model, heads=[0, 1], how="mean")
+    if kind == "ablate-resample":  # per-example references: depends on the batch, so copies cannot be stacked
+        return hc.ablate(model, heads=[(model.cfg.n_layers - 1, 1)], how="resample", reference=model.task.sample(5, seed=3))
+    if kind == "set_attention":
+        return hc.set_attention(model, head=1, layer=model.cfg.n_layers - 1, tokens={"0": 3.0, "1": 1.0}, others="model")
+    if kind == "user-resid-hook":  # additive: applying it twice (a restart from a cached stream) would show
+        import contextlib
+
+        @contextlib.contextmanager
+        def steer():
+            model.add_hook("blocks.0.hook_resid_pre", lambda resid, hook: resid + 0.5)
+            try:
+                yield model
+            finally:
+                model.reset_hooks()
+
+        return steer()
+    raise ValueError(kind)
+
+
+@pytest.mark.parametrize("kind", ["ablate-mean", "ablate-resample", "set_attention", "user-resid-hook"])
+@pytest.mark.parametrize("model_name", ["count01", "two-layer"])
+@pytest.mark.parametrize("component,positions", CASES)
+def test_patching_inside_hooks_matches_transformer_lens(setups, kind, model_name, component, positions):
+    model, clean, corrupt = setups[model_name]
+    with _hooked_context(kind, model):
+        ref = _reference(model, component, positions, clean.tokens, corrupt.tokens, _user_metric, "denoise",
+                         require_effect=False)
+        result = hc.patch(model, clean=clean.tokens, corrupt=corrupt.tokens, metric=_user_metric,
+                          component=component, positions=positions, memory_budget_mb=TINY_BUDGET_MB)
+    assert result.method.startswith("one pass per patch (hooks at")
+    torch.testing.assert_close(result.values, ref, atol=TOL, rtol=0)
+    assert not model.hook_dict["blocks.0.hook_resid_pre"].fwd_hooks  # the context removed its hooks
+
+
+def test_issue_example_v_patching_with_every_head_ablated(setups):
+    """The report: with every head ablated, no patch of v can change anything, so every value equals the
+    ablated model's corrupt baseline (the head-local shortcut used to return values far from it)."""
+    model, clean, corrupt = setups["count01"]
+    with hc.ablate(model, heads=[0, 1, 2, 3], how="mean", reference=clean):
+        result = hc.patch(model, clean=clean, corrupt=corrupt, component="v")
+        ablated = model.task.metric(model(corrupt.tokens), clean).item()
+    torch.testing.assert_close(result.values, torch.full_like(result.values, ablated), atol=TOL, rtol=0)
+    assert result.corrupt_value == pytest.approx(ablated, abs=TOL)
+    outside = hc.patch(model, clean=clean, corrupt=corrupt, component="v")
+    assert (outside.values - ablated).abs().max() > 0.01  # the comparison is not vacuous
+    assert outside.method == "head-local"

@@ -1,6 +1,9 @@
 """Resumable sweeps: names, grids, skipping finished runs, ignoring half-written ones, the CLI."""
 
 import argparse
+import json
+import subprocess
+import sys
 
 import pandas as pd
 import pytest
@@ -8,6 +11,7 @@ import torch
 
 import headcoop as hc
 import headcoop.sweeps as sweep_module
+from headcoop import checkpoints
 from headcoop.checkpoints import META, WEIGHTS
 from headcoop.sweeps import add_parser, expand_grid, run_name, sweep
 
@@ -95,13 +99,17 @@ def test_interrupted_sweep_resumes_without_redoing_work(tmp_path, monkeypatch, c
     counter.calls.clear()
     again = sweep(task, GRID, SEEDS, tmp_path, chunk=chunk, **FAST)
     assert counter.calls == []
-    pd.testing.assert_frame_equal(again, table)
+    assert list(table["status"]) == ["finished before"] + ["trained"] * 3
+    assert list(again["status"]) == ["finished before"] * 4
+    pd.testing.assert_frame_equal(again.drop(columns="status"), table.drop(columns="status"))
 
 
 def test_half_written_checkpoints_do_not_count(tmp_path, monkeypatch):
     task = hc.Count01()
     grid = [{"n_heads": 1, "d_model": 4, "d_head": 2}]
-    leftover = tmp_path / f".{NAMES[0]}.k1ll3d_x"  # what a save killed before os.replace leaves
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    leftover = tmp_path / f".{NAMES[0]}.tmp-{checkpoints._HOST}-{dead.pid}-k1ll3d"  # what a killed save leaves
     leftover.mkdir()
     (leftover / WEIGHTS).write_bytes(b"\x00" * 10)
     partial = tmp_path / NAMES[1]  # a folder without weights
@@ -129,11 +137,11 @@ def test_settings_mismatch_and_bad_input(tmp_path):
         sweep(hc.Count01(positional=True), grid, [0], tmp_path, **FAST)
     with pytest.raises(ValueError, match="seeds repeat"):
         sweep(task, grid, [0, 0], tmp_path, **FAST)
-    with pytest.raises(TypeError, match="seeds must be ints"):
+    with pytest.raises(TypeError, match="each seed must be an int, got '0'"):
         sweep(task, grid, ["0"], tmp_path, **FAST)
     with pytest.raises(ValueError, match="same model"):
         sweep(task, [{"n_heads": 16}, {}], [0], tmp_path, **FAST)
-    with pytest.raises(ValueError, match="chunk must be a positive int"):
+    with pytest.raises(ValueError, match="chunk must be >= 1, got 0"):
         sweep(task, grid, [0], tmp_path, chunk=0, **FAST)
 
 
@@ -152,3 +160,78 @@ def test_cli(tmp_path, capsys):
     with pytest.raises(ValueError, match="count01 only"):
         args = parser.parse_args([*argv, "--positional"])
         args.func(args)
+
+
+SWEEP_WORKER = """
+import json, os, signal, sys
+import headcoop as hc
+from headcoop import sweeps
+out, mode = sys.argv[1], sys.argv[2]
+grid = {"n_heads": [1, 2], "d_model": [4], "d_head": [1, 2]}
+if mode == "die-after-first-save":
+    real_save = sweeps.save
+    def save_then_die(*args, **kwargs):
+        real_save(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGKILL)
+    sweeps.save = save_then_die
+print("ready", flush=True)
+sys.stdin.readline()  # start together
+table = hc.sweep(hc.Count01(max_len=6), grid, [0, 1], out, steps=20, batch_size=16, warmup=1, chunk=1, progress=False,
+                 poll_s=0.05)
+print(json.dumps(dict(zip(table["name"], table["status"]))), flush=True)
+"""
+
+
+def _start_workers(tmp_path, out, modes):
+    script = tmp_path / "worker.py"
+    script.write_text(SWEEP_WORKER)
+    procs = [subprocess.Popen([sys.executable, str(script), str(out), mode], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True) for mode in modes]  # fmt: skip
+    for proc in procs:
+        assert proc.stdout.readline().strip() == "ready"
+    for proc in procs:
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+    return procs
+
+
+def test_two_sweeps_into_one_folder_train_each_run_once(tmp_path):
+    out = tmp_path / "out"
+    procs = _start_workers(tmp_path, out, ["normal", "normal"])
+    statuses = []
+    for proc in procs:
+        stdout, _ = proc.communicate(timeout=300)
+        assert proc.returncode == 0
+        statuses.append(json.loads(stdout.strip().splitlines()[-1]))
+    names = sorted(statuses[0])
+    assert len(names) == 8 and sorted(statuses[1]) == names
+    for name in names:
+        pair = sorted([statuses[0][name], statuses[1][name]])
+        assert pair == ["trained", "trained by another sweep"], (name, pair)  # exactly one sweep trained it
+        hc.load(out / name)
+    assert sorted(p.name for p in out.iterdir()) == names  # no claims, no temporary folders
+
+
+def test_a_killed_sweeps_claims_are_taken_over(tmp_path):
+    out = tmp_path / "out"
+    (proc,) = _start_workers(tmp_path, out, ["die-after-first-save"])
+    proc.communicate(timeout=300)
+    assert proc.returncode == -9
+    claims = sorted(p.name for p in (out / sweep_module.CLAIMS).iterdir())
+    assert len(claims) == 1  # the killed sweep held the claim of the run it was training next
+    table = sweep(hc.Count01(max_len=6), {"n_heads": [1, 2], "d_model": [4], "d_head": [1, 2]}, [0, 1], out,
+                  steps=20, batch_size=16, warmup=1, chunk=1, progress=False)
+    assert list(table["status"]).count("finished before") == 1 and list(table["status"]).count("trained") == 7
+    assert not (out / sweep_module.CLAIMS).exists()
+
+
+def test_a_full_disk_ends_the_sweep_with_one_clear_error(tmp_path, monkeypatch):
+    import errno
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(checkpoints, "save_file", full)
+    with pytest.raises(OSError, match="sweep stopped: no space left on the device .* run the same sweep again"):
+        sweep(hc.Count01(), GRID, SEEDS, tmp_path, **FAST)
+    assert list(tmp_path.iterdir()) == []

@@ -31,7 +31,7 @@ def test_count01_unknown_symbol_names_symbol_and_position(text, symbol, pos):
 
 
 def test_count01_decode_rejects_ids_outside_vocab():
-    with pytest.raises(ValueError, match="token id 9 is outside"):
+    with pytest.raises(ValueError, match="id 9 is outside the vocabulary 0..7"):
         hc.Count01().decode([7, 9])
 
 
@@ -107,9 +107,13 @@ def test_count01_config_and_model():
     assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
 
 
-@pytest.mark.parametrize("kwargs", [dict(n_heads=0), dict(d_model=-1), dict(d_head=1.5)])
-def test_count01_bad_config(kwargs):
-    with pytest.raises(ValueError, match="must be a positive int"):
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [(dict(n_heads=0), ValueError, "n_heads must be >= 1, got 0"), (dict(d_model=-1), ValueError, "d_model must be >= 1"),
+     (dict(d_head=1.5), TypeError, "d_head must be an int, got 1.5"), (dict(n_heads=True), TypeError, "n_heads must be an int")],
+)
+def test_count01_bad_config(kwargs, error, message):
+    with pytest.raises(error, match=message):
         hc.Count01().config(**kwargs)
 
 

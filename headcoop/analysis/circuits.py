@@ -27,6 +27,7 @@ from transformer_lens.utilities.activation_functions import apply_softcap
 
 from headcoop.analysis.common import check_head, check_layer, vocab_labels
 from headcoop.analysis.dla import check_decomposable, output_labels
+from headcoop.tasks.base import check_ids
 
 SUPPORTED_POSITIONAL = ("standard", "shortformer")
 
@@ -62,6 +63,15 @@ def _name(layer: int, head: int) -> str:
     return f"L{layer}H{head}"
 
 
+def _table_ids(tokens, d_vocab: int) -> Tensor:
+    """[batch, pos] ids from [pos] or [batch, pos] integer ids; errors name a bad id or shape."""
+    ids = check_ids(tokens, d_vocab, "tokens")
+    ids = ids[None] if ids.ndim == 1 else ids
+    if ids.ndim != 2 or ids.shape[1] == 0:
+        raise ValueError(f"tokens must be [pos] or [batch, pos] ids, got shape {tuple(ids.shape)}")
+    return ids
+
+
 @dataclasses.dataclass
 class QKTable:
     """Pre-softmax attention scores of one head over query and key inputs.
@@ -94,8 +104,7 @@ class QKTable:
     def scores_for(self, tokens) -> Float[Tensor, "batch q_pos k_pos"]:
         """The table looked up for [batch, pos] token ids: the scores this head assigns in that sequence
         (causally masked with -inf, like hook_attn_scores). Direct path only when `direct_path`."""
-        ids = torch.as_tensor(tokens).to(self.scores.device)
-        ids = ids[None] if ids.ndim == 1 else ids
+        ids = _table_ids(tokens, self.scores.shape[0]).to(self.scores.device)
         width = ids.shape[1]
         q, k = ids[:, :, None], ids[:, None, :]
         if self.positional:
@@ -186,8 +195,7 @@ class OVTable:
 
     def effects_for(self, tokens) -> Float[Tensor, "batch pos vocab"]:
         """The effect of each source position of [batch, pos] token ids on the logits, [batch, pos, vocab]."""
-        ids = torch.as_tensor(tokens).to(self.effects.device)
-        ids = ids[None] if ids.ndim == 1 else ids
+        ids = _table_ids(tokens, self.effects.shape[0]).to(self.effects.device)
         if not self.positional:
             return self.effects[ids]
         width = ids.shape[1]

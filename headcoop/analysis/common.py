@@ -44,13 +44,19 @@ def as_tokens(model: HookedTransformer, tokens) -> Int[Tensor, "batch pos"]:
         if len({len(e) for e in encoded}) != 1:
             raise ValueError(f"texts encode to different lengths {[len(e) for e in encoded]}; pass equal-length texts")
         tokens = torch.stack(encoded)
-    tokens = torch.as_tensor(tokens)
+    if not isinstance(tokens, Tensor):
+        try:
+            tokens = torch.as_tensor(tokens)
+        except (TypeError, ValueError, RuntimeError) as err:
+            raise TypeError(f"tokens must be a Batch, text(s) or integer ids, got {type(tokens).__name__} ({err})") from None
     if tokens.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
         raise ValueError(f"tokens must be integer ids, got dtype {tokens.dtype}")
     if tokens.ndim == 1:
         tokens = tokens[None]
     if tokens.ndim != 2:
         raise ValueError(f"tokens must have shape [batch, pos] or [pos], got {tuple(tokens.shape)}")
+    if tokens.shape[0] == 0 or tokens.shape[1] == 0:
+        raise ValueError(f"tokens are empty (shape {tuple(tokens.shape)}); pass at least one sequence of one token")
     d_vocab = model.cfg.d_vocab
     if tokens.numel() and (tokens.min() < 0 or tokens.max() >= d_vocab):
         bad = tokens[(tokens < 0) | (tokens >= d_vocab)][0].item()

@@ -50,6 +50,7 @@ from transformer_lens import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
 from headcoop.analysis.circuits import qk
+from headcoop.checks import check_int
 from headcoop.analysis.common import require_task
 from headcoop.analysis.dla import dla
 from headcoop.analysis.probes import probe
@@ -120,10 +121,8 @@ def head_metrics(
     task = task if task is not None else require_task(model, "the task of head_metrics")
     if not isinstance(task, Count01):
         raise ValueError(f"head_metrics computes Count01 quantities; got a {type(task).__name__} task")
-    if model.cfg.d_vocab != task.d_vocab:
-        raise ValueError(f"the model's vocabulary has {model.cfg.d_vocab} tokens, Count01 has {task.d_vocab}")
-    if not isinstance(n, int) or n < 8:
-        raise ValueError(f"n must be an int >= 8, got {n!r}")
+    task.check_ready(model, "head_metrics")
+    check_int("n", n, 8)
     batch = task.sample(n, seed=seed).to(model.cfg.device)
     n_layers = model.cfg.n_layers
 

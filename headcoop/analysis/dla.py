@@ -26,6 +26,7 @@ from transformer_lens import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
 from headcoop.analysis.common import as_tokens, check_choice, head_names, require_task, vocab_labels
+from headcoop.checks import check_finite, installed_hooks
 from headcoop.tasks.base import Batch
 
 
@@ -186,6 +187,22 @@ class DLAResult:
         )  # fmt: skip
 
 
+def _check_sums_to_logits(model: HookedTransformer, values: Tensor, logits: Tensor) -> None:
+    """ValueError when hooks on the model change the forward pass after the heads' z (resid, attn_out,
+    logits...): the decomposition from the cached z would then not sum to the logits it claims to explain."""
+    hooks = installed_hooks(model)
+    if not hooks:
+        return
+    gap = float((values.sum(1) - logits).abs().max())
+    scale = max(1.0, float(logits.abs().max()))
+    if gap > 1e-4 * scale:
+        raise ValueError(
+            f"dla decomposes the cached z of every head, but hooks installed at {hooks[:4]} change the forward "
+            f"pass elsewhere: the components miss the logits by up to {gap:.3g}. Remove those hooks (hooks "
+            "on z, q, k, v or the pattern, as in hc.ablate and hc.set_attention, are fine)."
+        )
+
+
 def _default_tokens(model: HookedTransformer) -> Batch:
     return require_task(model, "tokens").patching_inputs()[0]
 
@@ -202,6 +219,7 @@ def dla(model: HookedTransformer, tokens=None, pos=None, answer=None, wrong=None
     Returns a DLAResult whose `values` [batch, component, vocab] sum over components to the logits.
     """
     check_decomposable(model, "dla")
+    check_finite(model, "hc.dla")
     if tokens is None:
         tokens = _default_tokens(model)
     batch = tokens if isinstance(tokens, Batch) else None
@@ -235,6 +253,7 @@ def dla(model: HookedTransformer, tokens=None, pos=None, answer=None, wrong=None
         parts.append(attn.b_O.expand(n, 1, -1))
     resid = torch.cat(parts, 1)  # [batch, component - 1, d_model]
     values = torch.cat([resid @ model.W_U, model.b_U.expand(n, 1, -1)], 1)
+    _check_sums_to_logits(model, values, logits[rows, at])
     return DLAResult(
         values=values,
         components=component_names(model),

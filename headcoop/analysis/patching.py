@@ -60,6 +60,7 @@ from transformer_lens import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
 from headcoop.analysis.common import as_tokens, check_choice, check_head, check_layer, model_device, task_of
+from headcoop.checks import check_finite, check_metric_value, installed_hooks
 from headcoop.tasks.base import Batch, Task
 
 HEAD_COMPONENTS = ("z", "q", "k", "v", "pattern")
@@ -84,6 +85,8 @@ class PatchResult:
     coords:        for each dim, the model index of each entry (e.g. the layers and heads patched).
     clean_value:   the metric on the unpatched clean run; corrupt_value: on the unpatched corrupt run.
     pos_labels:    one label per position ("3 =" where every clean row holds "=" there, else "3").
+    method:        how the patched runs were computed: "head-local", "stacked", or "one pass per patch
+                   (hooks at ...)" when hooks were installed on the model (see `patch`).
     """
 
     values: Tensor
@@ -95,6 +98,7 @@ class PatchResult:
     positions: str
     direction: str
     pos_labels: list[str]
+    method: str = "stacked"
 
     def normalized(self) -> Tensor:
         """(values - corrupt_value) / (clean_value - corrupt_value): the share of the clean-corrupt gap
@@ -116,7 +120,8 @@ class PatchResult:
     def __repr__(self) -> str:
         return (
             f"PatchResult({self.direction} {self.component!r}, positions={self.positions!r}, dims={self.dims}, "
-            f"shape={tuple(self.values.shape)}, clean={self.clean_value:.4g}, corrupt={self.corrupt_value:.4g})"
+            f"shape={tuple(self.values.shape)}, clean={self.clean_value:.4g}, corrupt={self.corrupt_value:.4g}, "
+            f"method={self.method!r})"
         )
 
     def to_dataframe(self) -> pd.DataFrame:
@@ -323,7 +328,7 @@ def _stacked_metric(logits: Float[Tensor, "n batch pos vocab"], metric: Metric, 
         at_answer = logits[:, rows, task_batch.answer_pos]  # [n, batch, vocab]
         diff = at_answer[:, rows, task_batch.answer] - at_answer[:, rows, task_batch.wrong]
         return diff.mean(-1)
-    return torch.stack([torch.as_tensor(metric(copy), device=logits.device).reshape(()) for copy in logits])
+    return torch.stack([check_metric_value(metric(copy)).to(logits.device) for copy in logits])
 
 
 @torch.no_grad()
@@ -360,9 +365,15 @@ def patch(
                  patched head there (where the model's blocks allow, see the module docstring);
                  False runs every copy through the whole model with hooks.
 
+    Hooks already on the model (inside `hc.ablate`, `hc.set_attention`, or a user's own) are honoured:
+    every shortcut above would bypass them or stack the batch they may depend on, so with any hook
+    installed each patch is one plain forward pass from the tokens, as `transformer_lens.patching` does
+    (exact, and as slow as it); `result.method` says which way ran.
+    ValueError for a model with NaN/inf weights or a metric that does not return a scalar.
     Returns a PatchResult; `values` has dims ("layer", "head"), ("layer", "pos", "head"),
     ("layer", "dest_pos", "head"), ("layer",) or ("layer", "pos") (see PatchResult).
     """
+    check_finite(model, "hc.patch")
     check_choice("component", component, COMPONENTS)
     check_choice("positions", positions, POSITIONS)
     check_choice("direction", direction, DIRECTIONS)
@@ -380,7 +391,12 @@ def patch(
     source_tokens, target_tokens = (
         (clean_tokens, corrupt_tokens) if direction == "denoise" else (corrupt_tokens, clean_tokens)
     )
-    local = head_local and _prefix_reusable(model, component)
+    hooks = installed_hooks(model)
+    local = head_local and not hooks and _prefix_reusable(model, component)
+    method = "head-local" if local else "stacked"
+    if hooks:
+        shown = ", ".join(hooks[:3]) + (f" and {len(hooks) - 3} more" if len(hooks) > 3 else "")
+        method = f"one pass per patch (hooks at {shown})"
     patched = {get_act_name(component, lay) for lay in layers}
     # The target run supplies each copy's starting point: the residual stream entering the patched layer,
     # and, for the head-local shortcut, that layer's activations the patch leaves alone.
@@ -388,7 +404,8 @@ def patch(
     starts = {get_act_name(name, lay) for lay in layers for name in kept}
     source_logits, source_cache = model.run_with_cache(source_tokens, names_filter=lambda n: n in patched)
     target_logits, target_cache = model.run_with_cache(target_tokens, names_filter=lambda n: n in starts)
-    source_value, target_value = float(metric(source_logits)), float(metric(target_logits))
+    source_value = float(check_metric_value(metric(source_logits)))
+    target_value = float(check_metric_value(metric(target_logits)))
     clean_value, corrupt_value = (
         (source_value, target_value) if direction == "denoise" else (target_value, source_value)
     )
@@ -400,13 +417,15 @@ def patch(
         # Patches are ordered layer first, so this layer's patches are one contiguous run.
         lo, hi = int((grid.layer < lay).sum()), int((grid.layer <= lay).sum())
         per_chunk = patches_per_chunk(model, batch, n_pos, memory_budget_mb, from_layer=lay, head_local=local)
+        if hooks:
+            per_chunk = 1  # hooks may depend on the batch (resampling, per-example patterns): never stack
         for start in range(lo, hi, per_chunk):
             stop = min(start + per_chunk, hi)
             head_index = grid.head[start:stop] if grid.head is not None else None
             pos_index = grid.pos[start:stop] if grid.pos is not None else None
             run = _run_head_local if local else _run_hooked
             logits = run(model, component, lay, stop - start, head_index, pos_index, source_cache, target_cache,
-                         target_tokens)
+                         target_tokens, from_tokens=bool(hooks))
             results.append(_stacked_metric(logits.view(stop - start, batch, *logits.shape[1:]), metric, task_batch))
     values = torch.cat(results).reshape(grid.shape).float().cpu()
     return PatchResult(
@@ -419,6 +438,7 @@ def patch(
         positions=positions,
         direction=direction,
         pos_labels=_pos_labels(model, clean_tokens),
+        method=method,
     )
 
 
@@ -432,9 +452,12 @@ def _patched_head(target: Tensor, source: Tensor, pos: Tensor | None) -> Tensor:
     return patched
 
 
-def _run_hooked(model, component, layer, n, head, pos, source_cache, target_cache, target_tokens) -> Tensor:
+def _run_hooked(
+    model, component, layer, n, head, pos, source_cache, target_cache, target_tokens, from_tokens=False
+) -> Tensor:
     """Logits [n * batch, pos, vocab] of n copies of the target run, copy i patched at (layer, head[i], pos[i])
-    by a hook on the component's activation; the copies start from the target's residual stream at `layer`."""
+    by a hook on the component's activation; the copies start from the target's residual stream at `layer`,
+    or from the tokens when `from_tokens` (so that hooks on earlier layers run once, as in a plain forward)."""
     name = get_act_name(component, layer)
     source = source_cache[name]
 
@@ -443,13 +466,15 @@ def _run_hooked(model, component, layer, n, head, pos, source_cache, target_cach
         _set_slices(act.view(n, -1, *act.shape[1:]), source, component, head, pos)
         return act
 
-    if not _start_mid_ok(model):
+    if from_tokens or not _start_mid_ok(model):
         return model.run_with_hooks(target_tokens.repeat(n, 1), fwd_hooks=[(name, hook)])
     resid = target_cache[get_act_name("resid_pre", layer)].repeat(n, 1, 1)
     return model.run_with_hooks(resid, start_at_layer=layer, fwd_hooks=[(name, hook)])
 
 
-def _run_head_local(model, component, layer, n, head, pos, source_cache, target_cache, target_tokens) -> Tensor:
+def _run_head_local(
+    model, component, layer, n, head, pos, source_cache, target_cache, target_tokens, from_tokens=False
+) -> Tensor:
     """As `_run_hooked`, but only the patched head of `layer` is recomputed for each copy.
 
     A patch of head h's q, k, v, pattern or z changes nothing else in its layer, so each copy takes the

@@ -31,6 +31,7 @@ from transformer_lens import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
 from headcoop.analysis.common import as_tokens, check_choice, check_head, check_layer
+from headcoop.checks import check_finite
 from headcoop.tasks.base import Batch, generator
 
 HEAD_SITES = ("z", "q", "k", "v", "result")
@@ -82,6 +83,7 @@ def probe_features(
     (layer, head) in (layer, head) order; heads are None on residual sites.
     """
     check_choice("site", site, SITES)
+    check_finite(model, "hc.probe")
     toks = as_tokens(model, tokens)
     if isinstance(head, str):
         layer, head = _parse_head_name(head)

@@ -29,6 +29,7 @@ from transformer_lens import HookedTransformer
 from headcoop.analysis.circuits import ov, qk
 from headcoop.analysis.common import check_choice, check_head, check_layer, model_device, require_task
 from headcoop.analysis.dla import dla
+from headcoop.checks import installed_hooks
 from headcoop.fast_train import check_supported, fused_logits, stack_parameters
 from headcoop.tasks.skip_pair import NOISE, PAIRS, READ_OFF, SIGNAL, SkipPair
 
@@ -122,7 +123,7 @@ def last_logits(model: HookedTransformer, tokens: Int[Tensor, "n pos"], chunk: i
     try:
         check_supported(model)
         params = stack_parameters([model])
-        fast = model.cfg.n_layers == 1
+        fast = model.cfg.n_layers == 1 and not installed_hooks(model)  # hooks: the plain forward honours them
     except ValueError:
         fast = False
     parts = []
@@ -147,6 +148,7 @@ def exact_evaluate(model: HookedTransformer, task: SkipPair | None = None) -> di
     cross-entropy with the target uniform over 5..11, beside its optimum ln 7 (uniform logits on 5..11).
     """
     task = task or skip_pair_task(model)
+    task.check_ready(model, "exact_evaluate")
     _check_enumerable(model)
     sig = contexts(task, "signal")
     right = (last_logits(model, sig.tokens).argmax(-1) == sig.answer).double()
