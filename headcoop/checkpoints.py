@@ -198,6 +198,14 @@ def _check_path_arg(path) -> Path:
     return Path(os.path.abspath(path))
 
 
+def check_save_target(path: str | os.PathLike) -> Path:
+    """The absolute folder `save` would write, checked without writing anything: ValueError when it is a
+    file, lies under a file, is empty, or holds files that are not a headcoop checkpoint."""
+    path = _check_path_arg(path)
+    _replaceable(path)
+    return path
+
+
 def _metadata(model: HookedTransformer, metrics: dict | None, extra: dict[str, Any]) -> dict[str, Any]:
     reserved = sorted(set(extra) & _RESERVED)
     if reserved:

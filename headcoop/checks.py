@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -112,3 +114,39 @@ def installed_hooks(model: nn.Module) -> list[str]:
         if getattr(glob, attr, None):
             found.append(f"torch.nn global {attr.strip('_')}")
     return found
+
+
+def check_out_file(out, what: str) -> Path:
+    """`out` as a Path for a file to write: ValueError for an empty name, an existing folder, or a path
+    under a file; TypeError for a value that is no path."""
+    if isinstance(out, bytes) or not isinstance(out, (str, os.PathLike)):
+        raise TypeError(f"{what}: out must be a file path, got {out!r} ({type(out).__name__})")
+    if not str(out).strip():
+        raise ValueError(f"{what}: out is an empty string; give a file name such as report.html")
+    path = Path(out)
+    if path.is_dir():
+        raise ValueError(f"{what}: {str(out)!r} is a folder; give a file name such as {str(path / 'report.html')!r}")
+    _no_file_above(path, what)
+    return path
+
+
+def check_out_folder(out, what: str) -> Path:
+    """`out` as a Path for a folder to write into: ValueError for an empty name, a file, or a path under a
+    file; TypeError for a value that is no path."""
+    if isinstance(out, bytes) or not isinstance(out, (str, os.PathLike)):
+        raise TypeError(f"{what}: out must be a folder path, got {out!r} ({type(out).__name__})")
+    if not str(out).strip():
+        raise ValueError(f"{what}: out is an empty string; give a folder name")
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{what}: {str(out)!r} is a file, not a folder")
+    _no_file_above(path, what)
+    return path
+
+
+def _no_file_above(path: Path, what: str) -> None:
+    for parent in path.absolute().parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ValueError(f"{what}: cannot write {str(path)!r}: {str(parent)!r} is a file, not a folder")
+            return

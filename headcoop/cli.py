@@ -28,11 +28,20 @@ def _print_metrics(metrics: dict) -> None:
 
 def cmd_train(args: argparse.Namespace) -> int:
     import headcoop as hc
+    from headcoop.checkpoints import check_save_target
+    from headcoop.checks import check_seed
     from headcoop.tasks import TASKS
+    from headcoop.tasks.base import check_sample_size
+    from headcoop.train import check_training_args
 
+    # Every check before the first training step: a bad --out must not cost a training run.
     task = TASKS[args.task]()
     shape = dict(n_heads=args.heads, d_head=args.d_head, n_layers=args.layers, d_model=args.d_model)
     shape = {key: value for key, value in shape.items() if value is not None}
+    check_training_args(args.steps, args.batch_size, args.lr)
+    check_sample_size(args.batch_size, task.n_ctx)
+    check_seed(args.seed)
+    check_save_target(args.out)
     model = task.model(seed=args.seed, **shape)
     hc.train(task, model, steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed)
     metrics = task.evaluate(model)
@@ -112,9 +121,13 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     try:
         return args.func(args)
-    except (FileNotFoundError, ValueError, IndexError) as err:
-        print(f"headcoop {args.command}: error: {err}", file=sys.stderr)
+    except (OSError, ValueError, TypeError, IndexError) as err:
+        message = " ".join(str(err).split())  # one line, whatever the message holds
+        print(f"headcoop {args.command}: error: {message}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"headcoop {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from tqdm.auto import tqdm
 from transformer_lens import HookedTransformer
 
 import headcoop as hc
+from headcoop.checks import check_out_file
 from headcoop.analysis.common import head_names, require_task
 from headcoop.analysis.skip_pair_metrics import compare_orderings, read_off_scores
 from headcoop.tasks.skip_pair import SIGNAL
@@ -413,6 +414,7 @@ def report(
     """
     if not isinstance(examples, int) or isinstance(examples, bool) or examples < 1:
         raise ValueError(f"examples must be a positive int, got {examples!r}")
+    out = check_out_file(out, "report")
     model, source = _resolve(model_or_name)
     task = require_task(model, "the report's inputs and metrics")
     clean, corrupt = task.patching_inputs()
@@ -438,9 +440,10 @@ def report(
         _note(f"headcoop {hc.__version__}; built in {elapsed:.1f} s. Works offline: every script is inlined."),
         f"<nav>{nav}</nav>", *bodies, "</body></html>",
     ])  # fmt: skip
-    out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(page, encoding="utf-8")
+    partial = out.with_name(f".{out.name}.{os.getpid()}.partial")
+    partial.write_text(page, encoding="utf-8")
+    os.replace(partial, out)  # a killed report never leaves half a page
     return out
 
 

@@ -24,7 +24,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from headcoop.checkpoints import clean_leftovers, load, read_meta, save
-from headcoop.checks import check_int, check_seed
+from headcoop.checks import check_int, check_out_folder, check_seed
 from headcoop.fast_train import model_settings, train_many
 from headcoop.tasks.base import Task, check_sample_size
 from headcoop.train import check_training_args
@@ -216,13 +216,13 @@ def sweep(
         raise TypeError(f"task must be a headcoop Task such as hc.Count01(), got {type(task).__name__}")
     points, seeds = expand_grid(task, grid), _check_seeds(seeds)
     check_sample_size(batch_size, task.n_ctx)
-    out = Path(out)
+    out = check_out_folder(out, "sweep")
     runs = [(point, seed, run_name(task, point, seed)) for point in points for seed in seeds]
     names = [name for _, _, name in runs]
     if len(set(names)) != len(names):
         twice = sorted({n for n in names if names.count(n) > 1})
         raise ValueError(f"grid points give the same model {twice}; remove the duplicates")
-    check_out_folder(out, "sweep")
+    out = check_out_folder(out, "sweep")
     out.mkdir(parents=True, exist_ok=True)
 
     settings = dict(steps=steps, batch_size=batch_size, lr=lr, weight_decay=weight_decay, warmup=warmup)
@@ -301,17 +301,6 @@ def _wait_for_others(task, pending, out, settings, chunk, claims, metrics, statu
             _train_claimed(task, orphans, out, settings, chunk, claims, metrics, status, bar)
         elif any(metrics[run[2]] is None for run in missing):
             time.sleep(poll_s)
-
-
-def check_out_folder(out: Path, what: str) -> None:
-    """ValueError for an output folder that cannot be one: an empty name, a file, a path under a file."""
-    if str(out).strip() in ("",):
-        raise ValueError(f"{what}: the output folder is an empty string")
-    for path in (out, *out.parents):
-        if path.exists():
-            if not path.is_dir():
-                raise ValueError(f"{what}: cannot write into {str(out)!r}: {str(path)!r} is a file, not a folder")
-            return
 
 
 # --- command line ------------------------------------------------------------------------

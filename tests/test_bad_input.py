@@ -1,0 +1,280 @@
+"""A catalogue of wrong types, wrong values and broken models: each gets a clear error from headcoop's own
+code naming the bad value, and training is bit-identical at two threads."""
+
+import pytest
+import torch
+
+import headcoop as hc
+from headcoop.cli import main
+
+TINY = dict(n_heads=2, d_model=4, d_head=2)
+FAST = dict(steps=3, batch_size=8, warmup=1, progress=False)
+
+
+@pytest.fixture(scope="module")
+def count01_model():
+    return hc.Count01(max_len=6).model(seed=0, **TINY)
+
+
+def nan_model():
+    model = hc.Count01(max_len=6).model(seed=0, **TINY)
+    with torch.no_grad():
+        model.blocks[0].attn.W_K[0, 1, 1] = float("nan")
+    return model
+
+
+# --- 6. types and values ------------------------------------------------------------------------------
+@pytest.mark.parametrize("task", [hc.Count01(), hc.SkipPair()], ids=["count01", "skip-pair"])
+@pytest.mark.parametrize("text", [121, b"01=", None, ["0", "1"]])
+def test_encode_takes_only_text(task, text):
+    with pytest.raises(TypeError, match=r"encode\(\) takes a str, got"):
+        task.encode(text)
+
+
+@pytest.mark.parametrize("ids, error", [([0.0, 1.0], TypeError), ([True, False], TypeError),
+                                        (torch.tensor([0.5]), TypeError), ("01", TypeError), ([0, -1], ValueError),
+                                        ([[[0]]], ValueError)])  # fmt: skip
+def test_decode_takes_only_integer_ids(ids, error):
+    with pytest.raises(error, match="ids"):
+        hc.Count01().decode(ids)
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        (dict(min_len="3"), TypeError, "min_len must be an int, got '3'"),
+        (dict(max_len=20.7), TypeError, "max_len must be an int, got 20.7"),
+        (dict(max_len=10**9), ValueError, r"max_len must be in 1..4096, got 1000000000"),
+        (dict(min_len=0), ValueError, "min_len must be >= 1"),
+        (dict(min_len=5, max_len=3), ValueError, "min_len <= max_len"),
+        (dict(include_ties="no"), TypeError, "include_ties must be True or False, got 'no'"),
+        (dict(positional="false"), TypeError, "positional must be True or False, got 'false'"),
+        (dict(positional=1), TypeError, "positional must be True or False"),
+    ],
+)
+def test_count01_parameters(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        hc.Count01(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        (dict(seq_len=2), ValueError, "seq_len must be in 3..4096"),
+        (dict(seq_len=10.0), TypeError, "seq_len must be an int"),
+        (dict(signal_fraction=2.0), ValueError, "signal_fraction must be <= 1.0"),
+        (dict(signal_fraction="half"), TypeError, "signal_fraction must be a number"),
+        (dict(signal_fraction=float("nan")), ValueError, "signal_fraction must be finite"),
+        (dict(mapping={(1, 1): 5.5}), TypeError, r"mapping value of \(1, 1\) must be an int"),
+        (dict(mapping=[1, 2]), TypeError, "mapping must be a dict"),
+        (dict(mapping={"a,b": 1}), ValueError, "mapping key 'a,b' is not a pair"),
+    ],
+)
+def test_skip_pair_parameters(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        hc.SkipPair(**kwargs)
+
+
+@pytest.mark.parametrize("seed, error", [("0", TypeError), (1.7, TypeError), (2**70, ValueError), (-1, ValueError),
+                                         (True, TypeError)])  # fmt: skip
+def test_seeds_everywhere(seed, error, count01_model):
+    task = hc.Count01(max_len=6)
+    with pytest.raises(error, match="seed"):
+        task.sample(4, seed=seed)
+    with pytest.raises(error, match="seed"):
+        task.model(seed=seed, **TINY)
+    with pytest.raises(error, match="seed"):
+        hc.train(task, task.model(seed=0, **TINY), seed=seed, **FAST)
+    with pytest.raises(error, match="seed"):
+        hc.train_many(task, [TINY], seeds=[seed], **FAST)
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        (dict(warmup=-3), ValueError, "warmup must be >= 0, got -3"),
+        (dict(weight_decay=-1), ValueError, "weight_decay must be >= 0.0, got -1"),
+        (dict(log_every=0), ValueError, "log_every must be >= 1, got 0"),
+        (dict(lr=float("inf")), ValueError, "lr must be finite, got inf"),
+        (dict(lr=0), ValueError, "lr must be > 0.0"),
+        (dict(steps=2.0), TypeError, "steps must be an int, got 2.0"),
+        (dict(batch_size=True), TypeError, "batch_size must be an int"),
+    ],
+)
+def test_training_settings(kwargs, error, message):
+    task = hc.Count01(max_len=6)
+    settings = dict(FAST, **kwargs)
+    with pytest.raises(error, match=message):
+        hc.train(task, task.model(seed=0, **TINY), **settings)
+    with pytest.raises(error, match=message):
+        hc.train_many(task, [TINY], **settings)
+
+
+@pytest.mark.parametrize("n, error", [(2.5, TypeError), (0, ValueError), ("8", TypeError), (10**9, ValueError)])
+def test_sample_sizes(n, error):
+    for task in (hc.Count01(), hc.SkipPair()):
+        with pytest.raises(error, match="n="if n == 10**9 else "n must be"):
+            task.sample(n)
+
+
+def test_sample_signal_fraction():
+    with pytest.raises(ValueError, match="signal_fraction must be <= 1.0, got 2.0"):
+        hc.SkipPair().sample(8, signal_fraction=2.0)
+
+
+@pytest.mark.parametrize(
+    "metric, error, message",
+    [
+        (lambda logits: logits[:, -1, 0], ValueError, r"must return a scalar, got a tensor of shape \(6,\)"),
+        (lambda logits: "good", TypeError, "must return a scalar .* got 'good'"),
+        (lambda logits: None, TypeError, "must return a scalar .* got None"),
+    ],
+)
+def test_metrics_that_do_not_return_a_scalar(count01_model, metric, error, message):
+    clean, corrupt = count01_model.task.patching_inputs(n=6)
+    with pytest.raises(error, match=message):
+        hc.patch(count01_model, clean=clean.tokens, corrupt=corrupt.tokens, metric=metric)
+
+
+def test_empty_batches(count01_model):
+    clean, corrupt = count01_model.task.patching_inputs(n=6)
+    with pytest.raises(ValueError, match=r"tokens are empty \(shape \(0, 10\)\)"):
+        hc.patch(count01_model, clean=clean[:0], corrupt=corrupt[:0])
+    with pytest.raises(ValueError, match="tokens are empty"):
+        hc.probe(count01_model, clean[:0], clean.labels[:0])
+    with pytest.raises(ValueError, match="tokens are empty"):
+        with hc.ablate(count01_model, heads=[0], how="mean", reference=clean[:0]):
+            pass
+    with pytest.raises(ValueError, match="tokens are empty"):
+        hc.dla(count01_model, clean[:0])
+
+
+@pytest.mark.parametrize("ids, error", [([0, 9], ValueError), ([-1, 0], ValueError), ([0.0, 1.0], TypeError)])
+def test_table_lookups_with_ids_outside_the_vocabulary(count01_model, ids, error):
+    with pytest.raises(error, match="id|ids"):
+        hc.qk(count01_model, head=0).scores_for(ids)
+    with pytest.raises(error, match="id|ids"):
+        hc.ov(count01_model, head=0).effects_for(ids)
+
+
+def test_a_task_on_a_model_it_does_not_fit(count01_model):
+    with pytest.raises(ValueError, match=r"hc.train: SkipPair.* needs a model with d_vocab 12 .* has d_vocab 8"):
+        hc.train(hc.SkipPair(), count01_model, **FAST)
+    with pytest.raises(ValueError, match="skip-pair evaluate: SkipPair.* needs a model with d_vocab 12"):
+        hc.evaluate(count01_model, hc.SkipPair())
+    with pytest.raises(TypeError, match="task must be a headcoop Task"):
+        hc.evaluate(count01_model, "count01")
+    with pytest.raises(ValueError, match="n_ctx >= 24"):  # a longer context than the model was built for
+        hc.evaluate(count01_model, hc.Count01(max_len=20))
+
+
+def test_a_model_with_nothing_to_train():
+    task = hc.Count01(max_len=6)
+    model = task.model(seed=0, **TINY)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    with pytest.raises(ValueError, match="has no trainable parameters"):
+        hc.train(task, model, **FAST)
+    with pytest.raises(ValueError, match="has no trainable parameters"):
+        hc.train_many(task, [model], **FAST)
+
+
+# --- 4. non-finite weights and diverging training ------------------------------------------------------
+def test_nan_weights_are_refused_everywhere(tmp_path):
+    model = nan_model()
+    message = r"non-finite weights: blocks.0.attn.W_K hold NaN or inf"
+    for call in (
+        lambda: hc.evaluate(model),
+        lambda: hc.patch(model),
+        lambda: hc.probe(model, model.task.sample(16), site="z"),
+        lambda: hc.head_metrics(model, n=16),
+        lambda: hc.dla(model),
+        lambda: hc.save(model, tmp_path / "m", metrics={}),
+        lambda: hc.train(model.task, model, **FAST),
+        lambda: hc.train_many(model.task, [model], **FAST),
+    ):
+        with pytest.raises(ValueError, match=message):
+            call()
+    assert not (tmp_path / "m").exists()
+
+
+def test_inf_weights_are_refused():
+    model = hc.Count01(max_len=6).model(seed=0, **TINY)
+    with torch.no_grad():
+        model.unembed.b_U[2] = float("inf")
+    with pytest.raises(ValueError, match="unembed.b_U hold NaN or inf"):
+        hc.evaluate(model)
+
+
+def test_diverging_training_stops_with_an_error():
+    task = hc.Count01(max_len=6)
+    with pytest.raises(ValueError, match=r"training diverged: the loss at step \d+ is \[nan\]"):
+        hc.train(task, task.model(seed=0, **TINY), lr=1e12, steps=40, batch_size=8, warmup=1, progress=False)
+    with pytest.raises(ValueError, match=r"training diverged: at step \d+ the loss of model\(s\) \[0\]"):
+        hc.train_many(task, [TINY], lr=1e12, steps=40, batch_size=8, warmup=1, progress=False)
+
+
+# --- 3. determinism at two threads ---------------------------------------------------------------------
+@pytest.fixture
+def two_threads():
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_train_is_bit_identical_at_two_threads(two_threads):
+    """The W_E gradient of the embedding lookup used to be summed in a thread-dependent order."""
+    task = hc.Count01()
+    runs = []
+    for _ in range(2):
+        model = task.model(seed=0, n_heads=4, d_model=8, d_head=2)
+        runs.append(hc.train(task, model, steps=60, batch_size=256, seed=0, progress=False))
+    assert torch.get_num_threads() == 2 and not torch.are_deterministic_algorithms_enabled()
+    for (name, p), q in zip(runs[0].named_parameters(), runs[1].parameters()):
+        assert torch.equal(p, q), name
+
+
+def test_train_many_is_bit_identical_at_two_threads(two_threads):
+    task = hc.Count01()
+    runs = [hc.train_many(task, [dict(n_heads=4, d_model=8, d_head=2)] * 2, steps=60, batch_size=256, progress=False)
+            for _ in range(2)]  # fmt: skip
+    for a, b in zip(*runs):
+        for (name, p), q in zip(a.named_parameters(), b.parameters()):
+            assert torch.equal(p, q), name
+
+
+# --- 7. the command line: one line on stderr, non-zero exit, nothing trained --------------------------
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["train", "count01", "--out", "{file}"], "it is a file"),
+        (["train", "count01", "--out", "{file}/sub"], "is a file, not a folder"),
+        (["train", "count01", "--out", ""], "empty string"),
+        (["train", "count01", "--out", "{project}"], "not a headcoop checkpoint"),
+        (["train", "count01", "--lr", "inf", "--out", "{new}"], "lr must be finite"),
+        (["train", "count01", "--seed", "-1", "--out", "{new}"], "seed must be in"),
+        (["train", "count01", "--heads", "0", "--out", "{new}"], "n_heads must be >= 1"),
+        (["train", "count01", "--lr", "1e12", "--steps", "40", "--heads", "2", "--d-model", "4", "--batch-size", "8",
+          "--out", "{new}"], "training diverged"),
+        (["report", "count01", "--out", "{project}"], "is a folder"),
+        (["report", "count01", "--out", ""], "empty string"),
+        (["report", "count01", "--out", "{file}/r.html"], "is a file, not a folder"),
+        (["eval", "{project}"], "no headcoop checkpoint"),
+        (["sweep", "count01", "--out", "{file}", "--steps", "2"], "is a file, not a folder"),
+        (["sweep", "count01", "--seeds", "0", "0", "--out", "{new}", "--steps", "2"], "seeds repeat"),
+    ],
+)
+def test_cli_errors(tmp_path, capsys, argv, message):
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "project").mkdir()
+    (tmp_path / "project" / "notes.md").write_text("mine")
+    where = dict(file=tmp_path / "file", project=tmp_path / "project", new=tmp_path / "new")
+    code = main([arg.format(**where) for arg in argv])
+    err = capsys.readouterr().err
+    assert code == 2
+    lines = [line for line in err.replace("\r", "\n").splitlines() if line.startswith("headcoop")]
+    assert len(lines) == 1 and message in lines[0], err
+    assert "Traceback" not in err
+    assert not (tmp_path / "new").exists() and (tmp_path / "file").read_text() == "x"
+    assert sorted(p.name for p in (tmp_path / "project").iterdir()) == ["notes.md"]
