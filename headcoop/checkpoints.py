@@ -28,7 +28,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
-from headcoop.checks import check_finite
+from headcoop.checks import check_device, check_finite
 from headcoop.tasks import task_from_dict
 from headcoop.tasks.base import Task, build_model
 
@@ -353,6 +353,7 @@ def load(name_or_path: str | os.PathLike, device: str | None = None) -> HookedTr
     does not match the JSON, an unknown format, or a config that does not match the weights (naming
     the parameter).
     """
+    device = check_device(device)
     path = resolve(name_or_path)
     meta = _read_meta(path)
     _verify_weights(path, meta)

@@ -62,6 +62,18 @@ def check_float(
     return value
 
 
+def check_device(device) -> str | None:
+    """`device` as a string torch understands ("cpu", "cuda:0", ...), or None; ValueError naming a bad one."""
+    if device is None:
+        return None
+    if not isinstance(device, (str, torch.device)):
+        raise TypeError(f"device must be a str such as 'cpu' or 'cuda', got {device!r} ({type(device).__name__})")
+    try:
+        return str(torch.device(device))
+    except RuntimeError:
+        raise ValueError(f"unknown device {device!r}; use 'cpu', 'cuda', 'cuda:1', 'mps', ...") from None
+
+
 def nonfinite_parameters(model: nn.Module) -> list[str]:
     """Names of the parameters of `model` holding NaN or inf."""
     return [name for name, p in model.named_parameters() if not torch.isfinite(p.detach()).all()]

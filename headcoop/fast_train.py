@@ -409,8 +409,12 @@ def train_many(
     the groups step together, sharing each step's batches between models of equal seed.
     progress: a bool, or a tqdm bar to advance by K model-steps per step.
     """
+    if not isinstance(task, Task):
+        raise TypeError(f"task must be a headcoop Task such as hc.Count01(), got {type(task).__name__}")
     check_training_args(steps, batch_size, lr, weight_decay, warmup, log_every)
     check_sample_size(batch_size, task.n_ctx)
+    if not isinstance(progress, bool) and not hasattr(progress, "update"):
+        raise TypeError(f"progress must be True, False or a tqdm bar, got {progress!r}")
     _check_task_scoring(task)
     items = list(configs_or_models)
     if not items:

@@ -24,7 +24,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from headcoop.checkpoints import clean_leftovers, load, read_meta, save
-from headcoop.checks import check_int, check_out_folder, check_seed
+from headcoop.checks import check_float, check_int, check_out_folder, check_seed
 from headcoop.fast_train import model_settings, train_many
 from headcoop.tasks.base import Task, check_sample_size
 from headcoop.train import check_training_args
@@ -212,6 +212,7 @@ def sweep(
     """
     check_training_args(steps, batch_size, lr, weight_decay, warmup)
     check_int("chunk", chunk, 1)
+    check_float("poll_s", poll_s, 0.0, low_open=True)
     if not isinstance(task, Task):
         raise TypeError(f"task must be a headcoop Task such as hc.Count01(), got {type(task).__name__}")
     points, seeds = expand_grid(task, grid), _check_seeds(seeds)

@@ -103,6 +103,8 @@ def train(
     ValueError for a model with non-finite weights, none to train, or a shape the task does not fit,
     and when the loss stops being finite (training diverged).
     """
+    if not isinstance(task, Task):
+        raise TypeError(f"task must be a headcoop Task such as hc.Count01(), got {type(task).__name__}")
     check_training_args(steps, batch_size, lr, weight_decay, warmup, log_every)
     check_seed(seed)
     check_sample_size(batch_size, task.n_ctx)

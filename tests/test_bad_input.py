@@ -278,3 +278,35 @@ def test_cli_errors(tmp_path, capsys, argv, message):
     assert "Traceback" not in err
     assert not (tmp_path / "new").exists() and (tmp_path / "file").read_text() == "x"
     assert sorted(p.name for p in (tmp_path / "project").iterdir()) == ["notes.md"]
+
+
+# --- the rest of the catalogue: each call names its bad argument --------------------------------------
+def _catalogue(model, batch):
+    task = model.task
+    return [
+        (lambda: hc.patch(model, head="3"), TypeError, "head must be an int, got '3'"),
+        (lambda: hc.patch(model, layer=1.0), TypeError, "layer must be an int, got 1.0"),
+        (lambda: hc.patch(model, memory_budget_mb="big"), TypeError, "memory_budget_mb must be a number"),
+        (lambda: hc.patch(model, head_local="no"), TypeError, "head_local must be True or False"),
+        (lambda: hc.patch(model, clean={"a": 1}, corrupt={"a": 1}, metric=lambda x: x.mean()), TypeError,
+         "tokens must be a Batch, text"),
+        (lambda: hc.train("count01", model), TypeError, "task must be a headcoop Task"),
+        (lambda: hc.train(task, "count01"), TypeError, "hc.train needs a HookedTransformer, got str"),
+        (lambda: hc.train_many(task, [TINY], progress="yes", **{k: v for k, v in FAST.items() if k != "progress"}),
+         TypeError, "progress must be True, False or a tqdm bar"),
+        (lambda: hc.sweep(task, {"n_heads": [1]}, [0], "unused", poll_s=-1), ValueError, "poll_s must be > 0.0"),
+        (lambda: hc.sweep(task, {"n_heads": [1]}, None, "unused"), TypeError, "seeds must be an int or a list"),
+        (lambda: hc.load("count01", device="tpu"), ValueError, "unknown device 'tpu'"),
+        (lambda: task.model(seed=0, device="tpu"), ValueError, "unknown device 'tpu'"),
+        (lambda: task.corrupt("0121="), TypeError, "expects a Batch"),
+        (lambda: hc.head_metrics(model, n=64, success_threshold=2), ValueError, "success_threshold must be <= 1.0"),
+        (lambda: hc.evaluate("count01"), ValueError, "carries no task"),
+        (lambda: hc.save("count01", "unused"), TypeError, "hc.save takes a HookedTransformer"),
+    ]
+
+
+@pytest.mark.parametrize("index", range(16))
+def test_catalogue(count01_model, index):
+    call, error, message = _catalogue(count01_model, count01_model.task.sample(8))[index]
+    with pytest.raises(error, match=message):
+        call()

@@ -69,7 +69,9 @@ def as_tokens(model: HookedTransformer, tokens) -> Int[Tensor, "batch pos"]:
 def check_layer(model: HookedTransformer, layer: int) -> int:
     """`layer` itself, or IndexError naming the valid range (negative indices count from the end)."""
     n = model.cfg.n_layers
-    if not isinstance(layer, int) or isinstance(layer, bool) or not -n <= layer < n:
+    if not isinstance(layer, int) or isinstance(layer, bool):
+        raise TypeError(f"layer must be an int, got {layer!r} ({type(layer).__name__})")
+    if not -n <= layer < n:
         raise IndexError(f"layer {layer!r} is out of range: this model has layers 0..{n - 1}")
     return layer % n
 
@@ -77,7 +79,9 @@ def check_layer(model: HookedTransformer, layer: int) -> int:
 def check_head(model: HookedTransformer, head: int) -> int:
     """`head` itself, or IndexError naming the valid range."""
     n = model.cfg.n_heads
-    if not isinstance(head, int) or isinstance(head, bool) or not -n <= head < n:
+    if not isinstance(head, int) or isinstance(head, bool):
+        raise TypeError(f"head must be an int, got {head!r} ({type(head).__name__})")
+    if not -n <= head < n:
         raise IndexError(f"head {head!r} is out of range: this model has heads 0..{n - 1}")
     return head % n
 

@@ -50,7 +50,7 @@ from transformer_lens import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
 from headcoop.analysis.circuits import qk
-from headcoop.checks import check_int
+from headcoop.checks import check_float, check_int
 from headcoop.analysis.common import require_task
 from headcoop.analysis.dla import dla
 from headcoop.analysis.probes import probe
@@ -123,6 +123,7 @@ def head_metrics(
         raise ValueError(f"head_metrics computes Count01 quantities; got a {type(task).__name__} task")
     task.check_ready(model, "head_metrics")
     check_int("n", n, 8)
+    check_float("success_threshold", success_threshold, 0.0, 1.0)
     batch = task.sample(n, seed=seed).to(model.cfg.device)
     n_layers = model.cfg.n_layers
 

@@ -60,7 +60,7 @@ from transformer_lens import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
 from headcoop.analysis.common import as_tokens, check_choice, check_head, check_layer, model_device, task_of
-from headcoop.checks import check_finite, check_metric_value, installed_hooks
+from headcoop.checks import check_bool, check_finite, check_float, check_metric_value, installed_hooks
 from headcoop.tasks.base import Batch, Task
 
 HEAD_COMPONENTS = ("z", "q", "k", "v", "pattern")
@@ -377,8 +377,8 @@ def patch(
     check_choice("component", component, COMPONENTS)
     check_choice("positions", positions, POSITIONS)
     check_choice("direction", direction, DIRECTIONS)
-    if not memory_budget_mb > 0:
-        raise ValueError(f"memory_budget_mb must be positive, got {memory_budget_mb!r}")
+    check_float("memory_budget_mb", memory_budget_mb, 0.0, low_open=True)
+    check_bool("head_local", head_local)
     layers = list(range(model.cfg.n_layers)) if layer is None else [check_layer(model, layer)]
     if component == "resid_pre":
         if head is not None:

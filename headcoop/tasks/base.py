@@ -177,6 +177,16 @@ class Task(ABC):
             )
         return model
 
+    def check_batch(self, batch) -> "Batch":
+        """`batch` when it is a Batch of this task's width; TypeError/ValueError otherwise."""
+        if not isinstance(batch, Batch):
+            raise TypeError(f"{self.name} expects a Batch (from task.sample), got {type(batch).__name__}")
+        if batch.tokens.ndim != 2 or batch.tokens.shape[1] != self.n_ctx:
+            raise ValueError(
+                f"{self.name} batches have shape [batch, {self.n_ctx}], got {tuple(batch.tokens.shape)}"
+            )
+        return batch
+
     def check_ready(self, model: HookedTransformer, what: str) -> HookedTransformer:
         """`check_model`, and ValueError when any weight is NaN or inf."""
         self.check_model(model, what)

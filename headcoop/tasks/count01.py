@@ -13,7 +13,7 @@ from jaxtyping import Int
 from torch import Tensor
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
-from headcoop.checks import check_bool, check_int
+from headcoop.checks import check_device, check_bool, check_int
 from headcoop.tasks.base import Batch, Task, check_sample_size, generator
 
 ZERO, ONE, TWO, EQ, FOUR, FIVE, EOS, BOS = range(8)
@@ -129,6 +129,7 @@ class Count01(Task):
 
         Ties stay ties and keep the answer '4'.
         """
+        self.check_batch(batch)
         tokens = batch.tokens.clone()
         tokens[batch.tokens == ZERO] = ONE
         tokens[batch.tokens == ONE] = ZERO
@@ -169,6 +170,7 @@ class Count01(Task):
         """One attention-only layer (by default), no LayerNorm; the paper's primary size by default."""
         for key, value in dict(n_heads=n_heads, d_model=d_model, d_head=d_head, n_layers=n_layers).items():
             check_int(key, value, 1)
+        device = check_device(device)
         return HookedTransformerConfig(
             n_layers=n_layers,
             d_model=d_model,

@@ -16,7 +16,7 @@ from jaxtyping import Int
 from torch import Tensor
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
-from headcoop.checks import check_float, check_int
+from headcoop.checks import check_device, check_float, check_int
 from headcoop.tasks.base import Batch, Task, check_sample_size, generator
 
 READ_OFF = 0
@@ -175,6 +175,7 @@ class SkipPair(Task):
 
         Noise rows are returned unchanged (they have no counterfactual; their `wrong` equals `answer`).
         """
+        self.check_batch(batch)
         tokens = batch.tokens.clone()
         is_signal = batch.labels >= 0
         if is_signal.any():
@@ -223,6 +224,7 @@ class SkipPair(Task):
             raise ValueError(f"SkipPair models have one-hot embeddings, so d_model must be {self.d_vocab}, got {d_model}")
         for key, value in dict(n_heads=n_heads, d_head=d_head, n_layers=n_layers).items():
             check_int(key, value, 1)
+        device = check_device(device)
         return HookedTransformerConfig(
             n_layers=n_layers,
             d_model=self.d_vocab,
