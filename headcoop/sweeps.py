@@ -110,7 +110,9 @@ def _process_id(pid: int) -> str:
         return str(pid)
 
 
-_OWNER = f"{socket.gethostname()} {_process_id(os.getpid())}"
+def _owner() -> str:
+    """This process as a claim records it (computed per call: a forked child is another owner)."""
+    return f"{socket.gethostname()} {_process_id(os.getpid())}"
 
 
 def _claim_alive(owner: str) -> bool:
@@ -153,7 +155,7 @@ class Claims:
                     pass
                 continue
             with os.fdopen(fd, "w") as f:
-                f.write(_OWNER)
+                f.write(_owner())
             self.held.add(name)
             return True
         return False

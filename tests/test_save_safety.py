@@ -149,6 +149,77 @@ def test_a_save_killed_midway_leaves_the_old_checkpoint(tiny, tmp_path, stage):
     assert loaded.checkpoint_meta["metrics"] == {"seed": 1} and torch.equal(loaded.W_Q, tiny.W_Q)
 
 
+FORK_KILLER = textwrap.dedent(
+    """
+    import json, os, signal, sys
+    import torch
+    import headcoop as hc
+    from headcoop import checkpoints
+    torch.set_num_threads(1)
+    root, mode, stride = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    if mode == "fallback":
+        checkpoints._exchange = lambda a, b: False
+    task = hc.Count01(max_len=6)
+    old, new = (task.model(seed=s, n_heads=2, d_model=4) for s in (1, 2))
+    path = hc.save(old, os.path.join(root, "m"), metrics={"v": 1})
+    mine = checkpoints.__file__
+    count = [0]
+
+    def tracer(kill_at):
+        def trace(frame, event, arg):
+            if frame.f_code.co_filename != mine:
+                return None
+            if event == "line":
+                count[0] += 1
+                if count[0] == kill_at:
+                    os.kill(os.getpid(), signal.SIGKILL)
+            return trace
+        return trace
+
+    sys.settrace(tracer(None))
+    hc.save(new, path, metrics={"v": 2})
+    sys.settrace(None)
+    lines, count[0] = count[0], 0
+    hc.save(old, path, metrics={"v": 1})
+    seen = {"lines": lines, "old": 0, "new": 0, "bad": []}
+    for kill_at in range(1, lines + 1, stride):
+        pid = os.fork()
+        if pid == 0:
+            sys.settrace(tracer(kill_at))
+            hc.save(new, path, metrics={"v": 2})
+            os._exit(0)
+        os.waitpid(pid, 0)
+        try:
+            value = hc.load(path).checkpoint_meta["metrics"]["v"]
+        except Exception as err:
+            seen["bad"].append([kill_at, repr(err)])
+            continue
+        if sorted(os.listdir(root)) != ["m"]:
+            seen["bad"].append([kill_at, sorted(os.listdir(root))])
+        seen["old" if value == 1 else "new"] += 1
+        if value == 2:
+            hc.save(old, path, metrics={"v": 1})
+    print(json.dumps(seen))
+    """
+)
+
+
+@pytest.mark.parametrize("mode", ["exchange", "fallback"])
+def test_kills_at_many_points_of_save_always_leave_the_old_or_the_new_checkpoint(tmp_path, mode):
+    """A forked save is SIGKILLed at every 11th line headcoop.checkpoints executes while replacing a checkpoint;
+    after each kill the path loads (old or new weights) and the next load has tidied every leftover."""
+    script = tmp_path.parent / f"fork_killer_{mode}.py"
+    script.write_text(FORK_KILLER)
+    root = tmp_path / "root"
+    root.mkdir()
+    proc = subprocess.run([sys.executable, str(script), str(root), mode, "11"], capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert seen["lines"] > 100 and seen["bad"] == []
+    assert seen["old"] > 0 and seen["new"] > 0  # kills landed before and after the switch
+
+
 # --- 5. what load accepts -----------------------------------------------------------------------------
 @pytest.fixture
 def saved(tiny, tmp_path):
