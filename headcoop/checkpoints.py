@@ -29,6 +29,7 @@ from safetensors.torch import load_file, save_file
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from headcoop.checks import check_device, check_finite
+from headcoop.owners import pid_alive
 from headcoop.tasks import task_from_dict
 from headcoop.tasks.base import Task, build_model
 
@@ -79,16 +80,6 @@ def _leftover_pattern(name: str) -> re.Pattern:
     return re.compile(r"^\.%s\.(tmp|old)-([0-9a-f]{8})-(\d+)-[A-Za-z0-9_]+$" % re.escape(name))
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def clean_leftovers(path: str | os.PathLike) -> list[Path]:
     """Tidy what a killed save of `path` left beside it; returns the folders removed or restored.
 
@@ -102,7 +93,7 @@ def clean_leftovers(path: str | os.PathLike) -> list[Path]:
     pattern, touched = _leftover_pattern(path.name), []
     for entry in sorted(path.parent.iterdir()):
         match = pattern.match(entry.name)
-        if not match or match.group(2) != _HOST or _alive(int(match.group(3))):
+        if not match or match.group(2) != _HOST or pid_alive(int(match.group(3))):
             continue
         if match.group(1) == "old" and not path.exists():
             os.rename(entry, path)

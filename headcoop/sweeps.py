@@ -13,7 +13,6 @@ import contextlib
 import errno
 import itertools
 import os
-import socket
 import time
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
@@ -26,6 +25,7 @@ from tqdm.auto import tqdm
 from headcoop.checkpoints import clean_leftovers, load, read_meta, save
 from headcoop.checks import check_float, check_int, check_out_folder, check_seed
 from headcoop.fast_train import model_settings, train_many
+from headcoop.owners import owner_alive, this_owner
 from headcoop.tasks.base import Task, check_sample_size
 from headcoop.train import check_training_args
 
@@ -100,36 +100,6 @@ def finished_metrics(path: Path, task: Task, settings: dict[str, Any]) -> dict[s
 CLAIMS = ".headcoop-claims"
 
 
-def _process_id(pid: int) -> str:
-    """`pid` and, where /proc shows it, the process's start time: a claim of a dead process whose pid
-    was reused by another is not mistaken for a live one."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return f"{pid}:{stat.rsplit(')', 1)[1].split()[19]}"
-    except (OSError, IndexError):
-        return str(pid)
-
-
-def _owner() -> str:
-    """This process as a claim records it (computed per call: a forked child is another owner)."""
-    return f"{socket.gethostname()} {_process_id(os.getpid())}"
-
-
-def _claim_alive(owner: str) -> bool:
-    """Whether the process that wrote a claim still runs (claims from other machines count as alive)."""
-    host, _, proc = owner.partition(" ")
-    if host != socket.gethostname() or not proc:
-        return True
-    pid = int(proc.split(":")[0])
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return _process_id(pid) == proc
-
-
 class Claims:
     """Per-run claim files `OUT/.headcoop-claims/<run>`, created with O_EXCL: the first sweep to create one
     trains that run. A claim whose process died (on this machine) is taken over."""
@@ -155,7 +125,7 @@ class Claims:
                     pass
                 continue
             with os.fdopen(fd, "w") as f:
-                f.write(_owner())
+                f.write(this_owner())
             self.held.add(name)
             return True
         return False
@@ -166,7 +136,7 @@ class Claims:
             owner = (self.folder / name).read_text()
         except FileNotFoundError:
             return False
-        return not owner or _claim_alive(owner)  # an empty claim is one being written right now
+        return not owner or owner_alive(owner)  # an empty claim is one being written right now
 
     def clear_stale(self, name: str) -> None:
         """Remove the claim of `name` when its process died (a finished run a killed sweep still claimed)."""

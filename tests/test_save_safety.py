@@ -151,7 +151,7 @@ def test_a_save_killed_midway_leaves_the_old_checkpoint(tiny, tmp_path, stage):
 
 FORK_KILLER = textwrap.dedent(
     """
-    import json, os, signal, sys
+    import json, os, sys
     import torch
     import headcoop as hc
     from headcoop import checkpoints
@@ -162,31 +162,15 @@ FORK_KILLER = textwrap.dedent(
     task = hc.Count01(max_len=6)
     old, new = (task.model(seed=s, n_heads=2, d_model=4) for s in (1, 2))
     path = hc.save(old, os.path.join(root, "m"), metrics={"v": 1})
-    mine = checkpoints.__file__
-    count = [0]
-
-    def tracer(kill_at):
-        def trace(frame, event, arg):
-            if frame.f_code.co_filename != mine:
-                return None
-            if event == "line":
-                count[0] += 1
-                if count[0] == kill_at:
-                    os.kill(os.getpid(), signal.SIGKILL)
-            return trace
-        return trace
-
-    sys.settrace(tracer(None))
-    hc.save(new, path, metrics={"v": 2})
-    sys.settrace(None)
-    lines, count[0] = count[0], 0
+    from line_killer import LineKiller
+    killer = LineKiller([checkpoints.__file__])
+    lines = killer.run(lambda: hc.save(new, path, metrics={"v": 2}))
     hc.save(old, path, metrics={"v": 1})
     seen = {"lines": lines, "old": 0, "new": 0, "bad": []}
     for kill_at in range(1, lines + 1, stride):
         pid = os.fork()
         if pid == 0:
-            sys.settrace(tracer(kill_at))
-            hc.save(new, path, metrics={"v": 2})
+            killer.run(lambda: hc.save(new, path, metrics={"v": 2}), kill_at)
             os._exit(0)
         os.waitpid(pid, 0)
         try:
@@ -213,7 +197,7 @@ def test_kills_at_many_points_of_save_always_leave_the_old_or_the_new_checkpoint
     root = tmp_path / "root"
     root.mkdir()
     proc = subprocess.run([sys.executable, str(script), str(root), mode, "11"], capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
+                          timeout=300, env=dict(os.environ, PYTHONPATH=os.path.dirname(__file__)))  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     seen = json.loads(proc.stdout.strip().splitlines()[-1])
     assert seen["lines"] > 100 and seen["bad"] == []

@@ -2,6 +2,7 @@
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 
@@ -238,7 +239,7 @@ def test_a_full_disk_ends_the_sweep_with_one_clear_error(tmp_path, monkeypatch):
 
 
 SWEEP_FORK_KILLER = """
-import json, os, shutil, signal, sys
+import json, os, sys
 import torch
 import headcoop as hc
 from headcoop import checkpoints, sweeps
@@ -246,32 +247,15 @@ torch.set_num_threads(1)
 root, points = sys.argv[1], int(sys.argv[2])
 task, grid = hc.Count01(max_len=6), {"n_heads": [1, 2], "d_model": [4], "d_head": [1, 2]}
 settings = dict(steps=5, batch_size=8, warmup=1, chunk=1, progress=False, poll_s=0.01)
-traced = {checkpoints.__file__, sweeps.__file__}
-count = [0]
-
-def tracer(kill_at):
-    def trace(frame, event, arg):
-        if frame.f_code.co_filename not in traced:
-            return None
-        if event == "line":
-            count[0] += 1
-            if count[0] == kill_at:
-                os.kill(os.getpid(), signal.SIGKILL)
-        return trace
-    return trace
-
-sys.settrace(tracer(None))
-hc.sweep(task, grid, [0, 1], os.path.join(root, "probe"), **settings)
-sys.settrace(None)
-lines = count[0]
+from line_killer import LineKiller
+killer = LineKiller([checkpoints.__file__, sweeps.__file__])
+lines = killer.run(lambda: hc.sweep(task, grid, [0, 1], os.path.join(root, "probe"), **settings))
 seen = {"lines": lines, "bad": [], "kept": 0}
 for kill_at in range(lines // (points + 1), lines, lines // (points + 1)):
     out = os.path.join(root, f"k{kill_at}")
-    count[0] = 0
     pid = os.fork()
     if pid == 0:
-        sys.settrace(tracer(kill_at))
-        hc.sweep(task, grid, [0, 1], out, **settings)
+        killer.run(lambda: hc.sweep(task, grid, [0, 1], out, **settings), kill_at)
         os._exit(0)
     os.waitpid(pid, 0)
     finished = []
@@ -301,7 +285,7 @@ def test_sweeps_killed_at_many_points_resume_without_retraining(tmp_path):
     script = tmp_path / "sweep_killer.py"
     script.write_text(SWEEP_FORK_KILLER)
     proc = subprocess.run([sys.executable, str(script), str(tmp_path), "12"], capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
+                          timeout=300, env=dict(os.environ, PYTHONPATH=os.path.dirname(__file__)))  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     seen = json.loads(proc.stdout.strip().splitlines()[-1])
     assert seen["bad"] == [] and seen["lines"] > 100

@@ -1,0 +1,46 @@
+"""Which process owns a temporary folder or a claim, and whether it still runs.
+
+An owner is written as "HOST PID:START" (START is the process's start time where /proc shows it), so a
+dead process whose pid was reused is not mistaken for the live one. Processes on other machines sharing
+the disk cannot be checked and count as alive.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid runs on this machine."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it runs, under another user
+        return True
+    return True
+
+
+def process_id(pid: int) -> str:
+    """`pid` and, where /proc shows it, the process's start time ("1234:98765")."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return f"{pid}:{stat.rsplit(')', 1)[1].split()[19]}"
+    except (OSError, IndexError):
+        return str(pid)
+
+
+def this_owner() -> str:
+    """This process as an owner ("HOST PID:START"); computed per call, since a forked child is another owner."""
+    return f"{socket.gethostname()} {process_id(os.getpid())}"
+
+
+def owner_alive(owner: str) -> bool:
+    """Whether the process an owner string names still runs (owners on other machines count as alive)."""
+    host, _, proc = owner.partition(" ")
+    if host != socket.gethostname() or not proc:
+        return True
+    pid = int(proc.split(":")[0])
+    return pid_alive(pid) and process_id(pid) == proc
