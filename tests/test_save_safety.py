@@ -167,7 +167,7 @@ FORK_KILLER = textwrap.dedent(
     lines = killer.run(lambda: hc.save(new, path, metrics={"v": 2}))
     hc.save(old, path, metrics={"v": 1})
     seen = {"lines": lines, "old": 0, "new": 0, "bad": []}
-    for kill_at in range(1, lines + 1, stride):
+    for kill_at in sorted({*range(1, lines + 1, stride), *range(max(1, lines - 12), lines + 1)}):
         pid = os.fork()
         if pid == 0:
             killer.run(lambda: hc.save(new, path, metrics={"v": 2}), kill_at)
@@ -190,13 +190,14 @@ FORK_KILLER = textwrap.dedent(
 
 @pytest.mark.parametrize("mode", ["exchange", "fallback"])
 def test_kills_at_many_points_of_save_always_leave_the_old_or_the_new_checkpoint(tmp_path, mode):
-    """A forked save is SIGKILLed at every 11th line headcoop.checkpoints executes while replacing a checkpoint;
+    """A forked save is SIGKILLed at every 17th line headcoop.checkpoints executes while replacing a checkpoint
+    (and at each of its last 13, around the switch);
     after each kill the path loads (old or new weights) and the next load has tidied every leftover."""
     script = tmp_path.parent / f"fork_killer_{mode}.py"
     script.write_text(FORK_KILLER)
     root = tmp_path / "root"
     root.mkdir()
-    proc = subprocess.run([sys.executable, str(script), str(root), mode, "11"], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, str(script), str(root), mode, "17"], capture_output=True, text=True,
                           timeout=300, env=dict(os.environ, PYTHONPATH=os.path.dirname(__file__)))  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     seen = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -280,11 +280,11 @@ print(json.dumps(seen))
 
 
 def test_sweeps_killed_at_many_points_resume_without_retraining(tmp_path):
-    """A forked sweep is SIGKILLed at 12 points spread over the lines headcoop.sweeps and headcoop.checkpoints
+    """A forked sweep is SIGKILLed at 8 points spread over the lines headcoop.sweeps and headcoop.checkpoints
     execute; the rerun loads only whole checkpoints, keeps every finished run and trains the rest."""
     script = tmp_path / "sweep_killer.py"
     script.write_text(SWEEP_FORK_KILLER)
-    proc = subprocess.run([sys.executable, str(script), str(tmp_path), "12"], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path), "8"], capture_output=True, text=True,
                           timeout=300, env=dict(os.environ, PYTHONPATH=os.path.dirname(__file__)))  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     seen = json.loads(proc.stdout.strip().splitlines()[-1])
