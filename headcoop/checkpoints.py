@@ -313,6 +313,13 @@ def _read_meta(path: Path) -> dict[str, Any]:
         raise ValueError(f"damaged checkpoint metadata {path / META}: {err}") from None
     if not isinstance(meta, dict) or not isinstance(meta.get("config"), dict):
         raise ValueError(f"damaged checkpoint metadata {path / META}: no 'config' object")
+    expected = {"task": dict, "frozen": list, "train": dict, "metrics": dict, "history": list}
+    for key, kind in expected.items():
+        if meta.get(key) is not None and not isinstance(meta[key], kind):
+            raise ValueError(
+                f"damaged checkpoint metadata {path / META}: {key!r} should be a {kind.__name__} (or null), "
+                f"got {type(meta[key]).__name__}"
+            )
     fmt = meta.get("format")
     if isinstance(fmt, bool) or fmt not in READABLE_FORMATS:
         raise ValueError(
@@ -388,9 +395,11 @@ def load(name_or_path: str | os.PathLike, device: str | None = None) -> HookedTr
     with torch.no_grad():
         for name, tensor in weights.items():
             expected[name].copy_(tensor)
-    for name in meta.get("frozen", []):
-        if name in expected:
-            expected[name].requires_grad_(False)
+    unknown = [name for name in meta.get("frozen") or [] if name not in expected]
+    if unknown:
+        raise ValueError(f"damaged checkpoint metadata {path / META}: frozen names {unknown} are not parameters")
+    for name in meta.get("frozen") or []:
+        expected[name].requires_grad_(False)
     model.eval()
     model.history = meta.get("history") or []
     model.train_settings = meta.get("train")

@@ -85,6 +85,8 @@ def check_finite(model: nn.Module, what: str) -> None:
     TransformerLens turns a NaN attention pattern into zeros, so a NaN head would otherwise be
     silently switched off and every measurement on the model would look plausible.
     """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"{what} needs a HookedTransformer, got {type(model).__name__}")
     bad = nonfinite_parameters(model)
     if bad:
         raise ValueError(

@@ -416,6 +416,8 @@ def train_many(
     if not isinstance(progress, bool) and not hasattr(progress, "update"):
         raise TypeError(f"progress must be True, False or a tqdm bar, got {progress!r}")
     _check_task_scoring(task)
+    if isinstance(configs_or_models, (str, bytes, dict)) or not isinstance(configs_or_models, Sequence):
+        raise TypeError(f"train_many takes a list of configs, dicts or models, got {type(configs_or_models).__name__}")
     items = list(configs_or_models)
     if not items:
         raise ValueError("train_many needs at least one config or model")

@@ -147,6 +147,8 @@ def mark_trained(model: HookedTransformer, task: Task, history: list[dict], **se
 
 def evaluate(model: HookedTransformer, task: Task | None = None, **kwargs) -> dict[str, float]:
     """The task's accuracies for `model` on fresh samples (the model's own task by default)."""
+    if not isinstance(model, HookedTransformer):
+        raise TypeError(f"hc.evaluate needs a HookedTransformer, got {type(model).__name__}")
     task = task or getattr(model, "task", None)
     if task is None:
         raise ValueError("this model carries no task; pass one: hc.evaluate(model, hc.Count01())")

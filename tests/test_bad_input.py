@@ -300,7 +300,7 @@ def _catalogue(model, batch):
         (lambda: task.model(seed=0, device="tpu"), ValueError, "unknown device 'tpu'"),
         (lambda: task.corrupt("0121="), TypeError, "expects a Batch"),
         (lambda: hc.head_metrics(model, n=64, success_threshold=2), ValueError, "success_threshold must be <= 1.0"),
-        (lambda: hc.evaluate("count01"), ValueError, "carries no task"),
+        (lambda: hc.evaluate(hc.Count01().model(seed=0).__class__(hc.Count01().config())), ValueError, "carries no task"),
         (lambda: hc.save("count01", "unused"), TypeError, "hc.save takes a HookedTransformer"),
     ]
 
@@ -310,3 +310,56 @@ def test_catalogue(count01_model, index):
     call, error, message = _catalogue(count01_model, count01_model.task.sample(8))[index]
     with pytest.raises(error, match=message):
         call()
+
+
+def _more(model, batch):
+    task = model.task
+    return [
+        (lambda: hc.dla(model, batch, pos="x"), TypeError, "pos must be an int or one integer position"),
+        (lambda: hc.dla(model, batch, pos=99), IndexError, "pos 99 is out of range"),
+        (lambda: hc.probe(model, batch, pos=99), IndexError, "pos 99 is out of range"),  # the same type everywhere
+        (lambda: batch["x"], TypeError, "a Batch is indexed by"),
+        (lambda: batch.to("tpu"), ValueError, "unknown device 'tpu'"),
+        (lambda: task.batch_from_strings(torch.rand(2, 3), torch.tensor([1, 2])), TypeError, "must be integer ids"),
+        (lambda: hc.train_many(task, 5), TypeError, "train_many takes a list"),
+        (lambda: hc.SkipPair().encode(""), ValueError, "holds no tokens"),
+        (lambda: hc.head_names("count01"), TypeError, "head_names needs a HookedTransformer"),
+        (lambda: hc.patch("count01"), TypeError, "hc.patch needs a HookedTransformer"),
+        (lambda: hc.dla(None), TypeError, "dla needs a HookedTransformer"),
+        (lambda: hc.qk(5, head=0), TypeError, "qk needs a HookedTransformer"),
+        (lambda: hc.evaluate("count01"), TypeError, "hc.evaluate needs a HookedTransformer"),
+        (lambda: hc.ablate("count01", heads=0).__enter__(), TypeError, "needs a HookedTransformer"),
+    ]
+
+
+@pytest.mark.parametrize("index", range(14))
+def test_more_of_the_catalogue(count01_model, index):
+    call, error, message = _more(count01_model, count01_model.task.sample(8))[index]
+    with pytest.raises(error, match=message):
+        call()
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("history", "x", "'history' should be a list"),
+        ("frozen", "embed.W_E", "'frozen' should be a list"),
+        ("frozen", ["nope"], r"frozen names \['nope'\] are not parameters"),
+        ("task", "count01", "'task' should be a dict"),
+        ("task", {"name": "count01", "params": {"max_len": "x"}}, "checkpoint task .* max_len must be an int"),
+        ("task", {"name": "count99"}, "unknown task 'count99'"),
+        ("dtype", "int8", "has dtype 'int8'"),
+        ("weights_sha256", 5, "SHA-256"),
+        ("config", [1], "no 'config' object"),
+        ("config", {"n_layers": "x"}, "checkpoint config .* is invalid"),
+    ],
+)
+def test_damaged_metadata_fields(count01_model, tmp_path, field, value, message):
+    import json
+
+    path = hc.save(count01_model, tmp_path / "m", metrics={})
+    meta = json.loads((path / "headcoop.json").read_text())
+    meta[field] = value
+    (path / "headcoop.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match=message):
+        hc.load(path)

@@ -152,11 +152,11 @@ def test_bad_inputs():
         result.logit_diff(8, 4)
     with pytest.raises(ValueError, match="one token or one per example"):
         result.logit_diff(torch.tensor([4, 5]), 4)
-    with pytest.raises(ValueError, match="outside the sequence of length 24"):
+    with pytest.raises(IndexError, match=r"pos 24 is out of range: these inputs have positions 0..23"):
         hc.dla(model, batch, pos=24)
     with pytest.raises(ValueError, match=r"one position per example \(4\)"):
         hc.dla(model, batch, pos=torch.tensor([1, 2]))
-    with pytest.raises(ValueError, match="integer positions"):
+    with pytest.raises(TypeError, match="integer position"):
         hc.dla(model, batch, pos=1.5)
     with pytest.raises(ValueError, match="outside the model's vocabulary"):
         hc.dla(model, torch.tensor([[7, 0, 9]]))

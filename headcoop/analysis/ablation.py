@@ -22,7 +22,7 @@ from torch import Tensor
 from transformer_lens import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
-from headcoop.analysis.common import as_tokens, check_choice, check_head, check_layer, require_task
+from headcoop.analysis.common import as_tokens, check_choice, check_head, check_layer, require_model, require_task
 from headcoop.tasks.base import generator
 
 HOWS = ("zero", "mean", "resample", "scale")
@@ -34,6 +34,7 @@ def parse_heads(model: HookedTransformer, heads, layer: int = 0) -> list[tuple[i
 
     IndexError naming the valid range for a layer or head out of range; duplicates are dropped.
     """
+    require_model(model)
     one_pair = isinstance(heads, tuple) and len(heads) == 2 and all(isinstance(h, int) for h in heads)
     if isinstance(heads, (int, str)) or one_pair:
         heads = [heads]

@@ -25,6 +25,13 @@ def require_task(model: HookedTransformer, what: str) -> Task:
     return task
 
 
+def require_model(model, what: str = "this function") -> HookedTransformer:
+    """`model` when it is a HookedTransformer; TypeError naming what was passed instead."""
+    if not isinstance(model, HookedTransformer):
+        raise TypeError(f"{what} needs a HookedTransformer (e.g. hc.load('count01')), got {type(model).__name__}")
+    return model
+
+
 def model_device(model: HookedTransformer) -> torch.device:
     return next(model.parameters()).device
 
@@ -35,6 +42,7 @@ def as_tokens(model: HookedTransformer, tokens) -> Int[Tensor, "batch pos"]:
 
     ValueError for ids outside the model's vocabulary or texts with unknown symbols.
     """
+    require_model(model)
     if isinstance(tokens, Batch):
         tokens = tokens.tokens
     elif isinstance(tokens, str) or (isinstance(tokens, (list, tuple)) and tokens and isinstance(tokens[0], str)):
@@ -66,9 +74,31 @@ def as_tokens(model: HookedTransformer, tokens) -> Int[Tensor, "batch pos"]:
     return tokens.long().to(model_device(model))
 
 
+def check_positions(pos, n: int, width: int, name: str = "pos") -> Int[Tensor, " batch"]:
+    """A [n] LongTensor of positions in 0..width - 1 from an int (negative counts from the end) or one
+    position per example. TypeError for non-integers, ValueError for a wrong shape, IndexError out of range
+    (as for heads and layers)."""
+    if isinstance(pos, (str, bytes, float)) or isinstance(pos, bool):
+        raise TypeError(f"{name} must be an int or one integer position per example, got {pos!r}")
+    try:
+        p = torch.as_tensor(pos)
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(f"{name} must be an int or one integer position per example, got {pos!r}") from None
+    if p.is_floating_point() or p.is_complex() or p.dtype == torch.bool:
+        raise TypeError(f"{name} must hold integer positions, got dtype {p.dtype}")
+    if p.ndim == 0:
+        p = p.expand(n)
+    if p.shape != (n,):
+        raise ValueError(f"{name} must be an int or one position per example ({n}), got shape {tuple(p.shape)}")
+    if p.numel() and (p.min() < -width or p.max() >= width):
+        bad = p[(p < -width) | (p >= width)][0].item()
+        raise IndexError(f"{name} {bad} is out of range: these inputs have positions 0..{width - 1}")
+    return (p % width).long()
+
+
 def check_layer(model: HookedTransformer, layer: int) -> int:
     """`layer` itself, or IndexError naming the valid range (negative indices count from the end)."""
-    n = model.cfg.n_layers
+    n = require_model(model).cfg.n_layers
     if not isinstance(layer, int) or isinstance(layer, bool):
         raise TypeError(f"layer must be an int, got {layer!r} ({type(layer).__name__})")
     if not -n <= layer < n:
@@ -78,7 +108,7 @@ def check_layer(model: HookedTransformer, layer: int) -> int:
 
 def check_head(model: HookedTransformer, head: int) -> int:
     """`head` itself, or IndexError naming the valid range."""
-    n = model.cfg.n_heads
+    n = require_model(model).cfg.n_heads
     if not isinstance(head, int) or isinstance(head, bool):
         raise TypeError(f"head must be an int, got {head!r} ({type(head).__name__})")
     if not -n <= head < n:
@@ -95,7 +125,8 @@ def check_choice(name: str, value: str, valid) -> str:
 
 def head_names(model: HookedTransformer) -> list[str]:
     """['L0H0', 'L0H1', ...] in (layer, head) order."""
-    return [f"L{layer}H{head}" for layer in range(model.cfg.n_layers) for head in range(model.cfg.n_heads)]
+    cfg = require_model(model, "head_names").cfg
+    return [f"L{layer}H{head}" for layer in range(cfg.n_layers) for head in range(cfg.n_heads)]
 
 
 def token_labels(model: HookedTransformer, ids) -> list[str]:

@@ -25,7 +25,9 @@ from torch import Tensor
 from transformer_lens import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
-from headcoop.analysis.common import as_tokens, check_choice, head_names, require_task, vocab_labels
+from headcoop.analysis.common import (
+    as_tokens, check_choice, check_positions, head_names, require_model, require_task, vocab_labels,
+)
 from headcoop.checks import check_finite, installed_hooks
 from headcoop.tasks.base import Batch
 
@@ -33,7 +35,7 @@ from headcoop.tasks.base import Batch
 def check_decomposable(model: HookedTransformer, what: str) -> None:
     """ValueError unless `model` is attention-only, without LayerNorm and without output soft-capping,
     the conditions under which the residual stream (and so the logits) splits exactly into components."""
-    cfg = model.cfg
+    cfg = require_model(model, what).cfg
     if cfg.normalization_type is not None:
         raise ValueError(
             f"{what} needs a model without LayerNorm (normalization_type=None), got normalization_type="
@@ -85,17 +87,8 @@ def token_ids(labels: list[str], value, n: int, what: str) -> Int[Tensor, " batc
 
 
 def positions(pos, n: int, width: int) -> Int[Tensor, " batch"]:
-    """A [n] LongTensor of positions from an int (negative counts from the end) or a per-example [n] tensor."""
-    p = torch.as_tensor(pos)
-    if p.is_floating_point() or p.dtype == torch.bool:
-        raise ValueError(f"pos must be integer positions, got dtype {p.dtype}")
-    if p.ndim == 0:
-        p = p.expand(n)
-    if p.shape != (n,):
-        raise ValueError(f"pos must be an int or one position per example ({n}), got shape {tuple(p.shape)}")
-    if p.numel() and (p.min() < -width or p.max() >= width):
-        raise ValueError(f"pos {p[(p < -width) | (p >= width)][0].item()} is outside the sequence of length {width}")
-    return (p % width).long().cpu()
+    """A [n] LongTensor of positions (on the CPU) from an int or a per-example [n] tensor; see `check_positions`."""
+    return check_positions(pos, n, width).cpu()
 
 
 @dataclasses.dataclass

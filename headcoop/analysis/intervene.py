@@ -41,7 +41,7 @@ from transformer_lens import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
 from headcoop.analysis.ablation import installed_hooks, parse_heads
-from headcoop.analysis.common import vocab_labels
+from headcoop.analysis.common import check_positions, vocab_labels
 
 OTHERS = ("model",)
 
@@ -158,16 +158,7 @@ def set_attention(
     def row_mask(batch: int, n_q: int, device) -> Tensor:
         if query_pos is None:
             return torch.ones(batch, n_q, dtype=torch.bool, device=device)
-        qp = torch.as_tensor(query_pos, device=device)
-        if qp.dtype.is_floating_point or qp.dtype == torch.bool:
-            raise ValueError(f"query_pos must hold integer positions, got dtype {qp.dtype}")
-        qp = qp.expand(batch) if qp.ndim == 0 else qp
-        if qp.shape != (batch,):
-            raise ValueError(
-                f"query_pos must be an int or a [batch] tensor with batch={batch}, got shape {tuple(qp.shape)}"
-            )
-        if (qp < -n_q).any() or (qp >= n_q).any():
-            raise IndexError(f"query_pos {qp.tolist()} out of range: these inputs have positions 0..{n_q - 1}")
+        qp = check_positions(query_pos, batch, n_q, "query_pos").to(device)
         return torch.nn.functional.one_hot(qp.long() % n_q, n_q).bool()
 
     def expected(batch: int, n: int) -> Tensor:

@@ -30,7 +30,7 @@ from torch import Tensor
 from transformer_lens import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
-from headcoop.analysis.common import as_tokens, check_choice, check_head, check_layer
+from headcoop.analysis.common import as_tokens, check_choice, check_head, check_layer, check_positions
 from headcoop.checks import check_finite
 from headcoop.tasks.base import Batch, generator
 
@@ -54,17 +54,7 @@ def _positions(model: HookedTransformer, tokens, toks: Tensor, pos) -> Int[Tenso
     batch, width = toks.shape
     if pos is None:
         pos = tokens.answer_pos if isinstance(tokens, Batch) else width - 1
-    pos = torch.as_tensor(pos, device=toks.device)
-    if pos.dtype.is_floating_point or pos.dtype == torch.bool:
-        raise ValueError(f"pos must hold integer positions, got dtype {pos.dtype}")
-    if pos.ndim == 0:
-        pos = pos.expand(batch)
-    if pos.shape != (batch,):
-        raise ValueError(f"pos must be an int or a [batch] tensor with batch={batch}, got shape {tuple(pos.shape)}")
-    if (pos < -width).any() or (pos >= width).any():
-        bad = pos[(pos < -width) | (pos >= width)][0].item()
-        raise IndexError(f"position {bad} is out of range: these tokens have positions 0..{width - 1}")
-    return pos.long() % width
+    return check_positions(pos, batch, width).to(toks.device)
 
 
 def probe_features(

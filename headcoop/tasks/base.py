@@ -16,7 +16,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
-from headcoop.checks import check_finite, check_int, check_seed
+from headcoop.checks import check_device, check_finite, check_int, check_seed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,9 +45,12 @@ class Batch:
 
     def __getitem__(self, index) -> "Batch":
         """Select examples: `batch[:10]`, `batch[mask]`, `batch[indices]`."""
+        if isinstance(index, (str, bytes, float)) or index is None:
+            raise TypeError(f"a Batch is indexed by an int, slice, mask or index tensor, got {index!r}")
         return Batch(**{f.name: getattr(self, f.name)[index] for f in dataclasses.fields(self)})
 
     def to(self, device: torch.device | str) -> "Batch":
+        device = check_device(device)
         return Batch(**{f.name: getattr(self, f.name).to(device) for f in dataclasses.fields(self)})
 
     def replace(self, **changes: Tensor) -> "Batch":

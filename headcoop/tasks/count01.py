@@ -14,7 +14,7 @@ from torch import Tensor
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from headcoop.checks import check_device, check_bool, check_int
-from headcoop.tasks.base import Batch, Task, check_sample_size, generator
+from headcoop.tasks.base import Batch, Task, check_ids, check_sample_size, generator
 
 ZERO, ONE, TWO, EQ, FOUR, FIVE, EOS, BOS = range(8)
 MAX_LEN = 4096  # longer strings would need contexts no toy model here is built for
@@ -90,6 +90,11 @@ class Count01(Task):
 
     def batch_from_strings(self, syms: Int[Tensor, "batch n"], lengths: Int[Tensor, " batch"]) -> Batch:
         """A Batch from symbol rows (ids 0/1/2, anything past `lengths` ignored)."""
+        syms = check_ids(syms, self.d_vocab, "Count01 symbols")
+        lengths = check_ids(lengths, self.max_len + 1, "lengths")
+        if syms.ndim != 2 or lengths.ndim != 1 or len(lengths) != len(syms):
+            raise ValueError(f"need symbols [batch, n] and lengths [batch], got shapes {tuple(syms.shape)} and "
+                             f"{tuple(lengths.shape)}")  # fmt: skip
         n = len(lengths)
         width = self.n_ctx
         if syms.shape[1] > self.max_len or lengths.max() > self.max_len or lengths.min() < 1:

@@ -101,6 +101,8 @@ class SkipPair(Task):
     def encode(self, text: str) -> Int[Tensor, " pos"]:
         """`encode("5 3 9 1 0")` -> ids; tokens are separated by whitespace or commas."""
         words = self.check_text(text).replace(",", " ").split()
+        if not words:
+            raise ValueError(f"{text!r} holds no tokens; SkipPair tokens are 0..11 separated by spaces or commas")
         ids = []
         for i, word in enumerate(words):
             if word not in self.vocab:
