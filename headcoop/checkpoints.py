@@ -173,6 +173,12 @@ def _install(tmp: Path, path: Path, replace: bool) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def sha256_of(file: Path) -> str:
     digest = hashlib.sha256()
     with open(file, "rb") as f:
@@ -255,9 +261,12 @@ def save(model: HookedTransformer, path: str | os.PathLike, metrics: dict | None
     prefix = f".{path.name}.tmp-{_HOST}-{os.getpid()}-"
     tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=path.parent))
     try:
+        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; a checkpoint is shared like any folder
         save_file(weights, str(tmp / WEIGHTS))
         meta["weights_sha256"] = sha256_of(tmp / WEIGHTS)
         (tmp / META).write_text(json.dumps(meta, indent=1))
+        for name in (WEIGHTS, META):
+            os.chmod(tmp / name, 0o666 & ~_umask())
         _install(tmp, path, replace)
     except OSError as err:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -298,3 +298,14 @@ def test_full_disk_is_one_clear_error_and_replaces_nothing(saved, tiny, monkeypa
     with pytest.raises(OSError, match="no space left on the device to save .*nothing was replaced"):
         hc.save(tiny, saved, metrics={"new": 1})
     assert names(saved.parent) == ["m"] and hc.load(saved).checkpoint_meta["metrics"] == {}
+
+
+def test_checkpoint_folders_get_the_usual_permissions(tiny, tmp_path):
+    """Not mkdtemp's 0700: collaborators who can read the parent folder can read the checkpoint."""
+    mask = os.umask(0o022)
+    try:
+        path = hc.save(tiny, tmp_path / "shared", metrics={})
+    finally:
+        os.umask(mask)
+    assert (path.stat().st_mode & 0o777) == 0o755
+    assert ((path / WEIGHTS).stat().st_mode & 0o777) == 0o644
