@@ -15,7 +15,8 @@ import time
 import torch
 
 import headcoop as hc
-from headcoop.fast_train import fused_logits, per_model_loss, sample_streams, stack_parameters, train_many
+from headcoop.fast_train import sample_streams, train_many
+from headcoop.fused import fused_logits, per_model_loss, stack_parameters
 from headcoop.train import step_seed, train
 
 

@@ -5,7 +5,8 @@ import torch
 from transformer_lens import HookedTransformer
 
 import headcoop as hc
-from headcoop.fast_train import fused_logits, per_model_loss, sample_streams, stack_parameters, train_many
+from headcoop.fast_train import sample_streams, train_many
+from headcoop.fused import fused_logits, per_model_loss, stack_parameters
 
 TINY = dict(n_heads=4, d_model=8, d_head=2)
 CASES = {

@@ -30,7 +30,7 @@ from headcoop.analysis.circuits import ov, qk
 from headcoop.analysis.common import check_choice, check_head, check_layer, model_device, require_task
 from headcoop.analysis.dla import dla
 from headcoop.checks import installed_hooks
-from headcoop.fast_train import check_supported, fused_logits, stack_parameters
+from headcoop.fused import check_supported, fused_logits, stack_parameters
 from headcoop.tasks.skip_pair import NOISE, PAIRS, READ_OFF, SIGNAL, SkipPair
 
 ORDERING_KINDS = ("equal", "reversed", "partly reversed", "partly equal")
