@@ -25,7 +25,7 @@ _LAZY = {
     "probe": "headcoop.analysis.probes",
     "ablate": "headcoop.analysis.ablation",
     "set_attention": "headcoop.analysis.intervene",
-    "attention": "headcoop.plot",
+    "attention": "headcoop.analysis.attention",
     "train_many": "headcoop.fast_train",
     "sweep": "headcoop.sweeps",
     "head_metrics": "headcoop.analysis.count01_metrics",

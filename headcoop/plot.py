@@ -1,34 +1,30 @@
-"""Plot helpers shared by every analysis: plotly figures (never shown) and the circuitsvis attention view.
+"""Plot helpers shared by every analysis: plotly figures, never shown. A rendering leaf: numpy and plotly only.
 
 `heatmap` and `bar` hold the styling in one place; analysis results call them from their `.plot()`.
-`attention` renders circuitsvis's AttentionHeads view with the JavaScript bundle inlined, so it works
-with no network (circuitsvis itself puts a CDN import in `str(view)` and probes google.com to decide).
+Every figure uses the one `headcoop` plotly template registered here (simple_white, with visible
+reference lines). circuitsvis attention views live in `headcoop.views`.
 """
 
 from __future__ import annotations
 
-import html
-import json
 import os
-import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-import circuitsvis
 import numpy as np
 import plotly.graph_objects as go
-import torch
-from circuitsvis.utils.convert_props import convert_props
-from circuitsvis.utils.render import RenderedHTML
-from transformer_lens import HookedTransformer
-from transformer_lens.utilities import get_act_name
+import plotly.io as pio
 
-from headcoop.analysis.common import as_tokens, check_layer, head_names, require_task, token_labels
-from headcoop.tasks.base import Batch
+TEMPLATE = "headcoop"
+# simple_white draws shapes (add_vline / add_hline reference lines) with width 0: give them a width.
+pio.templates[TEMPLATE] = go.layout.Template(
+    pio.templates["simple_white"],
+    layout=dict(shapedefaults=dict(line=dict(width=1.5, color="#555"))),
+)
 
 
 def _to_numpy(values) -> np.ndarray:
-    if isinstance(values, torch.Tensor):
+    if hasattr(values, "detach"):  # a torch tensor, without importing torch here
         values = values.detach().float().cpu().numpy()
     return np.asarray(values, dtype=float)
 
@@ -61,7 +57,7 @@ def heatmap(
     # Reversed colour scale so positive is red, negative is blue.
     trace = go.Heatmap(z=z, x=x, y=y, colorscale=colorscale, reversescale=colorscale == "RdBu", zmid=zmid)
     fig = go.Figure(trace)
-    fig.update_layout(title=title, xaxis_title=xlabel, yaxis_title=ylabel, template="simple_white")
+    fig.update_layout(title=title, xaxis_title=xlabel, yaxis_title=ylabel, template=TEMPLATE)
     fig.update_xaxes(type="category")
     fig.update_yaxes(type="category", autorange="reversed")
     return fig
@@ -74,7 +70,7 @@ def bar(values, labels: Sequence, title: str = "", ylabel: str = "", xlabel: str
         raise ValueError(f"bar needs 1-D values matching {len(labels)} labels, got shape {values.shape}")
     error_y = None if error is None else dict(type="data", array=_to_numpy(error))
     fig = go.Figure(go.Bar(x=_unique([str(v) for v in labels]), y=values, error_y=error_y))
-    fig.update_layout(title=title, xaxis_title=xlabel, yaxis_title=ylabel, template="simple_white")
+    fig.update_layout(title=title, xaxis_title=xlabel, yaxis_title=ylabel, template=TEMPLATE)
     fig.update_xaxes(type="category")
     return fig
 
@@ -109,93 +105,3 @@ def _unique(labels: list[str]) -> list[str]:
         seen[label] = n + 1
         out.append(label if n == 0 else f"{label} ({n})")
     return out
-
-
-# --- circuitsvis attention view -------------------------------------------------------------------------
-
-_BUNDLE = Path(circuitsvis.__file__).parent / "dist" / "cdn" / "iife.js"
-
-
-class AttentionView(RenderedHTML):
-    """Self-contained HTML (circuitsvis bundle inlined): Jupyter renders it, `str()` gives the same HTML,
-    `save(path)` writes a standalone page. Never touches the network."""
-
-    def __init__(self, source: str):
-        super().__init__(local_src=source, cdn_src=source)
-
-    def _repr_html_(self) -> str:
-        return self.local_src
-
-    def __html__(self) -> str:
-        return self.local_src
-
-    def __str__(self) -> str:
-        return self.local_src
-
-    def save(self, path: str | Path) -> Path:
-        """Write a standalone HTML page; returns the path."""
-        path = Path(path)
-        head = "<!DOCTYPE html>\n<html><head><meta charset='utf-8'></head><body>\n"
-        path.write_text(f"{head}{self.local_src}\n</body></html>\n", encoding="utf-8")
-        return path
-
-
-def _offline_html(views: list[tuple[str, dict]]) -> str:
-    """One div per (heading, AttentionHeads props) and a single script: the bundle, then one render each."""
-    bundle = _BUNDLE.read_text(encoding="utf-8").replace("</script>", "")
-    divs, calls = [], []
-    for heading, props in views:
-        div_id = "circuits-vis-" + uuid.uuid4().hex[:13]
-        divs.append(f"<h4 style='margin: 10px 0 0 0;'>{html.escape(heading)}</h4>")
-        divs.append(f"<div id='{div_id}' style='margin: 15px 0;'></div>")
-        js_props = convert_props(props).replace("</", "<\\/")
-        calls.append(f"CircuitsVis.render({json.dumps(div_id)}, CircuitsVis.AttentionHeads, {js_props});")
-    script = "\n".join([bundle, *calls])
-    return "\n".join(divs) + f'\n<script crossorigin type="module">\n{script}\n</script>'
-
-
-@torch.no_grad()
-def attention(
-    model: HookedTransformer,
-    tokens=None,
-    layer: int = 0,
-    example: int = 0,
-    max_examples: int = 1,
-    trim: bool = True,
-) -> AttentionView:
-    """circuitsvis AttentionHeads view of every head of `layer`, labelled with the task's token strings
-    and head names ("L0H3"), for examples `example` .. `example + max_examples - 1` of `tokens`.
-
-    tokens: a Batch, text(s) or [batch, pos] / [pos] ids; default the task's clean patching batch.
-    trim:   for a Batch, cut each example after its last loss position (drops right padding).
-    Only the shown examples are run through the model (patterns [head, q_pos, k_pos] each).
-    Renders offline: the returned AttentionView's HTML holds the JS bundle and no CDN URL.
-    """
-    layer = check_layer(model, layer)
-    if tokens is None:
-        tokens = require_task(model, "tokens").patching_inputs()[0]
-    ids = as_tokens(model, tokens)
-    n = ids.shape[0]
-    if not isinstance(example, int) or not -n <= example < n:
-        raise IndexError(f"example {example!r} is out of range: there are examples 0..{n - 1}")
-    if not isinstance(max_examples, int) or max_examples < 1:
-        raise ValueError(f"max_examples must be a positive int, got {max_examples!r}")
-    rows = list(range(example % n, min(example % n + max_examples, n)))
-    ends = [ids.shape[1]] * len(rows)
-    if trim and isinstance(tokens, Batch):
-        ends = [int(tokens.loss_pos[r].max()) + 1 for r in rows]
-    name = get_act_name("pattern", layer)
-    _, cache = model.run_with_cache(ids[rows], names_filter=lambda hook: hook == name)
-    patterns = cache[name]  # [example, head, q_pos, k_pos]
-    names = [h for h in head_names(model) if h.startswith(f"L{layer}H")]
-    views = []
-    for i, (row, end) in enumerate(zip(rows, ends)):
-        labels = token_labels(model, ids[row, :end])
-        props = dict(
-            attention=patterns[i, :, :end, :end].float().cpu(),
-            tokens=labels,
-            attentionHeadNames=names,
-            maskUpperTri=model.cfg.attention_dir == "causal",
-        )
-        views.append((f"layer {layer}, example {row}: {' '.join(labels)}", props))
-    return AttentionView(_offline_html(views))

@@ -31,6 +31,9 @@ from transformer_lens import HookedTransformer
 
 import headcoop as hc
 from headcoop.checks import check_out_file
+from headcoop.analysis.attention import attention_data
+from headcoop.plot import TEMPLATE
+from headcoop.views import attention_heads_html, module_script
 from headcoop.analysis.common import head_names, require_task
 from headcoop.analysis.skip_pair_metrics import compare_orderings, read_off_scores
 from headcoop.tasks.skip_pair import SIGNAL
@@ -239,28 +242,18 @@ def _share(result) -> Tensor:
 
 def _section_attention(ctx: _Context) -> str:
     """One circuitsvis view per (layer, example), every render call in one script after the bundle."""
-    from headcoop.plot import _BUNDLE
-
-    bundle = _BUNDLE.read_text(encoding="utf-8").replace("</script>", "")
-    opening = '<script crossorigin type="module">\n'
-    divs, calls = [], []
     n = min(ctx.examples, len(ctx.clean))
-    for layer in range(ctx.model.cfg.n_layers):
-        view = str(hc.attention(ctx.model, ctx.clean, layer=layer, example=0, max_examples=n))
-        markup, _, script = view.partition(opening)
-        body = script.rsplit("</script>", 1)[0]
-        if not body.startswith(bundle):
-            raise RuntimeError("hc.attention's HTML no longer has the expected layout (bundle, then render calls)")
-        divs.append(markup)
-        calls.append(body[len(bundle) :].strip())
-    script = "\n".join([bundle, *calls])
+    views = [view for layer in range(ctx.model.cfg.n_layers)
+             for view in attention_data(ctx.model, ctx.clean, layer=layer, example=0, max_examples=n)]  # fmt: skip
+    markup, script = attention_heads_html(views)
     return (
         _note(
             f"Attention patterns of every head on {n} inputs of the task's patching batch (query rows, key "
             "columns; hover a head to enlarge it, click to lock). Rendered by circuitsvis, offline."
         )
-        + "\n".join(divs)
-        + f"\n{opening}{script}\n</script>"
+        + markup
+        + "\n"
+        + module_script(script)
     )
 
 
@@ -331,7 +324,7 @@ def _section_count01_map(ctx: _Context) -> str:
     fig.add_vline(x=1.0, line_dash="dot", line_color="gray")
     fig.add_hline(y=10.0, line_dash="dot", line_color="gray")
     fig.update_layout(
-        title="Count01 heads: attention ratios w01 and w02, coloured by s_acc", template="simple_white",
+        title="Count01 heads: attention ratios w01 and w02, coloured by s_acc", template=TEMPLATE,
         xaxis=dict(type="log", title="w01 (attention per '0' / per '1')"),
         yaxis=dict(type="log", title="w02 (attention per '0' or '1' / per '2')"),
     )  # fmt: skip

@@ -19,7 +19,7 @@ from headcoop.analysis.skip_pair_metrics import compare_orderings
 
 import headcoop as hc
 from headcoop.analysis.common import head_names
-from headcoop.plot import _BUNDLE
+from headcoop.views import circuitsvis_bundle
 
 report_module = importlib.import_module("headcoop.reporting")
 sys.modules["headcoop"].report = report_module.report  # the import above set hc.report to the module
@@ -82,7 +82,7 @@ def test_offline_and_scripts_inlined_once(pages):
     import plotly.offline
 
     plotly_js = plotly.offline.get_plotlyjs()
-    bundle = _BUNDLE.read_text(encoding="utf-8").replace("</script>", "")
+    bundle = circuitsvis_bundle()
     for _, _, html in pages.values():
         assert not SCRIPT_SRC.search(html), "no external script may be loaded"
         assert html.count(plotly_js) == 1 and html.count(bundle) == 1

@@ -11,7 +11,8 @@ import torch
 from circuitsvis.utils.render import RenderedHTML
 
 import headcoop as hc
-from headcoop.plot import AttentionView, bar, heatmap
+from headcoop.plot import bar, heatmap
+from headcoop.views import AttentionView
 
 PROPS = re.compile(r"CircuitsVis\.render\(\"[^\"]+\", CircuitsVis\.AttentionHeads, (\{.*?\})\);\n")
 
@@ -93,9 +94,9 @@ def test_attention_untrimmed_and_without_task(model, tmp_path):
 
 
 def test_labels_cannot_close_the_script():
-    from headcoop.plot import _offline_html
+    from headcoop.views import attention_view
 
-    html = _offline_html([("<b>head</b>", dict(attention=[[[1.0]]], tokens=["</script><i>"]))])
+    html = str(attention_view([("<b>head</b>", dict(attention=[[[1.0]]], tokens=["</script><i>"]))]))
     assert html.count("</script>") == 1 and "&lt;b&gt;head" in html
     (p,) = props_of(html)
     assert p["tokens"] == ["</script><i>"]
@@ -119,3 +120,45 @@ def test_save_figure_writes_html_with_a_fixed_id(tmp_path):
     assert save_figure(fig, tmp_path / "figs", "my_fig", png=False) == ["my_fig.html"]
     page = (tmp_path / "figs" / "my_fig.html").read_text()
     assert 'id="my_fig"' in page and not (tmp_path / "figs" / "my_fig.png").exists()
+
+
+def test_plot_is_a_rendering_leaf():
+    """plot.py and views.py import no model, task or analysis code: data flows one way into them."""
+    import ast
+    from pathlib import Path
+
+    import headcoop
+
+    for leaf, allowed in (("plot.py", {"numpy", "plotly"}), ("views.py", {"circuitsvis"})):
+        tree = ast.parse((Path(headcoop.__file__).parent / leaf).read_text())
+        imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+                    for alias in node.names}  # fmt: skip
+        imported |= {node.module.split(".")[0] for node in ast.walk(tree)
+                     if isinstance(node, ast.ImportFrom) and node.module}  # fmt: skip
+        third_party = imported - {"__future__", "os", "collections", "pathlib", "html", "json", "uuid", "tempfile",
+                                  "webbrowser", "IPython"}  # fmt: skip
+        assert third_party <= allowed, (leaf, third_party)
+
+
+def test_reference_lines_are_visible():
+    """The headcoop template gives add_vline/add_hline shapes a width (simple_white leaves it at 0)."""
+    import plotly.graph_objects as go
+
+    from headcoop.plot import TEMPLATE
+
+    fig = go.Figure(go.Scatter(x=[0.1, 10], y=[1, 20]))
+    fig.update_layout(template=TEMPLATE)
+    fig.add_vline(x=1, line_dash="dot")
+    assert fig.layout.template.layout.shapedefaults.line.width == 1.5
+    assert fig.layout.shapes[0].line.width is None  # so the line inherits the template's width
+
+
+def test_attention_view_show_writes_a_page_when_no_notebook(monkeypatch, tmp_path):
+    import webbrowser
+
+    from headcoop.views import attention_view
+
+    opened = []
+    monkeypatch.setattr(webbrowser, "open", opened.append)
+    attention_view([("h", dict(attention=[[[1.0]]], tokens=["a"]))]).show()
+    assert len(opened) == 1 and opened[0].startswith("file://")

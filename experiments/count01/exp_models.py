@@ -12,6 +12,7 @@ import torch
 import headcoop as hc
 from common import PRIMARY, Settings, save_figure, write_table
 from headcoop.tasks.count01 import BOS, EOS, EQ, FIVE, FOUR, ONE, TWO, ZERO
+from headcoop.plot import TEMPLATE
 
 HEAD_PARAMS = ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V")
 
@@ -178,6 +179,6 @@ def two_layer(s: Settings) -> pd.DataFrame:
         log_y=True, range_color=(0.5, 1.0), color_continuous_scale="Viridis", hover_data=["seed", "name"],
         title=f"Two-layer model ({len(models)} seeds x 2 x {s.two_layer_heads} heads): s_acc over (w01, w02)",
     )  # fmt: skip
-    fig.update_layout(template="simple_white", legend=dict(orientation="h", y=-0.15))
+    fig.update_layout(template=TEMPLATE, legend=dict(orientation="h", y=-0.15))
     save_figure(fig, s.out, "two_layer_sacc_w01_w02")
     return summary

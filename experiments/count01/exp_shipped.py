@@ -12,7 +12,7 @@ import torch
 
 import headcoop as hc
 from common import Settings, save_figure, write_table
-from headcoop.plot import heatmap
+from headcoop.plot import TEMPLATE, heatmap
 from headcoop.tasks.count01 import EOS, FIVE, FOUR
 
 SHOWN = ["s_acc", "l_acc", "roc_auc", "w01", "w02", "bias_45", "signal_45", "readout_45"]
@@ -68,7 +68,7 @@ def intervention(s: Settings) -> pd.DataFrame:
                                  line=dict(width=4, color="black"), name="mean"))  # fmt: skip
         fig.add_vrect(x0=0.1, x1=10, fillcolor="green", opacity=0.08, line_width=0)
         fig.update_layout(
-            template="simple_white", xaxis_type="log", yaxis_range=[0.45, 1.02],
+            template=TEMPLATE, xaxis_type="log", yaxis_range=[0.45, 1.02],
             title=f"Intervention: attention to '2' = 0, w01 imposed ({title})",
             xaxis_title="imposed w01 (weight per '0' key / per '1' key)", yaxis_title="held-out s_acc",
         )  # fmt: skip
@@ -140,7 +140,7 @@ def logits(s: Settings) -> pd.DataFrame:
                        marker=dict(size=10, color="black", symbol="diamond")),
         ]
     )  # fmt: skip
-    fig.update_layout(template="simple_white", barmode="group",
+    fig.update_layout(template=TEMPLATE, barmode="group",
                       title="Each head's direct push on logit('5') - logit('4') at '='",
                       yaxis_title="logit('5') - logit('4')")  # fmt: skip
     save_figure(fig, s.out, "logit_heads")
@@ -202,7 +202,7 @@ def ablation(s: Settings) -> pd.DataFrame:
     for label in ("zero", "mean", "scale x2"):
         part = per_head[per_head.intervention == label]
         fig.add_trace(go.Bar(name=label, x=part["head"], y=part.answer_acc))
-    fig.update_layout(template="simple_white", barmode="group", yaxis_range=[0.5, 1.01],
+    fig.update_layout(template=TEMPLATE, barmode="group", yaxis_range=[0.5, 1.01],
                       title="Answer accuracy with one head ablated or scaled (shipped model)",
                       yaxis_title="answer accuracy")
     save_figure(fig, s.out, "ablation_heads")
@@ -212,7 +212,7 @@ def ablation(s: Settings) -> pd.DataFrame:
         fig.add_trace(go.Scatter(x=part.ablated, y=part.answer_acc, mode="lines+markers", name=f"answer, {order_name}"))
         fig.add_trace(go.Scatter(x=part.ablated, y=part.eos_acc, mode="lines", line=dict(dash="dot"),
                                  name=f"[EOS], {order_name}"))  # fmt: skip
-    fig.update_layout(template="simple_white", title="Mean-ablating heads one after another (ordered by readout norm)",
+    fig.update_layout(template=TEMPLATE, title="Mean-ablating heads one after another (ordered by readout norm)",
                       xaxis_title="heads mean-ablated", yaxis_title="accuracy")
     save_figure(fig, s.out, "ablation_cumulative")
     return aggregation

@@ -10,7 +10,7 @@ import torch
 
 import headcoop as hc
 from common import PRIMARY, Settings, d_head_for, pearson_ci, save_figure, write_table
-from headcoop.plot import heatmap
+from headcoop.plot import TEMPLATE, heatmap
 from headcoop.tasks.count01 import FIVE, FOUR
 
 
@@ -97,7 +97,7 @@ def primary(s: Settings) -> tuple[list, pd.DataFrame]:
     fig.add_vline(x=1.0, line_dash="dot", line_color="gray")
     fig.add_hline(y=10.0, line_dash="dot", line_color="gray")
     fig.update_layout(
-        template="simple_white", legend=dict(orientation="h", y=-0.15),
+        template=TEMPLATE, legend=dict(orientation="h", y=-0.15),
         xaxis_title="w01 (per-token attention on '0' / on '1')",
         yaxis_title="w02 (per-token attention on '0','1' / on '2')",
     )  # fmt: skip
@@ -106,7 +106,7 @@ def primary(s: Settings) -> tuple[list, pd.DataFrame]:
         plot_df, x="w01", y="s_acc", color="status", log_x=True, hover_data=["seed", "name", "w02"],
         title="Primary configuration: s_acc against w01",
     )  # fmt: skip
-    fig.update_layout(template="simple_white")
+    fig.update_layout(template=TEMPLATE)
     save_figure(fig, s.out, "primary_sacc_w01")
     return models, heads
 
@@ -154,7 +154,7 @@ def ensemble(s: Settings, sweep_models: list, primary_models: list) -> pd.DataFr
         hover_data=["d_model", "n_heads", "steps", "seed"],
         title="Model accuracy against the output-layer-weighted mean head s_acc",
     )  # fmt: skip
-    fig.update_layout(template="simple_white", xaxis_title="sum_h ||W_O[h](W_U[5]-W_U[4])|| s_acc_h / sum_h ||...||",
+    fig.update_layout(template=TEMPLATE, xaxis_title="sum_h ||W_O[h](W_U[5]-W_U[4])|| s_acc_h / sum_h ||...||",
                       yaxis_title="model answer accuracy")
     save_figure(fig, s.out, "ensemble_correlation")
     return corr_df

@@ -11,7 +11,7 @@ from plotly.subplots import make_subplots
 
 import headcoop as hc
 from headcoop.analysis import skip_pair_metrics as M
-from headcoop.plot import save_figure
+from headcoop.plot import TEMPLATE, save_figure
 from headcoop.tasks.skip_pair import PAIRS, SIGNAL
 
 SHIPPED = ("skip-pair", "skip-pair-dhead1")
@@ -37,7 +37,7 @@ def qk_figure(models: dict) -> go.Figure:
             fig.add_bar(x=[str(t) for t in SIGNAL], y=scores[h].numpy(), name=f"{name} H{h}: {order}", row=1, col=col)
         fig.update_xaxes(title_text="key (signal token)", type="category", row=1, col=col)
     fig.update_yaxes(title_text="QK score from read-off 0", row=1, col=1)
-    fig.update_layout(title="Attention scores from '0' to each signal token for each head", template="simple_white",
+    fig.update_layout(title="Attention scores from '0' to each signal token for each head", template=TEMPLATE,
                       barmode="group")  # fmt: skip
     return fig
 
@@ -66,7 +66,7 @@ def conditional_figure(model, name: str) -> go.Figure:
         title=f"{name}: logit contribution of each head to each pair's completion, conditional on the attended "
         "signal token<br><sup>OV effect of attending fully to the token; ■: completion consistent with the head's "
         "preference ordering</sup>",
-        template="simple_white", font=dict(size=10),
+        template=TEMPLATE, font=dict(size=10),
     )  # fmt: skip
     return fig
 
@@ -95,7 +95,7 @@ def pair_figure(model, name: str) -> go.Figure:
     fig.update_layout(
         title=f"{name}: mean direct contribution of each head per pair type<br><sup>hc.dla averaged over all "
         "contexts of the pair type, centered over the 10 completions; + pushed up by this head, ★ by every head</sup>",
-        template="simple_white", font=dict(size=10),
+        template=TEMPLATE, font=dict(size=10),
     )  # fmt: skip
     return fig
 
@@ -114,7 +114,7 @@ def capacity_figure(runs: pd.DataFrame) -> go.Figure:
                         row=1, col=col)  # fmt: skip
         fig.update_xaxes(title_text="d_head", type="category", row=1, col=col)
         fig.update_yaxes(title_text="n_heads", type="category", row=1, col=col)
-    fig.update_layout(title="Capacity map: SkipPair accuracy over n_heads x d_head", template="simple_white")
+    fig.update_layout(title="Capacity map: SkipPair accuracy over n_heads x d_head", template=TEMPLATE)
     return fig
 
 
@@ -132,7 +132,7 @@ def split_figure(runs: pd.DataFrame) -> go.Figure:
     fig.add_hline(y=0.1, line_dash="dot", line_color="black", annotation_text="threshold 0.1", row=1, col=2)
     fig.update_xaxes(title_text="d_head", type="category")
     fig.update_layout(title="Split attention between two distinct signal tokens, against d_head", boxmode="group",
-                      template="simple_white")  # fmt: skip
+                      template=TEMPLATE)  # fmt: skip
     return fig
 
 
@@ -145,7 +145,7 @@ def relation_figure(runs: pd.DataFrame) -> go.Figure:
         if kind in counts:
             fig.add_bar(x=counts.index.astype(str), y=counts[kind], name=kind)
     fig.update_layout(title="2-head models: relation between the heads' preference orderings", barmode="stack",
-                      xaxis_title="d_head", yaxis_title="seeds", template="simple_white")  # fmt: skip
+                      xaxis_title="d_head", yaxis_title="seeds", template=TEMPLATE)  # fmt: skip
     return fig
 
 

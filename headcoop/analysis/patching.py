@@ -563,7 +563,7 @@ def _w_o(attn) -> Tensor:
 def _plot(result: PatchResult, normalized: bool, title: str | None):
     from plotly.subplots import make_subplots
 
-    from headcoop.plot import heatmap
+    from headcoop.plot import TEMPLATE, heatmap
 
     values = result.normalized() if normalized else result.values
     what = "fraction of clean-corrupt gap" if normalized else "metric"
@@ -603,7 +603,7 @@ def _plot(result: PatchResult, normalized: bool, title: str | None):
         fig.add_trace(trace, row=row + 1, col=1)
         fig.update_xaxes(type="category", title_text=pos_title if row == len(layers) - 1 else None, row=row + 1, col=1)
         fig.update_yaxes(type="category", autorange="reversed", row=row + 1, col=1)
-    fig.update_layout(title=title, template="simple_white", height=max(300, 60 + 30 * len(heads) * len(layers)))
+    fig.update_layout(title=title, template=TEMPLATE, height=max(300, 60 + 30 * len(heads) * len(layers)))
     return fig
 
 

@@ -1,0 +1,76 @@
+"""Attention patterns for circuitsvis: run the model, hand plain data to `headcoop.views`.
+
+    view = hc.attention(model, batch[:2])   # an offline circuitsvis view; Jupyter renders it
+"""
+
+from __future__ import annotations
+
+import torch
+from transformer_lens import HookedTransformer
+from transformer_lens.utilities import get_act_name
+
+from headcoop.analysis.common import as_tokens, check_layer, head_names, require_task, token_labels
+from headcoop.tasks.base import Batch
+from headcoop.views import AttentionView, attention_view
+
+
+@torch.no_grad()
+def attention_data(
+    model: HookedTransformer,
+    tokens=None,
+    layer: int = 0,
+    example: int = 0,
+    max_examples: int = 1,
+    trim: bool = True,
+) -> list[tuple[str, dict]]:
+    """circuitsvis AttentionHeads view of every head of `layer`, labelled with the task's token strings
+    and head names ("L0H3"), for examples `example` .. `example + max_examples - 1` of `tokens`.
+
+    tokens: a Batch, text(s) or [batch, pos] / [pos] ids; default the task's clean patching batch.
+    trim:   for a Batch, cut each example after its last loss position (drops right padding).
+    Only the shown examples are run through the model (patterns [head, q_pos, k_pos] each).
+    Returns plain data for the renderer: one (heading, AttentionHeads props) per example, the props
+    holding the patterns as numpy arrays [head, q_pos, k_pos], the token labels and the head names.
+    """
+    layer = check_layer(model, layer)
+    if tokens is None:
+        tokens = require_task(model, "tokens").patching_inputs()[0]
+    ids = as_tokens(model, tokens)
+    n = ids.shape[0]
+    if not isinstance(example, int) or not -n <= example < n:
+        raise IndexError(f"example {example!r} is out of range: there are examples 0..{n - 1}")
+    if not isinstance(max_examples, int) or max_examples < 1:
+        raise ValueError(f"max_examples must be a positive int, got {max_examples!r}")
+    rows = list(range(example % n, min(example % n + max_examples, n)))
+    ends = [ids.shape[1]] * len(rows)
+    if trim and isinstance(tokens, Batch):
+        ends = [int(tokens.loss_pos[r].max()) + 1 for r in rows]
+    name = get_act_name("pattern", layer)
+    _, cache = model.run_with_cache(ids[rows], names_filter=lambda hook: hook == name)
+    patterns = cache[name]  # [example, head, q_pos, k_pos]
+    names = [h for h in head_names(model) if h.startswith(f"L{layer}H")]
+    views = []
+    for i, (row, end) in enumerate(zip(rows, ends)):
+        labels = token_labels(model, ids[row, :end])
+        props = dict(
+            attention=patterns[i, :, :end, :end].float().cpu().numpy(),
+            tokens=labels,
+            attentionHeadNames=names,
+            maskUpperTri=model.cfg.attention_dir == "causal",
+        )
+        views.append((f"layer {layer}, example {row}: {' '.join(labels)}", props))
+    return views
+
+
+def attention(
+    model: HookedTransformer,
+    tokens=None,
+    layer: int = 0,
+    example: int = 0,
+    max_examples: int = 1,
+    trim: bool = True,
+) -> AttentionView:
+    """circuitsvis AttentionHeads view of every head of `layer` for examples `example` ..
+    `example + max_examples - 1` of `tokens` (arguments as `attention_data`). Renders offline: the
+    returned AttentionView's HTML holds the JS bundle and no CDN URL."""
+    return attention_view(attention_data(model, tokens, layer, example, max_examples, trim))
