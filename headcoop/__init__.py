@@ -11,7 +11,7 @@ __version__ = "0.1.0"
 
 from headcoop.checkpoints import load, save
 from headcoop.tasks import Batch, Count01, SkipPair, Task, task_from_dict, task_of
-from headcoop.train import evaluate, train
+from headcoop.train import TrainConfig, evaluate, train
 
 # name -> module defining it; imported on first access to keep `import headcoop` light.
 _LAZY = {
@@ -47,5 +47,5 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "Batch", "Count01", "SkipPair", "Task", "task_from_dict", "task_of",
-    "train", "evaluate", "save", "load", *_LAZY,
+    "train", "evaluate", "TrainConfig", "save", "load", *_LAZY,
 ]  # fmt: skip

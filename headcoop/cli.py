@@ -29,21 +29,18 @@ def _print_metrics(metrics: dict) -> None:
 def cmd_train(args: argparse.Namespace) -> int:
     import headcoop as hc
     from headcoop.checkpoints import check_save_target
-    from headcoop.checks import check_seed
-    from headcoop.tasks import TASKS
     from headcoop.tasks.base import check_sample_size
-    from headcoop.train import check_training_args
+    from headcoop.train import config_from_args, task_from_args
 
     # Every check before the first training step: a bad --out must not cost a training run.
-    task = TASKS[args.task]()
+    task = task_from_args(args)
     shape = dict(n_heads=args.heads, d_head=args.d_head, n_layers=args.layers, d_model=args.d_model)
     shape = {key: value for key, value in shape.items() if value is not None}
-    check_training_args(args.steps, args.batch_size, args.lr)
-    check_sample_size(args.batch_size, task.n_ctx)
-    check_seed(args.seed)
+    config = config_from_args(args, seed=args.seed)
+    check_sample_size(config.batch_size, task.n_ctx)
     check_save_target(args.out)
     model = task.model(seed=args.seed, **shape)
-    hc.train(task, model, steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed)
+    hc.train(task, model, config=config, progress=not args.no_progress)
     metrics = task.evaluate(model)
     path = hc.save(model, args.out, metrics=metrics, model_seed=args.seed)
     print(f"saved {model.cfg.model_name} to {path}")
@@ -70,6 +67,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from headcoop import reporting, sweeps
     from headcoop.tasks import TASKS
+    from headcoop.train import add_training_arguments
 
     parser = argparse.ArgumentParser(
         prog="headcoop",
@@ -89,9 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--d-model", type=int, default=None, help="residual width (Count01 only; SkipPair is one-hot, 12)")
     train.add_argument("--d-head", type=int, default=None, help="width of each head (task default)")
     train.add_argument("--layers", type=int, default=1, help="attention layers (default 1)")
-    train.add_argument("--steps", type=int, default=3000, help="optimizer steps (default 3000)")
-    train.add_argument("--batch-size", type=int, default=256, help="sequences per step (default 256)")
-    train.add_argument("--lr", type=float, default=1e-2, help="peak learning rate (default 1e-2)")
+    add_training_arguments(train)
     train.add_argument("--seed", type=int, default=0, help="seed of the initial weights and the data (default 0)")
     train.add_argument("--out", required=True, help="folder to write the checkpoint to")
     train.set_defaults(func=cmd_train)

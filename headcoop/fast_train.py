@@ -21,11 +21,11 @@ from torch import Tensor
 from tqdm.auto import tqdm
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
-from headcoop.checks import check_finite, check_seed
+from headcoop.checks import check_finite, check_int, check_seed
 from headcoop.fused import attn_scales, check_supported, fused_logits, per_model_loss, stack_parameters
 from headcoop.tasks.base import Task, build_model, check_sample_size
 from headcoop.train import (
-    check_training_args, deterministic, lr_at, make_optimizer, mark_trained, step_seed, trainable_parameters,
+    TrainConfig, deterministic, make_optimizer, mark_trained, step_seed, trainable_parameters,
 )
 
 
@@ -168,14 +168,15 @@ def _check_seeds(seeds: Sequence[int] | None, k: int) -> list[int]:
 def train_many(
     task: Task,
     configs_or_models: Sequence[HookedTransformerConfig | dict | HookedTransformer],
-    steps: int = 3000,
-    batch_size: int = 256,
-    lr: float = 1e-2,
-    weight_decay: float = 0.0,
-    warmup: int = 100,
+    steps: int | None = None,
+    batch_size: int | None = None,
+    lr: float | None = None,
+    weight_decay: float | None = None,
+    warmup: int | None = None,
     seeds: Sequence[int] | None = None,
     progress: bool | Any = True,
     log_every: int = 50,
+    config: TrainConfig | None = None,
 ) -> list[HookedTransformer]:
     """Train K models on `task` in one vectorised computation; returns K HookedTransformers in input order.
 
@@ -187,10 +188,15 @@ def train_many(
     parameters with requires_grad False stay fixed. Models of different shapes are grouped and
     the groups step together, sharing each step's batches between models of equal seed.
     progress: a bool, or a tqdm bar to advance by K model-steps per step.
+    config: a TrainConfig (steps .. warm-up and schedule; its seed is replaced by each model's own);
+    the keywords steps .. warmup override single fields of it.
     """
     if not isinstance(task, Task):
         raise TypeError(f"task must be a headcoop Task such as hc.Count01(), got {type(task).__name__}")
-    check_training_args(steps, batch_size, lr, weight_decay, warmup, log_every)
+    cfg = TrainConfig.resolve(config, steps=steps, batch_size=batch_size, lr=lr, weight_decay=weight_decay,
+                              warmup=warmup)  # fmt: skip
+    steps, batch_size = cfg.steps, cfg.batch_size
+    check_int("log_every", log_every, 1)
     check_sample_size(batch_size, task.n_ctx)
     if not isinstance(progress, bool) and not hasattr(progress, "update"):
         raise TypeError(f"progress must be True, False or a tqdm bar, got {progress!r}")
@@ -209,16 +215,16 @@ def train_many(
         trainable_parameters(model)
     groups = group_models(models, seeds)
     stream_seeds = sorted(set(seeds))
-    optimizer = make_optimizer([p for g in groups for p in g.trainable()], lr, weight_decay)
+    optimizer = make_optimizer([p for g in groups for p in g.trainable()], cfg.lr, cfg.weight_decay)
     histories = [list(getattr(m, "history", [])) for m in models]
 
     own_bar = not hasattr(progress, "update")
-    bar = tqdm(total=steps, desc=f"train_many {task.name} x{len(models)}", disable=not progress, leave=False) \
+    bar = tqdm(total=steps, desc=f"train_many {task.name} x{len(models)}", disable=not progress) \
         if own_bar else progress  # fmt: skip
     with deterministic(groups[0].device):
         for step in range(steps):
             for group in optimizer.param_groups:
-                group["lr"] = lr_at(step, steps, lr, warmup)
+                group["lr"] = cfg.lr_at(step)
             data = sample_streams(task, batch_size, [step_seed(s, step) for s in stream_seeds])
             on_device = {}
             losses, logged = [], step % log_every == 0 or step == steps - 1
@@ -228,7 +234,7 @@ def train_many(
                 batch = on_device[g.device].select(g.rows)
                 logits = fused_logits(g.params, g.cfg, batch.tokens, batch.loss_pos, g.positional)
                 loss = per_model_loss(logits, batch.targets)
-                check_loss_of_models(loss, g.indices, step, lr)
+                check_loss_of_models(loss, g.indices, step, cfg.lr)
                 losses.append(loss)
                 if logged:
                     acc = (logits.detach().argmax(-1) == batch.targets).flatten(1).float().mean(1)
@@ -248,9 +254,8 @@ def train_many(
         g.write_back()
     for model in models:
         check_finite(model, "train_many (after the last step)")
-    settings = dict(steps=steps, batch_size=batch_size, lr=lr, weight_decay=weight_decay, warmup=warmup)
     for model, seed, history in zip(models, seeds, histories):
-        mark_trained(model, task, history, **settings, seed=seed)
+        mark_trained(model, task, history, dataclasses.replace(cfg, seed=seed))
     return models
 
 

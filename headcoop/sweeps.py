@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import errno
 import itertools
 import os
@@ -27,7 +28,7 @@ from headcoop.checks import check_float, check_int, check_out_folder, check_seed
 from headcoop.fast_train import model_settings, train_many
 from headcoop.owners import owner_alive, this_owner
 from headcoop.tasks.base import Task, check_sample_size
-from headcoop.train import check_training_args
+from headcoop.train import TrainConfig, add_training_arguments, config_from_args, task_from_args
 
 Grid = Mapping[str, Sequence[Any]] | Sequence[Mapping[str, Any]]
 
@@ -72,7 +73,7 @@ def _check_seeds(seeds: Sequence[int]) -> list[int]:
     return seeds
 
 
-def finished_metrics(path: Path, task: Task, settings: dict[str, Any]) -> dict[str, Any] | None:
+def finished_metrics(path: Path, task: Task, config: TrainConfig) -> dict[str, Any] | None:
     """The saved metrics of a finished run at `path`, None when there is no readable checkpoint.
 
     ValueError when the checkpoint was trained for another task or with other settings.
@@ -83,10 +84,14 @@ def finished_metrics(path: Path, task: Task, settings: dict[str, Any]) -> dict[s
             meta = read_meta(path)
     except (FileNotFoundError, ValueError):
         return None
-    if meta.get("task") != task.to_dict() or meta.get("train") != settings:
+    try:
+        saved = TrainConfig.from_dict(meta.get("train"))
+    except (TypeError, ValueError):
+        saved = None
+    if meta.get("task") != task.to_dict() or saved != config:
         raise ValueError(
             f"{path} holds a run with other settings (task {meta.get('task')}, training {meta.get('train')}); "
-            f"this sweep wants task {task.to_dict()}, training {settings}. Use another out folder."
+            f"this sweep wants task {task.to_dict()}, training {config.to_dict()}. Use another out folder."
         )
     try:
         load(path)  # the weights too: a damaged run is trained again
@@ -162,14 +167,15 @@ def sweep(
     grid: Grid,
     seeds: Sequence[int],
     out: str | os.PathLike,
-    steps: int = 3000,
-    batch_size: int = 256,
-    lr: float = 1e-2,
-    weight_decay: float = 0.0,
-    warmup: int = 100,
+    steps: int | None = None,
+    batch_size: int | None = None,
+    lr: float | None = None,
+    weight_decay: float | None = None,
+    warmup: int | None = None,
     progress: bool = True,
     chunk: int = 32,
     poll_s: float = 0.5,
+    config: TrainConfig | None = None,
 ) -> pd.DataFrame:
     """Train every (grid point, seed) not yet finished in `out` and save each model there.
 
@@ -179,26 +185,26 @@ def sweep(
     one chunk. Sweeps started into the same folder at once share the work: each run is claimed
     (`OUT/.headcoop-claims/<run>`) by the sweep that trains it, the others skip it and, at the end,
     wait for it (polling every `poll_s` seconds; a claim whose process died is taken over).
-    Returns one row per run: the grid settings, seed, metrics, name, path and `status` ("trained",
-    "finished before", or "trained by another sweep").
+    Training follows `config` (a TrainConfig; the keywords steps .. warmup override single fields), each
+    run with its own seed from `seeds`. Returns one row per run: the grid settings, seed, metrics, name,
+    path and `status` ("trained", "finished before", or "trained by another sweep").
     """
-    check_training_args(steps, batch_size, lr, weight_decay, warmup)
+    cfg = TrainConfig.resolve(config, steps=steps, batch_size=batch_size, lr=lr, weight_decay=weight_decay,
+                              warmup=warmup)  # fmt: skip
     check_int("chunk", chunk, 1)
     check_float("poll_s", poll_s, 0.0, low_open=True)
     if not isinstance(task, Task):
         raise TypeError(f"task must be a headcoop Task such as hc.Count01(), got {type(task).__name__}")
     points, seeds = expand_grid(task, grid), _check_seeds(seeds)
-    check_sample_size(batch_size, task.n_ctx)
+    check_sample_size(cfg.batch_size, task.n_ctx)
     out = check_out_folder(out, "sweep")
     runs = [(point, seed, run_name(task, point, seed)) for point in points for seed in seeds]
     names = [name for _, _, name in runs]
     if len(set(names)) != len(names):
         twice = sorted({n for n in names if names.count(n) > 1})
         raise ValueError(f"grid points give the same model {twice}; remove the duplicates")
-    out = check_out_folder(out, "sweep")
     out.mkdir(parents=True, exist_ok=True)
 
-    settings = dict(steps=steps, batch_size=batch_size, lr=lr, weight_decay=weight_decay, warmup=warmup)
     claims = Claims(out)
     metrics: dict[str, dict | None] = {}
     status: dict[str, str] = {}
@@ -206,14 +212,14 @@ def sweep(
         if not claims.alive(name):
             clean_leftovers(out / name)
             claims.clear_stale(name)
-        metrics[name] = finished_metrics(out / name, task, dict(settings, seed=seed))
+        metrics[name] = finished_metrics(out / name, task, dataclasses.replace(cfg, seed=seed))
         if metrics[name] is not None:
             status[name] = "finished before"
     pending = [run for run in runs if metrics[run[2]] is None]
-    bar = tqdm(total=len(pending) * steps, desc=f"sweep {task.name}", unit="model-step", disable=not progress)
+    bar = tqdm(total=len(pending) * cfg.steps, desc=f"sweep {task.name}", unit="model-step", disable=not progress)
     try:
-        _train_claimed(task, pending, out, settings, chunk, claims, metrics, status, bar)
-        _wait_for_others(task, pending, out, settings, chunk, claims, metrics, status, bar, poll_s)
+        _train_claimed(task, pending, out, cfg, chunk, claims, metrics, status, bar)
+        _wait_for_others(task, pending, out, cfg, chunk, claims, metrics, status, bar, poll_s)
     except OSError as err:
         if err.errno == errno.ENOSPC:
             raise OSError(errno.ENOSPC, f"sweep stopped: no space left on the device for {out}; finished runs "
@@ -229,7 +235,7 @@ def sweep(
     )  # fmt: skip
 
 
-def _train_claimed(task, pending, out, settings, chunk, claims, metrics, status, bar) -> None:
+def _train_claimed(task, pending, out, cfg, chunk, claims, metrics, status, bar) -> None:
     """Train, `chunk` at a time, every pending run no other live sweep has claimed."""
     queue = list(pending)
     while queue:
@@ -239,17 +245,17 @@ def _train_claimed(task, pending, out, settings, chunk, claims, metrics, status,
             name = run[2]
             if claims.take(name):
                 # another sweep may have finished it between our scan and our claim
-                done = finished_metrics(out / name, task, dict(settings, seed=run[1]))
+                done = finished_metrics(out / name, task, dataclasses.replace(cfg, seed=run[1]))
                 if done is None:
                     part.append(run)
                     continue
                 metrics[name], status[name] = done, "trained by another sweep"
                 claims.release(name)
-                bar.update(settings["steps"])
+                bar.update(cfg.steps)
         if not part:
             continue
         models = train_many(
-            task, [point for point, _, _ in part], seeds=[seed for _, seed, _ in part], progress=bar, **settings,
+            task, [point for point, _, _ in part], seeds=[seed for _, seed, _ in part], progress=bar, config=cfg,
         )  # fmt: skip
         for (point, seed, name), model in zip(part, models):
             metrics[name] = task.evaluate(model)
@@ -258,20 +264,20 @@ def _train_claimed(task, pending, out, settings, chunk, claims, metrics, status,
             claims.release(name)
 
 
-def _wait_for_others(task, pending, out, settings, chunk, claims, metrics, status, bar, poll_s) -> None:
+def _wait_for_others(task, pending, out, cfg, chunk, claims, metrics, status, bar, poll_s) -> None:
     """Wait for the runs other sweeps claimed; train any whose claimer died without finishing it."""
     while True:
         missing = [run for run in pending if metrics[run[2]] is None]
         if not missing:
             return
         for point, seed, name in missing:
-            done = finished_metrics(out / name, task, dict(settings, seed=seed))
+            done = finished_metrics(out / name, task, dataclasses.replace(cfg, seed=seed))
             if done is not None:
                 metrics[name], status[name] = done, "trained by another sweep"
-                bar.update(settings["steps"])
+                bar.update(cfg.steps)
         orphans = [run for run in missing if metrics[run[2]] is None and not claims.alive(run[2])]
         if orphans:
-            _train_claimed(task, orphans, out, settings, chunk, claims, metrics, status, bar)
+            _train_claimed(task, orphans, out, cfg, chunk, claims, metrics, status, bar)
         elif any(metrics[run[2]] is None for run in missing):
             time.sleep(poll_s)
 
@@ -280,18 +286,11 @@ def _wait_for_others(task, pending, out, settings, chunk, claims, metrics, statu
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from headcoop.tasks import TASKS
-
-    params = {"positional": True} if args.positional else {}
-    if params and args.task != "count01":
-        raise ValueError("--positional applies to count01 only")
-    task = TASKS[args.task](**params)
+    task = task_from_args(args)
     grid = dict(n_heads=args.heads, d_model=args.d_model, d_head=args.d_head, n_layers=args.layers)
     grid = {key: values for key, values in grid.items() if values is not None}
-    table = sweep(
-        task, grid, args.seeds, args.out, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
-        weight_decay=args.weight_decay, warmup=args.warmup, progress=not args.no_progress, chunk=args.chunk,
-    )  # fmt: skip
+    table = sweep(task, grid, args.seeds, args.out, config=config_from_args(args), progress=not args.no_progress,
+                  chunk=args.chunk)  # fmt: skip
     csv = Path(args.out) / "sweep.csv"
     table.to_csv(csv, index=False)
     print(table.drop(columns=["path"]).to_string(index=False, float_format=lambda x: f"{x:.4f}"))
@@ -316,14 +315,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--d-head", type=int, nargs="+", default=None, help="head widths (task default)")
     p.add_argument("--layers", type=int, nargs="+", default=None, help="layer counts (default 1)")
     p.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds of weights and data (default 0)")
-    p.add_argument("--steps", type=int, default=3000, help="optimizer steps per model (default 3000)")
-    p.add_argument("--batch-size", type=int, default=256, help="sequences per step (default 256)")
-    p.add_argument("--lr", type=float, default=1e-2, help="peak learning rate (default 1e-2)")
-    p.add_argument("--weight-decay", type=float, default=0.0, help="AdamW weight decay (default 0)")
-    p.add_argument("--warmup", type=int, default=100, help="linear warm-up steps (default 100)")
-    p.add_argument("--positional", action="store_true", help="Count01 with a learned positional embedding")
+    add_training_arguments(p)
     p.add_argument("--chunk", type=int, default=32, help="models trained together between saves (default 32)")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.add_argument("--out", required=True, help="folder of the sweep's checkpoints")
     p.set_defaults(func=_cmd_sweep)
     return p

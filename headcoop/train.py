@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from collections.abc import Iterator
+from typing import Any, Literal
 
 import torch
 from tqdm.auto import tqdm
@@ -19,12 +21,70 @@ def step_seed(seed: int, step: int) -> int:
     return (seed * 1_000_003 + step) % (2**62)
 
 
-def lr_at(step: int, steps: int, lr: float, warmup: int) -> float:
-    """Linear warm-up over `warmup` steps, then cosine decay to lr / 10."""
+Schedule = Literal["cosine", "constant"]
+SCHEDULES = ("cosine", "constant")
+
+
+def lr_at(step: int, steps: int, lr: float, warmup: int, schedule: Schedule = "cosine") -> float:
+    """Linear warm-up over `warmup` steps, then cosine decay to lr / 10 ("cosine") or lr itself ("constant")."""
     if step < warmup:
         return lr * (step + 1) / warmup
+    if schedule == "constant":
+        return lr
     progress = (step - warmup) / max(1, steps - warmup)
     return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """How a model is trained: the one configuration of `hc.train`, `hc.train_many`, `hc.sweep`, the CLI and
+    the checkpoint JSON ("train"). Validated on construction; errors name the bad value.
+
+    steps:        optimizer steps.                      batch_size:   sequences per step.
+    lr:           peak learning rate (AdamW, betas 0.9/0.98).
+    weight_decay: AdamW weight decay.                   warmup:       steps of linear warm-up.
+    schedule:     after warm-up, "cosine" decay to lr / 10, or "constant".
+    seed:         the data stream (and, where the model is built from a config, its initial weights).
+    """
+
+    steps: int = 3000
+    batch_size: int = 256
+    lr: float = 1e-2
+    weight_decay: float = 0.0
+    warmup: int = 100
+    schedule: Schedule = "cosine"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_training_args(self.steps, self.batch_size, self.lr, self.weight_decay, self.warmup)
+        check_seed(self.seed)
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"unknown schedule {self.schedule!r}; valid values are {list(SCHEDULES)}")
+
+    def lr_at(self, step: int) -> float:
+        """The learning rate of `step`."""
+        return lr_at(step, self.steps, self.lr, self.warmup, self.schedule)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, settings: dict[str, Any]) -> "TrainConfig":
+        """From `to_dict()` or a checkpoint's "train" entry (older ones lack `schedule`: it was "cosine")."""
+        if not isinstance(settings, dict):
+            raise TypeError(f"training settings must be a dict, got {type(settings).__name__}")
+        unknown = sorted(set(settings) - {f.name for f in dataclasses.fields(cls)})
+        if unknown:
+            raise ValueError(f"unknown training settings {unknown}; valid ones are {[f.name for f in dataclasses.fields(cls)]}")
+        return cls(**settings)
+
+    @classmethod
+    def resolve(cls, config: "TrainConfig | None" = None, **overrides: Any) -> "TrainConfig":
+        """`config` (default TrainConfig()) with the keyword arguments that are not None put in."""
+        if config is not None and not isinstance(config, cls):
+            raise TypeError(f"config must be a hc.TrainConfig, got {type(config).__name__}")
+        changes = {key: value for key, value in overrides.items() if value is not None}
+        return dataclasses.replace(config or cls(), **changes)
 
 
 def make_optimizer(params, lr: float, weight_decay: float) -> torch.optim.Optimizer:
@@ -84,64 +144,65 @@ def check_loss(loss: torch.Tensor, step: int, lr: float) -> None:
 def train(
     task: Task,
     model: HookedTransformer,
-    steps: int = 3000,
-    batch_size: int = 256,
-    lr: float = 1e-2,
-    weight_decay: float = 0.0,
-    warmup: int = 100,
-    seed: int = 0,
+    steps: int | None = None,
+    batch_size: int | None = None,
+    lr: float | None = None,
+    weight_decay: float | None = None,
+    warmup: int | None = None,
+    seed: int | None = None,
     log_every: int = 50,
     progress: bool = True,
+    config: TrainConfig | None = None,
 ) -> HookedTransformer:
     """Train `model` on `task` with AdamW; the loss counts only the task's loss positions.
 
-    Deterministic on CPU at any thread count: batches come from
+    The settings are a `TrainConfig` (`config=`, default TrainConfig()), and the keywords steps ..
+    seed override single fields of it. Deterministic on CPU at any thread count: batches come from
     `task.sample(batch_size, seed=step_seed(seed, step))` and the kernels run in torch's deterministic
     mode, so the same seed gives bit-identical weights on every run (see `deterministic`).
-    Returns the same model, in eval mode, with `model.history` (a list of
-    {step, loss, acc} every `log_every` steps) and `model.train_settings`.
+    Returns the same model, in eval mode, with `model.history` (a list of {step, loss, acc} every
+    `log_every` steps) and `model.train_settings` (the TrainConfig as a dict).
     ValueError for a model with non-finite weights, none to train, or a shape the task does not fit,
     and when the loss stops being finite (training diverged).
     """
     if not isinstance(task, Task):
         raise TypeError(f"task must be a headcoop Task such as hc.Count01(), got {type(task).__name__}")
-    check_training_args(steps, batch_size, lr, weight_decay, warmup, log_every)
-    check_seed(seed)
-    check_sample_size(batch_size, task.n_ctx)
+    cfg = TrainConfig.resolve(config, steps=steps, batch_size=batch_size, lr=lr, weight_decay=weight_decay,
+                              warmup=warmup, seed=seed)  # fmt: skip
+    check_int("log_every", log_every, 1)
+    check_sample_size(cfg.batch_size, task.n_ctx)
     task.check_ready(model, "hc.train")
     device = next(model.parameters()).device
-    optimizer = make_optimizer(trainable_parameters(model), lr, weight_decay)
+    optimizer = make_optimizer(trainable_parameters(model), cfg.lr, cfg.weight_decay)
     history = list(getattr(model, "history", []))
     model.train()
-    bar = tqdm(range(steps), desc=f"train {task.name}", disable=not progress, leave=False)
+    bar = tqdm(range(cfg.steps), desc=f"train {task.name}", disable=not progress)
     with deterministic(device):
         for step in bar:
             for group in optimizer.param_groups:
-                group["lr"] = lr_at(step, steps, lr, warmup)
-            batch = task.sample(batch_size, seed=step_seed(seed, step)).to(device)
+                group["lr"] = cfg.lr_at(step)
+            batch = task.sample(cfg.batch_size, seed=step_seed(cfg.seed, step)).to(device)
             logits = model(batch.tokens)
             loss = task.loss(logits, batch)
-            check_loss(loss, step, lr)
+            check_loss(loss, step, cfg.lr)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
-            if step % log_every == 0 or step == steps - 1:
+            if step % log_every == 0 or step == cfg.steps - 1:
                 acc = task.correct(logits.detach(), batch).float().mean().item()
                 history.append({"step": step, "loss": loss.item(), "acc": acc})
                 bar.set_postfix(loss=f"{loss.item():.4f}", acc=f"{acc:.3f}")
     model.eval()
     check_finite(model, "hc.train (after the last step)")
-    return mark_trained(
-        model, task, history, steps=steps, batch_size=batch_size, lr=lr, weight_decay=weight_decay, warmup=warmup, seed=seed
-    )
+    return mark_trained(model, task, history, cfg)
 
 
-def mark_trained(model: HookedTransformer, task: Task, history: list[dict], **settings) -> HookedTransformer:
+def mark_trained(model: HookedTransformer, task: Task, history: list[dict], config: TrainConfig) -> HookedTransformer:
     """Put `model` in eval mode with its task, training history and settings attached (what `hc.save` records)."""
     model.eval()
     model.task = task
     model.history = history
-    model.train_settings = settings
+    model.train_settings = config.to_dict()
     return model
 
 
@@ -156,3 +217,38 @@ def evaluate(model: HookedTransformer, task: Task | None = None, **kwargs) -> di
         raise TypeError(f"task must be a headcoop Task such as hc.Count01(), got {type(task).__name__}")
     model.eval()
     return task.evaluate(model, **kwargs)
+
+
+# --- command line: the same training flags for `headcoop train` and `headcoop sweep` -----------------
+
+
+def add_training_arguments(parser) -> None:
+    """The TrainConfig flags (all but the seed) and --positional / --no-progress, on an argparse parser."""
+    default = TrainConfig()
+    parser.add_argument("--steps", type=int, default=default.steps, help=f"optimizer steps (default {default.steps})")
+    parser.add_argument("--batch-size", type=int, default=default.batch_size,
+                        help=f"sequences per step (default {default.batch_size})")  # fmt: skip
+    parser.add_argument("--lr", type=float, default=default.lr, help=f"peak learning rate (default {default.lr})")
+    parser.add_argument("--weight-decay", type=float, default=default.weight_decay,
+                        help=f"AdamW weight decay (default {default.weight_decay})")  # fmt: skip
+    parser.add_argument("--warmup", type=int, default=default.warmup,
+                        help=f"linear warm-up steps (default {default.warmup})")  # fmt: skip
+    parser.add_argument("--schedule", choices=SCHEDULES, default=default.schedule,
+                        help="after warm-up: cosine decay to lr/10, or constant (default cosine)")  # fmt: skip
+    parser.add_argument("--positional", action="store_true", help="Count01 with a learned positional embedding")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+
+def config_from_args(args, seed: int = 0) -> TrainConfig:
+    """The TrainConfig the flags of `add_training_arguments` describe (checked: errors name the flag's value)."""
+    return TrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, weight_decay=args.weight_decay,
+                       warmup=args.warmup, schedule=args.schedule, seed=seed)  # fmt: skip
+
+
+def task_from_args(args) -> Task:
+    """The task named on the command line, with --positional for Count01."""
+    from headcoop.tasks import TASKS
+
+    if args.positional and args.task != "count01":
+        raise ValueError("--positional applies to count01 only")
+    return TASKS[args.task](**({"positional": True} if args.positional else {}))

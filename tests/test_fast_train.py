@@ -73,7 +73,7 @@ def test_deterministic_and_attributes():
         for (name, p), q in zip(m.named_parameters(), n.parameters()):
             assert torch.equal(p, q), name
     assert a[0].task is task and not a[0].training
-    assert a[0].train_settings == dict(steps=5, batch_size=32, lr=1e-2, weight_decay=0.0, warmup=2, seed=5)
+    assert a[0].train_settings == dict(steps=5, batch_size=32, lr=1e-2, weight_decay=0.0, warmup=2, schedule="cosine", seed=5)
     assert a[1].train_settings["seed"] == 6
     assert [h["step"] for h in a[0].history] == [0, 4]
     assert not torch.equal(a[0].blocks[0].attn.W_Q, a[1].blocks[0].attn.W_Q)
