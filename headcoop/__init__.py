@@ -28,7 +28,7 @@ _LAZY = {
     "attention": "headcoop.analysis.attention",
     "train_many": "headcoop.fast_train",
     "sweep": "headcoop.sweeps",
-    "head_metrics": "headcoop.analysis.count01_metrics",
+    "head_metrics": "headcoop.studies.count01",
     "report": "headcoop.reporting",
 }
 

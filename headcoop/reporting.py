@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import html
-import itertools
 import os
 import sys
 import time
@@ -32,11 +31,9 @@ from transformer_lens import HookedTransformer
 import headcoop as hc
 from headcoop.checks import check_out_file
 from headcoop.analysis.attention import attention_data
-from headcoop.plot import TEMPLATE
 from headcoop.views import attention_heads_html, module_script
 from headcoop.analysis.common import head_names, require_task
-from headcoop.analysis.skip_pair_metrics import compare_orderings, read_off_scores
-from headcoop.tasks.skip_pair import SIGNAL
+from headcoop.studies import study_for
 from headcoop.tasks.base import Batch, Task
 
 _CSS = """
@@ -120,40 +117,6 @@ def _note(text: str) -> str:
 
 
 # --- task-specific head pictures ----------------------------------------------------------------------
-def _is_count01(task: Task) -> bool:
-    return task.name == "count01"
-
-
-def _is_skip_pair(task: Task) -> bool:
-    return task.name == "skip-pair"
-
-
-COUNT01_COLUMNS = ["s_acc", "l_acc", "roc_auc", "w01", "w02", "bias_45", "successful"]
-
-
-def count01_head_metrics(model: HookedTransformer, task: Task) -> pd.DataFrame:
-    """`hc.head_metrics(model, task)` indexed by head name ("L0H3"), the columns the report shows."""
-    return hc.head_metrics(model, task).set_index("name")[COUNT01_COLUMNS]
-
-
-@torch.no_grad()
-def skip_pair_preferences(model: HookedTransformer) -> pd.DataFrame:
-    """Each head's QK score from the read-off token 0 (query) to each signal token 1..4 (key), and its
-    preference ordering: the signal tokens by descending score ("3 > 1 > 4 > 2").
-
-    One row per head (index "L0H0", ...; layers > 0: direct path); columns `score <t>` per signal token
-    and `ordering`. Scores are `hc.qk`'s (pre-softmax, as `hook_attn_scores`).
-    """
-    rows = {}
-    for layer in range(model.cfg.n_layers):
-        for head, scores in enumerate(read_off_scores(model, layer)):
-            order = [SIGNAL[i] for i in scores.argsort(descending=True).tolist()]
-            row = {f"score {t}": float(s) for t, s in zip(SIGNAL, scores)}
-            row["ordering"] = " > ".join(str(t) for t in order)
-            rows[f"L{layer}H{head}"] = row
-    return pd.DataFrame.from_dict(rows, orient="index")
-
-
 # --- sections -----------------------------------------------------------------------------------------
 def _section_overview(ctx: _Context) -> str:
     model, task, cfg = ctx.model, ctx.task, ctx.model.cfg
@@ -206,17 +169,8 @@ def _section_heads(ctx: _Context) -> str:
         "<b>DLA logit diff</b>: the head's direct contribution to logit(answer) &minus; logit(alternative) at "
         "the answer position, mean and std over the same inputs (<code>hc.dla</code>).",
     ]
-    if _is_count01(task):
-        table = table.join(count01_head_metrics(model, task))
-        notes.append(
-            "From <code>hc.head_metrics</code> (at '=', 4,096 fresh strings): <b>s_acc</b> held-out accuracy "
-            "of a linear separator on the head's <code>z</code>, <b>l_acc</b> accuracy of the model's own "
-            "unembedding reading that head alone, <b>roc_auc</b> of the separator, <b>w01</b> attention per "
-            "'0' over per '1', <b>w02</b> per '0'/'1' over per '2', <b>bias_45</b> the head's push on "
-            "logit('5') &minus; logit('4'), <b>successful</b>: s_acc &ge; 0.95. The paper's successful heads "
-            "sit at w01 &asymp; 1 and w02 &gt; 10."
-        )
-    else:
+    study = study_for(task)
+    if study.generic_probes:
         probe_batch = task.patching_inputs(n=1024, seed=1)[0]
         probes = hc.probe(model, probe_batch, probe_batch.labels, site="z", layer=None)
         table["probe acc"] = probes.acc.numpy()
@@ -226,9 +180,10 @@ def _section_heads(ctx: _Context) -> str:
             f"answer position, held-out ({len(probes.test_index)} of {len(probe_batch)} inputs; "
             f"{len(probes.classes)} classes; <code>hc.probe</code>)."
         )
-    if _is_skip_pair(task):
-        table["preference (QK from 0)"] = skip_pair_preferences(model)["ordering"]
-        notes.append("<b>preference</b>: signal tokens 1..4 ordered by the head's QK score from the read-off token 0.")
+    columns, study_notes = study.head_columns(model, task)
+    if columns is not None:
+        table = table.join(columns)
+    notes += study_notes
     ctx.head_table = table
     return "".join(_note(n) for n in notes) + _table(table)
 
@@ -309,54 +264,20 @@ def _square(fig: go.Figure) -> int:
     return min(1200, max(380, 200 + 14 * len(fig.data[0].y)))
 
 
-def _section_count01_map(ctx: _Context) -> str:
-    table = ctx.head_table if ctx.head_table is not None else count01_head_metrics(ctx.model, ctx.task)
-    w01, w02 = table["w01"].to_numpy(float), table["w02"].to_numpy(float)
-    s_acc = table["s_acc"].to_numpy(float)
-    fig = go.Figure(
-        go.Scatter(
-            x=w01, y=w02, mode="markers+text", text=list(table.index), textposition="top center",
-            marker=dict(size=13, color=s_acc, colorscale="Viridis", cmin=0.5, cmax=1.0,
-                        colorbar=dict(title="s_acc"), line=dict(width=1, color="#333")),
-            hovertemplate="%{text}<br>w01 %{x:.3g}<br>w02 %{y:.3g}<br>s_acc %{marker.color:.3f}<extra></extra>",
-        )
-    )  # fmt: skip
-    fig.add_vline(x=1.0, line_dash="dot", line_color="gray")
-    fig.add_hline(y=10.0, line_dash="dot", line_color="gray")
-    fig.update_layout(
-        title="Count01 heads: attention ratios w01 and w02, coloured by s_acc", template=TEMPLATE,
-        xaxis=dict(type="log", title="w01 (attention per '0' / per '1')"),
-        yaxis=dict(type="log", title="w02 (attention per '0' or '1' / per '2')"),
-    )  # fmt: skip
-    return _note(
-        "The paper's picture: heads that solve the task attend to '0' and '1' alike (w01 &asymp; 1, dotted "
-        "vertical line) and ignore '2' (w02 &gt; 10, above the dotted horizontal line)."
-    ) + ctx.figure(fig, height=520)
+def _study_section(anchor: str) -> Callable[[_Context], str]:
+    """The builder of a study's section: the study supplies data, rendered here like every other section."""
 
+    def build(ctx: _Context) -> str:
+        table = ctx.head_table if ctx.head_table is not None else pd.DataFrame()
+        part = study_for(ctx.task).section(anchor, ctx.model, ctx.task, table)
+        html_parts = [_note(n) for n in part.notes]
+        if part.table is not None:
+            html_parts.append(_table(part.table))
+        if part.figure is not None:
+            html_parts.append(ctx.figure(part.figure, height=part.figure_height))
+        return "".join(html_parts)
 
-def _section_skip_pair_prefs(ctx: _Context) -> str:
-    from headcoop.plot import heatmap
-
-    prefs = skip_pair_preferences(ctx.model)
-    scores = prefs[[c for c in prefs.columns if c.startswith("score ")]]
-    fig = heatmap(
-        scores.to_numpy(), [c.removeprefix("score ") for c in scores.columns], list(prefs.index),
-        "QK score from the read-off token 0 to each signal token", xlabel="signal token (key)", ylabel="head",
-        zmid=None, colorscale="Viridis",
-    )  # fmt: skip
-    orderings = {name: tuple(int(t) for t in o.split(" > ")) for name, o in prefs["ordering"].items()}
-    pairs = list(itertools.combinations(orderings, 2))[:6]
-    relations = "; ".join(f"{a} vs {b}: <b>{compare_orderings(orderings[a], orderings[b])}</b>" for a, b in pairs)
-    return (
-        _note(
-            "Each head's preference ordering over the signal tokens 1..4: their QK scores as keys, with the "
-            "read-off token 0 as the query (the post: strict, and reversed between the two heads). "
-            "Orderings compare as equal, reversed, partly reversed (Kendall tau &lt; 0) or partly equal."
-        )
-        + (f"<p>{relations}</p>" if relations else "")
-        + _table(prefs)
-        + ctx.figure(fig, height=max(300, 160 + 40 * len(prefs)))
-    )
+    return build
 
 
 def _sections(task: Task) -> list[tuple[str, str, Callable[[_Context], str]]]:
@@ -366,10 +287,7 @@ def _sections(task: Task) -> list[tuple[str, str, Callable[[_Context], str]]]:
         ("accuracy", "Accuracy", _section_accuracy),
         ("heads", "Per-head metrics", _section_heads),
     ]
-    if _is_count01(task):
-        sections.append(("count01-map", "Count01 head map (w01, w02)", _section_count01_map))
-    if _is_skip_pair(task):
-        sections.append(("preferences", "SkipPair preference orderings", _section_skip_pair_prefs))
+    sections += [(anchor, title, _study_section(anchor)) for anchor, title in study_for(task).sections]
     sections += [
         ("attention", "Attention patterns", _section_attention),
         ("patching", "Head patching", _section_patching),

@@ -8,7 +8,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 
 import headcoop as hc
-from headcoop.analysis.count01_metrics import COLUMNS
+from headcoop.studies.count01 import COLUMNS
 
 ZERO, ONE, TWO, EQ, FOUR, FIVE = 0, 1, 2, 3, 4, 5
 N, SEED = 1200, 3

@@ -15,7 +15,8 @@ import pytest
 import torch
 from transformer_lens.utilities import get_act_name
 
-from headcoop.analysis.skip_pair_metrics import compare_orderings
+from headcoop.studies import skip_pair as skip_pair_study
+from headcoop.studies.skip_pair import compare_orderings
 
 import headcoop as hc
 from headcoop.analysis.common import head_names
@@ -153,7 +154,7 @@ def test_head_table_against_slow_references(pages, name):
 def test_skip_pair_preferences_from_the_scores(pages):
     """Orderings against the model's own hook_attn_scores on a sequence holding 1, 2, 3, 4 before 0."""
     model = pages["skip_pair"][0]
-    prefs = report_module.skip_pair_preferences(model)
+    prefs = skip_pair_study.preferences(model)
     tokens = torch.tensor([[5, 1, 2, 3, 4, 6, 7, 8, 9, 0]])
     _, cache = model.run_with_cache(tokens)
     scores = cache[get_act_name("attn_scores", 0)][0, :, -1, 1:5]  # [head, signal token 1..4]
@@ -236,7 +237,7 @@ def test_page_draws_in_headless_chromium(pages, tmp_path):
 
 
 def test_ordering_relations():
-    """The page names relations with skip_pair_metrics.compare_orderings."""
+    """The page names relations with headcoop.studies.skip_pair.compare_orderings."""
     assert compare_orderings((3, 1, 4, 2), (2, 4, 1, 3)) == "reversed"
     assert compare_orderings((3, 1, 4, 2), (3, 1, 4, 2)) == "equal"
     assert compare_orderings((1, 2, 3, 4), (2, 1, 3, 4)) == "partly equal"
@@ -254,3 +255,38 @@ def test_model_whose_heads_write_nothing(tmp_path):
     ctx = report_module._Context(model=model, task=model.task, source="m", examples=1, clean=clean, corrupt=corrupt)
     report_module._section_heads(ctx)
     assert ctx.head_table["patch effect"].isna().all()
+
+
+def test_a_third_task_plugs_in_without_touching_the_report(tmp_path):
+    """The report has no task-name switches: a study registered for a new task adds its column and section."""
+    import ast
+    import inspect
+
+    import pandas as pd
+
+    from headcoop.studies import STUDIES, Study, StudySection, register_study
+
+    source = inspect.getsource(report_module)
+    names = {node.value for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Constant)}
+    assert not {"count01", "skip-pair"} & names, "no task names in reporting.py"
+
+    class Parity(hc.Count01):
+        name = "parity-demo"
+
+    class ParityStudy(Study):
+        sections = (("parity", "Parity demo section"),)
+
+        def head_columns(self, model, task):
+            return pd.DataFrame({"demo": [1.0] * model.cfg.n_heads}, index=hc.head_names(model)), ["demo column"]
+
+        def section(self, anchor, model, task, head_table):
+            return StudySection(notes=("a note from the study",), table=head_table[["demo"]])
+
+    register_study("parity-demo", ParityStudy())
+    try:
+        task = Parity(max_len=4)
+        model = task.model(seed=0, n_heads=2, d_model=4)
+        page = hc.report(model, out=tmp_path / "p.html", examples=1, progress=False).read_text()
+    finally:
+        del STUDIES["parity-demo"]
+    assert "Parity demo section" in page and "a note from the study" in page and "demo column" in page

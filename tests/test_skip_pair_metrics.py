@@ -1,4 +1,4 @@
-"""skip_pair_metrics against brute force: every ordered sequence of a short SkipPair task, the model's own
+"""headcoop.studies.skip_pair against brute force: every ordered sequence of a short SkipPair task, the model's own
 attention patterns and hooks, plain-torch circuits, and scipy's Kendall tau."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from scipy.stats import kendalltau
 from transformer_lens.utilities import get_act_name
 
 import headcoop as hc
-from headcoop.analysis import skip_pair_metrics as M
+from headcoop.studies import skip_pair as M
 from headcoop.tasks.skip_pair import NOISE, PAIRS, SIGNAL
 
 

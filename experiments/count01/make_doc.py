@@ -72,7 +72,7 @@ def section_setup(s: Settings) -> str:
 ## Definitions (used everywhere below)
 
 All per-head quantities are read at the `=` position, the query that predicts the answer
-(`hc.head_metrics`, `headcoop/analysis/count01_metrics.py`).
+(`hc.head_metrics`, `headcoop/studies/count01.py`).
 
 - **s_acc** (separation accuracy): a logistic-regression separator (`hc.probe`, L2 penalty 1e-3 on standardised
   features) fit on the head's **z** (its d_head = 2 output before W_O) for 75% of the strings, label = "more 1s

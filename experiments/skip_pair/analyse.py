@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from transformer_lens import HookedTransformer
 
-from headcoop.analysis import skip_pair_metrics as M
+from headcoop.studies import skip_pair as M
 from headcoop.tasks.skip_pair import PAIRS, SIGNAL
 
 SPLIT_THRESHOLD = 0.1  # a head "splits" a pair when the less-attended token gets > 10% of the pair's attention

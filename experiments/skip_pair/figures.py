@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 import headcoop as hc
-from headcoop.analysis import skip_pair_metrics as M
+from headcoop.studies import skip_pair as M
 from headcoop.plot import TEMPLATE, save_figure
 from headcoop.tasks.skip_pair import PAIRS, SIGNAL
 

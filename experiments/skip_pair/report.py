@@ -9,7 +9,7 @@ import pandas as pd
 
 import headcoop as hc
 from analyse import SPLIT_THRESHOLD
-from headcoop.analysis.skip_pair_metrics import ORDERING_KINDS
+from headcoop.studies.skip_pair import ORDERING_KINDS
 from headcoop.tasks.skip_pair import NOISE, PAIRS
 
 PAIR_KEYS = [f"{a}{b}" for a, b in PAIRS]
@@ -229,7 +229,7 @@ def write(
     w("- **Evaluation is exact, not sampled**: with no positional embedding the read-off position sees its "
       "context as a multiset, so we enumerate every distinct input (10 pairs x 1,716 noise multisets for signal; "
       "7 query tokens x 5,005 multisets for noise) with its probability "
-      "(`headcoop.analysis.skip_pair_metrics.exact_evaluate`). "
+      "(`headcoop.studies.skip_pair.exact_evaluate`). "
       "*Accuracy of a pair type* = probability that the argmax at `0` is the pair's completion; "
       "*100%* = right on every signal input; *signal accuracy* = mean over the 10 pair types (as "
       "`hc.evaluate`); *noise loss* = expected cross-entropy on noise examples.\n")
@@ -346,7 +346,7 @@ def write(
     w("*Split*: for a head and two distinct signal tokens a, b in the context, min(p_a, p_b) / (p_a + p_b) of its "
       "attention at the read-off: 0 when it attends to one of them only, 0.5 when evenly. With one a and one b "
       "present, p_a / p_b = exp(s_a - s_b) whatever the noise tokens, so split = sigmoid(-|s_a - s_b|) from the "
-      "QK scores (`skip_pair_metrics.split_attention`, checked against the model's attention pattern in the "
+      "QK scores (`headcoop.studies.skip_pair.split_attention`, checked against the model's attention pattern in the "
       f"tests). A head *splits* when some pair's split exceeds {SPLIT_THRESHOLD}; *max split* is the largest "
       "value over a model's heads and the 6 pairs.\n")
     w(md_table(splits) + "\n")

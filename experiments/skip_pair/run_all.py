@@ -6,7 +6,7 @@
 One `hc.train_many` call trains every model: the capacity grid (n_heads 1..4 x d_head 1..6, seeds
 0..7) and extra seeds 8..19 of the two headline shapes (2 heads, d_head 5 and d_head 1), all with the
 shipped models' recipe (3000 steps, lr 1e-2, batch 256). Seed k initialises model k and drives its data.
-Every model is then measured exactly over all inputs (see headcoop.analysis.skip_pair_metrics), and the
+Every model is then measured exactly over all inputs (see headcoop.studies.skip_pair), and the
 shipped checkpoints hc.load("skip-pair") / hc.load("skip-pair-dhead1") are measured the same way.
 """
 

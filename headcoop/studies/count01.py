@@ -51,6 +51,7 @@ from transformer_lens.utilities import get_act_name
 
 from headcoop.analysis.circuits import qk
 from headcoop.checks import check_float, check_int
+from headcoop.studies import Study, StudySection
 from headcoop.analysis.common import require_task
 from headcoop.analysis.dla import dla
 from headcoop.analysis.probes import probe
@@ -182,3 +183,68 @@ def head_metrics(
 def _positional_scores(model: HookedTransformer) -> bool:
     """Whether a non-zero standard positional embedding enters layer 0's attention scores."""
     return model.cfg.positional_embedding_type == "standard" and bool(model.W_pos.abs().max() > 0)
+
+
+# --- what Count01 adds to the report ----------------------------------------------------------------
+
+REPORT_COLUMNS = ["s_acc", "l_acc", "roc_auc", "w01", "w02", "bias_45", "successful"]
+
+
+def report_head_metrics(model: HookedTransformer, task: Task) -> pd.DataFrame:
+    """`head_metrics(model, task)` indexed by head name ("L0H3"), the columns the report shows."""
+    return head_metrics(model, task).set_index("name")[REPORT_COLUMNS]
+
+
+def head_map_figure(table: pd.DataFrame):
+    """The paper's picture: each head at (w01, w02) on log axes, coloured by s_acc, reference lines at
+    w01 = 1 and w02 = 10."""
+    import plotly.graph_objects as go
+
+    from headcoop.plot import TEMPLATE
+
+    w01, w02 = table["w01"].to_numpy(float), table["w02"].to_numpy(float)
+    s_acc = table["s_acc"].to_numpy(float)
+    fig = go.Figure(
+        go.Scatter(
+            x=w01, y=w02, mode="markers+text", text=list(table.index), textposition="top center",
+            marker=dict(size=13, color=s_acc, colorscale="Viridis", cmin=0.5, cmax=1.0,
+                        colorbar=dict(title="s_acc"), line=dict(width=1, color="#333")),
+            hovertemplate="%{text}<br>w01 %{x:.3g}<br>w02 %{y:.3g}<br>s_acc %{marker.color:.3f}<extra></extra>",
+        )
+    )  # fmt: skip
+    fig.add_vline(x=1.0, line_dash="dot", line_color="gray")
+    fig.add_hline(y=10.0, line_dash="dot", line_color="gray")
+    fig.update_layout(
+        title="Count01 heads: attention ratios w01 and w02, coloured by s_acc", template=TEMPLATE,
+        xaxis=dict(type="log", title="w01 (attention per '0' / per '1')"),
+        yaxis=dict(type="log", title="w02 (attention per '0' or '1' / per '2')"),
+    )  # fmt: skip
+    return fig
+
+
+class Count01Study(Study):
+    """Count01's per-head metrics (they replace the generic probes) and the (w01, w02) head map."""
+
+    sections = (("count01-map", "Count01 head map (w01, w02)"),)
+    generic_probes = False
+
+    def head_columns(self, model, task):
+        notes = [
+            "From <code>hc.head_metrics</code> (at '=', 4,096 fresh strings): <b>s_acc</b> held-out accuracy "
+            "of a linear separator on the head's <code>z</code>, <b>l_acc</b> accuracy of the model's own "
+            "unembedding reading that head alone, <b>roc_auc</b> of the separator, <b>w01</b> attention per "
+            "'0' over per '1', <b>w02</b> per '0'/'1' over per '2', <b>bias_45</b> the head's push on "
+            "logit('5') &minus; logit('4'), <b>successful</b>: s_acc &ge; 0.95. The paper's successful heads "
+            "sit at w01 &asymp; 1 and w02 &gt; 10."
+        ]
+        return report_head_metrics(model, task), notes
+
+    def section(self, anchor, model, task, head_table):
+        if anchor != "count01-map":
+            return super().section(anchor, model, task, head_table)
+        table = head_table if "w01" in head_table else report_head_metrics(model, task)
+        note = (
+            "The paper's picture: heads that solve the task attend to '0' and '1' alike (w01 &asymp; 1, dotted "
+            "vertical line) and ignore '2' (w02 &gt; 10, above the dotted horizontal line)."
+        )
+        return StudySection(notes=(note,), figure=head_map_figure(table), figure_height=520)

@@ -21,6 +21,7 @@ import dataclasses
 import itertools
 import math
 
+import pandas as pd
 import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
@@ -31,6 +32,7 @@ from headcoop.analysis.common import check_choice, check_head, check_layer, mode
 from headcoop.analysis.dla import dla
 from headcoop.checks import installed_hooks
 from headcoop.fused import check_supported, fused_logits, stack_parameters
+from headcoop.studies import Study, StudySection
 from headcoop.tasks.skip_pair import NOISE, PAIRS, READ_OFF, SIGNAL, SkipPair
 
 ORDERING_KINDS = ("equal", "reversed", "partly reversed", "partly equal")
@@ -279,3 +281,57 @@ def constructive_pairs(contrib: Float[Tensor, "pair head 10"], centered: bool = 
     up = pushed_up(contrib, centered).all(1)  # [pair, 10]
     own = torch.eye(len(PAIRS), dtype=torch.bool)
     return (up == own).all(-1)
+
+
+# --- what SkipPair adds to the report ---------------------------------------------------------------
+
+
+@torch.no_grad()
+def preferences(model: HookedTransformer) -> pd.DataFrame:
+    """Each head's QK score from the read-off token 0 (query) to each signal token 1..4 (key), and its
+    preference ordering: the signal tokens by descending score ("3 > 1 > 4 > 2").
+
+    One row per head (index "L0H0", ...; layers > 0: direct path); columns `score <t>` per signal token
+    and `ordering`. Scores are `hc.qk`'s (pre-softmax, as `hook_attn_scores`).
+    """
+    rows = {}
+    for layer in range(model.cfg.n_layers):
+        for head, scores in enumerate(read_off_scores(model, layer)):
+            order = [SIGNAL[i] for i in scores.argsort(descending=True).tolist()]
+            row = {f"score {t}": float(s) for t, s in zip(SIGNAL, scores)}
+            row["ordering"] = " > ".join(str(t) for t in order)
+            rows[f"L{layer}H{head}"] = row
+    return pd.DataFrame.from_dict(rows, orient="index")
+
+
+class SkipPairStudy(Study):
+    """SkipPair's preference orderings: a per-head column and a section comparing the heads' orderings."""
+
+    sections = (("preferences", "SkipPair preference orderings"),)
+
+    def head_columns(self, model, task):
+        column = preferences(model)[["ordering"]].rename(columns={"ordering": "preference (QK from 0)"})
+        return column, ["<b>preference</b>: signal tokens 1..4 ordered by the head's QK score from the read-off token 0."]
+
+    def section(self, anchor, model, task, head_table):
+        if anchor != "preferences":
+            return super().section(anchor, model, task, head_table)
+        from headcoop.plot import heatmap
+
+        prefs = preferences(model)
+        scores = prefs[[c for c in prefs.columns if c.startswith("score ")]]
+        fig = heatmap(
+            scores.to_numpy(), [c.removeprefix("score ") for c in scores.columns], list(prefs.index),
+            "QK score from the read-off token 0 to each signal token", xlabel="signal token (key)", ylabel="head",
+            zmid=None, colorscale="Viridis",
+        )  # fmt: skip
+        orderings = {name: tuple(int(t) for t in o.split(" > ")) for name, o in prefs["ordering"].items()}
+        pairs = list(itertools.combinations(orderings, 2))[:6]
+        notes = [
+            "Each head's preference ordering over the signal tokens 1..4: their QK scores as keys, with the "
+            "read-off token 0 as the query (the post: strict, and reversed between the two heads). "
+            "Orderings compare as equal, reversed, partly reversed (Kendall tau &lt; 0) or partly equal."
+        ]
+        if pairs:
+            notes.append("; ".join(f"{a} vs {b}: <b>{compare_orderings(orderings[a], orderings[b])}</b>" for a, b in pairs))
+        return StudySection(notes=tuple(notes), table=prefs, figure=fig, figure_height=max(300, 160 + 40 * len(prefs)))
