@@ -233,3 +233,16 @@ def test_task_round_trips_through_dict():
         assert hc.task_from_dict(task.to_dict()) == task
     with pytest.raises(ValueError, match="unknown task 'nope'"):
         hc.task_from_dict({"name": "nope"})
+
+
+def test_the_task_metric_keeps_leading_copy_axes():
+    """hc.patch scores its stacked copies with one call of Task.metric: [copies, batch, pos, vocab] -> [copies]."""
+    task = hc.Count01(max_len=6)
+    batch = task.sample(5, seed=0)
+    logits = torch.randn(3, 2, 5, task.n_ctx, task.d_vocab)
+    values = task.metric(logits, batch)
+    assert values.shape == (3, 2)
+    for i in range(3):
+        for j in range(2):
+            torch.testing.assert_close(values[i, j], task.metric(logits[i, j], batch))
+    assert task.logit_diff(logits, batch).shape == (3, 2, 5)

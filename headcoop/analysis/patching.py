@@ -61,7 +61,7 @@ from transformer_lens.utilities import get_act_name
 
 from headcoop.analysis.common import as_tokens, check_choice, check_head, check_layer, model_device, task_of
 from headcoop.checks import check_bool, check_finite, check_float, check_metric_value, installed_hooks
-from headcoop.tasks.base import Batch, Task
+from headcoop.tasks.base import Batch
 
 HEAD_COMPONENTS = ("z", "q", "k", "v", "pattern")
 COMPONENTS = (*HEAD_COMPONENTS, "resid_pre")
@@ -143,8 +143,8 @@ class PatchResult:
 
 
 # --- inputs -------------------------------------------------------------------------------------------
-def _resolve_inputs(model: HookedTransformer, clean, corrupt, metric) -> tuple[Tensor, Tensor, Metric, Batch | None]:
-    """(clean tokens, corrupt tokens, metric, clean Batch if the task metric applies) from the arguments."""
+def _resolve_inputs(model: HookedTransformer, clean, corrupt, metric) -> tuple[Tensor, Tensor, Metric, Callable | None]:
+    """(clean tokens, corrupt tokens, metric, the task's metric over stacked copies when it is the metric)."""
     task = task_of(model)
     if clean is None and corrupt is None:
         if task is None:
@@ -184,12 +184,8 @@ def _resolve_inputs(model: HookedTransformer, clean, corrupt, metric) -> tuple[T
         metric = lambda logits: task.metric(logits, task_batch)  # noqa: E731
     elif not callable(metric):
         raise TypeError(f"metric must be callable (logits [batch, pos, vocab] -> scalar), got {type(metric).__name__}")
-    vectorised = task_batch if task is not None and _uses_base_metric(task) else None
-    return clean_tokens, corrupt_tokens, metric, vectorised
-
-
-def _uses_base_metric(task: Task) -> bool:
-    return type(task).metric is Task.metric and type(task).logit_diff is Task.logit_diff
+    # The task's metric keeps leading axes, so it also scores every stacked copy in one call.
+    return clean_tokens, corrupt_tokens, metric, metric if task_batch is not None else None
 
 
 def _pos_labels(model: HookedTransformer, tokens: Int[Tensor, "batch pos"]) -> list[str]:
@@ -321,13 +317,17 @@ def patches_per_chunk(
 
 
 # --- patching -----------------------------------------------------------------------------------------
-def _stacked_metric(logits: Float[Tensor, "n batch pos vocab"], metric: Metric, task_batch: Batch | None) -> Tensor:
-    """The metric of each copy, [n], without leaving the device."""
-    if task_batch is not None:
-        rows = torch.arange(logits.shape[1], device=logits.device)
-        at_answer = logits[:, rows, task_batch.answer_pos]  # [n, batch, vocab]
-        diff = at_answer[:, rows, task_batch.answer] - at_answer[:, rows, task_batch.wrong]
-        return diff.mean(-1)
+def _stacked_metric(logits: Float[Tensor, "n batch pos vocab"], metric: Metric, stacked: Callable | None) -> Tensor:
+    """The metric of each copy, [n], without leaving the device: the task's metric takes the copy axis in
+    one call; a user's metric is called on each copy's [batch, pos, vocab] logits."""
+    if stacked is not None:
+        values = stacked(logits)
+        if values.shape != logits.shape[:1]:
+            raise ValueError(
+                f"the task's metric returned shape {tuple(values.shape)} for logits {tuple(logits.shape)}; "
+                "Task.metric must keep leading axes (one value per copy)"
+            )
+        return values
     return torch.stack([check_metric_value(metric(copy)).to(logits.device) for copy in logits])
 
 
@@ -387,7 +387,7 @@ def patch(
     else:
         heads = list(range(model.cfg.n_heads)) if head is None else [check_head(model, head)]
 
-    clean_tokens, corrupt_tokens, metric, task_batch = _resolve_inputs(model, clean, corrupt, metric)
+    clean_tokens, corrupt_tokens, metric, stacked = _resolve_inputs(model, clean, corrupt, metric)
     source_tokens, target_tokens = (
         (clean_tokens, corrupt_tokens) if direction == "denoise" else (corrupt_tokens, clean_tokens)
     )
@@ -426,7 +426,7 @@ def patch(
             run = _run_head_local if local else _run_hooked
             logits = run(model, component, lay, stop - start, head_index, pos_index, source_cache, target_cache,
                          target_tokens, from_tokens=bool(hooks))
-            results.append(_stacked_metric(logits.view(stop - start, batch, *logits.shape[1:]), metric, task_batch))
+            results.append(_stacked_metric(logits.view(stop - start, batch, *logits.shape[1:]), metric, stacked))
     values = torch.cat(results).reshape(grid.shape).float().cpu()
     return PatchResult(
         values=values,

@@ -212,15 +212,18 @@ class Task(ABC):
 
     # --- scoring ---------------------------------------------------------------------
     @staticmethod
-    def logit_diff(logits: Float[Tensor, "batch pos vocab"], batch: Batch) -> Float[Tensor, " batch"]:
-        """logit(answer) - logit(wrong) at the answer position, per example."""
+    def logit_diff(logits: Float[Tensor, "*copies batch pos vocab"], batch: Batch) -> Float[Tensor, "*copies batch"]:
+        """logit(answer) - logit(wrong) at the answer position, per example (and per leading copy axis)."""
         rows = torch.arange(len(batch), device=logits.device)
-        at_answer = logits[rows, batch.answer_pos.to(logits.device)]
-        return at_answer[rows, batch.answer.to(logits.device)] - at_answer[rows, batch.wrong.to(logits.device)]
+        at_answer = logits[..., rows, batch.answer_pos.to(logits.device), :]  # [*copies, batch, vocab]
+        return at_answer[..., rows, batch.answer.to(logits.device)] - at_answer[..., rows, batch.wrong.to(logits.device)]
 
-    def metric(self, logits: Float[Tensor, "batch pos vocab"], batch: Batch) -> Float[Tensor, ""]:
-        """The default patching metric: mean logit difference, right answer minus the alternative."""
-        return self.logit_diff(logits, batch).mean()
+    def metric(self, logits: Float[Tensor, "*copies batch pos vocab"], batch: Batch) -> Float[Tensor, "*copies"]:
+        """The default patching metric: mean logit difference, right answer minus the alternative.
+
+        Leading axes before [batch, pos, vocab] are kept (hc.patch scores all its stacked copies in one
+        call); a task that overrides this must do the same."""
+        return self.logit_diff(logits, batch).mean(-1)
 
     @staticmethod
     def loss_logits(logits: Float[Tensor, "batch pos vocab"], batch: Batch) -> Float[Tensor, "batch n_loss vocab"]:
