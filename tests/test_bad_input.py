@@ -284,7 +284,7 @@ def test_cli_errors(tmp_path, capsys, argv, message):
 def _catalogue(model, batch):
     task = model.task
     return [
-        (lambda: hc.patch(model, head="3"), TypeError, "head must be an int, got '3'"),
+        (lambda: hc.patch(model, head="3"), ValueError, "head name '3' is not of the form 'L<layer>H<head>'"),
         (lambda: hc.patch(model, layer=1.0), TypeError, "layer must be an int, got 1.0"),
         (lambda: hc.patch(model, memory_budget_mb="big"), TypeError, "memory_budget_mb must be a number"),
         (lambda: hc.patch(model, head_local="no"), TypeError, "head_local must be True or False"),
@@ -363,3 +363,27 @@ def test_damaged_metadata_fields(count01_model, tmp_path, field, value, message)
     (path / "headcoop.json").write_text(json.dumps(meta))
     with pytest.raises(ValueError, match=message):
         hc.load(path)
+
+
+# --- heads are named the same way everywhere ----------------------------------------------------------
+def test_every_analysis_takes_the_head_names_ablate_takes():
+    model = hc.Count01(max_len=6).model(seed=0, n_heads=3, d_model=6, d_head=2, n_layers=2)
+    clean, corrupt = model.task.patching_inputs(n=6)
+    by_int = hc.patch(model, clean=clean, corrupt=corrupt, head=2, layer=1)
+    for spec in ("L1H2", (1, 2), ["L1H2"]):
+        same = hc.patch(model, clean=clean, corrupt=corrupt, head=spec)
+        assert same.coords == by_int.coords and torch.equal(same.values, by_int.values), spec
+        assert torch.equal(hc.qk(model, head=spec if not isinstance(spec, list) else spec[0]).scores,
+                           hc.qk(model, head=2, layer=1).scores)  # fmt: skip
+        assert torch.equal(hc.ov(model, head=spec if not isinstance(spec, list) else spec[0]).effects,
+                           hc.ov(model, head=2, layer=1).effects)  # fmt: skip
+    pair = hc.patch(model, clean=clean, corrupt=corrupt, head=["L0H0", "L0H2"])
+    assert pair.coords == {"layer": [0], "head": [0, 2]}
+    names = hc.probe(model, clean, clean.labels, head="L1H2").names
+    assert names == hc.probe(model, clean, clean.labels, head=2, layer=1).names
+    with pytest.raises(ValueError, match=r"lie in layers \[0, 1\]"):
+        hc.patch(model, clean=clean, corrupt=corrupt, head=["L0H0", "L1H0"])
+    with pytest.raises(ValueError, match="is in layer 1, but layer=0"):
+        hc.patch(model, clean=clean, corrupt=corrupt, head="L1H0", layer=0)
+    with pytest.raises(IndexError, match="head 5 is out of range"):
+        hc.qk(model, head="L0H5")

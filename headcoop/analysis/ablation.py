@@ -13,8 +13,7 @@ the block ends, also on an exception.
 from __future__ import annotations
 
 import contextlib
-import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 
 import torch
 from jaxtyping import Float
@@ -22,47 +21,11 @@ from torch import Tensor
 from transformer_lens import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
-from headcoop.analysis.common import as_tokens, check_choice, check_head, check_layer, require_model, require_task
+from headcoop.analysis.common import as_tokens, check_choice, parse_heads, require_task
 from headcoop.tasks.base import generator
 
 HOWS = ("zero", "mean", "resample", "scale")
 
-
-
-def parse_heads(model: HookedTransformer, heads, layer: int = 0) -> list[tuple[int, int]]:
-    """(layer, head) pairs from an int (in `layer`), a (layer, head) tuple, a name "L0H3", or a list of these.
-
-    IndexError naming the valid range for a layer or head out of range; duplicates are dropped.
-    """
-    require_model(model)
-    one_pair = isinstance(heads, tuple) and len(heads) == 2 and all(isinstance(h, int) for h in heads)
-    if isinstance(heads, (int, str)) or one_pair:
-        heads = [heads]
-    if isinstance(heads, Tensor):
-        heads = heads.tolist()
-    if not isinstance(heads, Sequence) or isinstance(heads, str):
-        raise TypeError(
-            f"heads must be an int, a (layer, head) tuple, a name like 'L0H3' or a list of these, got {heads!r}"
-        )
-    pairs: list[tuple[int, int]] = []
-    for spec in heads:
-        if isinstance(spec, str):
-            match = re.fullmatch(r"L(\d+)H(\d+)", spec)
-            if match is None:
-                raise ValueError(f"head name {spec!r} is not of the form 'L<layer>H<head>', e.g. 'L0H3'")
-            lay, head = int(match.group(1)), int(match.group(2))
-        elif isinstance(spec, (tuple, list)) and len(spec) == 2:
-            lay, head = spec
-        elif isinstance(spec, int) and not isinstance(spec, bool):
-            lay, head = layer, spec
-        else:
-            raise TypeError(f"cannot read a head from {spec!r}; use an int, (layer, head) or 'L0H3'")
-        pair = (check_layer(model, lay), check_head(model, head))
-        if pair not in pairs:
-            pairs.append(pair)
-    if not pairs:
-        raise ValueError("no heads given")
-    return pairs
 
 
 @contextlib.contextmanager

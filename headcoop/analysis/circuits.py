@@ -25,7 +25,7 @@ from torch import Tensor
 from transformer_lens import FactoredMatrix, HookedTransformer
 from transformer_lens.utilities.activation_functions import apply_softcap
 
-from headcoop.analysis.common import check_head, check_layer, vocab_labels
+from headcoop.analysis.common import one_head, vocab_labels
 from headcoop.analysis.dla import check_decomposable, output_labels
 from headcoop.tasks.base import check_ids
 
@@ -224,7 +224,7 @@ class OVTable:
 
 
 @torch.no_grad()
-def qk(model: HookedTransformer, head: int, layer: int = 0, positional: bool | None = None) -> QKTable:
+def qk(model: HookedTransformer, head: int | str | tuple[int, int], layer: int = 0, positional: bool | None = None) -> QKTable:
     """Pre-softmax attention scores of `head` in `layer` for every query input x key input.
 
     Token-only table [q_tok, k_tok] when the positional embedding does not reach Q/K or is all zero
@@ -233,7 +233,7 @@ def qk(model: HookedTransformer, head: int, layer: int = 0, positional: bool | N
     path (embeddings only). IndexError for a head/layer out of range.
     """
     _check_model(model, "qk")
-    layer, head = check_layer(model, layer), check_head(model, head)
+    layer, head = one_head(model, head, layer)
     use_pos = _use_pos(model, True, positional)  # standard and shortformer both feed positions to Q/K
     attn = model.blocks[layer].attn
     x = _inputs(model, use_pos)
@@ -258,7 +258,7 @@ def qk(model: HookedTransformer, head: int, layer: int = 0, positional: bool | N
 
 
 @torch.no_grad()
-def ov(model: HookedTransformer, head: int, layer: int = 0, positional: bool | None = None) -> OVTable:
+def ov(model: HookedTransformer, head: int | str | tuple[int, int], layer: int = 0, positional: bool | None = None) -> OVTable:
     """Logit effect of `head` in `layer` attending fully to each source input: (x W_V + b_V) W_O W_U.
 
     [src_tok, vocab], or [src_tok, src_pos, vocab] when a non-zero standard positional embedding reaches
@@ -266,7 +266,7 @@ def ov(model: HookedTransformer, head: int, layer: int = 0, positional: bool | N
     Combined with the head's pattern, sum_k pattern[q, k] * effects[x_k] is the head's DLA component.
     """
     _check_model(model, "ov")
-    layer, head = check_layer(model, layer), check_head(model, head)
+    layer, head = one_head(model, head, layer)
     use_pos = _use_pos(model, model.cfg.positional_embedding_type == "standard", positional)
     attn = model.blocks[layer].attn
     x = _inputs(model, use_pos)

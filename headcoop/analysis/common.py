@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
+
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
@@ -121,6 +124,72 @@ def check_choice(name: str, value: str, valid) -> str:
     if value not in valid:
         raise ValueError(f"unknown {name} {value!r}; valid values are {list(valid)}")
     return value
+
+
+def parse_heads(model: HookedTransformer, heads, layer: int = 0) -> list[tuple[int, int]]:
+    """(layer, head) pairs from an int (in `layer`), a (layer, head) tuple, a name "L0H3", or a list of these.
+
+    IndexError naming the valid range for a layer or head out of range; duplicates are dropped.
+    """
+    require_model(model)
+    one_pair = isinstance(heads, tuple) and len(heads) == 2 and all(isinstance(h, int) for h in heads)
+    if isinstance(heads, (int, str)) or one_pair:
+        heads = [heads]
+    if isinstance(heads, Tensor):
+        heads = heads.tolist()
+    if not isinstance(heads, Sequence) or isinstance(heads, str):
+        raise TypeError(
+            f"heads must be an int, a (layer, head) tuple, a name like 'L0H3' or a list of these, got {heads!r}"
+        )
+    pairs: list[tuple[int, int]] = []
+    for spec in heads:
+        if isinstance(spec, str):
+            match = re.fullmatch(r"L(\d+)H(\d+)", spec)
+            if match is None:
+                raise ValueError(f"head name {spec!r} is not of the form 'L<layer>H<head>', e.g. 'L0H3'")
+            lay, head = int(match.group(1)), int(match.group(2))
+        elif isinstance(spec, (tuple, list)) and len(spec) == 2:
+            lay, head = spec
+        elif isinstance(spec, int) and not isinstance(spec, bool):
+            lay, head = layer, spec
+        else:
+            raise TypeError(f"cannot read a head from {spec!r}; use an int, (layer, head) or 'L0H3'")
+        pair = (check_layer(model, lay), check_head(model, head))
+        if pair not in pairs:
+            pairs.append(pair)
+    if not pairs:
+        raise ValueError("no heads given")
+    return pairs
+
+
+def head_selection(model: HookedTransformer, head, layer: int | None) -> tuple[int | None, list[int] | None]:
+    """(layer, heads) from `head` in any form `parse_heads` reads: None (every head), an int or a list of
+    ints (heads of `layer`, or of every layer when layer is None), a (layer, head) pair, a name "L0H3", or a
+    list of these in one layer. ValueError when the heads span layers or contradict `layer`."""
+    if head is None:
+        return layer, None
+    ints = [head] if isinstance(head, int) and not isinstance(head, bool) else head
+    if isinstance(ints, list) and ints and all(isinstance(h, int) and not isinstance(h, bool) for h in ints):
+        return layer, sorted({check_head(model, h) for h in ints})
+    pairs = parse_heads(model, head, 0 if layer is None else layer)
+    layers = sorted({lay for lay, _ in pairs})
+    if len(layers) > 1:
+        raise ValueError(f"heads {head!r} lie in layers {layers}; pass heads of one layer")
+    if layer is not None and check_layer(model, layer) != layers[0]:
+        raise ValueError(f"head {head!r} is in layer {layers[0]}, but layer={layer!r} was passed")
+    return layers[0], [h for _, h in pairs]
+
+
+def one_head(model: HookedTransformer, head, layer: int = 0) -> tuple[int, int]:
+    """(layer, head) of exactly one head: an int in `layer`, a (layer, head) pair or a name "L0H3"."""
+    if isinstance(head, int) and not isinstance(head, bool):
+        return check_layer(model, layer), check_head(model, head)
+    lay, heads = head_selection(model, head, None)
+    if heads is None or len(heads) != 1:
+        raise ValueError(f"expected one head (an int, (layer, head) or 'L0H3'), got {head!r}")
+    if layer not in (0, lay):
+        raise ValueError(f"head {head!r} is in layer {lay}, but layer={layer!r} was passed")
+    return lay, heads[0]
 
 
 def head_names(model: HookedTransformer) -> list[str]:

@@ -40,7 +40,8 @@ from torch import Tensor
 from transformer_lens import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
-from headcoop.analysis.ablation import installed_hooks, parse_heads
+from headcoop.analysis.ablation import installed_hooks
+from headcoop.analysis.common import parse_heads
 from headcoop.analysis.common import check_positions, vocab_labels
 
 OTHERS = ("model",)

@@ -59,7 +59,7 @@ from torch import Tensor
 from transformer_lens import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
-from headcoop.analysis.common import as_tokens, check_choice, check_head, check_layer, model_device, task_of
+from headcoop.analysis.common import as_tokens, check_choice, check_layer, head_selection, model_device, task_of
 from headcoop.checks import check_bool, check_finite, check_float, check_metric_value, installed_hooks
 from headcoop.tasks.base import Batch
 
@@ -379,13 +379,14 @@ def patch(
     check_choice("direction", direction, DIRECTIONS)
     check_float("memory_budget_mb", memory_budget_mb, 0.0, low_open=True)
     check_bool("head_local", head_local)
+    if component == "resid_pre" and head is not None:
+        raise ValueError("component 'resid_pre' has no head axis; pass head=None (use layer= to pick a layer)")
+    layer, picked = head_selection(model, head, layer)
     layers = list(range(model.cfg.n_layers)) if layer is None else [check_layer(model, layer)]
     if component == "resid_pre":
-        if head is not None:
-            raise ValueError("component 'resid_pre' has no head axis; pass head=None (use layer= to pick a layer)")
         heads = []
     else:
-        heads = list(range(model.cfg.n_heads)) if head is None else [check_head(model, head)]
+        heads = list(range(model.cfg.n_heads)) if picked is None else picked
 
     clean_tokens, corrupt_tokens, metric, stacked = _resolve_inputs(model, clean, corrupt, metric)
     source_tokens, target_tokens = (

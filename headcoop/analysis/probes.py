@@ -19,7 +19,6 @@ C * sum_i CE_i + ||W||^2 / 2 (its lbfgs/newton solvers leave the intercept unpen
 from __future__ import annotations
 
 import dataclasses
-import re
 import warnings
 
 import pandas as pd
@@ -30,7 +29,7 @@ from torch import Tensor
 from transformer_lens import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
-from headcoop.analysis.common import as_tokens, check_choice, check_head, check_layer, check_positions
+from headcoop.analysis.common import as_tokens, check_choice, check_head, check_layer, check_positions, head_selection
 from headcoop.checks import check_finite
 from headcoop.tasks.base import Batch, generator
 
@@ -42,13 +41,6 @@ SITES = HEAD_SITES + RESID_SITES
 # --------------------------------------------------------------------------------------------
 # features
 # --------------------------------------------------------------------------------------------
-def _parse_head_name(name: str) -> tuple[int, int]:
-    match = re.fullmatch(r"L(\d+)H(\d+)", name)
-    if match is None:
-        raise ValueError(f"head name {name!r} is not of the form 'L<layer>H<head>', e.g. 'L0H3'")
-    return int(match.group(1)), int(match.group(2))
-
-
 def _positions(model: HookedTransformer, tokens, toks: Tensor, pos) -> Int[Tensor, " batch"]:
     """One read-out position per example: `pos` (int or [batch]), else the Batch's answer_pos, else the last."""
     batch, width = toks.shape
@@ -75,8 +67,13 @@ def probe_features(
     check_choice("site", site, SITES)
     check_finite(model, "hc.probe")
     toks = as_tokens(model, tokens)
-    if isinstance(head, str):
-        layer, head = _parse_head_name(head)
+    if head is not None and not (isinstance(head, int) and not isinstance(head, bool)):
+        named_layer, picked = head_selection(model, head, None)
+        if len(picked) != 1:
+            raise ValueError(f"probe takes one head (or None for every head), got {head!r}")
+        if layer not in (None, 0, named_layer):  # 0 is the default; the name decides the layer
+            raise ValueError(f"head {head!r} is in layer {named_layer}, but layer={layer!r} was passed")
+        layer, head = named_layer, picked[0]
     if site == "embed":
         layers = [0]
     elif layer is None:
