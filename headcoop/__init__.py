@@ -7,14 +7,24 @@ from __future__ import annotations
 
 import importlib
 
+import headcoop.progress  # noqa: F401  (before TransformerLens loads tqdm.auto: no notebook warning)
+
 __version__ = "0.1.0"
 
-from headcoop.checkpoints import load, save
-from headcoop.tasks import Batch, Count01, SkipPair, Task, task_from_dict, task_of
-from headcoop.train import TrainConfig, evaluate, train
 
-# name -> module defining it; imported on first access to keep `import headcoop` light.
+# name -> module defining it; imported on first access, so `import headcoop` (and `headcoop --help`) stay light.
 _LAZY = {
+    "load": "headcoop.checkpoints",
+    "save": "headcoop.checkpoints",
+    "Batch": "headcoop.tasks",
+    "Count01": "headcoop.tasks",
+    "SkipPair": "headcoop.tasks",
+    "Task": "headcoop.tasks",
+    "task_from_dict": "headcoop.tasks",
+    "task_of": "headcoop.tasks",
+    "train": "headcoop.training",
+    "evaluate": "headcoop.training",
+    "TrainConfig": "headcoop.training",
     "run": "headcoop.analysis.common",
     "head_names": "headcoop.analysis.common",
     "patch": "headcoop.analysis.patching",
@@ -45,7 +55,4 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
 
-__all__ = [
-    "Batch", "Count01", "SkipPair", "Task", "task_from_dict", "task_of",
-    "train", "evaluate", "TrainConfig", "save", "load", *_LAZY,
-]  # fmt: skip
+__all__ = list(_LAZY)

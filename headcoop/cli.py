@@ -30,7 +30,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     import headcoop as hc
     from headcoop.checkpoints import check_save_target
     from headcoop.tasks.base import check_sample_size
-    from headcoop.train import config_from_args, task_from_args
+    from headcoop.training import config_from_args, task_from_args
 
     # Every check before the first training step: a bad --out must not cost a training run.
     task = task_from_args(args)
@@ -64,11 +64,43 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from headcoop import reporting, sweeps
-    from headcoop.tasks import TASKS
-    from headcoop.train import add_training_arguments
+# Parsing imports nothing heavy (no torch, no TransformerLens), so `headcoop --help` answers at once; these
+# names and defaults are those of headcoop.tasks.TASKS, checkpoints.SHIPPED and TrainConfig() (a test checks).
+TASK_NAMES = ("count01", "skip-pair")
+SHIPPED_NAMES = ("count01", "skip-pair", "skip-pair-dhead1")
+TRAIN_DEFAULTS = dict(steps=3000, batch_size=256, lr=1e-2, weight_decay=0.0, warmup=100, schedule="cosine")
+SCHEDULES = ("cosine", "constant")
 
+
+def add_training_arguments(parser: argparse.ArgumentParser) -> None:
+    """The TrainConfig flags (all but the seed), --positional and --no-progress: the same for train and sweep."""
+    d = TRAIN_DEFAULTS
+    parser.add_argument("--steps", type=int, default=d["steps"], help=f"optimizer steps (default {d['steps']})")
+    parser.add_argument("--batch-size", type=int, default=d["batch_size"],
+                        help=f"sequences per step (default {d['batch_size']})")  # fmt: skip
+    parser.add_argument("--lr", type=float, default=d["lr"], help=f"peak learning rate (default {d['lr']})")
+    parser.add_argument("--weight-decay", type=float, default=d["weight_decay"],
+                        help=f"AdamW weight decay (default {d['weight_decay']})")  # fmt: skip
+    parser.add_argument("--warmup", type=int, default=d["warmup"], help=f"linear warm-up steps (default {d['warmup']})")
+    parser.add_argument("--schedule", choices=SCHEDULES, default=d["schedule"],
+                        help="after warm-up: cosine decay to lr/10, or constant (default cosine)")  # fmt: skip
+    parser.add_argument("--positional", action="store_true", help="Count01 with a learned positional embedding")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from headcoop.sweeps import _cmd_sweep
+
+    return _cmd_sweep(args)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from headcoop.reporting import _cmd_report
+
+    return _cmd_report(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="headcoop",
         description="Train and analyse small attention-only transformers on the Count01 and SkipPair toy tasks.",
@@ -82,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="train one model and save it as a checkpoint folder",
         description="Train one model on a task (loss only at the task's loss positions) and save it.",
     )
-    train.add_argument("task", choices=sorted(TASKS), help="the toy task")
+    train.add_argument("task", choices=TASK_NAMES, help="the toy task")
     train.add_argument("--heads", type=int, default=None, help="attention heads per layer (task default)")
     train.add_argument("--d-model", type=int, default=None, help="residual width (Count01 only; SkipPair is one-hot, 12)")
     train.add_argument("--d-head", type=int, default=None, help="width of each head (task default)")
@@ -96,15 +128,45 @@ def build_parser() -> argparse.ArgumentParser:
         "eval",
         help="print the accuracy of a shipped or saved model",
         description="Evaluate a model on fresh samples of its task. NAME_OR_PATH is a shipped name "
-        "(count01, skip-pair, skip-pair-dhead1) or a checkpoint folder.",
+        f"({', '.join(SHIPPED_NAMES)}) or a checkpoint folder.",
     )
     evaluate.add_argument("model", metavar="NAME_OR_PATH")
     evaluate.add_argument("--seed", type=int, default=10_000, help="seed of the evaluation samples")
     evaluate.add_argument("--json", action="store_true", help="print the metrics as JSON")
     evaluate.set_defaults(func=cmd_eval)
 
-    sweeps.add_parser(sub)
-    reporting.add_parser(sub)
+    sweep = sub.add_parser(
+        "sweep",
+        help="train a grid of model sizes x seeds (resumable) and tabulate their accuracy",
+        description="Train every combination of the given sizes and seeds, many models at once, saving each "
+        "as OUT/<name>-s<seed>. Re-running the same command skips finished runs, so an interrupted "
+        "sweep resumes; sweeps started into one folder at once share the runs. Prints the table of metrics "
+        "and writes it to OUT/sweep.csv.",
+    )
+    sweep.add_argument("task", choices=TASK_NAMES, help="the toy task")
+    sweep.add_argument("--heads", type=int, nargs="+", default=None, help="head counts to try (task default)")
+    sweep.add_argument("--d-model", type=int, nargs="+", default=None, help="residual widths (Count01 only)")
+    sweep.add_argument("--d-head", type=int, nargs="+", default=None, help="head widths (task default)")
+    sweep.add_argument("--layers", type=int, nargs="+", default=None, help="layer counts (default 1)")
+    sweep.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds of weights and data (default 0)")
+    add_training_arguments(sweep)
+    sweep.add_argument("--chunk", type=int, default=32, help="models trained together between saves (default 32)")
+    sweep.add_argument("--out", required=True, help="folder of the sweep's checkpoints")
+    sweep.set_defaults(func=cmd_sweep)
+
+    report = sub.add_parser(
+        "report",
+        help="write one self-contained HTML page on what every head of a model does",
+        description="Write an offline HTML report on a shipped or saved model: task and configuration, "
+        "accuracy, per-head metrics, attention views, head patching, DLA, QK/OV circuits of every head, and the "
+        f"task's own head picture. NAME_OR_PATH is a shipped name ({', '.join(SHIPPED_NAMES)}) or a "
+        "checkpoint folder.",
+    )
+    report.add_argument("model", metavar="NAME_OR_PATH")
+    report.add_argument("--out", default="report.html", help="the HTML file to write (default report.html)")
+    report.add_argument("--examples", type=int, default=3, help="inputs shown in the attention views (default 3)")
+    report.add_argument("--no-progress", action="store_true", help="no progress bar")
+    report.set_defaults(func=cmd_report)
     return parser
 
 

@@ -4,7 +4,7 @@ The parameters of models with the same shape are stacked along a leading model
 axis ([K, ...]) and trained by one fused forward (`headcoop.fused`) that computes only
 what the loss needs: the logits at the task's loss positions. Each model keeps its own
 initialisation, its own data stream (`task.sample(batch_size, seed=step_seed(seed_k, step))`)
-and its own AdamW state, exactly as `headcoop.train.train` would give it; Adam
+and its own AdamW state, exactly as `headcoop.training.train` would give it; Adam
 and weight decay are elementwise, so stacking changes nothing but float rounding.
 """
 
@@ -18,13 +18,13 @@ from typing import Any
 import torch
 from jaxtyping import Int
 from torch import Tensor
-from tqdm.auto import tqdm
+from headcoop.progress import tqdm
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from headcoop.checks import check_finite, check_int, check_seed
 from headcoop.fused import attn_scales, check_supported, fused_logits, per_model_loss, stack_parameters
 from headcoop.tasks.base import Task, build_model, check_sample_size
-from headcoop.train import (
+from headcoop.training import (
     TrainConfig, deterministic, make_optimizer, mark_trained, step_seed, trainable_parameters,
 )
 

@@ -25,7 +25,7 @@ import plotly.graph_objects as go
 import plotly.offline
 import torch
 from torch import Tensor
-from tqdm.auto import tqdm
+from headcoop.progress import tqdm
 from transformer_lens import HookedTransformer
 
 import headcoop as hc
@@ -365,21 +365,3 @@ def _cmd_report(args: argparse.Namespace) -> int:
     size = path.stat().st_size / 2**20
     print(f"wrote {path} ({size:.1f} MB) in {time.perf_counter() - start:.1f} s; open it in a browser (works offline)")
     return 0
-
-
-def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register `headcoop report NAME_OR_PATH --out report.html --examples 3`."""
-    p = subparsers.add_parser(
-        "report",
-        help="write one self-contained HTML page on what every head of a model does",
-        description="Write an offline HTML report on a shipped or saved model: task and configuration, "
-        "accuracy, per-head metrics, attention views, head patching, DLA, QK/OV circuits of every head, and the "
-        "task's own head picture. NAME_OR_PATH is a shipped name (count01, skip-pair, skip-pair-dhead1) or a "
-        "checkpoint folder.",
-    )
-    p.add_argument("model", metavar="NAME_OR_PATH")
-    p.add_argument("--out", default="report.html", help="the HTML file to write (default report.html)")
-    p.add_argument("--examples", type=int, default=3, help="inputs shown in the attention views (default 3)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.set_defaults(func=_cmd_report)
-    return p

@@ -21,14 +21,14 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from tqdm.auto import tqdm
+from headcoop.progress import tqdm
 
 from headcoop.checkpoints import clean_leftovers, load, read_meta, save
 from headcoop.checks import check_float, check_int, check_out_folder, check_seed
 from headcoop.fast_train import model_settings, train_many
 from headcoop.owners import owner_alive, this_owner
 from headcoop.tasks.base import Task, check_sample_size
-from headcoop.train import TrainConfig, add_training_arguments, config_from_args, task_from_args
+from headcoop.training import TrainConfig, config_from_args, task_from_args
 
 Grid = Mapping[str, Sequence[Any]] | Sequence[Mapping[str, Any]]
 
@@ -296,27 +296,3 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     print(table.drop(columns=["path"]).to_string(index=False, float_format=lambda x: f"{x:.4f}"))
     print(f"{len(table)} runs in {args.out} (table: {csv})")
     return 0
-
-
-def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register `headcoop sweep TASK --heads 1 2 4 --d-model 8 16 --d-head 2 --seeds 0 1 2 --steps N --out DIR`."""
-    from headcoop.tasks import TASKS
-
-    p = subparsers.add_parser(
-        "sweep",
-        help="train a grid of model sizes x seeds (resumable) and tabulate their accuracy",
-        description="Train every combination of the given sizes and seeds, many models at once, saving each "
-        "as OUT/<name>-s<seed>. Re-running the same command skips finished runs, so an interrupted "
-        "sweep resumes. Prints the table of metrics and writes it to OUT/sweep.csv.",
-    )
-    p.add_argument("task", choices=sorted(TASKS), help="the toy task")
-    p.add_argument("--heads", type=int, nargs="+", default=None, help="head counts to try (task default)")
-    p.add_argument("--d-model", type=int, nargs="+", default=None, help="residual widths (Count01 only)")
-    p.add_argument("--d-head", type=int, nargs="+", default=None, help="head widths (task default)")
-    p.add_argument("--layers", type=int, nargs="+", default=None, help="layer counts (default 1)")
-    p.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds of weights and data (default 0)")
-    add_training_arguments(p)
-    p.add_argument("--chunk", type=int, default=32, help="models trained together between saves (default 32)")
-    p.add_argument("--out", required=True, help="folder of the sweep's checkpoints")
-    p.set_defaults(func=_cmd_sweep)
-    return p

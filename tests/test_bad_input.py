@@ -387,3 +387,37 @@ def test_every_analysis_takes_the_head_names_ablate_takes():
         hc.patch(model, clean=clean, corrupt=corrupt, head="L1H0", layer=0)
     with pytest.raises(IndexError, match="head 5 is out of range"):
         hc.qk(model, head="L0H5")
+
+
+def test_the_command_line_parses_without_importing_torch():
+    """`headcoop --help` answers at once: parsing imports neither torch nor TransformerLens, and the names and
+    defaults the parser spells out are those of the code they stand for."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from headcoop.cli import build_parser; build_parser().parse_args(['train', 'count01', "
+            "'--out', 'x']); assert 'torch' not in sys.modules and 'transformer_lens' not in sys.modules")  # fmt: skip
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+    from headcoop import cli
+    from headcoop.checkpoints import SHIPPED
+    from headcoop.tasks import TASKS
+    from headcoop.training import SCHEDULES
+
+    assert tuple(sorted(TASKS)) == cli.TASK_NAMES and tuple(SHIPPED) == cli.SHIPPED_NAMES
+    default = hc.TrainConfig()
+    assert cli.TRAIN_DEFAULTS == {k: v for k, v in default.to_dict().items() if k != "seed"}
+    assert cli.SCHEDULES == SCHEDULES
+
+
+def test_public_names_are_not_shadowed_by_submodules():
+    """Importing every submodule leaves hc.train, hc.sweep, hc.report ... the functions (a submodule named like
+    a public function would replace it on the package)."""
+    import importlib
+    import pkgutil
+
+    import headcoop
+
+    for info in pkgutil.walk_packages(headcoop.__path__, "headcoop."):
+        importlib.import_module(info.name)
+    for name in headcoop.__all__:
+        assert not type(getattr(headcoop, name)).__name__ == "module", name

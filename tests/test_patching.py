@@ -231,7 +231,12 @@ def test_plots(setups):
     grid = hc.patch(model, clean=clean, corrupt=corrupt).plot(normalized=True)
     assert len(grid.data) == 1 and list(grid.data[0].y) == ["L0", "L1"]
     assert grid.data[0].customdata[1][2] == "L1H2"
-    assert "fraction" in grid.layout.title.text
+    assert "share of the clean&minus;corrupt gap restored" in grid.layout.title.text
+    default = hc.patch(model, clean=clean, corrupt=corrupt).plot()  # normalised by default: not a uniform map
+    torch.testing.assert_close(torch.tensor(default.data[0].z), torch.tensor(grid.data[0].z))
+    raw = hc.patch(model, clean=clean, corrupt=corrupt).plot(normalized=False)
+    assert "the metric after each patch" in raw.layout.title.text
+    assert "positions are absolute" in by_pos.layout.title.text  # Count01 inputs differ in length
     resid = hc.patch(model, clean=clean, corrupt=corrupt, component="resid_pre", positions="each").plot()
     assert resid.data[0].z.shape == (2, clean.tokens.shape[1])
     resid_all = hc.patch(model, clean=clean, corrupt=corrupt, component="resid_pre").plot()

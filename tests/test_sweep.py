@@ -1,6 +1,5 @@
 """Resumable sweeps: names, grids, skipping finished runs, ignoring half-written ones, the CLI."""
 
-import argparse
 import json
 import os
 import subprocess
@@ -14,7 +13,8 @@ import headcoop as hc
 import headcoop.sweeps as sweep_module
 from headcoop import checkpoints
 from headcoop.checkpoints import META, WEIGHTS
-from headcoop.sweeps import add_parser, expand_grid, run_name, sweep
+from headcoop.cli import build_parser
+from headcoop.sweeps import expand_grid, run_name, sweep
 
 FAST = dict(steps=3, batch_size=16, warmup=1, progress=False)
 GRID = {"n_heads": [1, 2], "d_model": [4], "d_head": [2]}
@@ -147,8 +147,7 @@ def test_settings_mismatch_and_bad_input(tmp_path):
 
 
 def test_cli(tmp_path, capsys):
-    parser = argparse.ArgumentParser(prog="headcoop")
-    add_parser(parser.add_subparsers(dest="command"))
+    parser = build_parser()
     argv = ["sweep", "skip-pair", "--heads", "1", "2", "--d-head", "1", "--seeds", "0", "--steps", "2",
             "--batch-size", "8", "--warmup", "1", "--no-progress", "--out", str(tmp_path)]  # fmt: skip
     args = parser.parse_args(argv)

@@ -136,9 +136,14 @@ class PatchResult:
                 frame[f"{d}_label"] = [self.pos_labels[p] for p in frame[d]]
         return frame
 
-    def plot(self, normalized: bool = False, title: str | None = None):
+    def plot(self, normalized: bool | None = None, title: str | None = None):
         """A plotly heatmap (never shown): layer x head, layer x position, or, for per-position head
-        sweeps, one panel per layer of head x position. Hover shows the head name, position and value."""
+        sweeps, one panel per layer of head x position. Hover shows the head name, position and value.
+
+        normalized: plot `normalized()` (0 = corrupt baseline, 1 = clean) rather than the raw metric;
+        by default it does whenever the two baselines differ."""
+        if normalized is None:
+            normalized = self.clean_value != self.corrupt_value
         return _plot(self, normalized, title)
 
 
@@ -561,14 +566,30 @@ def _w_o(attn) -> Tensor:
 
 
 # --- plotting -----------------------------------------------------------------------------------------
+def _title(result: PatchResult, normalized: bool) -> str:
+    """The figure's title in words: what was patched into what, and what the colour means."""
+    what = "the residual stream" if result.component == "resid_pre" else f"each head's {result.component}"
+    where = "at all positions at once" if result.positions == "all" else "one position at a time"
+    if result.direction == "denoise":
+        ran = f"Patching {what} from the clean run into the corrupt run, {where}"
+        scale = "share of the clean&minus;corrupt gap restored (1: fully restored)"
+    else:
+        ran = f"Patching {what} from the corrupt run into the clean run, {where}"
+        scale = "share of the clean behaviour kept (0: fully broken)"
+    title = f"{ran}<br><sup>{scale if normalized else 'the metric after each patch'}"
+    if result.positions == "each" and any(" " not in label for label in result.pos_labels):
+        title += ("; positions are absolute: where inputs differ in length, a column mixes the patch's effect "
+                  "with the share of inputs holding a given token there")  # fmt: skip
+    return title + "</sup>"
+
+
 def _plot(result: PatchResult, normalized: bool, title: str | None):
     from plotly.subplots import make_subplots
 
     from headcoop.plot import TEMPLATE, heatmap
 
     values = result.normalized() if normalized else result.values
-    what = "fraction of clean-corrupt gap" if normalized else "metric"
-    title = title or f"{result.direction} patching of {result.component} ({result.positions} positions): {what}"
+    title = title or _title(result, normalized)
     layers = result.coords["layer"]
     layer_names = [f"L{lay}" for lay in layers]
     hover = "%{customdata}<br>value %{z:.4g}<extra></extra>"

@@ -30,6 +30,7 @@ class Batch:
     answer:     [batch]          the right answer token
     wrong:      [batch]          the alternative answer (what the corrupted input asks for)
     labels:     [batch]          class label (Count01: 1 if more 1s than 0s; SkipPair: pair index, -1 for noise)
+    vocab:      the task's token strings (for the repr; not a tensor), or None
     """
 
     tokens: Int[Tensor, "batch pos"]
@@ -39,6 +40,19 @@ class Batch:
     answer: Int[Tensor, " batch"]
     wrong: Int[Tensor, " batch"]
     labels: Int[Tensor, " batch"]
+    vocab: tuple[str, ...] | None = dataclasses.field(default=None, compare=False)
+
+    def _tensors(self) -> dict[str, Tensor]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "vocab"}
+
+    def __repr__(self) -> str:
+        """Shapes and two examples (decoded when the task's vocabulary is known), not thousands of ids."""
+        shapes = ", ".join(f"{name} {list(t.shape)}" for name, t in self._tensors().items())
+        examples = []
+        for row in self.tokens[:2].tolist():
+            text = " ".join(self.vocab[i] if self.vocab and 0 <= i < len(self.vocab) else str(i) for i in row)
+            examples.append(text if len(text) <= 100 else text[:97] + "...")
+        return f"Batch({len(self)} examples: {shapes}; e.g. " + " | ".join(repr(e) for e in examples) + ")"
 
     def __len__(self) -> int:
         return self.tokens.shape[0]
@@ -47,11 +61,11 @@ class Batch:
         """Select examples: `batch[:10]`, `batch[mask]`, `batch[indices]`."""
         if isinstance(index, (str, bytes, float)) or index is None:
             raise TypeError(f"a Batch is indexed by an int, slice, mask or index tensor, got {index!r}")
-        return Batch(**{f.name: getattr(self, f.name)[index] for f in dataclasses.fields(self)})
+        return Batch(**{name: t[index] for name, t in self._tensors().items()}, vocab=self.vocab)
 
     def to(self, device: torch.device | str) -> "Batch":
         device = check_device(device)
-        return Batch(**{f.name: getattr(self, f.name).to(device) for f in dataclasses.fields(self)})
+        return Batch(**{name: t.to(device) for name, t in self._tensors().items()}, vocab=self.vocab)
 
     def replace(self, **changes: Tensor) -> "Batch":
         return dataclasses.replace(self, **changes)
@@ -59,9 +73,8 @@ class Batch:
     @staticmethod
     def cat(batches: list["Batch"]) -> "Batch":
         """Concatenate batches of the same width along the batch axis."""
-        return Batch(
-            **{f.name: torch.cat([getattr(b, f.name) for b in batches]) for f in dataclasses.fields(Batch)}
-        )
+        names = batches[0]._tensors()
+        return Batch(**{name: torch.cat([getattr(b, name) for b in batches]) for name in names}, vocab=batches[0].vocab)
 
 
 def build_model(cfg: HookedTransformerConfig, seed: int) -> HookedTransformer:

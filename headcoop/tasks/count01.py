@@ -121,6 +121,7 @@ class Count01(Task):
             answer=answer,
             wrong=FOUR + FIVE - answer,
             labels=label,
+            vocab=tuple(self.vocab),
         )
 
     def sample(self, n: int, seed: int = 0) -> Batch:

@@ -163,6 +163,7 @@ class SkipPair(Task):
             answer=answer,
             wrong=wrong,
             labels=labels,
+            vocab=tuple(self.vocab),
         )
 
     def signal_positions(self, tokens: Int[Tensor, "batch pos"]) -> Int[Tensor, "batch 2"]:

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any, Literal
 
 import torch
-from tqdm.auto import tqdm
+from headcoop.progress import tqdm
 from transformer_lens import HookedTransformer
 
 from headcoop.checks import check_finite, check_float, check_int, check_seed
@@ -219,24 +219,7 @@ def evaluate(model: HookedTransformer, task: Task | None = None, **kwargs) -> di
     return task.evaluate(model, **kwargs)
 
 
-# --- command line: the same training flags for `headcoop train` and `headcoop sweep` -----------------
-
-
-def add_training_arguments(parser) -> None:
-    """The TrainConfig flags (all but the seed) and --positional / --no-progress, on an argparse parser."""
-    default = TrainConfig()
-    parser.add_argument("--steps", type=int, default=default.steps, help=f"optimizer steps (default {default.steps})")
-    parser.add_argument("--batch-size", type=int, default=default.batch_size,
-                        help=f"sequences per step (default {default.batch_size})")  # fmt: skip
-    parser.add_argument("--lr", type=float, default=default.lr, help=f"peak learning rate (default {default.lr})")
-    parser.add_argument("--weight-decay", type=float, default=default.weight_decay,
-                        help=f"AdamW weight decay (default {default.weight_decay})")  # fmt: skip
-    parser.add_argument("--warmup", type=int, default=default.warmup,
-                        help=f"linear warm-up steps (default {default.warmup})")  # fmt: skip
-    parser.add_argument("--schedule", choices=SCHEDULES, default=default.schedule,
-                        help="after warm-up: cosine decay to lr/10, or constant (default cosine)")  # fmt: skip
-    parser.add_argument("--positional", action="store_true", help="Count01 with a learned positional embedding")
-    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+# --- command line: what the training flags of `headcoop train` and `headcoop sweep` mean ------------------
 
 
 def config_from_args(args, seed: int = 0) -> TrainConfig:
