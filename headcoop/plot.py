@@ -23,6 +23,21 @@ pio.templates[TEMPLATE] = go.layout.Template(
 )
 
 
+class Displayed:
+    """What every analysis result shares: as the last expression of a Jupyter cell it shows its short repr,
+    a compact table (`to_dataframe()`, the first rows) and its figure (`plot()`); elsewhere, the repr."""
+
+    display_rows = 12
+
+    def _repr_html_(self) -> str:
+        import html
+
+        frame = self.to_dataframe()
+        shown = frame.head(self.display_rows).to_html(float_format=lambda v: f"{v:.4g}", max_cols=12)
+        more = f"<p>{len(frame)} rows; <code>.to_dataframe()</code> has them all</p>" if len(frame) > self.display_rows else ""
+        return f"<div><pre>{html.escape(repr(self))}</pre>{shown}{more}{self.plot()._repr_html_()}</div>"
+
+
 def _to_numpy(values) -> np.ndarray:
     if hasattr(values, "detach"):  # a torch tensor, without importing torch here
         values = values.detach().float().cpu().numpy()

@@ -10,6 +10,7 @@ def test_import_and_train_in_a_kernel_print_no_warning(tmp_path):
         "import headcoop as hc\ntask = hc.Count01(max_len=6)\n"
         "model = hc.train(task, task.model(seed=0, n_heads=2, d_model=4), steps=3, batch_size=8, warmup=1)",
         "task.sample(512)",
+        "hc.patch(model)",
     ]
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
     NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
@@ -18,3 +19,6 @@ def test_import_and_train_in_a_kernel_print_no_warning(tmp_path):
     (result,) = [out for out in nb.cells[1].outputs if out.output_type == "execute_result"]
     text = result["data"]["text/plain"]
     assert text.startswith("Batch(512 examples: tokens [512, 10]") and len(text) < 400
+    (shown,) = [out for out in nb.cells[2].outputs if out.output_type == "execute_result"]
+    assert "<table" in shown["data"]["text/html"] and "plotly" in shown["data"]["text/html"]
+    assert shown["data"]["text/plain"].startswith("PatchResult(denoise 'z'")

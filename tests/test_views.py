@@ -1,5 +1,6 @@
 """headcoop.plot: shared plotly helpers and the offline circuitsvis attention view."""
 
+import html
 import json
 import re
 import urllib.request
@@ -162,3 +163,23 @@ def test_attention_view_show_writes_a_page_when_no_notebook(monkeypatch, tmp_pat
     monkeypatch.setattr(webbrowser, "open", opened.append)
     attention_view([("h", dict(attention=[[[1.0]]], tokens=["a"]))]).show()
     assert len(opened) == 1 and opened[0].startswith("file://")
+
+
+def test_every_result_is_frozen_and_shows_itself_in_a_notebook():
+    import dataclasses
+
+    import headcoop as hc
+
+    model = hc.Count01(max_len=6).model(seed=0, n_heads=2, d_model=4)
+    batch = model.task.sample(32, seed=0)
+    results = [hc.patch(model, clean=batch), hc.dla(model, batch), hc.qk(model, head=0), hc.ov(model, head=0),
+               hc.probe(model, batch, batch.labels)]  # fmt: skip
+    for result in results:
+        name = type(result).__name__
+        field = dataclasses.fields(result)[0].name
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(result, field, None)
+        page = result._repr_html_()
+        assert "<table" in page and "plotly" in page.lower(), name
+        assert page.startswith("<div><pre>" + html.escape(repr(result))[:20]), name
+        assert len(repr(result)) < 400, name

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
+from typing import Literal, get_args
 
 import torch
 from jaxtyping import Float
@@ -24,7 +25,8 @@ from transformer_lens.utilities import get_act_name
 from headcoop.analysis.common import as_tokens, check_choice, parse_heads, require_task
 from headcoop.tasks.base import generator
 
-HOWS = ("zero", "mean", "resample", "scale")
+How = Literal["zero", "mean", "resample", "scale"]
+HOWS: tuple[str, ...] = get_args(How)
 
 
 
@@ -62,7 +64,7 @@ def _reference_z(
 def ablate(
     model: HookedTransformer,
     heads,
-    how: str = "zero",
+    how: How = "zero",
     layer: int = 0,
     reference=None,
     seed: int = 0,

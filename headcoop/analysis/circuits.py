@@ -25,6 +25,7 @@ from torch import Tensor
 from transformer_lens import FactoredMatrix, HookedTransformer
 from transformer_lens.utilities.activation_functions import apply_softcap
 
+from headcoop.plot import Displayed
 from headcoop.analysis.common import one_head, vocab_labels
 from headcoop.analysis.dla import check_decomposable, output_labels
 from headcoop.tasks.base import check_ids
@@ -72,8 +73,8 @@ def _table_ids(tokens, d_vocab: int) -> Tensor:
     return ids
 
 
-@dataclasses.dataclass
-class QKTable:
+@dataclasses.dataclass(frozen=True)
+class QKTable(Displayed):
     """Pre-softmax attention scores of one head over query and key inputs.
 
     scores: [q_tok, k_tok], or [q_tok, q_pos, k_tok, k_pos] when positional. Entries with k_pos > q_pos
@@ -166,8 +167,8 @@ class QKTable:
         return heatmap(flat, labels, labels, title, xlabel="key token@position", ylabel="query token@position")
 
 
-@dataclasses.dataclass
-class OVTable:
+@dataclasses.dataclass(frozen=True)
+class OVTable(Displayed):
     """Effect on the logits of one head attending fully to one source input (b_O excluded).
 
     effects: [src_tok, vocab], or [src_tok, src_pos, vocab] when positional.

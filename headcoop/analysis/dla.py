@@ -25,6 +25,7 @@ from torch import Tensor
 from transformer_lens import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
+from headcoop.plot import Displayed
 from headcoop.analysis.common import (
     as_tokens, check_choice, check_positions, head_names, require_model, require_task, vocab_labels,
 )
@@ -91,8 +92,8 @@ def positions(pos, n: int, width: int) -> Int[Tensor, " batch"]:
     return check_positions(pos, n, width).cpu()
 
 
-@dataclasses.dataclass
-class DLAResult:
+@dataclasses.dataclass(frozen=True)
+class DLAResult(Displayed):
     """Per-component contributions to the logits at one position per example.
 
     values:     [batch, component, vocab]  contribution of each component to each logit

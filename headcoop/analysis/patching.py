@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
+from typing import Literal, get_args
 
 import einops
 import numpy as np
@@ -59,21 +60,25 @@ from torch import Tensor
 from transformer_lens import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
+from headcoop.plot import Displayed
 from headcoop.analysis.common import as_tokens, check_choice, check_layer, head_selection, model_device, task_of
 from headcoop.checks import check_bool, check_finite, check_float, check_metric_value, installed_hooks
 from headcoop.tasks.base import Batch
 
-HEAD_COMPONENTS = ("z", "q", "k", "v", "pattern")
-COMPONENTS = (*HEAD_COMPONENTS, "resid_pre")
-POSITIONS = ("all", "each")
-DIRECTIONS = ("denoise", "noise")
+Component = Literal["z", "q", "k", "v", "pattern", "resid_pre"]
+Positions = Literal["all", "each"]
+Direction = Literal["denoise", "noise"]
+COMPONENTS: tuple[str, ...] = get_args(Component)
+HEAD_COMPONENTS = COMPONENTS[:-1]
+POSITIONS: tuple[str, ...] = get_args(Positions)
+DIRECTIONS: tuple[str, ...] = get_args(Direction)
 
 Metric = Callable[[Float[Tensor, "batch pos vocab"]], Float[Tensor, ""]]
 
 
 # --- the result ---------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
-class PatchResult:
+class PatchResult(Displayed):
     """The metric after each patch, with labelled axes.
 
     values:        tensor whose axes are named by `dims`:
@@ -344,9 +349,9 @@ def patch(
     clean=None,
     corrupt=None,
     metric: Metric | None = None,
-    component: str = "z",
-    positions: str = "all",
-    direction: str = "denoise",
+    component: Component = "z",
+    positions: Positions = "all",
+    direction: Direction = "denoise",
     memory_budget_mb: float = 256,
     head_local: bool = True,
 ) -> PatchResult:

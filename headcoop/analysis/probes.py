@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
+from typing import Literal, get_args
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -29,13 +30,14 @@ from torch import Tensor
 from transformer_lens import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
+from headcoop.plot import Displayed
 from headcoop.analysis.common import as_tokens, check_choice, check_head, check_layer, check_positions, head_selection
 from headcoop.checks import check_finite
 from headcoop.tasks.base import Batch, generator
 
-HEAD_SITES = ("z", "q", "k", "v", "result")
-RESID_SITES = ("resid_pre", "resid_post", "attn_out", "embed")
-SITES = HEAD_SITES + RESID_SITES
+Site = Literal["z", "q", "k", "v", "result", "resid_pre", "resid_post", "attn_out", "embed"]
+SITES: tuple[str, ...] = get_args(Site)
+HEAD_SITES, RESID_SITES = SITES[:5], SITES[5:]
 
 
 # --------------------------------------------------------------------------------------------
@@ -50,7 +52,7 @@ def _positions(model: HookedTransformer, tokens, toks: Tensor, pos) -> Int[Tenso
 
 
 def probe_features(
-    model: HookedTransformer, tokens, site: str = "z", head=None, layer: int | None = 0, pos=None
+    model: HookedTransformer, tokens, site: Site = "z", head=None, layer: int | None = 0, pos=None
 ) -> tuple[Float[Tensor, "batch probe d_feature"], list[str], list[int], list[int | None]]:
     """The activations one probe per head (head sites) or per layer (residual sites) reads.
 
@@ -231,8 +233,8 @@ def fit_logistic(
 # --------------------------------------------------------------------------------------------
 # the result
 # --------------------------------------------------------------------------------------------
-@dataclasses.dataclass
-class ProbeResult:
+@dataclasses.dataclass(frozen=True)
+class ProbeResult(Displayed):
     """Probes fitted by `probe`, one per head (or per layer on residual sites).
 
     names:     ["L0H0", ...] (head sites) or ["L0", ...] / ["embed"] (residual sites)
@@ -345,7 +347,7 @@ def probe(
     model: HookedTransformer,
     tokens,
     labels=None,
-    site: str = "z",
+    site: Site = "z",
     head=None,
     layer: int | None = 0,
     pos=None,
@@ -431,10 +433,12 @@ def probe(
     )  # fmt: skip
     proba_test = result.predict_proba(x[:, test_idx].transpose(0, 1))  # [n_test, probe, K]
     proba_train = result.predict_proba(x_train.transpose(0, 1))
-    result.acc = (proba_test.argmax(-1) == y[test_idx, None]).double().mean(0)
-    result.train_acc = (proba_train.argmax(-1) == y[train_idx, None]).double().mean(0)
-    result.roc_auc = _auc(proba_test, y[test_idx], K)
-    return result
+    return dataclasses.replace(  # built whole: the scores come from the fitted probes' own predictions
+        result,
+        acc=(proba_test.argmax(-1) == y[test_idx, None]).double().mean(0),
+        train_acc=(proba_train.argmax(-1) == y[train_idx, None]).double().mean(0),
+        roc_auc=_auc(proba_test, y[test_idx], K),
+    )
 
 
 def _auc(proba: Float[Tensor, "n probe K"], y: Int[Tensor, " n"], K: int) -> Float[Tensor, " probe"]:
