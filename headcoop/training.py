@@ -191,7 +191,8 @@ def train(
             if step % log_every == 0 or step == cfg.steps - 1:
                 acc = task.correct(logits.detach(), batch).float().mean().item()
                 history.append({"step": step, "loss": loss.item(), "acc": acc})
-                bar.set_postfix(loss=f"{loss.item():.4f}", acc=f"{acc:.3f}")
+            if progress:  # the loss of every step (it is on the host already: check_loss read it)
+                bar.set_postfix(loss=f"{loss.item():.4f}", acc=f"{history[-1]['acc']:.3f}", refresh=False)
     model.eval()
     check_finite(model, "hc.train (after the last step)")
     return mark_trained(model, task, history, cfg)

@@ -290,3 +290,28 @@ def test_a_third_task_plugs_in_without_touching_the_report(tmp_path):
     finally:
         del STUDIES["parity-demo"]
     assert "Parity demo section" in page and "a note from the study" in page and "demo column" in page
+
+
+def test_count01_head_map_shows_its_reference_lines_and_separates_crowded_labels():
+    """The figure JSON: the dotted lines at w01 = 1 and w02 = 10 have a visible width (from the template), and
+    heads at the same spot get different label positions."""
+    import pandas as pd
+
+    from headcoop.plot import TEMPLATE
+    from headcoop.studies.count01 import head_map_figure
+
+    table = pd.DataFrame({"w01": [1.0, 1.01, 0.99, 5.0], "w02": [2.0, 2.02, 1.98, 50.0], "s_acc": [0.9] * 4},
+                         index=["L0H0", "L0H1", "L0H2", "L0H3"])  # fmt: skip
+    fig = head_map_figure(table)
+    assert fig.layout.template.layout.shapedefaults.line.width > 0
+    assert sorted((s.type, s.x0 if s.x0 == s.x1 else s.y0) for s in fig.layout.shapes) == [("line", 1.0), ("line", 10.0)]
+    assert all(s.line.width is None or s.line.width > 0 for s in fig.layout.shapes)
+    positions = list(fig.data[0].textposition)
+    assert len(set(positions[:3])) == 3 and positions[3] == "top center"
+    assert fig.layout.template == pio_template(TEMPLATE)
+
+
+def pio_template(name):
+    import plotly.io as pio
+
+    return pio.templates[name]

@@ -195,6 +195,19 @@ def report_head_metrics(model: HookedTransformer, task: Task) -> pd.DataFrame:
     return head_metrics(model, task).set_index("name")[REPORT_COLUMNS]
 
 
+def _label_positions(x: np.ndarray, y: np.ndarray) -> list[str]:
+    """Where to put each head's label: heads that sit close together (on the log axes) take turns
+    above, below, right and left, so a cluster's labels do not print over each other."""
+    lx, ly = np.log10(np.clip(x, 1e-12, None)), np.log10(np.clip(y, 1e-12, None))
+    spots = ["top center", "bottom center", "middle right", "middle left"]
+    out: list[str] = []
+    for i in range(len(x)):
+        near = [j for j in range(i) if abs(lx[j] - lx[i]) < 0.08 and abs(ly[j] - ly[i]) < 0.08]
+        taken = {out[j] for j in near}
+        out.append(next((s for s in spots if s not in taken), spots[len(near) % len(spots)]))
+    return out
+
+
 def head_map_figure(table: pd.DataFrame):
     """The paper's picture: each head at (w01, w02) on log axes, coloured by s_acc, reference lines at
     w01 = 1 and w02 = 10."""
@@ -206,7 +219,7 @@ def head_map_figure(table: pd.DataFrame):
     s_acc = table["s_acc"].to_numpy(float)
     fig = go.Figure(
         go.Scatter(
-            x=w01, y=w02, mode="markers+text", text=list(table.index), textposition="top center",
+            x=w01, y=w02, mode="markers+text", text=list(table.index), textposition=_label_positions(w01, w02),
             marker=dict(size=13, color=s_acc, colorscale="Viridis", cmin=0.5, cmax=1.0,
                         colorbar=dict(title="s_acc"), line=dict(width=1, color="#333")),
             hovertemplate="%{text}<br>w01 %{x:.3g}<br>w02 %{y:.3g}<br>s_acc %{marker.color:.3f}<extra></extra>",
