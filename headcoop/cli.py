@@ -88,6 +88,17 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
+def add_model_arguments(parser: argparse.ArgumentParser, grid: bool) -> None:
+    """The task and the model's shape: one value each for train, one or more (a grid) for sweep."""
+    many = dict(nargs="+") if grid else {}
+    parser.add_argument("task", choices=TASK_NAMES, help="the toy task")
+    parser.add_argument("--heads", type=int, default=None, help="attention heads per layer (task default)", **many)
+    parser.add_argument("--d-model", type=int, default=None,
+                        help="residual width (Count01 only; SkipPair is one-hot, 12)", **many)  # fmt: skip
+    parser.add_argument("--d-head", type=int, default=None, help="width of each head (task default)", **many)
+    parser.add_argument("--layers", type=int, default=None if grid else 1, help="attention layers (default 1)", **many)
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     from headcoop.sweeps import _cmd_sweep
 
@@ -114,11 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="train one model and save it as a checkpoint folder",
         description="Train one model on a task (loss only at the task's loss positions) and save it.",
     )
-    train.add_argument("task", choices=TASK_NAMES, help="the toy task")
-    train.add_argument("--heads", type=int, default=None, help="attention heads per layer (task default)")
-    train.add_argument("--d-model", type=int, default=None, help="residual width (Count01 only; SkipPair is one-hot, 12)")
-    train.add_argument("--d-head", type=int, default=None, help="width of each head (task default)")
-    train.add_argument("--layers", type=int, default=1, help="attention layers (default 1)")
+    add_model_arguments(train, grid=False)
     add_training_arguments(train)
     train.add_argument("--seed", type=int, default=0, help="seed of the initial weights and the data (default 0)")
     train.add_argument("--out", required=True, help="folder to write the checkpoint to")
@@ -143,11 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
         "sweep resumes; sweeps started into one folder at once share the runs. Prints the table of metrics "
         "and writes it to OUT/sweep.csv.",
     )
-    sweep.add_argument("task", choices=TASK_NAMES, help="the toy task")
-    sweep.add_argument("--heads", type=int, nargs="+", default=None, help="head counts to try (task default)")
-    sweep.add_argument("--d-model", type=int, nargs="+", default=None, help="residual widths (Count01 only)")
-    sweep.add_argument("--d-head", type=int, nargs="+", default=None, help="head widths (task default)")
-    sweep.add_argument("--layers", type=int, nargs="+", default=None, help="layer counts (default 1)")
+    add_model_arguments(sweep, grid=True)
     sweep.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds of weights and data (default 0)")
     add_training_arguments(sweep)
     sweep.add_argument("--chunk", type=int, default=32, help="models trained together between saves (default 32)")
