@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import html
 import os
 import sys
 import time
@@ -24,6 +23,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import plotly.offline
 import torch
+from markupsafe import Markup
 from torch import Tensor
 from headcoop.progress import tqdm
 from transformer_lens import HookedTransformer
@@ -31,29 +31,16 @@ from transformer_lens import HookedTransformer
 import headcoop as hc
 from headcoop.checks import check_out_file
 from headcoop.analysis.attention import attention_data
-from headcoop.views import attention_heads_html, module_script
+from headcoop.pages import Code, Details, Figure, Html, Section, Table, Text, render, stylesheet
+from headcoop.views import attention_heads_html, circuitsvis_bundle
 from headcoop.analysis.common import head_names, require_task
 from headcoop.studies import study_for
 from headcoop.tasks.base import Batch, Task
 
-_CSS = """
-body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 auto; max-width: 1200px;
-       padding: 0 24px 48px; color: #222; line-height: 1.45; }
-h1 { margin-bottom: 0; } h2 { margin-top: 40px; border-bottom: 1px solid #ddd; padding-bottom: 4px; }
-table.hc { border-collapse: collapse; font-size: 14px; margin: 8px 0; }
-table.hc th, table.hc td { border: 1px solid #ddd; padding: 3px 8px; text-align: right; }
-table.hc th { background: #f4f4f4; } table.hc td:first-child, table.hc th:first-child { text-align: left; }
-.note { color: #555; font-size: 14px; max-width: 900px; }
-.row { display: flex; flex-wrap: wrap; gap: 12px; }
-details { margin: 6px 0; } summary { cursor: pointer; font-weight: 600; }
-nav a { margin-right: 14px; } code { background: #f4f4f4; padding: 0 3px; }
-"""
-
-
 # --- what the sections share --------------------------------------------------------------------------
 @dataclasses.dataclass
 class _Context:
-    """The model and inputs every section reads, and the figures the page collects."""
+    """The model and inputs every section reads, and results the sections share."""
 
     model: HookedTransformer
     task: Task
@@ -61,7 +48,6 @@ class _Context:
     examples: int
     clean: Batch
     corrupt: Batch
-    n_figures: int = 0
     head_table: pd.DataFrame | None = None
     _memo: dict = dataclasses.field(default_factory=dict)
 
@@ -82,43 +68,29 @@ class _Context:
         """hc.dla on the clean batch."""
         return self.once("dla", lambda: hc.dla(self.model, self.clean))
 
-    def figure(self, fig: go.Figure, height: int = 420, width: int | None = None) -> str:
-        """The figure as a div (`hc-fig-N`) and the script that draws it; plotly.js is loaded once in <head>.
-
-        width: fixed width in pixels (needed inside closed <details>, which have no width to fill);
-        default: the page's width."""
-        div_id = f"hc-fig-{self.n_figures}"
-        self.n_figures += 1
-        fig.update_layout(height=height, width=width, margin=dict(t=60, b=50, l=60, r=30))
-        return fig.to_html(
-            full_html=False, include_plotlyjs=False, div_id=div_id, default_height=f"{height}px",
-            default_width="100%" if width is None else f"{width}px",
-            config={"displaylogo": False, "responsive": width is None},
-        )  # fmt: skip
-
-
-def _esc(text) -> str:
-    return html.escape(str(text))
-
 
 RATIO_COLUMNS = ("w01", "w02")  # ratios spanning decades: significant digits, not decimals
 
 
-def _table(df: pd.DataFrame, index: bool = True, digits: int = 3) -> str:
-    formatters = {c: (lambda x: f"{x:.3g}") for c in df.columns if c in RATIO_COLUMNS}
-    return df.to_html(
-        classes="hc", border=0, index=index, na_rep="", escape=True, formatters=formatters,
-        float_format=lambda x: f"{x:.{digits}f}",
-    )  # fmt: skip
+def _table(df: pd.DataFrame, index: bool = True, digits: int = 3) -> Table:
+    def cell(value) -> str:
+        if isinstance(value, float) and value != value:
+            return ""
+        return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+    frame = df.copy()
+    for column in RATIO_COLUMNS:
+        if column in frame:
+            frame[column] = [f"{v:.3g}" for v in frame[column]]
+    return Table(frame, index=index, cell=cell)
 
 
-def _note(text: str) -> str:
-    return f"<p class='note'>{text}</p>"
+def _note(text: str) -> Text:
+    return Text(text)
 
 
-# --- task-specific head pictures ----------------------------------------------------------------------
-# --- sections -----------------------------------------------------------------------------------------
-def _section_overview(ctx: _Context) -> str:
+# --- sections: each returns its blocks (headcoop.pages), never markup ----------------------------------
+def _section_overview(ctx: _Context) -> tuple:
     model, task, cfg = ctx.model, ctx.task, ctx.model.cfg
     doc = (sys.modules[type(task).__module__].__doc__ or "").strip()
     fields = [
@@ -131,25 +103,32 @@ def _section_overview(ctx: _Context) -> str:
     config.loc["parameters (trainable)"] = f"{n_params} ({n_trainable})"
     example = ctx.clean[:1]
     end = int(example.loss_pos.max()) + 1
+    vocab = ", ".join(f"{i}: {t}" for i, t in enumerate(task.vocab))
     return (
-        f"<p><b>Model:</b> <code>{_esc(ctx.source)}</code> &nbsp; <b>Task:</b> <code>{_esc(repr(task))}</code></p>"
-        f"<pre class='note'>{_esc(doc)}</pre>"
-        f"<p><b>Vocabulary</b> (id: token): {_esc(', '.join(f'{i}: {t}' for i, t in enumerate(task.vocab)))}</p>"
-        f"<p><b>An example</b>: <code>{_esc(task.decode(example.tokens[0, :end]))}</code>, answer "
-        f"<code>{_esc(task.vocab[int(example.answer[0])])}</code> at position {int(example.answer_pos[0])}</p>"
-        f"<h3>Configuration</h3>{_table(config)}"
+        Text(Markup("<p><b>Model:</b> <code>{}</code> &nbsp; <b>Task:</b> <code>{}</code></p>").format(ctx.source, repr(task)), note=False),  # fmt: skip
+        Code(doc),
+        Text(Markup("<p><b>Vocabulary</b> (id: token): {}</p>").format(vocab), note=False),
+        Text(
+            Markup("<p><b>An example</b>: <code>{}</code>, answer <code>{}</code> at position {}</p>").format(
+                task.decode(example.tokens[0, :end]), task.vocab[int(example.answer[0])], int(example.answer_pos[0])
+            ),
+            note=False,
+        ),
+        Text("<h3>Configuration</h3>", note=False),
+        _table(config),
     )
 
 
-def _section_accuracy(ctx: _Context) -> str:
+def _section_accuracy(ctx: _Context) -> tuple:
     metrics = ctx.task.evaluate(ctx.model)
     frame = pd.DataFrame({"value": list(metrics.values())}, index=list(metrics))
-    return _note(f"<code>task.evaluate(model)</code> on fresh samples of {_esc(repr(ctx.task))}.") + _table(
-        frame, digits=4
+    return (
+        Text(Markup("<code>task.evaluate(model)</code> on fresh samples of {}.").format(repr(ctx.task))),
+        _table(frame, digits=4),
     )
 
 
-def _section_heads(ctx: _Context) -> str:
+def _section_heads(ctx: _Context) -> tuple:
     model, task = ctx.model, ctx.task
     names = head_names(model)
     patched, attr = ctx.patch(), ctx.dla()
@@ -185,7 +164,7 @@ def _section_heads(ctx: _Context) -> str:
         table = table.join(columns)
     notes += study_notes
     ctx.head_table = table
-    return "".join(_note(n) for n in notes) + _table(table)
+    return (*map(_note, notes), _table(table))
 
 
 def _share(result) -> Tensor:
@@ -195,24 +174,22 @@ def _share(result) -> Tensor:
     return result.normalized()
 
 
-def _section_attention(ctx: _Context) -> str:
-    """One circuitsvis view per (layer, example), every render call in one script after the bundle."""
+def _section_attention(ctx: _Context) -> tuple:
+    """One circuitsvis view per (layer, example); their render calls run after the bundle, at the page's end."""
     n = min(ctx.examples, len(ctx.clean))
     views = [view for layer in range(ctx.model.cfg.n_layers)
              for view in attention_data(ctx.model, ctx.clean, layer=layer, example=0, max_examples=n)]  # fmt: skip
-    markup, script = attention_heads_html(views)
+    markup, script = attention_heads_html(views, bundle=False)
     return (
         _note(
             f"Attention patterns of every head on {n} inputs of the task's patching batch (query rows, key "
             "columns; hover a head to enlarge it, click to lock). Rendered by circuitsvis, offline."
-        )
-        + markup
-        + "\n"
-        + module_script(script)
+        ),
+        Html(markup, script),
     )
 
 
-def _section_patching(ctx: _Context) -> str:
+def _section_patching(ctx: _Context) -> tuple:
     model = ctx.model
     heads, each = ctx.patch(), ctx.patch("each")
     n_layers = model.cfg.n_layers
@@ -223,24 +200,27 @@ def _section_patching(ctx: _Context) -> str:
             f"Denoising: run the corrupt inputs (<code>task.corrupt</code>) and patch in one head's clean "
             f"output <code>z</code>. Values are the share of the clean&minus;corrupt gap restored (clean "
             f"mean logit diff {heads.clean_value:.3f}, corrupt {heads.corrupt_value:.3f})."
-        )
-        + ctx.figure(heads.plot(normalized=gap, title="head patching: all positions"), height=300 + 40 * n_layers)
-        + ctx.figure(each.plot(normalized=gap, title="head patching: one position at a time"), height=height)
+        ),
+        Figure(heads.plot(normalized=gap, title="head patching: all positions"), height=300 + 40 * n_layers),
+        Figure(each.plot(normalized=gap, title="head patching: one position at a time"), height=height),
     )
 
 
-def _section_dla(ctx: _Context) -> str:
+def _section_dla(ctx: _Context) -> tuple:
     attr = ctx.dla()
-    return _note(
-        "Direct logit attribution at the answer position: each component's contribution to logit(answer) "
-        f"&minus; logit(alternative), mean over {len(ctx.clean)} inputs, error bars one std. The components "
-        "sum to the model's logit difference exactly."
-    ) + ctx.figure(attr.plot())
+    return (
+        _note(
+            "Direct logit attribution at the answer position: each component's contribution to logit(answer) "
+            f"&minus; logit(alternative), mean over {len(ctx.clean)} inputs, error bars one std. The components "
+            "sum to the model's logit difference exactly."
+        ),
+        Figure(attr.plot()),
+    )
 
 
-def _section_circuits(ctx: _Context) -> str:
+def _section_circuits(ctx: _Context) -> tuple:
     model = ctx.model
-    parts = [
+    blocks = [
         _note(
             "QK: pre-softmax attention score of a query token on a key token (<code>hc.qk</code>). OV: change "
             "in each output logit when the head attends fully to a source token (<code>hc.ov</code>). Layers "
@@ -249,14 +229,11 @@ def _section_circuits(ctx: _Context) -> str:
     ]
     for i, name in enumerate(head_names(model)):
         layer, head = divmod(i, model.cfg.n_heads)
-        qk_fig = hc.qk(model, head=head, layer=layer).plot()
-        ov_fig = hc.ov(model, head=head, layer=layer).plot()
-        qk_html, ov_html = (ctx.figure(f, height=_square(f), width=_square(f) + 120) for f in (qk_fig, ov_fig))
-        parts.append(
-            f"<details{' open' if i == 0 else ''}><summary>{name}</summary>"
-            f"<div class='row'><div>{qk_html}</div><div>{ov_html}</div></div></details>"
-        )
-    return "".join(parts)
+        figures = (hc.qk(model, head=head, layer=layer).plot(), hc.ov(model, head=head, layer=layer).plot())
+        # inside a closed <details> a figure has no width to fill: give it one
+        squares = tuple(Figure(f, height=_square(f), width=_square(f) + 120) for f in figures)
+        blocks.append(Details(name, squares, open=i == 0))
+    return tuple(blocks)
 
 
 def _square(fig: go.Figure) -> int:
@@ -264,23 +241,23 @@ def _square(fig: go.Figure) -> int:
     return min(1200, max(380, 200 + 14 * len(fig.data[0].y)))
 
 
-def _study_section(anchor: str) -> Callable[[_Context], str]:
-    """The builder of a study's section: the study supplies data, rendered here like every other section."""
+def _study_section(anchor: str) -> Callable[[_Context], tuple]:
+    """The builder of a study's section: the study supplies data, rendered like every other section."""
 
-    def build(ctx: _Context) -> str:
+    def build(ctx: _Context) -> tuple:
         table = ctx.head_table if ctx.head_table is not None else pd.DataFrame()
         part = study_for(ctx.task).section(anchor, ctx.model, ctx.task, table)
-        html_parts = [_note(n) for n in part.notes]
+        blocks = [_note(n) for n in part.notes]
         if part.table is not None:
-            html_parts.append(_table(part.table))
+            blocks.append(_table(part.table))
         if part.figure is not None:
-            html_parts.append(ctx.figure(part.figure, height=part.figure_height))
-        return "".join(html_parts)
+            blocks.append(Figure(part.figure, height=part.figure_height))
+        return tuple(blocks)
 
     return build
 
 
-def _sections(task: Task) -> list[tuple[str, str, Callable[[_Context], str]]]:
+def _sections(task: Task) -> list[tuple[str, str, Callable[[_Context], tuple]]]:
     """(anchor, title, builder) in page order."""
     sections = [
         ("overview", "Task and configuration", _section_overview),
@@ -298,6 +275,25 @@ def _sections(task: Task) -> list[tuple[str, str, Callable[[_Context], str]]]:
 
 
 # --- the page -----------------------------------------------------------------------------------------
+class _PlotlyDivs:
+    """Renders pages.Figure blocks as `<div id="hc-fig-N">` plus the script that draws it (plotly.js is
+    inlined once in <head>), numbering the figures in page order."""
+
+    def __init__(self):
+        self.count = 0
+
+    def __call__(self, block: Figure) -> Markup:
+        div_id = f"hc-fig-{self.count}"
+        self.count += 1
+        fig, height, width = block.figure, block.height, block.width
+        fig.update_layout(height=height, width=width, margin=dict(t=60, b=50, l=60, r=30))
+        return Markup(fig.to_html(
+            full_html=False, include_plotlyjs=False, div_id=div_id, default_height=f"{height}px",
+            default_width="100%" if width is None else f"{width}px",
+            config={"displaylogo": False, "responsive": width is None},
+        ))  # fmt: skip
+
+
 def _resolve(model_or_name) -> tuple[HookedTransformer, str]:
     if isinstance(model_or_name, HookedTransformer):
         return model_or_name, model_or_name.cfg.model_name
@@ -306,6 +302,21 @@ def _resolve(model_or_name) -> tuple[HookedTransformer, str]:
     raise TypeError(
         f"report needs a HookedTransformer, a shipped name or a checkpoint path, got {type(model_or_name).__name__}"
     )
+
+
+def report_sections(model: HookedTransformer, source: str = "", examples: int = 3, progress: bool = True) -> list[Section]:
+    """Every section of the report as data (headcoop.pages.Section): what `report` renders."""
+    task = require_task(model, "the report's inputs and metrics")
+    clean, corrupt = task.patching_inputs()
+    ctx = _Context(model=model, task=task, source=source or model.cfg.model_name, examples=examples, clean=clean,
+                   corrupt=corrupt)  # fmt: skip
+    sections = []
+    bar = tqdm(_sections(task), desc="report", unit="section", disable=not progress)
+    for anchor, title, build in bar:
+        bar.set_postfix_str(anchor)
+        sections.append(Section(title, build(ctx), anchor=anchor))
+    bar.close()
+    return sections
 
 
 def report(
@@ -322,35 +333,26 @@ def report(
     hc.head_metrics; SkipPair: preference orderings), Count01 (w01, w02) head map or SkipPair orderings,
     attention views, head-patching heatmaps ([layer, head] and [layer, pos, head]), DLA bars, QK / OV
     heatmaps per head. plotly.js and the circuitsvis bundle are inlined once each: no network needed.
+    The page is rendered from headcoop/templates/report.html.j2 (Jinja2, autoescaped).
     """
     if not isinstance(examples, int) or isinstance(examples, bool) or examples < 1:
         raise ValueError(f"examples must be a positive int, got {examples!r}")
     out = check_out_file(out, "report")
     model, source = _resolve(model_or_name)
-    task = require_task(model, "the report's inputs and metrics")
-    clean, corrupt = task.patching_inputs()
-    ctx = _Context(model=model, task=task, source=source, examples=examples, clean=clean, corrupt=corrupt)
-    sections = _sections(task)
     start = time.perf_counter()
-    bodies = []
-    bar = tqdm(sections, desc="report", unit="section", disable=not progress)
-    for anchor, title, build in bar:
-        bar.set_postfix_str(anchor)
-        bodies.append(f"<section id='hc-sec-{anchor}'><h2>{_esc(title)}</h2>\n{build(ctx)}\n</section>")
-    bar.close()
+    sections = report_sections(model, source, examples=examples, progress=progress)
     elapsed = time.perf_counter() - start
-
-    nav = " ".join(f"<a href='#hc-sec-{anchor}'>{_esc(title)}</a>" for anchor, title, _ in sections)
-    title = f"headcoop report: {source} ({model.cfg.model_name})"
-    page = "\n".join([
-        "<!DOCTYPE html>", "<html lang='en'><head><meta charset='utf-8'>", f"<title>{_esc(title)}</title>",
-        f"<style>{_CSS}</style>",
-        f'<script type="text/javascript">{plotly.offline.get_plotlyjs()}</script>',
-        "</head><body>",
-        f"<h1>{_esc(title)}</h1>",
-        _note(f"headcoop {hc.__version__}; built in {elapsed:.1f} s. Works offline: every script is inlined."),
-        f"<nav>{nav}</nav>", *bodies, "</body></html>",
-    ])  # fmt: skip
+    calls = [b.script for s in sections for b in s.blocks if isinstance(b, Html) and b.script]
+    page = render(
+        "report.html.j2",
+        title=f"headcoop report: {source} ({model.cfg.model_name})",
+        note=f"headcoop {hc.__version__}; built in {elapsed:.1f} s. Works offline: every script is inlined.",
+        sections=sections,
+        css=Markup(stylesheet()),
+        plotlyjs=Markup(plotly.offline.get_plotlyjs()),
+        scripts=[Markup("\n".join([circuitsvis_bundle(), *calls]))] if calls else [],
+        plotly_div=_PlotlyDivs(),
+    )
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_name(f".{out.name}.{os.getpid()}.partial")
     partial.write_text(page, encoding="utf-8")
