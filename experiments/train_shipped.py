@@ -1,6 +1,6 @@
 """Regenerate the checkpoints shipped in headcoop/checkpoints/ (deterministic on CPU).
 
-    python experiments/train_shipped.py [--only count01 skip-pair skip-pair-dhead1]
+    python -m experiments.train_shipped [--only count01 skip-pair skip-pair-dhead1]
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ warnings.filterwarnings("ignore", category=DeprecationWarning)
 # name -> (task, model kwargs, model seed, training settings)
 RECIPES = {
     "count01": (hc.Count01(), dict(n_heads=16, d_model=32, d_head=2), 0, dict(steps=4000, lr=1e-2, seed=0)),
-    # SkipPair: the typical seeds of experiments/skip_pair/run_all.py (docs/results/skip_pair/typical_seeds.csv)
+    # SkipPair: the typical seeds of experiments.skip_pair.run_all (docs/results/skip_pair/typical_seeds.csv)
     "skip-pair": (hc.SkipPair(), dict(n_heads=2, d_head=5), 17, dict(steps=3000, lr=1e-2, seed=17)),
     "skip-pair-dhead1": (hc.SkipPair(), dict(n_heads=2, d_head=1), 3, dict(steps=3000, lr=1e-2, seed=3)),
 }

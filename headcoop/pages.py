@@ -82,8 +82,13 @@ class Table:
         return frame.astype(object).apply(lambda column: column.map(cell))
 
     def markdown(self) -> str:
-        """A GitHub (pipe) markdown table."""
-        return self.formatted().to_markdown(index=self.index, tablefmt="pipe", disable_numparse=True)
+        """A GitHub (pipe) markdown table, numeric columns right-aligned."""
+        align = ["right" if pd.api.types.is_numeric_dtype(self.frame[c]) else "left" for c in self.frame.columns]
+        if self.index:
+            align.insert(0, "left")
+        return self.formatted().to_markdown(
+            index=self.index, tablefmt="pipe", disable_numparse=True, colalign=align
+        )
 
     def html(self) -> Markup:
         """An HTML table (class `hc`); cells escaped."""
@@ -151,11 +156,11 @@ class Section:
     claims: tuple[Claim, ...] = ()
 
 
-def claims_table(claims: Sequence[Claim]) -> Table:
-    """The claims as one table (section, the source says, measured here, verdict)."""
+def claims_table(claims: Sequence[Claim], source_name: str = "source") -> Table:
+    """The claims as one table (section, the `source_name` says, measured here, verdict)."""
     frame = pd.DataFrame(
         [(c.section, c.source, c.measured, c.verdict) for c in claims],
-        columns=["section", "the source says", "measured here", "verdict"],
+        columns=["section", f"the {source_name} says", "measured here", "verdict"],
     )
     return Table(frame)
 

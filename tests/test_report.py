@@ -315,3 +315,37 @@ def pio_template(name):
     import plotly.io as pio
 
     return pio.templates[name]
+
+
+def test_pages_escape_what_is_not_headcoop_text():
+    """The HTML template autoescapes: a task repr or table cell holding markup is shown, not run; a
+    section's own Text (headcoop's trusted fragments) and a Table keep their markup."""
+    import pandas as pd
+
+    from headcoop.pages import Code, Section, Table, Text, render, stylesheet
+    from markupsafe import Markup
+
+    evil = "<script>alert(1)</script>"
+    section = Section("a <b> title", (Text("<b>bold</b>"), Code(evil), Table(pd.DataFrame({"x": [evil]}))), anchor="a")
+    page = render(
+        "report.html.j2", title=evil, note="n", sections=[section], css=Markup(stylesheet()), plotlyjs=Markup(""),
+        scripts=[], plotly_div=lambda block: "",
+    )  # fmt: skip
+    assert "<script>alert(1)</script>" not in page
+    assert page.count("&lt;script&gt;alert(1)&lt;/script&gt;") == 4  # <title>, <h1>, the code block, the cell
+    assert "<p class=\"note\"><b>bold</b></p>" in page and "a &lt;b&gt; title" in page
+    assert "<table" in page and "table.hc" in page  # the table and the shipped CSS
+
+
+def test_markdown_tables_come_from_pandas():
+    import pandas as pd
+
+    from headcoop.pages import Table
+
+    text = Table(pd.DataFrame({"name": ["a", "b"], "value": [1.23456, float("nan")]}), digits=2).markdown()
+    assert text.splitlines() == [
+        "| name   |   value |",
+        "|:-------|--------:|",
+        "| a      |    1.23 |",
+        "| b      |     n/a |",
+    ]

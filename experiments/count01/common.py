@@ -13,6 +13,7 @@ import pandas as pd
 import torch
 
 from headcoop import plot
+from headcoop.pages import Table, fmt  # noqa: F401  (fmt: the experiments' number format)
 
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 
@@ -77,34 +78,12 @@ def setup() -> None:
     warnings.filterwarnings("ignore", category=DeprecationWarning)
 
 
-def fmt(x, digits: int = 3) -> str:
-    """A number for the markdown tables and prose."""
-    if isinstance(x, (bool, np.bool_)):
-        return str(bool(x))
-    if isinstance(x, (int, np.integer)):
-        return str(int(x))
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "n/a"
-    x = float(x)
-    if x != 0 and (abs(x) >= 1e4 or abs(x) < 1e-3):
-        return f"{x:.{digits - 1}e}"
-    return f"{x:.{digits}f}"
-
-
 def write_table(df: pd.DataFrame, out: Path, name: str, digits: int = 3) -> pd.DataFrame:
     """Write `df` as out/name.csv and out/name.md (a markdown table); returns df."""
     out.mkdir(parents=True, exist_ok=True)
     df.to_csv(out / f"{name}.csv", index=False)
-    (out / f"{name}.md").write_text(markdown(df, digits) + "\n")
+    (out / f"{name}.md").write_text(Table(df, digits).markdown() + "\n")
     return df
-
-
-def markdown(df: pd.DataFrame, digits: int = 3) -> str:
-    cols = [str(c) for c in df.columns]
-    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
-    for row in df.itertuples(index=False):
-        lines.append("| " + " | ".join(fmt(v, digits) if not isinstance(v, str) else v for v in row) + " |")
-    return "\n".join(lines)
 
 
 def save_figure(fig, out: Path, name: str) -> list[str]:

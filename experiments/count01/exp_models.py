@@ -10,7 +10,7 @@ import plotly.express as px
 import torch
 
 import headcoop as hc
-from common import PRIMARY, Settings, save_figure, write_table
+from experiments.count01.common import PRIMARY, Settings, save_figure, write_table
 from headcoop.tasks.count01 import BOS, EOS, EQ, FIVE, FOUR, ONE, TWO, ZERO
 from headcoop.plot import TEMPLATE
 

@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 import torch
 
 import headcoop as hc
-from common import Settings, save_figure, write_table
+from experiments.count01.common import Settings, save_figure, write_table
 from headcoop.plot import TEMPLATE, heatmap
 from headcoop.tasks.count01 import EOS, FIVE, FOUR
 

@@ -1,10 +1,11 @@
 """Regenerate every Count01 result: tables (CSV + markdown) and figures in docs/results/count01/,
 then docs/results/count01.md from those tables.
 
-    python experiments/count01/run_all.py            # everything (fixed seeds), a few minutes on 2 cores
-    python experiments/count01/run_all.py --quick --out /tmp/count01   # tiny sizes: a smoke test
-    python experiments/count01/run_all.py --only shipped minimal       # some parts (the doc is rebuilt
+    python -m experiments.count01.run_all            # everything (fixed seeds), a few minutes on 2 cores
+    python -m experiments.count01.run_all --quick --out /tmp/results   # tiny sizes: a smoke test
+    python -m experiments.count01.run_all --only shipped minimal       # some parts (the doc is rebuilt
                                                                          from whatever tables exist)
+Run from the repository root. OUT (default docs/results) receives count01.md and the tables in count01/.
 """
 
 from __future__ import annotations
@@ -12,19 +13,13 @@ from __future__ import annotations
 import argparse
 import os
 import resource
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import pandas as pd
 
-import pandas as pd  # noqa: E402
-
-import exp_models  # noqa: E402
-import exp_shipped  # noqa: E402
-import exp_training  # noqa: E402
-import make_doc  # noqa: E402
-from common import DEFAULT_OUT, Settings, setup, write_table  # noqa: E402
+from experiments.count01 import exp_models, exp_shipped, exp_training, page
+from experiments.count01.common import DEFAULT_OUT, Settings, setup, write_table
 
 def cpu_seconds() -> float:
     """CPU time (user + system) of this process and its finished children (kaleido's browser)."""
@@ -38,11 +33,12 @@ PARTS = ("training", "shipped", "isolation", "minimal", "two_layer")
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="tiny sizes, for the smoke test")
-    parser.add_argument("--out", type=Path, default=None, help=f"output folder (default {DEFAULT_OUT})")
+    parser.add_argument("--out", type=Path, default=None, help=f"results folder (default {DEFAULT_OUT.parent})")
     parser.add_argument("--only", nargs="+", choices=PARTS, default=list(PARTS))
     parser.add_argument("--no-png", action="store_true", help="write HTML figures only")
     args = parser.parse_args(argv)
-    out = args.out or DEFAULT_OUT
+    results = args.out or DEFAULT_OUT.parent
+    out = results / "count01"  # the tables and figures
     if args.quick and args.out is None:
         parser.error("--quick needs --out (the quick tables must not overwrite docs/results)")
     if args.no_png:
@@ -87,7 +83,7 @@ def main(argv=None) -> int:
         table["load_avg_1min_at_start"] = load_at_start
         table["load_avg_1min_at_end"] = os.getloadavg()[0]
         write_table(table, out, "timing")
-    doc = make_doc.build(out, quick=args.quick)
+    doc = page.build(results, quick=args.quick)
     print(f"[count01] done in {total:.1f} s; doc: {doc}")
     return 0
 

@@ -1,7 +1,10 @@
 """Write docs/results/count01.md from the tables in docs/results/count01/ (every number in the doc is
 read from a table written by the experiment scripts; the sentences are chosen from what they say).
 
-    python experiments/count01/make_doc.py [--out FOLDER]
+Each section returns data (`headcoop.pages.Section`: text, tables, figures and the claims it checks); the
+page is rendered from `page.md.j2` (which extends headcoop's `results.md.j2`).
+
+    python -m experiments.count01.page [--out FOLDER]
 """
 
 from __future__ import annotations
@@ -13,14 +16,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from common import DEFAULT_OUT, Settings, fmt, markdown
+from experiments.count01.common import DEFAULT_OUT, Settings, fmt
+from headcoop.pages import Claim, FigureFile, Section, Table, Text, render
 
+HERE = Path(__file__).resolve().parent
 PAPER_R = 0.72
-SUMMARY: list[dict] = []  # one row per claim, filled by the sections and shown at the top
-
-
-def claim(section: str, paper: str, here: str, verdict: str) -> None:
-    SUMMARY.append({"section": section, "paper": paper, "here": here, "verdict": verdict})
 
 
 class Tables:
@@ -33,12 +33,15 @@ class Tables:
     def __getitem__(self, name: str) -> pd.DataFrame:
         return pd.read_csv(self.out / f"{name}.csv", dtype={"true answer": str, "others": str})
 
-    def fig(self, name: str, caption: str, rel: str) -> str:
-        png = self.out / f"{name}.png"
-        link = f"[interactive: {name}.html]({rel}/{name}.html)"
-        if png.exists():
-            return f"![{caption}]({rel}/{name}.png)\n\n*{caption}* ({link})"
-        return f"*{caption}*: {link}"
+    def fig(self, name: str, caption: str, rel: str) -> FigureFile:
+        return FigureFile(name, caption, folder=rel, png=(self.out / f"{name}.png").exists())
+
+
+def _section(lines: list, claims: list[Claim] | None = None) -> Section:
+    """A Section from a title line ("## ...") and blocks: strings become Text, tables and figures pass."""
+    title, *rest = lines
+    blocks = tuple(Text(b) if isinstance(b, str) else b for b in rest if not (isinstance(b, str) and b == ""))
+    return Section(title.removeprefix("## "), blocks, claims=tuple(claims or ()))
 
 
 def summary_value(df: pd.DataFrame, quantity: str) -> float:
@@ -49,61 +52,12 @@ def pct(x: float) -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.0f}%"
 
 
-def section_setup(s: Settings) -> str:
-    import headcoop as hc
-
-    shipped_steps = hc.load("count01").checkpoint_meta["train"]["steps"]
-    return f"""## Setup
-
-- **Task** (`hc.Count01()`): `[BOS] w = a [EOS]`, w drawn uniformly from {{0,1,2}}^n with n uniform in 1..20, ties
-  (as many 1s as 0s) excluded; `a` is `5` when w has more 1s than 0s, else `4`. The loss counts only the answer
-  at `=` and `[EOS]` after it.
-- **Models**: one attention-only layer (two in the last experiment), no LayerNorm, positional embedding held at
-  zero (attention depends on token identity only). Primary configuration d_model 32, 16 heads, d_head 2; the
-  shipped model `hc.load("count01")` has that shape (trained by `experiments/train_shipped.py`, {shipped_steps} steps).
-- **Training recipe of every model trained here** (`hc.train_many`): AdamW (betas 0.9/0.98, no weight decay),
-  batch {s.batch_size}, peak lr {fmt(s.lr)}, linear warm-up over a tenth of the steps, cosine decay to lr/10,
-  {s.steps} steps unless said otherwise; seed k initialises model k and draws its data stream.
-- **Evaluation**: accuracies on {s.n_eval} fresh strings (`task.evaluate`, sample seed 10000); head metrics on
-  {s.n_metrics} fresh strings (`hc.head_metrics(model, n={s.n_metrics}, seed=1)`; the shipped model's head map
-  uses {2 * s.n_metrics} strings, seed 0; the ensemble correlation {s.n_ensemble} strings per model to keep the
-  run short).
-
-## Definitions (used everywhere below)
-
-All per-head quantities are read at the `=` position, the query that predicts the answer
-(`hc.head_metrics`, `headcoop/studies/count01.py`).
-
-- **s_acc** (separation accuracy): a logistic-regression separator (`hc.probe`, L2 penalty 1e-3 on standardised
-  features) fit on the head's **z** (its d_head = 2 output before W_O) for 75% of the strings, label = "more 1s
-  than 0s"; s_acc is the accuracy on the other 25%. We use z rather than z @ W_O: z @ W_O is an injective
-  linear image of z when W_O[h] has rank d_head, so both are equally linearly separable.
-- **roc_auc**: ROC AUC of the same separator's held-out scores.
-- **l_acc** (the output layer reading the head alone): logits = z @ W_O[h] @ W_U + const, where const holds the
-  terms every forward pass has at `=` regardless of the heads: the embedding of `=`, b_O, both through W_U, and
-  b_U. The prediction is `5` when logit(5) > logit(4) (the other tokens are ignored); l_acc is its accuracy over
-  all strings. We include const because the model always has it; without it (`l_acc_head` in the tables) the
-  head's push alone decides.
-- **w01**: per-token attention weight on `0` over per-token weight on `1`: with a_t = (attention on keys holding
-  t) / (number of such keys), w01 = a_0 / a_1 per string, summarised by the geometric mean over strings holding
-  both tokens. With W_pos at zero a key's score depends on its token only, so every string gives the same ratio
-  exp(s_0 - s_1), s_t the QK score of `=` on t; the tests check that the two agree.
-- **w02**: per-token weight on the *average of `0` and `1`* over `2`: ((a_0 + a_1) / 2) / a_2, geometric mean over
-  strings holding 0, 1 and 2 (= (exp(s_0 - s_2) + exp(s_1 - s_2)) / 2 without positions).
-- **bias_45** (bias toward `4` or `5`): the head's direct push on logit(5) - logit(4) at `=` (its `hc.dla`
-  component), averaged over strings answered `5` and, separately, over strings answered `4`; bias_45 is the
-  mean of the two class means (positive: toward `5`), **signal_45** their difference.
-- **successful head**: s_acc >= 0.95.
-- **readout weight** of a head: ||W_O[h] (W_U[5] - W_U[4])||, how strongly the output layer reads the head on the
-  answer decision; used for the "output-layer-weighted" ensemble average.
-"""
-
-
-def section_sweep(t: Tables, s: Settings, rel: str) -> str:
+def section_sweep(t: Tables, s: Settings, rel: str) -> Section:
+    claims: list[Claim] = []
     acc = t["sweep_accuracy"]
     grid = acc.pivot(index="d_model", columns="n_heads", values="both_acc_mean")
     grid.columns = [f"{c} heads" for c in grid.columns]
-    table = markdown(grid.reset_index())
+    table = Table(grid.reset_index())
     n_seeds = int(acc.seeds.max())
     solved = acc[acc.solved == acc.seeds]
     never = acc[acc.solved == 0]
@@ -145,10 +99,11 @@ def section_sweep(t: Tables, s: Settings, rel: str) -> str:
             f"{fmt(r.both_acc_mean)})" for _, r in weak.iterrows())
             + ". Apart from these, every size trains to >= 99%; "
             "the paper's observation that small models are harder to train holds only for these few cases here.")
-    return "\n".join(lines) + "\n"
+    return _section(lines, claims)
 
 
-def section_primary(t: Tables, rel: str) -> str:
+def section_primary(t: Tables, rel: str) -> Section:
+    claims: list[Claim] = []
     sm = t["primary_summary"]
     v = lambda q: summary_value(sm, q)  # noqa: E731
     share = v("successful share (s_acc >= 0.95)")
@@ -164,7 +119,7 @@ def section_primary(t: Tables, rel: str) -> str:
         f"**Here**: every head of {int(v('models'))} primary-configuration models (seeds 0..{int(v('models')) - 1}), "
         f"{int(v('heads'))} heads (`primary_heads.csv`, summary `primary_summary.csv`):",
         "",
-        markdown(sm),
+        Table(sm),
         "",
         t.fig("primary_sacc_w01_w02", "Every head of the primary models in the (w01, w02) plane, coloured by s_acc",
               rel),
@@ -183,19 +138,19 @@ def section_primary(t: Tables, rel: str) -> str:
             "(the d_head = 1 minimal solution in section 8 does the same with w02 = 1)."
             if w02_ok < 0.5 else f"{pct(w02_ok)} of the successful heads have w02 > 10, in line with the paper.")
     lines[-1] += msg
-    claim("2", "about half the heads successful", f"{pct(share)} successful (s_acc >= 0.95)",
-          "agrees" if half else "differs (more)" if share > 0.65 else "differs (fewer)")
-    claim("2", "successful heads have w01 ~ 1", f"{pct(w01_wide)} within 0.1..10, {pct(w01_ok)} within 0.5..2",
-          "agrees" if w01_wide >= 0.75 else "partly")
-    claim("2", "successful heads have w02 > 10", f"{pct(w02_ok)} of them (median {fmt(v('successful: median w02'))})",
-          "agrees" if w02_ok >= 0.5 else "does not reproduce")
-    return "\n".join(lines) + "\n"
+    claims.append(Claim("2", "about half the heads successful", f"{pct(share)} successful (s_acc >= 0.95)",
+          "agrees" if half else "differs (more)" if share > 0.65 else "differs (fewer)"))
+    claims.append(Claim("2", "successful heads have w01 ~ 1", f"{pct(w01_wide)} within 0.1..10, {pct(w01_ok)} within 0.5..2",
+          "agrees" if w01_wide >= 0.75 else "partly"))
+    claims.append(Claim("2", "successful heads have w02 > 10", f"{pct(w02_ok)} of them (median {fmt(v('successful: median w02'))})",
+          "agrees" if w02_ok >= 0.5 else "does not reproduce"))
+    return _section(lines, claims)
 
 
-def section_shipped(t: Tables, rel: str) -> str:
+def section_shipped(t: Tables, rel: str) -> Section:
     df = t["shipped_heads"]
     cols = ["name", "s_acc", "l_acc", "roc_auc", "w01", "w02", "bias_45", "signal_45", "readout_45", "successful"]
-    return "\n".join([
+    return _section([
         "## 3. The shipped model's heads",
         "",
         f"`hc.head_metrics(hc.load('count01'))`: {int(df.successful.sum())} of {len(df)} heads are successful; "
@@ -205,11 +160,11 @@ def section_shipped(t: Tables, rel: str) -> str:
         "output layer reads them alone (s_acc - l_acc > 0.05): the paper's 'the model doesn't fully exploit the "
         "successful heads individually'.",
         "",
-        markdown(df[cols]),
+        Table(df[cols]),
         "",
         t.fig("shipped_head_map", "Per-head metrics of the shipped model (each row coloured on its own scale; "
               "w01, w02 as log10)", rel),
-    ]) + "\n"
+    ])
 
 
 def _range(part: pd.DataFrame, col: str, level: float) -> tuple[float, float]:
@@ -217,7 +172,8 @@ def _range(part: pd.DataFrame, col: str, level: float) -> tuple[float, float]:
     return (float(good.w01.min()), float(good.w01.max())) if len(good) else (float("nan"), float("nan"))
 
 
-def section_intervention(t: Tables, rel: str) -> str:
+def section_intervention(t: Tables, rel: str) -> Section:
+    claims: list[Claim] = []
     sm = t["intervention_summary"]
     sm["others"] = sm["others"].astype(str)
     wide = sm.pivot(index="w01", columns="others", values="mean_s_acc").reset_index()
@@ -238,7 +194,7 @@ def section_intervention(t: Tables, rel: str) -> str:
         "reading: only the 0/1/2 part of the pattern changes); **others=0.0**: they get no attention, so the head "
         "reads only the 0 and 1 keys. (`intervention_heads.csv` per head, `intervention_summary.csv`.)",
         "",
-        markdown(wide),
+        Table(wide),
         "",
         t.fig("intervention_model", "s_acc per head (thin) and mean (thick) against the imposed w01, others=model",
               rel),
@@ -268,9 +224,9 @@ def section_intervention(t: Tables, rel: str) -> str:
                    f"(mean s_acc {fmt(at(0.1))} at w01 = 0.1 and {fmt(at(10))} at w01 = 10).")
     else:
         verdict = "The curve does not show the paper's pattern (see the numbers above)."
-    claim("4", "s_acc high for 0.1 < w01 < 10 under the intervention",
+    claims.append(Claim("4", "s_acc high for 0.1 < w01 < 10 under the intervention",
           f"mean s_acc >= 0.95 for w01 in {fmt(lo)}..{fmt(hi)} (others=model)",
-          "agrees" if lo <= 0.1 and hi >= 10 and shape else "same shape, narrower band" if shape else "differs")
+          "agrees" if lo <= 0.1 and hi >= 10 and shape else "same shape, narrower band" if shape else "differs"))
     zero = sm[sm.others == "0.0"]
     same = bool(np.allclose(zero.mean_s_acc, zero.min_s_acc))
     lines[-1] += "; ".join(msgs) + ". " + verdict + (
@@ -282,10 +238,11 @@ def section_intervention(t: Tables, rel: str) -> str:
         "1/w01 (or w01) against the spread of the other strings, which a regularised separator on finite data cannot "
         "resolve. With others=model the [BOS] and `=` values add a third, count-dependent component, and the band "
         "narrows.")
-    return "\n".join(lines) + "\n"
+    return _section(lines, claims)
 
 
-def section_ensemble(t: Tables, rel: str) -> str:
+def section_ensemble(t: Tables, rel: str) -> Section:
+    claims: list[Claim] = []
     corr = t["ensemble_correlation"]
     models = t["ensemble_models"]
     main = corr[(corr.x == "weighted_s_acc") & (corr.models == "all models") & (corr.y == "answer_acc")]
@@ -310,7 +267,7 @@ def section_ensemble(t: Tables, rel: str) -> str:
         "percentile bootstrap over models "
         "(`ensemble_correlation.csv`, per model `ensemble_models.csv`).",
         "",
-        markdown(corr),
+        Table(corr),
         "",
         t.fig("ensemble_correlation", "Model answer accuracy against the weighted mean head s_acc", rel),
         "",
@@ -321,13 +278,13 @@ def section_ensemble(t: Tables, rel: str) -> str:
         inside = m.fisher_lo <= PAPER_R <= m.fisher_hi
         prim = others[(others.models != "all models") & (others.y == "answer_acc")]
         primary_inside = bool(((prim.fisher_lo <= PAPER_R) & (PAPER_R <= prim.fisher_hi)).any())
-        claim("5", f"weighted head s_acc vs model accuracy: r = {PAPER_R}",
+        claims.append(Claim("5", f"weighted head s_acc vs model accuracy: r = {PAPER_R}",
               f"r = {fmt(m.r)} ({fmt(m.fisher_lo)}..{fmt(m.fisher_hi)}) over all {int(m.n)} models"
               + "".join(f"; {fmt(r.r)} ({fmt(r.fisher_lo)}..{fmt(r.fisher_hi)}) over the {int(r.n)} primary-size models"
                         for _, r in others[(others.models != "all models") & (others.y == "answer_acc")].iterrows()),
               "agrees" if inside else
               "weaker over all models; consistent over the primary size" if primary_inside else
-              "positive but weaker" if 0 < m.r < PAPER_R else "differs")
+              "positive but weaker" if 0 < m.r < PAPER_R else "differs"))
         lines[-1] += (f"r = {fmt(m.r)} (Fisher 95% CI {fmt(m.fisher_lo)}..{fmt(m.fisher_hi)}, bootstrap "
                       f"{fmt(m.boot_lo)}..{fmt(m.boot_hi)}, n = {int(m.n)}). "
                       + (f"The paper's {PAPER_R} lies inside the interval: agreement. " if inside else
@@ -341,10 +298,11 @@ def section_ensemble(t: Tables, rel: str) -> str:
                       "size are comparable.")
     else:
         lines[-1] += "not enough models with varying accuracy to compute r."
-    return "\n".join(lines) + "\n"
+    return _section(lines, claims)
 
 
-def section_table1(t: Tables, s: Settings) -> str:
+def section_table1(t: Tables, s: Settings) -> Section:
+    claims: list[Claim] = []
     tab = t["table1"]
     heads = t["table1_heads"]
     row = tab[tab.metric == "s_acc"].iloc[0]
@@ -361,7 +319,7 @@ def section_table1(t: Tables, s: Settings) -> str:
         "all 17 runs see the same data stream and recipe. Per-head metrics of the joint model's heads against the "
         "one-head models' single heads (`table1.csv`; per head `table1_heads.csv`):",
         "",
-        markdown(tab),
+        Table(tab),
         "",
         "**Agreement**: ",
     ]
@@ -373,11 +331,11 @@ def section_table1(t: Tables, s: Settings) -> str:
                      if diff < -0.005 else
                      "The difference in separability is negligible here. "))
     la = tab[tab.metric == "l_acc"].iloc[0]
-    claim("6", "jointly trained heads slightly worse than isolated",
+    claims.append(Claim("6", "jointly trained heads slightly worse than isolated",
           f"isolated - joint: s_acc {fmt(diff)}, l_acc {fmt(la.isolated_minus_joint)}",
           "agrees" if diff > 0.005 and la.isolated_minus_joint > 0.005 else
           "mixed (joint better by s_acc, isolated by l_acc)" if diff < -0.005 and la.isolated_minus_joint > 0.005 else
-          "differs")
+          "differs"))
     lines[-1] += (f"By l_acc (the output layer reading the head alone) isolated heads score {fmt(la.isolated_mean)} "
                   f"against {fmt(la.joint_mean)} jointly (isolated - joint = {fmt(la.isolated_minus_joint)}): "
                   + ("isolated heads are better, the paper's direction. " if la.isolated_minus_joint > 0.005 else
@@ -386,10 +344,11 @@ def section_table1(t: Tables, s: Settings) -> str:
                   "One possible reason (not tested here): a one-head model must put the whole answer through its "
                   "single head, which favours its l_acc, while a head in an ensemble only needs to separate."
                   if (la.isolated_minus_joint > 0) != (diff > 0) else "")
-    return "\n".join(lines) + "\n"
+    return _section(lines, claims)
 
 
-def section_logits(t: Tables, rel: str) -> str:
+def section_logits(t: Tables, rel: str) -> Section:
+    claims: list[Claim] = []
     means = t["logit_means"]
     orders = t["logit_orders"]
     heads = t["logit_heads"]
@@ -405,7 +364,7 @@ def section_logits(t: Tables, rel: str) -> str:
         "**Here** (shipped model). Each head's direct push on logit(5) - logit(4) at `=` (`logit_heads.csv`; "
         "`eos_push_at_answer` = its push on logit([EOS]) - logit(answer) at the answer position):",
         "",
-        markdown(heads),
+        Table(heads),
         "",
         t.fig("logit_heads", "Each head's push on logit(5) - logit(4) at '=' by true answer, and its bias", rel),
         "",
@@ -414,9 +373,9 @@ def section_logits(t: Tables, rel: str) -> str:
         "Mean logits of `4`, `5` and `[EOS]` at `=` and at the answer position (`logit_means.csv`), and the most "
         "frequent ordering of the three with its share of strings (`logit_orders.csv` has all orderings):",
         "",
-        markdown(means),
+        Table(means),
         "",
-        markdown(top),
+        Table(top),
         "",
         "**Agreement**: ",
     ]
@@ -432,12 +391,12 @@ def section_logits(t: Tables, rel: str) -> str:
 
     eq_text, ans_text = orders_text(eq_rows), orders_text(ans_rows)
     lean = heads.bias_45.abs() > 0.2 * heads.signal_45.abs()
-    claim("7", "heads typically biased toward '4' or '5'",
+    claims.append(Claim("7", "heads typically biased toward '4' or '5'",
           f"{int(lean.sum())} of {len(heads)} heads with abs(bias_45) > abs(signal_45) / 5",
-          "agrees" if lean.mean() >= 0.5 else "weakly")
-    claim("7", "logits tip toward [EOS] from '=' to the answer",
+          "agrees" if lean.mean() >= 0.5 else "weakly"))
+    claims.append(Claim("7", "logits tip toward [EOS] from '=' to the answer",
           "[EOS] on top at the answer" if ans_ok else "[EOS] not always on top",
-          "agrees" if ans_ok and eq_ok else "differs")
+          "agrees" if ans_ok and eq_ok else "differs"))
     lines[-1] += (
         f"Every head's push is asymmetric between the two answers (bias_45 != 0); for {int(lean.sum())} of "
         f"{len(heads)} heads the bias exceeds a fifth of the class signal |signal_45| (median ratio {fmt(ratio)}), "
@@ -457,11 +416,13 @@ def section_logits(t: Tables, rel: str) -> str:
                       + " (`logit_order_kept.csv`), so the paper's 'ordering about fixed' holds "
                       + ("for both answers." if kept["share keeping the 4/5 order"].min() >= 0.9 else
                          "only where that share is high; elsewhere `4` and `5` swap once `[EOS]` has taken the lead.")
-                      + "\n\n" + markdown(kept))
-    return "\n".join(lines) + "\n"
+                      )
+        lines.append(Table(kept))
+    return _section(lines, claims)
 
 
-def section_minimal(t: Tables) -> str:
+def section_minimal(t: Tables) -> Section:
+    claims: list[Claim] = []
     hand = t["minimal_handwritten"]
     hh = t["minimal_handwritten_heads"].iloc[0]
     trained = t["minimal_trained"]
@@ -482,13 +443,13 @@ def section_minimal(t: Tables) -> str:
         "differ (score and value are both affine in the same scalar embedding), so this solution has w01 = "
         f"{fmt(hh.w01)} and w02 = {fmt(hh.w02)}: it ignores `2` through its value, not its attention.",
         "",
-        markdown(hand),
+        Table(hand),
         "",
         f"**Trained from random initialisation** at that size ({int(trained.seeds.iloc[0])} seeds per learning rate, "
         f"{int(trained.steps.iloc[0])} steps; solved = answer and `[EOS]` both right on >= 99% of fresh strings; "
         "`minimal_trained_runs.csv` per seed):",
         "",
-        markdown(trained),
+        Table(trained),
         "",
         "**Agreement**: ",
     ]
@@ -496,10 +457,10 @@ def section_minimal(t: Tables) -> str:
     lines[-1] += (("The hand-written model solves the task (" + ", ".join(f"{fmt(a)}" for a in hand.both_acc)
                    + " on the samples above). ") if ok else "The hand-written model does not reach 99%. ")
     share = trained.solved_99.sum() / total
-    claim("8", "a d=1, d'=1, one-head solution exists", f"hand-written weights: {fmt(hand.both_acc.min())} accuracy",
-          "agrees" if ok else "differs")
-    claim("8", "training rarely finds it", f"{int(trained.solved_99.sum())} of {total} runs reach >= 99%",
-          "agrees" if share <= 0.25 else "does not reproduce")
+    claims.append(Claim("8", "a d=1, d'=1, one-head solution exists", f"hand-written weights: {fmt(hand.both_acc.min())} accuracy",
+          "agrees" if ok else "differs"))
+    claims.append(Claim("8", "training rarely finds it", f"{int(trained.solved_99.sum())} of {total} runs reach >= 99%",
+          "agrees" if share <= 0.25 else "does not reproduce"))
     lines[-1] += (f"Training found a >= 99% solution in {int(trained.solved_99.sum())} of {total} runs "
                   f"({pct(share)}), "
                   + ("so, as in the paper, the solution exists but is hard to reach." if share <= 0.25 else
@@ -508,10 +469,11 @@ def section_minimal(t: Tables) -> str:
                      "zero here (the paper's positional set-up is not known), and the recipe (AdamW with warm-up and "
                      "cosine decay, batch 256) may differ from the paper's. The sweep in section 1 agrees: d_model 1 "
                      "with one head is solved there too."))
-    return "\n".join(lines) + "\n"
+    return _section(lines, claims)
 
 
-def section_ablation(t: Tables, s: Settings, rel: str) -> str:
+def section_ablation(t: Tables, s: Settings, rel: str) -> Section:
+    claims: list[Claim] = []
     agg = t["ablation_aggregation"]
     per = t["ablation_heads"]
     cum = t["ablation_cumulative"]
@@ -536,23 +498,23 @@ def section_ablation(t: Tables, s: Settings, rel: str) -> str:
         "One head at a time (worst head per intervention, the first one on ties; `ablation_heads.csv` has every "
         "head):",
         "",
-        markdown(per_summary),
+        Table(per_summary),
         "",
         t.fig("ablation_heads", "Answer accuracy with one head ablated or scaled", rel),
         "",
         "Changing the aggregation: 'uniform' rescales each head's z so that every head's readout weight "
         "||W_O[h] (W_U[5] - W_U[4])|| equals the mean over heads (the output layer then weighs all heads alike):",
         "",
-        markdown(agg),
+        Table(agg),
         "",
         t.fig("ablation_cumulative", "Mean-ablating heads one after another", rel),
         "",
         "**Reading**: ",
     ]
     nonuni = uni.answer_acc < base.answer_acc - 0.01 or uni.eos_acc < base.eos_acc - 0.01
-    claim("9", "non-uniform aggregation needed (causal test, past the paper)",
+    claims.append(Claim("9", "non-uniform aggregation needed (causal test, past the paper)",
           f"uniform readout: answer {fmt(uni.answer_acc)}, [EOS] {fmt(uni.eos_acc)}",
-          "supported" if nonuni else "not needed on the shipped model")
+          "supported" if nonuni else "not needed on the shipped model"))
     k_big = cum[(cum.order == "largest readout first") & (cum.answer_acc < 0.99)]
     lines[-1] += (
         (f"uniform weighting drops the answer accuracy to {fmt(uni.answer_acc)} and `[EOS]` to {fmt(uni.eos_acc)}: "
@@ -565,10 +527,11 @@ def section_ablation(t: Tables, s: Settings, rel: str) -> str:
         + "single-head ablations show how much redundancy the ensemble has (a single head's removal "
         + ("never costs more than 1% accuracy)." if per_summary.min_answer_acc.min() >= 0.99 else "can cost accuracy).")
     )
-    return "\n".join(lines) + "\n"
+    return _section(lines, claims)
 
 
-def section_two_layer(t: Tables, rel: str) -> str:
+def section_two_layer(t: Tables, rel: str) -> Section:
+    claims: list[Claim] = []
     sm = t["two_layer_summary"]
     n_seeds = t["two_layer_heads"].seed.nunique()
     per_layer = int(sm.heads.iloc[0]) // n_seeds
@@ -582,7 +545,7 @@ def section_two_layer(t: Tables, rel: str) -> str:
         "and their l_acc is their direct path only. `mean_ablation_acc_drop` = loss of answer accuracy when that one "
         "head is mean-ablated (`two_layer_heads.csv`):",
         "",
-        markdown(sm),
+        Table(sm),
         "",
         t.fig("two_layer_sacc_w01_w02", "Two-layer model heads in the (w01, w02) plane", rel),
         "",
@@ -596,17 +559,17 @@ def section_two_layer(t: Tables, rel: str) -> str:
                   f"{pct(l0.share_w02_gt_10)} / {pct(l1.share_w02_gt_10)} (layer 0 / layer 1). The largest single-head "
                   f"ablation drop is {fmt(l0.max_ablation_drop)} in layer 0 and {fmt(l1.max_ablation_drop)} in "
                   "layer 1.")
-    return "\n".join(lines) + "\n"
+    return _section(lines, claims)
 
 
-def section_time(t: Tables) -> str:
+def section_time(t: Tables) -> Section:
     tm = t["timing"]
     total = float(tm.loc[tm.step == "total", "seconds"].iloc[0])
     cpu = float(tm.loc[tm.step == "total", "cpu_seconds"].iloc[0]) if "cpu_seconds" in tm else float("nan")
-    return "\n".join([
+    return _section([
         "## Regeneration time",
         "",
-        f"`python experiments/count01/run_all.py` regenerated every table and figure here in **{total:.0f} s "
+        f"`python -m experiments.count01.run_all` regenerated every table and figure here in **{total:.0f} s "
         f"({total / 60:.1f} min)** on a machine with {int(tm.cpu_cores.iloc[0])} CPU cores, one torch thread. "
         f"The machine was shared with other agents' jobs while it ran (1-minute load average "
         f"{fmt(tm.load_avg_1min_at_start.iloc[0], 2)} at the start, "
@@ -615,41 +578,16 @@ def section_time(t: Tables) -> str:
         "including the browser kaleido starts for the PNGs), roughly what the run takes on an idle machine with "
         "one torch thread. PNG export is included; `--no-png` skips it.",
         "",
-        markdown(tm[[c for c in ("step", "seconds", "cpu_seconds") if c in tm]], 1),
-    ]) + "\n"
+        Table(tm[[c for c in ("step", "seconds", "cpu_seconds") if c in tm]], digits=1),
+    ])
 
 
-OPEN = """## Open definitions (choices the paper summary leaves open)
-
-- s_acc reads z (d_head features) with an L2-penalised logistic regression (penalty 1e-3 on standardised
-  features), 75/25 train/held-out split; l_acc includes the constant terms at `=` (embedding of `=`, b_O, b_U)
-  and compares only logit(5) with logit(4).
-- w01, w02 are per-token ratios (geometric mean over strings; exact per string without positions); w02 uses the
-  average per-token weight of `0` and `1`.
-- bias_45 is class-balanced (mean of the two class means of the head's direct push).
-- Successful: s_acc >= 0.95.
-- Ensemble weighting: the readout norm ||W_O[h] (W_U[5] - W_U[4])||; "checkpoints" are separate short runs.
-- "The same head" in Table 1: the same initial head weights with the same initial embedding/unembedding.
-- Sweep head width: d_head = max(1, d_model // heads).
-- Intervention: applied at every query; others=model is the primary reading, others=0 the alternative.
-"""
-
-
-def build(out: Path = DEFAULT_OUT, quick: bool = False) -> Path:
-    """Write the doc (docs/results/count01.md for the default folder, else OUT/count01.md)."""
-    t = Tables(out)
-    s = Settings.quick_settings(out) if quick else Settings(out=out)
-    target = out.parent / "count01.md" if out == DEFAULT_OUT else out / "count01.md"
-    rel = "count01" if out == DEFAULT_OUT else "."
-    parts = [
-        "# Count01: \"Do Attention Heads Compete or Cooperate during Counting?\" reproduced\n",
-        "Public reproduction of arXiv 2502.06923 (its code was never published) with headcoop. Every number below is "
-        "read from the tables in `docs/results/count01/`, written by `python experiments/count01/run_all.py` "
-        "(fixed seeds); this page is generated from them by `experiments/count01/make_doc.py`. The notebook "
-        "`experiments/count01/count01.ipynb` shows the key figures and recomputes the shipped model's head metrics.\n",
-        section_setup(s),
-    ]
-    sections = [
+def sections(tables: Path, quick: bool = False) -> list[Section]:
+    """Every numbered section of the page, from the tables in `tables` (a missing table: a note to run it)."""
+    t = Tables(tables)
+    s = Settings.quick_settings(tables) if quick else Settings(out=tables)
+    rel = "count01"  # the page links its figures relative to itself, in OUT/count01/
+    makers = [
         ("sweep_accuracy", lambda: section_sweep(t, s, rel)),
         ("primary_summary", lambda: section_primary(t, rel)),
         ("shipped_heads", lambda: section_shipped(t, rel)),
@@ -662,19 +600,36 @@ def build(out: Path = DEFAULT_OUT, quick: bool = False) -> Path:
         ("two_layer_summary", lambda: section_two_layer(t, rel)),
         ("timing", lambda: section_time(t)),
     ]
-    SUMMARY.clear()
-    for table, make in sections:
-        parts.append(make() if t.has(table) else f"*(missing: {table}.csv; run run_all.py)*\n")
-    if SUMMARY:
-        summary = "## Summary: the paper's claims and what we measured\n\n" + markdown(pd.DataFrame(SUMMARY)) + "\n"
-        parts.insert(2, summary)
-    parts.append(OPEN)
-    target.write_text("\n".join(parts))
+    return [make() if t.has(table) else Section(f"(missing: {table}.csv)", (Text("Run `python -m experiments.count01.run_all`."),))
+            for table, make in makers]  # fmt: skip
+
+
+def build(out: Path = DEFAULT_OUT.parent, quick: bool = False, tables: Path | None = None) -> Path:
+    """Render OUT/count01.md from the tables in OUT/count01/ (or `tables`; OUT: docs/results by default);
+    returns its path."""
+    import headcoop as hc
+
+    tables = out / "count01" if tables is None else tables
+    parts = sections(tables, quick)
+    page = render(
+        "page.md.j2", HERE,
+        title='Count01: "Do Attention Heads Compete or Cooperate during Counting?" reproduced',
+        source_name="paper",
+        claims=[c for part in parts for c in part.claims],
+        claims_note="One row per claim of the paper that a section below tests; the verdict is computed from the "
+        "tables by the rules in `experiments/count01/page.py`.",
+        sections=parts,
+        s=Settings.quick_settings(tables) if quick else Settings(out=tables),
+        shipped_steps=hc.load("count01").checkpoint_meta["train"]["steps"],
+    )  # fmt: skip
+    target = out / "count01.md"
+    target.write_text(page, encoding="utf-8")
     return target
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT.parent, help="results folder (default docs/results)")
+    parser.add_argument("--quick", action="store_true", help="the tables came from run_all --quick")
     args = parser.parse_args()
-    print(build(args.out))
+    print(build(args.out, quick=args.quick))
