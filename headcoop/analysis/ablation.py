@@ -65,14 +65,15 @@ def ablate(
     model: HookedTransformer,
     heads,
     how: How = "zero",
-    layer: int = 0,
+    layer: int | None = None,
     reference=None,
     seed: int = 0,
     factor: float | None = None,
 ) -> Iterator[HookedTransformer]:
     """Replace the z ([batch, pos, d_head] per head, before W_O) of `heads` inside a `with` block.
 
-    heads:     ints (heads of `layer`), (layer, head) tuples or names "L0H3", alone or in a list.
+    heads:     ints (that head in `layer`, or in every layer for layer=None), (layer, head) tuples or
+               names "L0H3", alone or in a list.
     how:       "zero"     z = 0: the head writes nothing (b_O, shared by all heads, stays);
                "mean"     z at position p = the mean of the head's z at p over the reference examples;
                "resample" z = the head's z on a reference example: example i of the batch gets

@@ -9,7 +9,7 @@ import torch
 from transformer_lens import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
-from headcoop.analysis.common import as_tokens, check_layer, head_names, require_task, token_labels
+from headcoop.analysis.common import as_tokens, layers_of, head_names, require_task, token_labels
 from headcoop.tasks.base import Batch
 from headcoop.views import AttentionView, attention_view
 
@@ -18,12 +18,12 @@ from headcoop.views import AttentionView, attention_view
 def attention_data(
     model: HookedTransformer,
     tokens=None,
-    layer: int = 0,
+    layer: int | None = None,
     example: int = 0,
     max_examples: int = 1,
     trim: bool = True,
 ) -> list[tuple[str, dict]]:
-    """circuitsvis AttentionHeads view of every head of `layer`, labelled with the task's token strings
+    """circuitsvis AttentionHeads view of every head of `layer` (None: one view per layer), labelled with the task's token strings
     and head names ("L0H3"), for examples `example` .. `example + max_examples - 1` of `tokens`.
 
     tokens: a Batch, text(s) or [batch, pos] / [pos] ids; default the task's clean patching batch.
@@ -32,7 +32,7 @@ def attention_data(
     Returns plain data for the renderer: one (heading, AttentionHeads props) per example, the props
     holding the patterns as numpy arrays [head, q_pos, k_pos], the token labels and the head names.
     """
-    layer = check_layer(model, layer)
+    layers = layers_of(model, layer)
     if tokens is None:
         tokens = require_task(model, "tokens").patching_inputs()[0]
     ids = as_tokens(model, tokens)
@@ -45,32 +45,33 @@ def attention_data(
     ends = [ids.shape[1]] * len(rows)
     if trim and isinstance(tokens, Batch):
         ends = [int(tokens.loss_pos[r].max()) + 1 for r in rows]
-    name = get_act_name("pattern", layer)
-    _, cache = model.run_with_cache(ids[rows], names_filter=lambda hook: hook == name)
-    patterns = cache[name]  # [example, head, q_pos, k_pos]
-    names = [h for h in head_names(model) if h.startswith(f"L{layer}H")]
+    wanted = {get_act_name("pattern", lay): lay for lay in layers}
+    _, cache = model.run_with_cache(ids[rows], names_filter=lambda hook: hook in wanted)
     views = []
-    for i, (row, end) in enumerate(zip(rows, ends)):
-        labels = token_labels(model, ids[row, :end])
-        props = dict(
-            attention=patterns[i, :, :end, :end].float().cpu().numpy(),
-            tokens=labels,
-            attentionHeadNames=names,
-            maskUpperTri=model.cfg.attention_dir == "causal",
-        )
-        views.append((f"layer {layer}, example {row}: {' '.join(labels)}", props))
+    for name, lay in wanted.items():
+        patterns = cache[name]  # [example, head, q_pos, k_pos]
+        names = [h for h in head_names(model) if h.startswith(f"L{lay}H")]
+        for i, (row, end) in enumerate(zip(rows, ends)):
+            labels = token_labels(model, ids[row, :end])
+            props = dict(
+                attention=patterns[i, :, :end, :end].float().cpu().numpy(),
+                tokens=labels,
+                attentionHeadNames=names,
+                maskUpperTri=model.cfg.attention_dir == "causal",
+            )
+            views.append((f"layer {lay}, example {row}: {' '.join(labels)}", props))
     return views
 
 
 def attention(
     model: HookedTransformer,
     tokens=None,
-    layer: int = 0,
+    layer: int | None = None,
     example: int = 0,
     max_examples: int = 1,
     trim: bool = True,
 ) -> AttentionView:
-    """circuitsvis AttentionHeads view of every head of `layer` for examples `example` ..
+    """circuitsvis AttentionHeads view of every head of `layer` (None: every layer) for examples `example` ..
     `example + max_examples - 1` of `tokens` (arguments as `attention_data`). Renders offline: the
     returned AttentionView's HTML holds the JS bundle and no CDN URL."""
     return attention_view(attention_data(model, tokens, layer, example, max_examples, trim))

@@ -225,8 +225,11 @@ class OVTable(Displayed):
 
 
 @torch.no_grad()
-def qk(model: HookedTransformer, head: int | str | tuple[int, int], layer: int = 0, positional: bool | None = None) -> QKTable:
-    """Pre-softmax attention scores of `head` in `layer` for every query input x key input.
+def qk(model: HookedTransformer, head: int | str | tuple[int, int], layer: int | None = None, positional: bool | None = None) -> QKTable:
+    """Pre-softmax attention scores of one head for every query input x key input.
+
+    head, layer: an int head in `layer` (layer None: the model's only layer; in a deeper model pass layer=),
+    (layer, head) or "L1H3". ValueError when they name several heads.
 
     Token-only table [q_tok, k_tok] when the positional embedding does not reach Q/K or is all zero
     (e.g. Count01 default, SkipPair); else [q_tok, q_pos, k_tok, k_pos]. `positional` forces the choice.
@@ -259,7 +262,7 @@ def qk(model: HookedTransformer, head: int | str | tuple[int, int], layer: int =
 
 
 @torch.no_grad()
-def ov(model: HookedTransformer, head: int | str | tuple[int, int], layer: int = 0, positional: bool | None = None) -> OVTable:
+def ov(model: HookedTransformer, head: int | str | tuple[int, int], layer: int | None = None, positional: bool | None = None) -> OVTable:
     """Logit effect of `head` in `layer` attending fully to each source input: (x W_V + b_V) W_O W_U.
 
     [src_tok, vocab], or [src_tok, src_pos, vocab] when a non-zero standard positional embedding reaches

@@ -126,10 +126,19 @@ def check_choice(name: str, value: str, valid) -> str:
     return value
 
 
-def parse_heads(model: HookedTransformer, heads, layer: int = 0) -> list[tuple[int, int]]:
-    """(layer, head) pairs from an int (in `layer`), a (layer, head) tuple, a name "L0H3", or a list of these.
+def layers_of(model: HookedTransformer, layer: int | None) -> list[int]:
+    """The layers `layer` selects, the same in every function that takes one: None every layer, an int that
+    layer (negative counts from the end; IndexError out of range)."""
+    n = require_model(model).cfg.n_layers
+    return list(range(n)) if layer is None else [check_layer(model, layer)]
 
-    IndexError naming the valid range for a layer or head out of range; duplicates are dropped.
+
+def parse_heads(model: HookedTransformer, heads, layer: int | None = None) -> list[tuple[int, int]]:
+    """(layer, head) pairs from an int, a (layer, head) tuple, a name "L0H3", or a list of these.
+
+    An int names that head in each layer `layer` selects (`layers_of`: every layer for None); a tuple or a
+    name carries its own layer, and ValueError when it contradicts a `layer` passed. IndexError naming
+    the valid range for a layer or head out of range; duplicates are dropped.
     """
     require_model(model)
     one_pair = isinstance(heads, tuple) and len(heads) == 2 and all(isinstance(h, int) for h in heads)
@@ -141,22 +150,26 @@ def parse_heads(model: HookedTransformer, heads, layer: int = 0) -> list[tuple[i
         raise TypeError(
             f"heads must be an int, a (layer, head) tuple, a name like 'L0H3' or a list of these, got {heads!r}"
         )
+    layers = layers_of(model, layer)
     pairs: list[tuple[int, int]] = []
     for spec in heads:
         if isinstance(spec, str):
             match = re.fullmatch(r"L(\d+)H(\d+)", spec)
             if match is None:
                 raise ValueError(f"head name {spec!r} is not of the form 'L<layer>H<head>', e.g. 'L0H3'")
-            lay, head = int(match.group(1)), int(match.group(2))
+            found = [(int(match.group(1)), int(match.group(2)))]
         elif isinstance(spec, (tuple, list)) and len(spec) == 2:
-            lay, head = spec
+            found = [tuple(spec)]
         elif isinstance(spec, int) and not isinstance(spec, bool):
-            lay, head = layer, spec
+            found = [(lay, spec) for lay in layers]
         else:
             raise TypeError(f"cannot read a head from {spec!r}; use an int, (layer, head) or 'L0H3'")
-        pair = (check_layer(model, lay), check_head(model, head))
-        if pair not in pairs:
-            pairs.append(pair)
+        for lay, head in found:
+            pair = (check_layer(model, lay), check_head(model, head))
+            if layer is not None and pair[0] not in layers:
+                raise ValueError(f"head {spec!r} is in layer {pair[0]}, but layer={layer!r} was passed")
+            if pair not in pairs:
+                pairs.append(pair)
     if not pairs:
         raise ValueError("no heads given")
     return pairs
@@ -167,29 +180,28 @@ def head_selection(model: HookedTransformer, head, layer: int | None) -> tuple[i
     ints (heads of `layer`, or of every layer when layer is None), a (layer, head) pair, a name "L0H3", or a
     list of these in one layer. ValueError when the heads span layers or contradict `layer`."""
     if head is None:
-        return layer, None
+        return (None if layer is None else check_layer(model, layer)), None
     ints = [head] if isinstance(head, int) and not isinstance(head, bool) else head
     if isinstance(ints, list) and ints and all(isinstance(h, int) and not isinstance(h, bool) for h in ints):
-        return layer, sorted({check_head(model, h) for h in ints})
-    pairs = parse_heads(model, head, 0 if layer is None else layer)
+        return (None if layer is None else check_layer(model, layer)), sorted({check_head(model, h) for h in ints})
+    pairs = parse_heads(model, head, layer)
     layers = sorted({lay for lay, _ in pairs})
     if len(layers) > 1:
         raise ValueError(f"heads {head!r} lie in layers {layers}; pass heads of one layer")
-    if layer is not None and check_layer(model, layer) != layers[0]:
-        raise ValueError(f"head {head!r} is in layer {layers[0]}, but layer={layer!r} was passed")
     return layers[0], [h for _, h in pairs]
 
 
-def one_head(model: HookedTransformer, head, layer: int = 0) -> tuple[int, int]:
-    """(layer, head) of exactly one head: an int in `layer`, a (layer, head) pair or a name "L0H3"."""
-    if isinstance(head, int) and not isinstance(head, bool):
-        return check_layer(model, layer), check_head(model, head)
-    lay, heads = head_selection(model, head, None)
-    if heads is None or len(heads) != 1:
-        raise ValueError(f"expected one head (an int, (layer, head) or 'L0H3'), got {head!r}")
-    if layer not in (0, lay):
-        raise ValueError(f"head {head!r} is in layer {lay}, but layer={layer!r} was passed")
-    return lay, heads[0]
+def one_head(model: HookedTransformer, head, layer: int | None = None) -> tuple[int, int]:
+    """(layer, head) of exactly one head: an int (in `layer`; with layer None only a one-layer model makes it
+    one head), a (layer, head) pair or a name "L0H3". ValueError when the arguments name several heads."""
+    pairs = parse_heads(model, head, layer)
+    if len(pairs) != 1:
+        names = ", ".join(f"L{lay}H{h}" for lay, h in pairs)
+        raise ValueError(
+            f"expected one head, but head={head!r} with layer={layer!r} names {len(pairs)} ({names}); "
+            "pass layer= or a name like 'L1H3'"
+        )
+    return pairs[0]
 
 
 def head_names(model: HookedTransformer) -> list[str]:

@@ -115,13 +115,14 @@ def impose(
 def set_attention(
     model: HookedTransformer,
     head,
-    layer: int = 0,
+    layer: int | None = None,
     weights=None,
     tokens: dict | None = None,
     others: float | str = 0.0,
     query_pos=None,
 ) -> Iterator[HookedTransformer]:
-    """Impose the attention pattern of `head` (an int in `layer`, (layer, head), "L0H3", or a list) in a block.
+    """Impose the attention pattern of `head` (an int: that head in `layer`, or in every layer for layer=None;
+    (layer, head); "L0H3"; or a list) in a block.
 
     weights:   [key], [query, key] or [batch, query, key] relative weights (>= 0); shapes are checked
                against the inputs in each forward pass (ValueError naming the expected shapes).

@@ -31,7 +31,7 @@ from transformer_lens import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
 from headcoop.plot import Displayed
-from headcoop.analysis.common import as_tokens, check_choice, check_head, check_layer, check_positions, head_selection
+from headcoop.analysis.common import as_tokens, check_choice, check_positions, layers_of, parse_heads
 from headcoop.checks import check_finite
 from headcoop.tasks.base import Batch, generator
 
@@ -52,15 +52,16 @@ def _positions(model: HookedTransformer, tokens, toks: Tensor, pos) -> Int[Tenso
 
 
 def probe_features(
-    model: HookedTransformer, tokens, site: Site = "z", head=None, layer: int | None = 0, pos=None
+    model: HookedTransformer, tokens, site: Site = "z", head=None, layer: int | None = None, pos=None
 ) -> tuple[Float[Tensor, "batch probe d_feature"], list[str], list[int], list[int | None]]:
     """The activations one probe per head (head sites) or per layer (residual sites) reads.
 
     site:  "z", "q", "k", "v", "result" (per head; "result" = z @ W_O[head], without b_O, as
            TransformerLens's hook_result) or "resid_pre", "resid_post", "attn_out", "embed" (no head
            axis; "embed" is hook_embed, the token embedding, and ignores `layer`).
-    head:  None (every head of the layer(s)), an int, or a name "L0H3" (which also sets the layer).
-    layer: an int, or None for every layer.
+    head:  None (every head of the layer(s)), or heads in any form `hc.ablate` takes: an int (that head in
+           each selected layer), (layer, head), "L0H3", or a list.
+    layer: an int, or None for every layer (the same in every function that takes a layer).
     pos:   read-out position, an int or a [batch] tensor; default: a Batch's answer_pos, else the last.
 
     Returns (features [batch, probe, d_feature], names, layers, heads) with one probe per
@@ -69,22 +70,18 @@ def probe_features(
     check_choice("site", site, SITES)
     check_finite(model, "hc.probe")
     toks = as_tokens(model, tokens)
-    if head is not None and not (isinstance(head, int) and not isinstance(head, bool)):
-        named_layer, picked = head_selection(model, head, None)
-        if len(picked) != 1:
-            raise ValueError(f"probe takes one head (or None for every head), got {head!r}")
-        if layer not in (None, 0, named_layer):  # 0 is the default; the name decides the layer
-            raise ValueError(f"head {head!r} is in layer {named_layer}, but layer={layer!r} was passed")
-        layer, head = named_layer, picked[0]
-    if site == "embed":
-        layers = [0]
-    elif layer is None:
-        layers = list(range(model.cfg.n_layers))
-    else:
-        layers = [check_layer(model, layer)]
     if site in RESID_SITES and head is not None:
         raise ValueError(f"site {site!r} has no head axis; pass head=None (head sites are {list(HEAD_SITES)})")
-    heads = list(range(model.cfg.n_heads)) if head is None else [check_head(model, head)]
+    if site == "embed":
+        layers = [0]
+    elif head is None:
+        layers = layers_of(model, layer)
+    else:
+        pairs = parse_heads(model, head, layer)
+        layers = sorted({lay for lay, _ in pairs})
+    heads_of = {lay: list(range(model.cfg.n_heads)) for lay in layers}
+    if head is not None:
+        heads_of = {lay: [h for la, h in pairs if la == lay] for lay in layers}
     hook_site = "z" if site == "result" else site
     hook_names = [get_act_name("embed")] if site == "embed" else [get_act_name(hook_site, lay) for lay in layers]
     pos_index = _positions(model, tokens, toks, pos)
@@ -106,6 +103,7 @@ def probe_features(
                 f"site {site!r} has {act.shape[1]} heads, not n_heads={model.cfg.n_heads} "
                 "(grouped-query attention is not supported)"
             )
+        heads = heads_of[lay]
         act = act[:, heads]
         if site == "result":
             act = torch.einsum("bhd,hdm->bhm", act, model.blocks[lay].attn.W_O[heads].detach())
@@ -349,7 +347,7 @@ def probe(
     labels=None,
     site: Site = "z",
     head=None,
-    layer: int | None = 0,
+    layer: int | None = None,
     pos=None,
     test_fraction: float = 0.25,
     seed: int = 0,
@@ -364,8 +362,8 @@ def probe(
             more: softmax regression.
     site:   head sites "z", "q", "k", "v", "result" (one probe per head) or residual sites
             "resid_pre", "resid_post", "attn_out", "embed" (one probe per layer).
-    head:   None: every head of the layer(s), all fitted in one batched Newton solve; an int or
-            "L0H3": that head only.
+    head:   None: every head of the layer(s), all fitted in one batched Newton solve; or heads as
+            `hc.ablate` takes them (an int: that head in each selected layer; (layer, head); "L0H3"; a list).
     layer:  an int, or None for every layer.
     pos:    read-out position, an int or a [batch] tensor; default: the Batch's answer_pos, else
             the last position.
