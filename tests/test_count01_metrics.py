@@ -118,7 +118,7 @@ def check_against_reference(model, df, n_test):
 @pytest.mark.parametrize("which", ["tiny", "shipped"])
 def test_matches_independent_computation(which, request):
     model = request.getfixturevalue(which)
-    df = hc.head_metrics(model, n=N, seed=SEED)
+    df = hc.head_metrics(model, n=N, seed=SEED).to_dataframe()
     assert list(df.columns) == COLUMNS
     assert df.name.tolist() == [f"L0H{h}" for h in range(model.cfg.n_heads)]
     check_against_reference(model, df, n_test=int(round(N * 0.25)))
@@ -131,7 +131,7 @@ def test_matches_independent_computation(which, request):
 
 
 def test_shipped_model_shows_the_headline_pattern(shipped):
-    df = hc.head_metrics(shipped, n=2048, seed=0)
+    df = hc.head_metrics(shipped, n=2048, seed=0).to_dataframe()
     ok = df[df.successful]
     assert len(ok) >= len(df) // 2
     # most successful heads attend to '0' and '1' about equally
@@ -141,7 +141,7 @@ def test_shipped_model_shows_the_headline_pattern(shipped):
 def test_two_layer_and_positional_models():
     task = hc.Count01()
     two = task.model(seed=1, n_heads=2, d_model=8, d_head=2, n_layers=2)
-    df = hc.head_metrics(two, n=N, seed=SEED)
+    df = hc.head_metrics(two, n=N, seed=SEED).to_dataframe()
     assert df.name.tolist() == ["L0H0", "L0H1", "L1H0", "L1H1"]
     check_against_reference(two, df, n_test=int(round(N * 0.25)))
     assert df.w01_qk[:2].notna().all() and df.w01_qk[2:].isna().all()
@@ -150,7 +150,7 @@ def test_two_layer_and_positional_models():
     pos = pos_task.model(seed=2, n_heads=2, d_model=8, d_head=2)
     with torch.no_grad():
         pos.W_pos.normal_(0, 0.5, generator=torch.Generator().manual_seed(0))
-    dfp = hc.head_metrics(pos, n=N, seed=SEED)
+    dfp = hc.head_metrics(pos, n=N, seed=SEED).to_dataframe()
     check_against_reference(pos, dfp, n_test=int(round(N * 0.25)))
     assert dfp.w01_qk.isna().all()
 
@@ -159,7 +159,7 @@ def test_model_without_task_needs_one(tiny):
     bare = hc.Count01().model(seed=0, n_heads=2, d_model=4, d_head=2)
     del bare.task
     with pytest.raises(ValueError, match="carries no headcoop task"):
-        hc.head_metrics(bare)
+        hc.head_metrics(bare).to_dataframe()
     assert len(hc.head_metrics(bare, task=hc.Count01(), n=256)) == 2
 
 
@@ -170,6 +170,6 @@ def test_bad_input(tiny):
     with pytest.raises(ValueError, match="needs a model with d_vocab 8 .* has d_vocab 12"):
         hc.head_metrics(skip, task=hc.Count01())
     with pytest.raises(ValueError, match="n must be >= 8, got 4"):
-        hc.head_metrics(tiny, n=4)
+        hc.head_metrics(tiny, n=4).to_dataframe()
     with pytest.raises(ValueError, match="test_fraction"):
-        hc.head_metrics(tiny, n=64, test_fraction=1.5)
+        hc.head_metrics(tiny, n=64, test_fraction=1.5).to_dataframe()

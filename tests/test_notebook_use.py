@@ -11,6 +11,9 @@ def test_import_and_train_in_a_kernel_print_no_warning(tmp_path):
         "model = hc.train(task, task.model(seed=0, n_heads=2, d_model=4), steps=3, batch_size=8, warmup=1)",
         "task.sample(512)",
         "hc.patch(model)",
+        "hc.head_metrics(model, n=64)",
+        "from headcoop.studies import skip_pair\n"
+        "skip_pair.exact_evaluate(hc.SkipPair(seq_len=4).model(seed=0, n_heads=2, d_head=2))",
     ]
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
     NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
@@ -22,3 +25,7 @@ def test_import_and_train_in_a_kernel_print_no_warning(tmp_path):
     (shown,) = [out for out in nb.cells[2].outputs if out.output_type == "execute_result"]
     assert "<table" in shown["data"]["text/html"] and "plotly" in shown["data"]["text/html"]
     assert shown["data"]["text/plain"].startswith("PatchResult(denoise 'z'")
+    for cell, start in ((nb.cells[3], "HeadMetrics(2 heads"), (nb.cells[4], "ExactEvaluation(signal accuracy")):
+        (shown,) = [out for out in cell.outputs if out.output_type == "execute_result"]
+        assert "<table" in shown["data"]["text/html"] and "plotly" in shown["data"]["text/html"]
+        assert shown["data"]["text/plain"].startswith(start), shown["data"]["text/plain"]

@@ -154,7 +154,7 @@ def test_head_table_against_slow_references(pages, name):
 def test_skip_pair_preferences_from_the_scores(pages):
     """Orderings against the model's own hook_attn_scores on a sequence holding 1, 2, 3, 4 before 0."""
     model = pages["skip_pair"][0]
-    prefs = skip_pair_study.preferences(model)
+    prefs = skip_pair_study.preferences(model).to_dataframe()
     tokens = torch.tensor([[5, 1, 2, 3, 4, 6, 7, 8, 9, 0]])
     _, cache = model.run_with_cache(tokens)
     scores = cache[get_act_name("attn_scores", 0)][0, :, -1, 1:5]  # [head, signal token 1..4]

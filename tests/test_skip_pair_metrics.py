@@ -69,7 +69,7 @@ def test_contexts_weights_and_shapes():
 
 def test_exact_evaluate_matches_every_ordered_sequence(short):
     task, model = short
-    result = M.exact_evaluate(model)
+    result = M.exact_evaluate(model).as_dict()
     tokens, probs, pair = brute_signal(task)
     with torch.no_grad():
         logits = model(tokens)[:, -1].double()
@@ -91,7 +91,7 @@ def test_exact_evaluate_matches_every_ordered_sequence(short):
 
 
 def test_exact_evaluate_agrees_with_sampled_evaluate(model10):
-    exact = M.exact_evaluate(model10)
+    exact = M.exact_evaluate(model10).as_dict()
     sampled = hc.evaluate(model10, n=2000)
     assert exact["signal_acc"] == pytest.approx(sampled["signal_acc"], abs=0.03)
     assert exact["noise_loss"] == pytest.approx(sampled["noise_loss"], abs=0.05)

@@ -176,8 +176,12 @@ def test_every_result_is_frozen_and_shows_itself_in_a_notebook():
 
     model = hc.Count01(max_len=6).model(seed=0, n_heads=2, d_model=4)
     batch = model.task.sample(32, seed=0)
+    from headcoop.studies import skip_pair
+
+    pair_model = hc.SkipPair(seq_len=4).model(seed=0, n_heads=2, d_head=2)
     results = [hc.patch(model, clean=batch), hc.dla(model, batch), hc.qk(model, head=0), hc.ov(model, head=0),
-               hc.probe(model, batch, batch.labels)]  # fmt: skip
+               hc.probe(model, batch, batch.labels), hc.head_metrics(model, n=64),
+               skip_pair.exact_evaluate(pair_model), skip_pair.preferences(pair_model)]  # fmt: skip
     for result in results:
         name = type(result).__name__
         field = dataclasses.fields(result)[0].name

@@ -41,9 +41,9 @@ def isolation(s: Settings) -> pd.DataFrame:
         trained = hc.train_many(task, [task.model(seed=seed, **PRIMARY)] + singles, seeds=[seed] * (1 + len(singles)),
                                 **s.recipe())  # fmt: skip
         joint, singles = trained[0], trained[1:]
-        jm = hc.head_metrics(joint, n=s.n_metrics, seed=1)
+        jm = hc.head_metrics(joint, n=s.n_metrics, seed=1).to_dataframe()
         for h, single in enumerate(singles):
-            sm = hc.head_metrics(single, n=s.n_metrics, seed=1).iloc[0]
+            sm = hc.head_metrics(single, n=s.n_metrics, seed=1).to_dataframe().iloc[0]
             ev = task.evaluate(single, n=s.n_eval)
             j = jm.iloc[h]
             rows.append(dict(seed=seed, head=h, joint_s_acc=j.s_acc, isolated_s_acc=sm.s_acc, joint_l_acc=j.l_acc,
@@ -122,7 +122,7 @@ def minimal(s: Settings) -> pd.DataFrame:
                      answer_acc=correct[:, 0].float().mean().item(), eos_acc=correct[:, 1].float().mean().item(),
                      both_acc=correct.all(1).float().mean().item()))  # fmt: skip
     write_table(pd.DataFrame(rows), s.out, "minimal_handwritten")
-    write_table(hc.head_metrics(model, n=s.n_metrics, seed=1), s.out, "minimal_handwritten_heads")
+    write_table(hc.head_metrics(model, n=s.n_metrics, seed=1).to_dataframe(), s.out, "minimal_handwritten_heads")
 
     seeds = list(range(s.minimal_seeds))
     shape = dict(n_heads=1, d_model=1, d_head=1)
@@ -152,7 +152,7 @@ def two_layer(s: Settings) -> pd.DataFrame:
     reference = task.sample(s.n_reference, seed=0)
     frames = []
     for seed, model in zip(s.two_layer_seeds, models):
-        df = hc.head_metrics(model, n=s.n_metrics, seed=1)
+        df = hc.head_metrics(model, n=s.n_metrics, seed=1).to_dataframe()
         df.insert(0, "seed", seed)
         df["model_answer_acc"] = task.evaluate(model, n=s.n_eval)["answer_acc"]
         base = task.evaluate(model, n=s.n_two_layer_ablation, seed=11)["answer_acc"]

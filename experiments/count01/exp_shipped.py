@@ -20,7 +20,7 @@ SHOWN = ["s_acc", "l_acc", "roc_auc", "w01", "w02", "bias_45", "signal_45", "rea
 
 def head_map(s: Settings) -> pd.DataFrame:
     model = hc.load("count01")
-    df = hc.head_metrics(model, n=2 * s.n_metrics, seed=0)
+    df = hc.head_metrics(model, n=2 * s.n_metrics, seed=0).to_dataframe()
     write_table(df, s.out, "shipped_heads")
     z = np.stack([np.log10(df[c]) if c in ("w01", "w02") else df[c] for c in SHOWN])
     labels = [f"log10 {c}" if c in ("w01", "w02") else c for c in SHOWN]
@@ -121,7 +121,7 @@ def logits(s: Settings) -> pd.DataFrame:
     answer_index = batch.answer[:, None, None].expand(-1, ans_heads.shape[1], 1)
     eos_push = ans_heads[..., EOS] - ans_heads.gather(2, answer_index)[..., 0]
     push_45 = at_eq.heads()[:, 0, :, FIVE] - at_eq.heads()[:, 0, :, FOUR]  # [batch, head]
-    hm = hc.head_metrics(model, n=2 * s.n_metrics, seed=0)
+    hm = hc.head_metrics(model, n=2 * s.n_metrics, seed=0).to_dataframe()
     heads = pd.DataFrame(
         dict(
             head=hm.name, successful=hm.successful, bias_45=hm.bias_45, signal_45=hm.signal_45,
@@ -152,7 +152,7 @@ def ablation(s: Settings) -> pd.DataFrame:
     """Per head: zero / mean ablation and scaling (x0.5, x2); uniform aggregation; cumulative ablation."""
     model = hc.load("count01")
     task = hc.Count01()
-    hm = hc.head_metrics(model, n=2 * s.n_metrics, seed=0)
+    hm = hc.head_metrics(model, n=2 * s.n_metrics, seed=0).to_dataframe()
     batch = task.sample(s.n_ablation, seed=3)
     reference = task.sample(s.n_reference, seed=0)
 

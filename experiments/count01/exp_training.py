@@ -55,7 +55,7 @@ def primary(s: Settings) -> tuple[list, pd.DataFrame]:
     models = hc.train_many(task, [PRIMARY] * len(s.primary_seeds), seeds=list(s.primary_seeds), **s.recipe())
     frames = []
     for seed, model in zip(s.primary_seeds, models):
-        df = hc.head_metrics(model, n=s.n_metrics, seed=1)
+        df = hc.head_metrics(model, n=s.n_metrics, seed=1).to_dataframe()
         df.insert(0, "seed", seed)
         df["model_answer_acc"] = task.evaluate(model, n=s.n_eval)["answer_acc"]
         frames.append(df)
@@ -124,7 +124,7 @@ def ensemble(s: Settings, sweep_models: list, primary_models: list) -> pd.DataFr
     rows = []
     batch45 = task.sample(s.n_eval, seed=10_000)
     for group, model, steps, seed in entries:
-        df = hc.head_metrics(model, n=s.n_ensemble, seed=1)
+        df = hc.head_metrics(model, n=s.n_ensemble, seed=1).to_dataframe()
         ev = task.evaluate(model, n=s.n_eval)
         with torch.no_grad():
             at_eq = model(batch45.tokens)[torch.arange(len(batch45)), batch45.answer_pos]

@@ -35,7 +35,7 @@ def specificity(model: HookedTransformer, orders: list[tuple[int, ...]]) -> tupl
 def measure(model: HookedTransformer, n_heads: int, d_head: int, seed: int) -> dict:
     """Exact accuracy, noise loss, QK orderings, split attention and (2 heads) interference for one model."""
     row = dict(n_heads=n_heads, d_head=d_head, seed=seed)
-    row.update(M.exact_evaluate(model))
+    row.update(M.exact_evaluate(model).as_dict())
     scores = M.read_off_scores(model)
     orders = [M.preference_order(model, h) for h in range(n_heads)]
     for h in range(n_heads):

@@ -1,6 +1,6 @@
 """Per-head quantities of the Count01 paper (arXiv 2502.06923), one row per head.
 
-    hc.head_metrics(model)  ->  DataFrame: name, layer, head, s_acc, l_acc, roc_auc, w01, w02, bias_45, ...
+    hc.head_metrics(model)  ->  HeadMetrics; .to_dataframe(): name, layer, head, s_acc, l_acc, roc_auc, w01, ...
 
 All quantities are read at the '=' position (the query that predicts the answer) on `n` fresh strings
 `task.sample(n, seed)`. Definitions (docs/results/count01.md repeats them next to every result):
@@ -39,6 +39,7 @@ successful
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -56,6 +57,7 @@ from headcoop.analysis.common import require_task
 from headcoop.analysis.dla import dla
 from headcoop.analysis.probes import probe
 from headcoop.tasks.base import Task
+from headcoop.plot import Displayed
 from headcoop.tasks.count01 import EQ, FIVE, FOUR, ONE, TWO, ZERO, Count01
 
 COLUMNS = [
@@ -104,6 +106,41 @@ def qk_ratios(model: HookedTransformer, layer: int, head: int) -> tuple[float, f
     return math.exp(s0 - s1), float((torch.exp(s0 - s2) + torch.exp(s1 - s2)) / 2)
 
 
+@dataclasses.dataclass(frozen=True, repr=False)
+class HeadMetrics(Displayed):
+    """The Count01 per-head quantities of one model (module docstring: definitions), built whole.
+
+    table: one row per (layer, head), columns COLUMNS (a copy leaves through `to_dataframe()`).
+    n, seed, success_threshold: the strings measured (`task.sample(n, seed)`) and the s_acc bar.
+    """
+
+    table: pd.DataFrame
+    n: int
+    seed: int
+    success_threshold: float
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """One row per head: name, layer, head, s_acc, l_acc, roc_auc, w01, w02, bias_45, ... (COLUMNS)."""
+        return self.table.copy()
+
+    def plot(self, title: str | None = None):
+        """The paper's head map: every head at (w01, w02) on log axes, coloured by s_acc."""
+        fig = head_map_figure(self.table.set_index("name"))
+        if title is not None:
+            fig.update_layout(title=title)
+        return fig
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+    def __repr__(self) -> str:
+        ok = int(self.table.successful.sum())
+        return (
+            f"HeadMetrics({len(self.table)} heads, {ok} successful (s_acc >= {self.success_threshold:g}), "
+            f"n={self.n} strings at '=', seed={self.seed})"
+        )
+
+
 @torch.no_grad()
 def head_metrics(
     model: HookedTransformer,
@@ -113,11 +150,12 @@ def head_metrics(
     test_fraction: float = 0.25,
     l2: float = 1e-3,
     success_threshold: float = 0.95,
-) -> pd.DataFrame:
+) -> HeadMetrics:
     """The paper's per-head quantities at '=' on `n` fresh Count01 strings (module docstring: definitions).
 
     task: a Count01 task (default: the model's own). seed: seeds the sample and the probes' train /
-    held-out split. Returns a DataFrame with one row per (layer, head), columns COLUMNS.
+    held-out split. Returns a HeadMetrics: `.to_dataframe()` has one row per (layer, head), columns
+    COLUMNS; `.plot()` the (w01, w02) head map.
     """
     task = task if task is not None else require_task(model, "the task of head_metrics")
     if not isinstance(task, Count01):
@@ -177,7 +215,8 @@ def head_metrics(
                 w01_qk=w01_qk, w02_qk=w02_qk, successful=bool(fit.acc[i].item() >= success_threshold),
             )  # fmt: skip
         )
-    return pd.DataFrame.from_records(records, columns=COLUMNS)
+    table = pd.DataFrame.from_records(records, columns=COLUMNS)
+    return HeadMetrics(table=table, n=n, seed=seed, success_threshold=success_threshold)
 
 
 def _positional_scores(model: HookedTransformer) -> bool:
@@ -192,7 +231,7 @@ REPORT_COLUMNS = ["s_acc", "l_acc", "roc_auc", "w01", "w02", "bias_45", "success
 
 def report_head_metrics(model: HookedTransformer, task: Task) -> pd.DataFrame:
     """`head_metrics(model, task)` indexed by head name ("L0H3"), the columns the report shows."""
-    return head_metrics(model, task).set_index("name")[REPORT_COLUMNS]
+    return head_metrics(model, task).to_dataframe().set_index("name")[REPORT_COLUMNS]
 
 
 def _label_positions(x: np.ndarray, y: np.ndarray) -> list[str]:

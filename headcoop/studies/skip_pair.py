@@ -32,6 +32,7 @@ from headcoop.analysis.common import check_choice, check_head, check_layer, mode
 from headcoop.analysis.dla import dla
 from headcoop.checks import installed_hooks
 from headcoop.fused import check_supported, fused_logits, stack_parameters
+from headcoop.plot import Displayed
 from headcoop.studies import Study, StudySection
 from headcoop.tasks.skip_pair import NOISE, PAIRS, READ_OFF, SIGNAL, SkipPair
 
@@ -140,36 +141,84 @@ def last_logits(model: HookedTransformer, tokens: Int[Tensor, "n pos"], chunk: i
     return torch.cat(parts)
 
 
-@torch.no_grad()
-def exact_evaluate(model: HookedTransformer, task: SkipPair | None = None) -> dict[str, float]:
-    """Accuracy on every signal input and the exact noise-case loss (no sampling).
+@dataclasses.dataclass(frozen=True, repr=False)
+class ExactEvaluation(Displayed):
+    """A SkipPair model scored on every input (no sampling), built whole by `exact_evaluate`.
 
-    acc_ab: probability that the argmax at the read-off is mapping[{a, b}] for a context of pair type
-    {a, b}; all_ab: 1.0 if every such context is right. signal_acc: mean of acc_ab over the 10 pair types
-    (as `SkipPair.evaluate`); signal_all: 1.0 if every signal input is right. noise_loss: expected
-    cross-entropy with the target uniform over 5..11, beside its optimum ln 7 (uniform logits on 5..11).
+    pair_acc:   per pair type (PAIRS order), the probability that the argmax at the read-off is its
+                completion, over all contexts of that type with their exact probabilities
+    pair_all:   per pair type, whether every such context is answered right
+    completions: per pair type, the completion (task.mapping)
+    signal_acc: mean of pair_acc over the 10 pair types (as `SkipPair.evaluate`); signal_all: every
+                signal input right. noise_loss: expected cross-entropy on noise inputs (target uniform
+                over 5..11), beside noise_loss_optimum = ln 7.
     """
+
+    pair_acc: tuple[float, ...]
+    pair_all: tuple[bool, ...]
+    completions: tuple[int, ...]
+    signal_acc: float
+    signal_all: bool
+    noise_loss: float
+    noise_loss_optimum: float
+
+    def as_dict(self) -> dict[str, float]:
+        """Flat numbers for a table row: acc_ab and all_ab per pair {a, b}, signal_acc, signal_all (1.0 / 0.0),
+        noise_loss, noise_loss_optimum."""
+        out: dict[str, float] = {}
+        for (a, b), acc, every in zip(PAIRS, self.pair_acc, self.pair_all):
+            out[f"acc_{a}{b}"], out[f"all_{a}{b}"] = acc, float(every)
+        out.update(signal_acc=self.signal_acc, signal_all=float(self.signal_all), noise_loss=self.noise_loss,
+                   noise_loss_optimum=self.noise_loss_optimum)  # fmt: skip
+        return out
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """One row per signal pair type: pair, completion, accuracy, right on every context."""
+        return pd.DataFrame({
+            "pair": [f"{{{a},{b}}}" for a, b in PAIRS], "completion": list(self.completions),
+            "accuracy": list(self.pair_acc), "right on every context": list(self.pair_all),
+        })  # fmt: skip
+
+    def plot(self, title: str | None = None):
+        """Accuracy per signal pair type (exact), the noise loss in the title."""
+        from headcoop.plot import bar
+
+        labels = [f"{{{a},{b}}}->{c}" for (a, b), c in zip(PAIRS, self.completions)]
+        title = title or (
+            f"Exact accuracy per pair type (signal {self.signal_acc:.4f}); noise loss {self.noise_loss:.4f}, "
+            f"optimum ln 7 = {self.noise_loss_optimum:.4f}"
+        )
+        return bar(self.pair_acc, labels, title=title, ylabel="accuracy", xlabel="pair -> completion")
+
+    def __repr__(self) -> str:
+        return (
+            f"ExactEvaluation(signal accuracy {self.signal_acc:.4f}, every signal input right: "
+            f"{'yes' if self.signal_all else 'no'}; noise loss {self.noise_loss:.4f} (optimum "
+            f"{self.noise_loss_optimum:.4f}); exact over every context)"
+        )
+
+
+@torch.no_grad()
+def exact_evaluate(model: HookedTransformer, task: SkipPair | None = None) -> ExactEvaluation:
+    """Accuracy on every signal input and the exact noise-case loss (no sampling): an ExactEvaluation
+    (`.as_dict()` for a table row, `.to_dataframe()` per pair type, `.plot()`)."""
     task = task or skip_pair_task(model)
     task.check_ready(model, "exact_evaluate")
     _check_enumerable(model)
     sig = contexts(task, "signal")
     right = (last_logits(model, sig.tokens).argmax(-1) == sig.answer).double()
-    result = {}
     accs, alls = [], []
-    for i, (a, b) in enumerate(PAIRS):
+    for i in range(len(PAIRS)):
         rows = sig.pair == i
-        acc = float((right[rows] * sig.weight[rows]).sum())
-        every = float(right[rows].min())
-        result[f"acc_{a}{b}"], result[f"all_{a}{b}"] = acc, every
-        accs.append(acc)
-        alls.append(every)
-    result["signal_acc"] = sum(accs) / len(accs)
-    result["signal_all"] = min(alls)
+        accs.append(float((right[rows] * sig.weight[rows]).sum()))
+        alls.append(bool(right[rows].min() == 1.0))
     noise = contexts(task, "noise")
     logp = last_logits(model, noise.tokens).log_softmax(-1)[:, list(NOISE)]
-    result["noise_loss"] = float((-logp.mean(-1) * noise.weight).sum())
-    result["noise_loss_optimum"] = math.log(len(NOISE))
-    return result
+    return ExactEvaluation(
+        pair_acc=tuple(accs), pair_all=tuple(alls), completions=tuple(task.mapping[p] for p in PAIRS),
+        signal_acc=sum(accs) / len(accs), signal_all=all(alls),
+        noise_loss=float((-logp.mean(-1) * noise.weight).sum()), noise_loss_optimum=math.log(len(NOISE)),
+    )  # fmt: skip
 
 
 # --- QK: preference orderings and split attention -------------------------------------------
@@ -286,22 +335,57 @@ def constructive_pairs(contrib: Float[Tensor, "pair head 10"], centered: bool = 
 # --- what SkipPair adds to the report ---------------------------------------------------------------
 
 
-@torch.no_grad()
-def preferences(model: HookedTransformer) -> pd.DataFrame:
-    """Each head's QK score from the read-off token 0 (query) to each signal token 1..4 (key), and its
-    preference ordering: the signal tokens by descending score ("3 > 1 > 4 > 2").
+@dataclasses.dataclass(frozen=True, repr=False)
+class Preferences(Displayed):
+    """Every head's preference ordering over the signal tokens, built whole by `preferences`.
 
-    One row per head (index "L0H0", ...; layers > 0: direct path); columns `score <t>` per signal token
-    and `ordering`. Scores are `hc.qk`'s (pre-softmax, as `hook_attn_scores`).
+    scores:    [layer * head, 4] QK score from the read-off token 0 (query) to signal keys 1..4
+               (pre-softmax, as `hook_attn_scores`; layers > 0: direct path)
+    names:     head names "L0H0", ... in (layer, head) order
+    orderings: per head, the signal tokens by descending score, e.g. (3, 1, 4, 2)
     """
-    rows = {}
-    for layer in range(model.cfg.n_layers):
-        for head, scores in enumerate(read_off_scores(model, layer)):
-            order = [SIGNAL[i] for i in scores.argsort(descending=True).tolist()]
-            row = {f"score {t}": float(s) for t, s in zip(SIGNAL, scores)}
-            row["ordering"] = " > ".join(str(t) for t in order)
-            rows[f"L{layer}H{head}"] = row
-    return pd.DataFrame.from_dict(rows, orient="index")
+
+    scores: Float[Tensor, "head 4"]
+    names: tuple[str, ...]
+    orderings: tuple[tuple[int, ...], ...]
+
+    def relation(self, first: str, second: str) -> str:
+        """How two heads' orderings compare ("equal", "reversed", "partly reversed", "partly equal")."""
+        index = {n: i for i, n in enumerate(self.names)}
+        return compare_orderings(self.orderings[index[first]], self.orderings[index[second]])
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """One row per head (index "L0H3"): `score <t>` per signal token and `ordering` ("3 > 1 > 4 > 2")."""
+        frame = pd.DataFrame(self.scores.double().numpy(), index=list(self.names),
+                             columns=[f"score {t}" for t in SIGNAL])  # fmt: skip
+        frame["ordering"] = [" > ".join(map(str, o)) for o in self.orderings]
+        return frame
+
+    def plot(self, title: str | None = None):
+        """Heatmap of the QK scores, head x signal token."""
+        from headcoop.plot import heatmap
+
+        return heatmap(
+            self.scores, [str(t) for t in SIGNAL], list(self.names),
+            title or "QK score from the read-off token 0 to each signal token",
+            xlabel="signal token (key)", ylabel="head", zmid=None, colorscale="Viridis",
+        )  # fmt: skip
+
+    def __repr__(self) -> str:
+        shown = "; ".join(f"{n} {' > '.join(map(str, o))}" for n, o in zip(self.names[:4], self.orderings))
+        more = f"; ... {len(self.names) - 4} more" if len(self.names) > 4 else ""
+        return f"Preferences({shown}{more})"
+
+
+@torch.no_grad()
+def preferences(model: HookedTransformer) -> Preferences:
+    """Each head's QK score from the read-off token 0 (query) to each signal token 1..4 (key), and its
+    preference ordering: the signal tokens by descending score. Scores are `hc.qk`'s (pre-softmax, as
+    `hook_attn_scores`; layers > 0: direct path)."""
+    scores = torch.cat([read_off_scores(model, layer) for layer in range(model.cfg.n_layers)])  # [layer*head, 4]
+    orderings = tuple(tuple(SIGNAL[i] for i in row.argsort(descending=True).tolist()) for row in scores)
+    names = tuple(f"L{lay}H{h}" for lay in range(model.cfg.n_layers) for h in range(model.cfg.n_heads))
+    return Preferences(scores=scores, names=names, orderings=orderings)
 
 
 class SkipPairStudy(Study):
@@ -310,28 +394,20 @@ class SkipPairStudy(Study):
     sections = (("preferences", "SkipPair preference orderings"),)
 
     def head_columns(self, model, task):
-        column = preferences(model)[["ordering"]].rename(columns={"ordering": "preference (QK from 0)"})
+        column = preferences(model).to_dataframe()[["ordering"]].rename(columns={"ordering": "preference (QK from 0)"})
         return column, ["<b>preference</b>: signal tokens 1..4 ordered by the head's QK score from the read-off token 0."]
 
     def section(self, anchor, model, task, head_table):
         if anchor != "preferences":
             return super().section(anchor, model, task, head_table)
-        from headcoop.plot import heatmap
-
-        prefs = preferences(model)
-        scores = prefs[[c for c in prefs.columns if c.startswith("score ")]]
-        fig = heatmap(
-            scores.to_numpy(), [c.removeprefix("score ") for c in scores.columns], list(prefs.index),
-            "QK score from the read-off token 0 to each signal token", xlabel="signal token (key)", ylabel="head",
-            zmid=None, colorscale="Viridis",
-        )  # fmt: skip
-        orderings = {name: tuple(int(t) for t in o.split(" > ")) for name, o in prefs["ordering"].items()}
-        pairs = list(itertools.combinations(orderings, 2))[:6]
+        result = preferences(model)
+        prefs, fig = result.to_dataframe(), result.plot()
+        pairs = list(itertools.combinations(result.names, 2))[:6]
         notes = [
             "Each head's preference ordering over the signal tokens 1..4: their QK scores as keys, with the "
             "read-off token 0 as the query (the post: strict, and reversed between the two heads). "
             "Orderings compare as equal, reversed, partly reversed (Kendall tau &lt; 0) or partly equal."
         ]
         if pairs:
-            notes.append("; ".join(f"{a} vs {b}: <b>{compare_orderings(orderings[a], orderings[b])}</b>" for a, b in pairs))
+            notes.append("; ".join(f"{a} vs {b}: <b>{result.relation(a, b)}</b>" for a, b in pairs))
         return StudySection(notes=tuple(notes), table=prefs, figure=fig, figure_height=max(300, 160 + 40 * len(prefs)))
