@@ -16,7 +16,7 @@ import torch
 
 import headcoop as hc
 from headcoop.fast_train import sample_streams, train_many
-from headcoop.fused import fused_logits, per_model_loss, stack_parameters
+from headcoop.fused import fused_logits, stack_parameters
 from headcoop.training import step_seed, train
 
 
@@ -70,8 +70,7 @@ def main() -> None:
     # equivalence 1: the fused loss of trained models equals HookedTransformer.forward + task.loss
     models = train_many(task, [make(s) for s in seeds], steps=20, batch_size=B, seeds=seeds, progress=False)
     data = sample_streams(task, B, [10_000 + s for s in seeds]).to(dev)
-    fused = per_model_loss(fused_logits(stack_parameters(models), models[0].cfg, data.tokens, data.loss_pos),
-                           data.targets)  # fmt: skip
+    fused = task.row_loss(fused_logits(stack_parameters(models), models[0].cfg, data.tokens, data.loss_pos), data)
     with torch.no_grad():
         ref = [task.loss(m(b.tokens), b).item() for m, b in
                zip(models, (task.sample(B, seed=10_000 + s).to(dev) for s in seeds))]  # fmt: skip

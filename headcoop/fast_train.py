@@ -22,7 +22,7 @@ from headcoop.progress import tqdm
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from headcoop.checks import check_finite, check_int, check_seed
-from headcoop.fused import attn_scales, check_supported, fused_logits, per_model_loss, stack_parameters
+from headcoop.fused import attn_scales, check_supported, fused_logits, stack_parameters
 from headcoop.tasks.base import Task, build_model, check_sample_size
 from headcoop.training import (
     TrainConfig, deterministic, make_optimizer, mark_trained, step_seed, trainable_parameters,
@@ -145,14 +145,6 @@ def group_models(models: Sequence[HookedTransformer], seeds: Sequence[int]) -> l
     ]
 
 
-def _check_task_scoring(task: Task) -> None:
-    if type(task).loss is not Task.loss or type(task).correct is not Task.correct:
-        raise ValueError(
-            f"train_many computes the standard loss (cross-entropy at batch.loss_pos); {type(task).__name__} "
-            "overrides Task.loss or Task.correct, so train its models with hc.train"
-        )
-
-
 def _check_seeds(seeds: Sequence[int] | None, k: int) -> list[int]:
     if seeds is None:
         return list(range(k))
@@ -200,7 +192,6 @@ def train_many(
     check_sample_size(batch_size, task.n_ctx)
     if not isinstance(progress, bool) and not hasattr(progress, "update"):
         raise TypeError(f"progress must be True, False or a tqdm bar, got {progress!r}")
-    _check_task_scoring(task)
     if isinstance(configs_or_models, (str, bytes, dict)) or not isinstance(configs_or_models, Sequence):
         raise TypeError(f"train_many takes a list of configs, dicts or models, got {type(configs_or_models).__name__}")
     items = list(configs_or_models)
@@ -233,11 +224,11 @@ def train_many(
                     on_device[g.device] = data.to(g.device)
                 batch = on_device[g.device].select(g.rows)
                 logits = fused_logits(g.params, g.cfg, batch.tokens, batch.loss_pos, g.positional)
-                loss = per_model_loss(logits, batch.targets)
+                loss = task.row_loss(logits, batch)  # [K]
                 check_loss_of_models(loss, g.indices, step, cfg.lr)
                 losses.append(loss)
                 if logged:
-                    acc = (logits.detach().argmax(-1) == batch.targets).flatten(1).float().mean(1)
+                    acc = task.row_correct(logits.detach(), batch).flatten(1).float().mean(1)
                     _log(histories, g.indices, step, loss.detach(), acc)
             optimizer.zero_grad(set_to_none=False)
             sum(loss.sum() for loss in losses).backward()

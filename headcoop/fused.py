@@ -227,11 +227,3 @@ def fused_logits(
         last = cfg.n_layers - 1
         resid_q = resid_q + _attend(resid_q, resid, hidden, params, last, scales[last])
     return resid_q @ params["unembed.W_U"][:, None] + params["unembed.b_U"][:, None, None]
-
-
-def per_model_loss(
-    logits: Float[Tensor, "model batch n_loss vocab"], targets: Int[Tensor, "model batch n_loss"]
-) -> Float[Tensor, " model"]:
-    """Each model's mean cross-entropy over its batch's loss positions (what `Task.loss` computes)."""
-    # classes on axis 1: for logits stored vocab-major this is the fast layout
-    return F.cross_entropy(logits.permute(0, 3, 1, 2), targets, reduction="none").flatten(1).mean(1)

@@ -6,7 +6,7 @@ from transformer_lens import HookedTransformer
 
 import headcoop as hc
 from headcoop.fast_train import sample_streams, train_many
-from headcoop.fused import fused_logits, per_model_loss, stack_parameters
+from headcoop.fused import fused_logits, stack_parameters
 
 TINY = dict(n_heads=4, d_model=8, d_head=2)
 CASES = {
@@ -31,7 +31,7 @@ def test_fused_forward_matches_hooked_transformer(case):
     models = train_many(task, [kw] * 3, seeds=[0, 1, 2], **SETTINGS)
     data = sample_streams(task, 48, [7, 8, 9])
     logits = fused_logits(stack_parameters(models), models[0].cfg, data.tokens, data.loss_pos)
-    losses = per_model_loss(logits, data.targets)
+    losses = task.row_loss(logits, data)
     for k, model in enumerate(models):
         ref_logits, ref_loss = reference_loss(model, task, task.sample(48, seed=7 + k))
         torch.testing.assert_close(logits[k], ref_logits, atol=1e-5, rtol=0)
@@ -151,3 +151,30 @@ def test_groups_with_different_seed_sets_each_read_their_own_streams():
     alone = hc.train_many(task, items[:1], seeds=[0], steps=3, progress=False)
     for p, q in zip(together[0].parameters(), alone[0].parameters()):
         assert torch.allclose(p, q, atol=1e-6)
+
+
+def test_a_task_with_its_own_objective_trains_the_same_with_train_and_train_many():
+    """A task that overrides row_loss (cross-entropy with the answer position weighted 3x) is trained by
+    train_many through that objective, with no check of which methods it overrides: hc.train and
+    train_many end with the same weights (b_K aside, see test_same_optimisation_as_train), and those
+    differ from the weights the standard objective gives."""
+    import headcoop as hc
+
+    class Weighted(hc.Count01):
+        def row_loss(self, row_logits, batch):
+            targets = batch.targets.to(row_logits.device).expand(row_logits.shape[:-1])
+            ce = torch.nn.functional.cross_entropy(
+                row_logits.flatten(0, -2), targets.flatten(), reduction="none"
+            ).view(targets.shape)  # [*copies, batch, n_loss]: answer, then [EOS]
+            return (ce * torch.tensor([3.0, 1.0], device=ce.device)).mean((-1, -2))
+
+    settings = dict(steps=12, batch_size=16, lr=1e-2, warmup=2, progress=False)
+    weighted, plain = Weighted(max_len=6), hc.Count01(max_len=6)
+    one = hc.train(weighted, weighted.model(seed=3, n_heads=2, d_model=4), seed=3, **settings)
+    (many,) = train_many(weighted, [dict(n_heads=2, d_model=4)], seeds=[3], **settings)
+    (standard,) = train_many(plain, [dict(n_heads=2, d_model=4)], seeds=[3], **settings)
+    many_params, standard_params = dict(many.named_parameters()), dict(standard.named_parameters())
+    for name, param in one.named_parameters():
+        if not name.endswith("b_K"):
+            torch.testing.assert_close(many_params[name], param, atol=1e-5, rtol=0, msg=name)
+    assert (many_params["blocks.0.attn.W_O"] - standard_params["blocks.0.attn.W_O"]).abs().max() > 1e-3

@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 import torch
-from jaxtyping import Float, Int
+from jaxtyping import Bool, Float, Int
 from torch import Tensor
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
@@ -244,14 +244,38 @@ class Task(ABC):
         index = batch.loss_pos.to(logits.device)[..., None].expand(-1, -1, logits.shape[-1])
         return logits.gather(1, index)
 
-    def loss(self, logits: Float[Tensor, "batch pos vocab"], batch: Batch) -> Float[Tensor, ""]:
-        """Cross-entropy at the loss positions only."""
-        picked = self.loss_logits(logits, batch)
-        return torch.nn.functional.cross_entropy(picked.flatten(0, 1), batch.targets.to(logits.device).flatten())
+    def row_loss(
+        self, row_logits: Float[Tensor, "*copies batch n_loss vocab"], batch: Batch
+    ) -> Float[Tensor, "*copies"]:
+        """What training minimises, from the logits at the loss positions: mean cross-entropy over them.
 
-    def correct(self, logits: Float[Tensor, "batch pos vocab"], batch: Batch) -> Float[Tensor, "batch n_loss"]:
-        """Whether the argmax prediction is right, at each loss position."""
-        return self.loss_logits(logits, batch).argmax(-1) == batch.targets.to(logits.device)
+        Leading axes (K stacked models in `hc.train_many`, whose batch targets carry the same axes) are
+        kept, one loss per copy. Override this, not `loss`, to change the objective: `hc.train` and
+        `hc.train_many` both call it."""
+        targets = batch.targets.to(row_logits.device)
+        if row_logits.ndim == 3:
+            return torch.nn.functional.cross_entropy(row_logits.flatten(0, 1), targets.flatten())
+        lead = row_logits.shape[:-3]
+        flat = row_logits.reshape(-1, *row_logits.shape[-3:])  # [copy, batch, n_loss, vocab]
+        targets = targets.expand(row_logits.shape[:-1]).reshape(flat.shape[:-1])
+        # classes on axis 1: for logits stored vocab-major this is the fast layout
+        per_row = torch.nn.functional.cross_entropy(flat.permute(0, 3, 1, 2), targets, reduction="none")
+        return per_row.flatten(1).mean(1).reshape(lead)
+
+    def row_correct(
+        self, row_logits: Float[Tensor, "*copies batch n_loss vocab"], batch: Batch
+    ) -> Bool[Tensor, "*copies batch n_loss"]:
+        """Whether the prediction at each loss position is right (argmax == target); leading axes kept.
+        Override with `row_loss` when a task scores differently."""
+        return row_logits.argmax(-1) == batch.targets.to(row_logits.device)
+
+    def loss(self, logits: Float[Tensor, "batch pos vocab"], batch: Batch) -> Float[Tensor, ""]:
+        """Cross-entropy at the loss positions only (`row_loss` of the logits there)."""
+        return self.row_loss(self.loss_logits(logits, batch), batch)
+
+    def correct(self, logits: Float[Tensor, "batch pos vocab"], batch: Batch) -> Bool[Tensor, "batch n_loss"]:
+        """Whether the argmax prediction is right, at each loss position (`row_correct` there)."""
+        return self.row_correct(self.loss_logits(logits, batch), batch)
 
     @abstractmethod
     def evaluate(self, model: HookedTransformer, n: int = 4096, seed: int = 10_000) -> dict[str, float]:
