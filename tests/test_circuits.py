@@ -138,10 +138,16 @@ def test_shortformer_positions_reach_qk_but_not_ov():
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def test_refuses_unsupported_models():
-    with pytest.raises(ValueError, match="positional_embedding_type in"):
-        hc.qk(HookedTransformer(_config(positional_embedding_type="rotary", rotary_dim=2)), 0)
-    with pytest.raises(ValueError, match="without LayerNorm"):
-        hc.ov(HookedTransformer(_config(normalization_type="LN")), 0)
+    """What the tables cannot model is refused by name: QK norms, soft-capped logits, per-block output norms,
+    and dense tables beyond MAX_TABLE_ENTRIES."""
+    with pytest.raises(ValueError, match="normalises q and k per head"):
+        hc.qk(HookedTransformer(_config(normalization_type="RMS", use_qk_norm=True)), 0)
+    with pytest.raises(ValueError, match="soft-caps"):
+        hc.ov(HookedTransformer(_config(output_logits_soft_cap=5.0)), 0)
+    with pytest.raises(ValueError, match="normalises each block's attention"):
+        hc.qk(HookedTransformer(_config(normalization_type="RMS", use_normalization_before_and_after=True)), 0)
+    with pytest.raises(ValueError, match="dense table would hold"):
+        hc.qk(HookedTransformer(_config(d_vocab=5000, n_ctx=64)), 0, positional=True)
 
 
 def test_out_of_range():

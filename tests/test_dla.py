@@ -169,10 +169,13 @@ def _config(**overrides):
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def test_refuses_models_it_cannot_decompose():
-    with pytest.raises(ValueError, match="without LayerNorm"):
-        hc.dla(HookedTransformer(_config(normalization_type="LN")), torch.tensor([[0, 1, 2]]))
-    with pytest.raises(ValueError, match="attention-only"):
-        hc.dla(HookedTransformer(_config(attn_only=False, d_mlp=8, act_fn="relu")), torch.tensor([[0, 1, 2]]))
+    """Soft-capped logits and blocks that normalise their outputs before the residual add have no exact
+    decomposition: refused by name."""
+    with pytest.raises(ValueError, match="soft-caps"):
+        hc.dla(HookedTransformer(_config(output_logits_soft_cap=5.0)), torch.tensor([[0, 1, 2]]))
+    with pytest.raises(ValueError, match="normalises each block's attention and MLP output"):
+        hc.dla(HookedTransformer(_config(normalization_type="RMS", use_normalization_before_and_after=True)),
+               torch.tensor([[0, 1, 2]]))  # fmt: skip
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")

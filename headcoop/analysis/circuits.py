@@ -1,16 +1,24 @@
 """QK and OV circuits of one attention head, as tables over input tokens (and positions).
 
 `qk(model, head)`: the pre-softmax attention score of a query input on a key input, exactly as the model
-computes it (`hook_attn_scores`: biases b_Q, b_K included, divided by attn_scale).
+computes it (`hook_attn_scores`: the layer's ln1 on the residual input, biases b_Q, b_K, rotary rotation
+of q and k at their positions, division by attn_scale, soft-capping).
 `ov(model, head)`: the change in the logits when the head attends fully to one source input,
-(x W_V + b_V) W_O W_U; b_O is left out (it belongs to the layer, not the head: see `dla`'s "L{l}.b_O").
+(ln1(x) W_V + b_V) W_O, through the final norm, then W_U; b_O is left out (it belongs to the layer, not
+the head: see `dla`'s "L{l}.b_O").
 
-Inputs are token embeddings, or token + position embeddings when the model's positional embedding
-reaches that circuit and is not all zero; then the tables gain position axes.
+Inputs are token embeddings, or (token, position) pairs when positions reach the circuit: a standard
+positional embedding that is not all zero (QK and OV), a shortformer's (QK only: it joins q and k after
+ln1) or rotary embeddings (QK only: rotary never touches V). Then the tables gain position axes.
 
-Layer > 0: a head there reads the residual stream, which also holds earlier layers' outputs. These tables
-are the DIRECT PATH only (the head reading the embeddings themselves), marked `direct_path=True` in the
-result. They equal the model's scores / effects exactly when earlier attention outputs are zero.
+Layer 0 tables are exact: a layer-0 head reads the embeddings themselves (checked against the cached
+scores on every call). Layer > 0: a head there reads the residual stream, which also holds earlier layers'
+outputs. These tables are the DIRECT PATH only (the head reading the embeddings, normalised by its ln1 as if
+they were the whole residual stream), marked `direct_path=True` and stated in `assumptions`.
+OV through a final LayerNorm / RMSNorm: centred (LN) and multiplied by its weight, the scale taken as 1
+(every logit of one input is divided by the same scale, so the effects keep their order and ratios);
+the final norm's bias is left out like b_U. Effects reach the logits directly: later layers (MLPs
+included) that read the head's output are not counted, as in `dla`.
 """
 
 from __future__ import annotations
@@ -28,36 +36,67 @@ from transformer_lens.utilities.activation_functions import apply_softcap
 from headcoop.plot import Displayed
 from headcoop.analysis.common import one_head, vocab_labels
 from headcoop.analysis.dla import check_decomposable, output_labels
+from headcoop.analysis.norms import norm_kind
 from headcoop.tasks.base import check_ids
 
-SUPPORTED_POSITIONAL = ("standard", "shortformer")
+MAX_TABLE_ENTRIES = 2**27  # a dense table beyond this (0.5 GB of float32) is refused
 
 
 def _check_model(model: HookedTransformer, what: str) -> None:
     check_decomposable(model, what)
-    kind = model.cfg.positional_embedding_type
-    if kind not in SUPPORTED_POSITIONAL:
-        raise ValueError(
-            f"{what} supports positional_embedding_type in {list(SUPPORTED_POSITIONAL)}, got {kind!r}: "
-            "the scores would depend on relative positions that a (token, position) table does not hold"
-        )
-
-
-def _inputs(model: HookedTransformer, with_pos: bool) -> Float[Tensor, "n_inputs d_model"]:
-    """Residual inputs, one row per token (or per (token, position), token-major, if with_pos)."""
-    W_E = model.W_E
-    if not with_pos:
-        return W_E
-    return (W_E[:, None, :] + model.W_pos[None, :, :]).flatten(0, 1)
+    cfg = model.cfg
+    for flag, words in (("use_qk_norm", "normalises q and k per head"), ("clip_qkv", "clips q, k and v")):
+        if getattr(cfg, flag, None):
+            raise ValueError(f"{what}: this model {words} ({flag}), which the tables do not model")
 
 
 def _use_pos(model: HookedTransformer, reaches: bool, positional: bool | None) -> bool:
-    """Whether the table needs position axes: the embedding reaches the circuit and is not all zero."""
+    """Whether the table needs position axes: positions reach the circuit (rotary: always, for QK)."""
+    kind = model.cfg.positional_embedding_type
+    nonzero = kind == "rotary" or (kind in ("standard", "shortformer") and bool(model.W_pos.abs().max() > 0))
     if positional is None:
-        return reaches and bool(model.W_pos.abs().max() > 0)
+        return reaches and nonzero
     if positional and not reaches:
         raise ValueError("positional=True, but this model's positional embedding does not reach this circuit")
+    if not positional and reaches and kind == "rotary":
+        raise ValueError("positional=False: a rotary model's scores depend on positions; a token table cannot hold them")
     return bool(positional)
+
+
+def _normed(model: HookedTransformer, layer: int, x: Float[Tensor, "n d_model"]) -> Float[Tensor, "n d_model"]:
+    """`x` through the layer's ln1 (as the block applies it to its residual input), if it has one."""
+    ln1 = getattr(model.blocks[layer], "ln1", None)
+    if ln1 is None or isinstance(ln1, torch.nn.Identity):
+        return x
+    return ln1(x[None])[0]
+
+
+def _attn_inputs(model: HookedTransformer, layer: int, with_pos: bool, circuit: str) -> Float[Tensor, "n d_model"]:
+    """What a head of `layer` reads as query/key ("qk") or value ("v") input, one row per token, or per
+    (token, position) token-major when with_pos: ln1 of the embedding (+ standard positional embedding),
+    plus a shortformer's positional embedding after ln1 for q and k."""
+    W_E, n_ctx = model.W_E, model.cfg.n_ctx
+    kind = model.cfg.positional_embedding_type
+    if with_pos and kind == "standard":
+        return _normed(model, layer, (W_E[:, None, :] + model.W_pos[None, :, :]).flatten(0, 1))
+    x = _normed(model, layer, W_E)
+    if not with_pos:
+        return x
+    x = x[:, None, :].expand(-1, n_ctx, -1)
+    if kind == "shortformer" and circuit == "qk":
+        x = x + model.W_pos[None, :, :]
+    return x.flatten(0, 1)
+
+
+def _check_size(what: str, *sizes: int) -> None:
+    entries = 1
+    for size in sizes:
+        entries *= size
+    if entries > MAX_TABLE_ENTRIES:
+        raise ValueError(
+            f"{what}: the dense table would hold {entries:,} entries ({' x '.join(map(str, sizes))}), more than "
+            f"{MAX_TABLE_ENTRIES:,}; for a model of this size use hc.dla or hc.patch on your inputs instead"
+        )
 
 
 def _name(layer: int, head: int) -> str:
@@ -93,14 +132,15 @@ class QKTable(Displayed):
     positional: bool
     direct_path: bool
     causal: bool
+    assumptions: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
         return _name(self.layer, self.head)
 
     def __repr__(self) -> str:
-        path = ", direct path (embeddings only)" if self.direct_path else ""
-        return f"QKTable({self.name}, scores {tuple(self.scores.shape)}{path})"
+        held = f"; {'; '.join(self.assumptions)}" if self.assumptions else ""
+        return f"QKTable({self.name}, scores {tuple(self.scores.shape)}{held})"
 
     def scores_for(self, tokens) -> Float[Tensor, "batch q_pos k_pos"]:
         """The table looked up for [batch, pos] token ids: the scores this head assigns in that sequence
@@ -142,8 +182,8 @@ class QKTable(Displayed):
         (q_pos, k_pos) when both are given, else every 'tok@pos' pair (non-causal entries blank)."""
         from headcoop.plot import heatmap
 
-        path = " (direct path)" if self.direct_path else ""
-        title = title or f"QK scores of {self.name}{path}"
+        held = "<br><sup>" + "; ".join(self.assumptions) + "</sup>" if self.assumptions else ""
+        title = title or f"QK scores of {self.name}{held}"
         s = self.scores.detach().cpu()
         if not self.positional:
             return heatmap(s, self.vocab, self.vocab, title, xlabel="key token", ylabel="query token")
@@ -185,14 +225,15 @@ class OVTable(Displayed):
     out_vocab: list[str]
     positional: bool
     direct_path: bool
+    assumptions: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
         return _name(self.layer, self.head)
 
     def __repr__(self) -> str:
-        path = ", direct path (embeddings only)" if self.direct_path else ""
-        return f"OVTable({self.name}, effects {tuple(self.effects.shape)}{path})"
+        held = f"; {'; '.join(self.assumptions)}" if self.assumptions else ""
+        return f"OVTable({self.name}, effects {tuple(self.effects.shape)}{held})"
 
     def effects_for(self, tokens) -> Float[Tensor, "batch pos vocab"]:
         """The effect of each source position of [batch, pos] token ids on the logits, [batch, pos, vocab]."""
@@ -217,75 +258,116 @@ class OVTable(Displayed):
         from headcoop.plot import heatmap
 
         df = self.to_dataframe()
-        path = " (direct path)" if self.direct_path else ""
+        held = "<br><sup>" + "; ".join(self.assumptions) + "</sup>" if self.assumptions else ""
         return heatmap(
-            df.values, self.out_vocab, list(df.index), title or f"OV effects of {self.name}{path}",
+            df.values, self.out_vocab, list(df.index), title or f"OV effects of {self.name}{held}",
             xlabel="output logit", ylabel="attended source",
         )  # fmt: skip
 
 
 @torch.no_grad()
 def qk(model: HookedTransformer, head: int | str | tuple[int, int], layer: int | None = None, positional: bool | None = None) -> QKTable:
-    """Pre-softmax attention scores of one head for every query input x key input.
+    """Pre-softmax attention scores of one head for every query input x key input (module docstring).
 
     head, layer: an int head in `layer` (layer None: the model's only layer; in a deeper model pass layer=),
     (layer, head) or "L1H3". ValueError when they name several heads.
 
-    Token-only table [q_tok, k_tok] when the positional embedding does not reach Q/K or is all zero
-    (e.g. Count01 default, SkipPair); else [q_tok, q_pos, k_tok, k_pos]. `positional` forces the choice.
-    Reproduces hook_attn_scores exactly at causal positions for layer 0; for layer > 0 it is the direct
-    path (embeddings only). IndexError for a head/layer out of range.
+    Token-only table [q_tok, k_tok] when no position reaches Q/K (no, or an all-zero, positional embedding:
+    Count01 default, SkipPair); else [q_tok, q_pos, k_tok, k_pos] (standard, shortformer, rotary).
+    `positional` forces the choice. Layer 0 reproduces hook_attn_scores exactly at causal positions (checked
+    on a sample of inputs on every call: ValueError if this model's attention does something the table does
+    not model); layer > 0 is the direct path (embeddings only). Grouped-query heads use their shared K.
+    ValueError when the dense table would exceed MAX_TABLE_ENTRIES. IndexError for a head/layer out of range.
     """
     _check_model(model, "qk")
     layer, head = one_head(model, head, layer)
-    use_pos = _use_pos(model, True, positional)  # standard and shortformer both feed positions to Q/K
+    use_pos = _use_pos(model, True, positional)
     attn = model.blocks[layer].attn
-    x = _inputs(model, use_pos)
-    q = x @ attn.W_Q[head]  # [n, d_head]
-    k = x @ attn.W_K[head]
+    n_pos = model.cfg.n_ctx if use_pos else 1
+    _check_size("qk", model.cfg.d_vocab * n_pos, model.cfg.d_vocab * n_pos)
+    x = _attn_inputs(model, layer, use_pos, "qk")
+    q_lin, k_lin = x @ attn.W_Q[head], x @ attn.W_K[head]  # [n, d_head], without biases
+    q, k = q_lin + attn.b_Q[head], k_lin + attn.b_K[head]
+    if model.cfg.positional_embedding_type == "rotary" and use_pos:  # rotation is linear: rotate both parts
+        q_lin, k_lin, q, k = (attn.apply_rotary(t.view(-1, n_pos, 1, t.shape[-1])).flatten(0, 2)
+                              for t in (q_lin, k_lin, q, k))  # fmt: skip
     scale = attn.attn_scale
-    matrix = FactoredMatrix(q / scale, k.T)
-    scores = apply_softcap((q + attn.b_Q[head]) @ (k + attn.b_K[head]).T / scale, model.cfg.attn_scores_soft_cap)
+    matrix = FactoredMatrix(q_lin / scale, k_lin.T)
+    scores = apply_softcap(q @ k.T / scale, model.cfg.attn_scores_soft_cap)
     if use_pos:
-        n_pos = model.cfg.n_ctx
         scores = scores.unflatten(0, (-1, n_pos)).unflatten(2, (-1, n_pos))
-    return QKTable(
-        scores=scores,
-        matrix=matrix,
-        layer=layer,
-        head=head,
-        vocab=vocab_labels(model),
-        positional=use_pos,
-        direct_path=layer > 0,
-        causal=model.cfg.attention_dir == "causal",
-    )
+    assumptions = (_DIRECT_QK,) if layer > 0 else ()
+    table = QKTable(
+        scores=scores, matrix=matrix, layer=layer, head=head, vocab=vocab_labels(model), positional=use_pos,
+        direct_path=layer > 0, causal=model.cfg.attention_dir == "causal", assumptions=assumptions,
+    )  # fmt: skip
+    if layer == 0:
+        _check_against_cache(model, table)
+    return table
+
+
+_DIRECT_QK = "direct path: the head reading the embeddings alone (earlier layers' outputs left out)"
+
+
+def _check_against_cache(model: HookedTransformer, table: QKTable) -> None:
+    """ValueError unless the table reproduces the cached layer-0 scores on a few inputs."""
+    cfg = model.cfg
+    width = min(cfg.n_ctx, 12)
+    ids = torch.randint(0, cfg.d_vocab, (4, width), generator=torch.Generator().manual_seed(0)).to(table.scores.device)
+    name = f"blocks.{table.layer}.attn.hook_attn_scores"
+    _, cache = model.run_with_cache(ids, names_filter=lambda n: n == name)
+    cached = cache[name][:, table.head]
+    looked_up = table.scores_for(ids)
+    keep = torch.isfinite(cached) & torch.isfinite(looked_up)
+    gap = float((cached[keep] - looked_up[keep]).abs().max()) if keep.any() else 0.0
+    tol = (1e-4 if cached.dtype != torch.float64 else 1e-9) * max(1.0, float(cached[keep].abs().max()))
+    if gap > tol:
+        raise ValueError(
+            f"qk: the table misses the cached scores of {table.name} by {gap:.3g}: this model's attention computes "
+            "its scores in a way the table does not model"
+        )
 
 
 @torch.no_grad()
 def ov(model: HookedTransformer, head: int | str | tuple[int, int], layer: int | None = None, positional: bool | None = None) -> OVTable:
-    """Logit effect of `head` in `layer` attending fully to each source input: (x W_V + b_V) W_O W_U.
+    """Logit effect of one head attending fully to each source input (module docstring):
+    (ln1(x) W_V + b_V) W_O, through the final norm (scale taken as 1), then W_U.
 
     [src_tok, vocab], or [src_tok, src_pos, vocab] when a non-zero standard positional embedding reaches
-    V (a shortformer's does not). b_O (per layer) and b_U are excluded. Layer > 0: direct path only.
-    Combined with the head's pattern, sum_k pattern[q, k] * effects[x_k] is the head's DLA component.
+    V (a shortformer's or rotary positions do not). b_O (per layer), the final norm's bias and b_U are
+    excluded. The direct path to the logits (later layers and MLPs left out; layer > 0: embeddings only).
+    Combined with the head's pattern, sum_k pattern[q, k] * effects[x_k] is the head's DLA component
+    (exactly, in a layer-0 head of a model without a final norm). Grouped-query heads use their shared V.
     """
     _check_model(model, "ov")
     layer, head = one_head(model, head, layer)
     use_pos = _use_pos(model, model.cfg.positional_embedding_type == "standard", positional)
     attn = model.blocks[layer].attn
-    x = _inputs(model, use_pos)
-    out = attn.W_O[head] @ model.W_U  # [d_head, vocab]
-    matrix = FactoredMatrix(x @ attn.W_V[head], out)
-    effects = (x @ attn.W_V[head] + attn.b_V[head]) @ out
+    n_pos = model.cfg.n_ctx if use_pos else 1
+    _check_size("ov", model.cfg.d_vocab * n_pos, model.cfg.d_vocab_out)
+    x = _attn_inputs(model, layer, use_pos, "v")
+    final = getattr(model, "ln_final", None)
+    kind = norm_kind(final)
+    W_O = attn.W_O[head]  # [d_head, d_model]
+    if kind in ("LN", "LNPre"):
+        W_O = W_O - W_O.mean(-1, keepdim=True)
+    if kind in ("LN", "RMS"):
+        W_O = W_O * final.w
+    out = W_O @ model.W_U  # [d_head, vocab]
+    v = x @ attn.W_V[head]
+    matrix = FactoredMatrix(v, out)
+    effects = (v + attn.b_V[head]) @ out
     if use_pos:
-        effects = effects.unflatten(0, (-1, model.cfg.n_ctx))
+        effects = effects.unflatten(0, (-1, n_pos))
+    assumptions = []
+    if layer > 0:
+        assumptions.append("direct path: the head reading the embeddings alone (earlier layers' outputs left out)")
+    if kind is not None:
+        done = {"LN": "centred and weighted", "LNPre": "centred", "RMS": "weighted", "RMSPre": "nothing else"}[kind]
+        assumptions.append(f"final {kind} scale taken as 1 ({done})")
+    if not model.cfg.attn_only or model.cfg.n_layers > layer + 1:
+        assumptions.append("direct effect on the logits (later layers reading the head's output left out)")
     return OVTable(
-        effects=effects,
-        matrix=matrix,
-        layer=layer,
-        head=head,
-        vocab=vocab_labels(model),
-        out_vocab=output_labels(model),
-        positional=use_pos,
-        direct_path=layer > 0,
-    )
+        effects=effects, matrix=matrix, layer=layer, head=head, vocab=vocab_labels(model),
+        out_vocab=output_labels(model), positional=use_pos, direct_path=layer > 0, assumptions=tuple(assumptions),
+    )  # fmt: skip

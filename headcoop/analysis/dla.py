@@ -1,15 +1,26 @@
 """Direct logit attribution: the logits at one position split exactly into per-component parts.
 
-In an attention-only transformer without LayerNorm the logits are linear in the residual stream:
+The residual stream at the last layer is a sum of what every component wrote:
 
-    logits = (embed + pos_embed + sum_L (sum_H z[L,H] @ W_O[L,H] + b_O[L])) @ W_U + b_U
+    resid = embed + pos_embed + sum_L (sum_H z[L,H] @ W_O[L,H] + b_O[L] + mlp_out[L])
 
-so every term, pushed through W_U, is that component's contribution, and the contributions sum to the
-logits exactly. Components, in this order: "embed", "pos_embed" (standard positional embedding only),
-for each layer its heads "L{l}H{h}" then its output bias "L{l}.b_O", and finally "b_U".
+and the logits are `ln_final(resid) @ W_U + b_U`. Without a final norm every term, pushed through W_U, is
+that component's contribution. With a final LayerNorm / RMSNorm each term is centred (LN) and divided
+by the norm's scale cached from the same forward pass (`headcoop.analysis.norms`, as TransformerLens's
+`apply_ln_to_stack`); the norm's bias is a component of its own. Either way the contributions sum to
+the logits exactly (checked on every call); with a norm, the frozen scale is an assumption the result
+states in its repr and plot title.
+
+Components, in this order: "embed", "pos_embed" (standard positional embedding only), for each layer its
+heads "L{l}H{h}", its output bias "L{l}.b_O" and, unless the model is attention-only, "L{l}.mlp"; then
+"ln_final.b" (a final LayerNorm with a bias) and "b_U".
 
 In a model with several layers a head's component is its DIRECT path (its output read straight by
-W_U); what it contributes through later heads is counted in those heads' components.
+W_U); what it contributes through later layers is counted in those layers' components.
+
+`at=(layer, "q" | "k" | "v")` decomposes the input of that layer's attention instead (what writes into a
+head's query, key or value input, through the layer's ln1 with its frozen scale; a shortformer's
+positional embedding joins the query and key inputs after the norm): the components of the layers below.
 """
 
 from __future__ import annotations
@@ -27,25 +38,29 @@ from transformer_lens.utilities import get_act_name
 
 from headcoop.plot import Displayed
 from headcoop.analysis.common import (
-    as_tokens, check_choice, check_positions, head_names, require_model, require_task, vocab_labels,
+    as_tokens, check_choice, check_layer, check_positions, head_names, require_model, require_task, vocab_labels,
 )
+from headcoop.analysis.norms import describe, norm_kind, through_norm
 from headcoop.checks import check_finite, installed_hooks
 from headcoop.tasks.base import Batch
 
 
 def check_decomposable(model: HookedTransformer, what: str) -> None:
-    """ValueError unless `model` is attention-only, without LayerNorm and without output soft-capping,
-    the conditions under which the residual stream (and so the logits) splits exactly into components."""
+    """ValueError unless the residual stream of `model` is a plain sum of its components (no norm after a
+    block's attention or MLP, no post-norm architecture) and the logits are linear in the final norm's
+    output (no soft-capping): the conditions under which the decomposition is exact."""
+    from transformer_lens.components.transformer_block import POST_NORM_ARCHITECTURES
+
     cfg = require_model(model, what).cfg
-    if cfg.normalization_type is not None:
+    if cfg.use_normalization_before_and_after or cfg.original_architecture in POST_NORM_ARCHITECTURES:
         raise ValueError(
-            f"{what} needs a model without LayerNorm (normalization_type=None), got normalization_type="
-            f"{cfg.normalization_type!r}: the decomposition would not be exact"
+            f"{what}: this model normalises each block's attention and MLP output before adding it to the "
+            "residual stream, so the stream is not a sum of the heads' outputs and no exact decomposition exists"
         )
-    if not cfg.attn_only:
-        raise ValueError(f"{what} needs an attention-only model (cfg.attn_only=True): MLP outputs are not attributed")
     if cfg.output_logits_soft_cap is not None and cfg.output_logits_soft_cap > 0:
         raise ValueError(f"{what} needs linear logits, but this model soft-caps them (output_logits_soft_cap)")
+    if cfg.final_rms and cfg.normalization_type not in ("LN", "LNPre"):
+        pass  # final_rms only changes the final norm's module, which norms.through_norm reads
 
 
 def output_labels(model: HookedTransformer) -> list[str]:
@@ -55,16 +70,19 @@ def output_labels(model: HookedTransformer) -> list[str]:
     return [str(i) for i in range(model.cfg.d_vocab_out)]
 
 
-def component_names(model: HookedTransformer) -> list[str]:
-    """The DLA components of `model`, in the order of `DLAResult.values`' component axis."""
+def component_names(model: HookedTransformer, upto: int | None = None) -> list[str]:
+    """The residual-stream components of `model` written below layer `upto` (None: every layer), in the
+    order of `DLAResult.values`' component axis (without the final norm's bias and b_U)."""
     names = ["embed"]
     if model.cfg.positional_embedding_type == "standard":
         names.append("pos_embed")
     heads = head_names(model)
     n = model.cfg.n_heads
-    for layer in range(model.cfg.n_layers):
+    for layer in range(model.cfg.n_layers if upto is None else upto):
         names += heads[layer * n : (layer + 1) * n] + [f"L{layer}.b_O"]
-    return names + ["b_U"]
+        if not model.cfg.attn_only:
+            names.append(f"L{layer}.mlp")
+    return names
 
 
 def token_ids(labels: list[str], value, n: int, what: str) -> Int[Tensor, " batch"]:
@@ -94,15 +112,19 @@ def positions(pos, n: int, width: int) -> Int[Tensor, " batch"]:
 
 @dataclasses.dataclass(frozen=True)
 class DLAResult(Displayed):
-    """Per-component contributions to the logits at one position per example.
+    """Per-component contributions to the logits (or, with `at=`, to a layer's attention input) at one
+    position per example.
 
-    values:     [batch, component, vocab]  contribution of each component to each logit
-    components: [component]                names ("embed", "pos_embed", "L0H3", "L0.b_O", "b_U")
-    vocab:      [vocab]                    labels of the logits
+    values:     [batch, component, vocab]  contribution of each component to each logit (or input dimension)
+    components: [component]                names ("embed", "pos_embed", "L0H3", "L0.b_O", "L0.mlp", "b_U")
+    vocab:      [vocab]                    labels of the logits (or "d0".."d{d_model-1}")
     tokens:     [batch, pos]               the inputs
     pos:        [batch]                    the position attributed in each example
-    logits:     [batch, vocab]             the model's own logits there (values.sum(1) reproduces them)
+    logits:     [batch, vocab]             what is decomposed, from the model's own forward pass (the logits,
+                                           or the attention input): values.sum(1) reproduces it
     answer, wrong: [batch] or None         default tokens for `logit_diff` (from the Batch, if one was given)
+    target:     "logits", or e.g. "L1 q input"
+    assumptions: what the decomposition holds fixed (a norm's frozen scale), in words; empty when exact
     """
 
     values: Float[Tensor, "batch component vocab"]
@@ -113,10 +135,18 @@ class DLAResult(Displayed):
     logits: Float[Tensor, "batch vocab"]
     answer: Int[Tensor, " batch"] | None = None
     wrong: Int[Tensor, " batch"] | None = None
+    target: str = "logits"
+    assumptions: tuple[str, ...] = ()
 
     def __repr__(self) -> str:
         b, c, v = self.values.shape
-        return f"DLAResult(batch={b}, components={c}, vocab={v}: {self.components})"
+        shown = self.components if c <= 12 else [*self.components[:6], "...", *self.components[-3:]]
+        held = f"; assumes {'; '.join(self.assumptions)}" if self.assumptions else ""
+        return f"DLAResult({self.target}: batch={b}, components={c}, vocab={v}: {shown}{held})"
+
+    def _require_logits(self, what: str) -> None:
+        if self.target != "logits":
+            raise ValueError(f"{what} reads logits, but this DLAResult decomposes the {self.target}")
 
     def __getitem__(self, component: str) -> Float[Tensor, "batch vocab"]:
         """One component's contribution, [batch, vocab]; ValueError listing the names if unknown."""
@@ -140,6 +170,7 @@ class DLAResult(Displayed):
 
     def logit(self, token) -> Float[Tensor, "batch component"]:
         """Each component's contribution to one token's logit (a token string or id, or one per example)."""
+        self._require_logits("logit")
         ids = token_ids(self.vocab, token, self.values.shape[0], "token").to(self.values.device)
         return self.values.gather(2, ids[:, None, None].expand(-1, self.values.shape[1], 1)).squeeze(2)
 
@@ -148,6 +179,7 @@ class DLAResult(Displayed):
 
         answer/wrong: token strings, ids, or per-example [batch] ids; default the Batch's answer/wrong.
         """
+        self._require_logits("logit_diff")
         answer = self.answer if answer is None else answer
         wrong = self.wrong if wrong is None else wrong
         if answer is None or wrong is None:
@@ -159,42 +191,48 @@ class DLAResult(Displayed):
         'logit_diff' and 'logit_diff_std' (over examples) when answer/wrong are known."""
         index = pd.Index(self.components, name="component")
         df = pd.DataFrame(self.mean().cpu().numpy(), index=index, columns=self.vocab)
-        if self.answer is not None and self.wrong is not None:
+        if self.answer is not None and self.wrong is not None and self.target == "logits":
             diff = self.logit_diff()
             df["logit_diff"] = diff.mean(0).cpu().numpy()
             df["logit_diff_std"] = diff.std(0, unbiased=False).cpu().numpy()
         return df
 
     def plot(self, token=None, title: str | None = None) -> go.Figure:
-        """Bar chart over components of the mean logit difference (answer - wrong), or, with `token`
-        (string or id), of the mean contribution to that token's logit; error bars: std over examples."""
+        """Bar chart over components of the mean logit difference (answer - wrong); with `token` (string or
+        id), of the mean contribution to that token's logit; without answer/wrong tokens, of the contribution
+        to each example's predicted token; for an attention input (`at=`), of each component's mean norm.
+        Error bars: std over examples."""
         from headcoop.plot import bar
 
-        if token is None:
-            y, what = self.logit_diff(), "logit difference (answer - wrong)"
-        else:
+        if self.target != "logits":
+            y, what = self.values.norm(dim=-1), f"norm of the contribution to the {self.target}"
+        elif token is not None:
             y = self.logit(token)
             what = f"logit of {self.vocab[int(token_ids(self.vocab, token, 1, 'token')[0])]!r}"
+        elif self.answer is not None and self.wrong is not None:
+            y, what = self.logit_diff(), "logit difference (answer - wrong)"
+        else:
+            y, what = self.logit(self.logits.argmax(-1)), "logit of each example's predicted token"
+        if title is None:
+            title = f"Direct attribution: {what}"
+            if self.assumptions:
+                title += "<br><sup>" + "; ".join(self.assumptions) + "</sup>"
         return bar(
-            y.mean(0), self.components, title=title or f"Direct logit attribution: {what}",
-            ylabel=what, xlabel="component", error=y.std(0, unbiased=False),
-        )  # fmt: skip
-
-
-def _check_sums_to_logits(model: HookedTransformer, values: Tensor, logits: Tensor) -> None:
-    """ValueError when hooks on the model change the forward pass after the heads' z (resid, attn_out,
-    logits...): the decomposition from the cached z would then not sum to the logits it claims to explain."""
-    hooks = installed_hooks(model)
-    if not hooks:
-        return
-    gap = float((values.sum(1) - logits).abs().max())
-    scale = max(1.0, float(logits.abs().max()))
-    if gap > 1e-4 * scale:
-        raise ValueError(
-            f"dla decomposes the cached z of every head, but hooks installed at {hooks[:4]} change the forward "
-            f"pass elsewhere: the components miss the logits by up to {gap:.3g}. Remove those hooks (hooks "
-            "on z, q, k, v or the pattern, as in hc.ablate and hc.set_attention, are fine)."
+            y.mean(0), self.components, title=title, ylabel=what, xlabel="component", error=y.std(0, unbiased=False)
         )
+
+
+def _check_sums(model: HookedTransformer, values: Tensor, reference: Tensor, target: str) -> None:
+    """ValueError when the components do not sum to what the forward pass computed (hooks that change the
+    pass after the cached activations, or an architecture the decomposition misreads): never approximate."""
+    gap = float((values.sum(1) - reference).abs().max())
+    tol = (1e-4 if values.dtype != torch.float64 else 1e-9) * max(1.0, float(reference.abs().max()))
+    if gap > tol:
+        hooks = installed_hooks(model)
+        why = (f"hooks installed at {hooks[:4]} change the forward pass elsewhere (hooks on z, q, k, v or the "
+               "pattern, as in hc.ablate and hc.set_attention, are fine)") if hooks else (
+               "this model's forward pass is not the sum the decomposition assumes")  # fmt: skip
+        raise ValueError(f"dla: the components miss the {target} by up to {gap:.3g}: {why}")
 
 
 def _default_tokens(model: HookedTransformer) -> Batch:
@@ -202,18 +240,24 @@ def _default_tokens(model: HookedTransformer) -> Batch:
 
 
 @torch.no_grad()
-def dla(model: HookedTransformer, tokens=None, pos=None, answer=None, wrong=None) -> DLAResult:
-    """Direct logit attribution of every component at one position per example.
+def dla(model: HookedTransformer, tokens=None, pos=None, answer=None, wrong=None, at=None) -> DLAResult:
+    """Direct logit attribution of every component at one position per example (module docstring).
 
     tokens: a Batch, text(s), or [batch, pos] / [pos] ids; default the task's clean patching batch
             (`task.patching_inputs()[0]`: task.sample(256, seed=0), signal-only for SkipPair).
     pos:    an int (negative counts from the end) or per-example [batch] positions; default the Batch's
             `answer_pos`, else the last position.
     answer, wrong: defaults for `.logit_diff()` (token strings, ids or [batch] ids); default the Batch's.
-    Returns a DLAResult whose `values` [batch, component, vocab] sum over components to the logits.
+    at:     None (the logits), or (layer, "q" | "k" | "v"): decompose that layer's attention input instead.
+    With a LayerNorm / RMSNorm the norm's scale is frozen at its value in this forward pass (the result's
+    `assumptions` say so). Returns a DLAResult whose `values` [batch, component, vocab] sum over
+    components to the logits (or the attention input) within 1e-4 (float32) or 1e-9 (float64), relative
+    to their largest entry; ValueError otherwise.
     """
     check_decomposable(model, "dla")
     check_finite(model, "hc.dla")
+    cfg = model.cfg
+    layer, site = _check_at(model, at)
     if tokens is None:
         tokens = _default_tokens(model)
     batch = tokens if isinstance(tokens, Batch) else None
@@ -222,39 +266,76 @@ def dla(model: HookedTransformer, tokens=None, pos=None, answer=None, wrong=None
     if pos is None:
         pos = batch.answer_pos if batch is not None else -1
     pos = positions(pos, n, width)
-    labels = output_labels(model)
-    if answer is None and batch is not None:
-        answer = batch.answer
-    if wrong is None and batch is not None:
-        wrong = batch.wrong
-    answer = None if answer is None else token_ids(labels, answer, n, "answer")
-    wrong = None if wrong is None else token_ids(labels, wrong, n, "wrong")
+    labels = output_labels(model) if layer is None else [f"d{i}" for i in range(cfg.d_model)]
+    if layer is None:
+        if answer is None and batch is not None:
+            answer = batch.answer
+        if wrong is None and batch is not None:
+            wrong = batch.wrong
+        answer = None if answer is None else token_ids(labels, answer, n, "answer")
+        wrong = None if wrong is None else token_ids(labels, wrong, n, "wrong")
+    else:
+        answer = wrong = None
 
-    cfg = model.cfg
-    standard_pos = cfg.positional_embedding_type == "standard"
-    wanted = {"hook_embed", "hook_pos_embed"} | {get_act_name("z", layer) for layer in range(cfg.n_layers)}
+    upto = cfg.n_layers if layer is None else layer
+    norm = getattr(model, "ln_final", None) if layer is None else getattr(model.blocks[layer], "ln1", None)
+    norm_name = "ln_final" if layer is None else f"blocks.{layer}.ln1"
+    wanted = {"hook_embed", "hook_pos_embed", f"{norm_name}.hook_scale", get_act_name("resid_pre", upto)
+              if upto < cfg.n_layers else get_act_name("resid_post", cfg.n_layers - 1)}  # fmt: skip
+    wanted |= {get_act_name("z", lay) for lay in range(upto)}
+    wanted |= {get_act_name("mlp_out", lay) for lay in range(upto) if not cfg.attn_only}
     logits, cache = model.run_with_cache(ids, names_filter=lambda name: name in wanted)
     device = logits.device
-    rows, at = torch.arange(n, device=device), pos.to(device)
+    rows, at_pos = torch.arange(n, device=device), pos.to(device)
 
-    parts = [cache["hook_embed"][rows, at][:, None]]  # each [batch, k, d_model]
-    if standard_pos:
-        parts.append(cache["hook_pos_embed"][rows, at][:, None])
-    for layer in range(cfg.n_layers):
-        attn = model.blocks[layer].attn
-        z = cache[get_act_name("z", layer)][rows, at]  # [batch, head, d_head]
+    parts = [cache["hook_embed"][rows, at_pos][:, None]]  # each [batch, k, d_model]
+    if cfg.positional_embedding_type == "standard":
+        parts.append(cache["hook_pos_embed"][rows, at_pos][:, None])
+    for lay in range(upto):
+        attn = model.blocks[lay].attn
+        z = cache[get_act_name("z", lay)][rows, at_pos]  # [batch, head, d_head]
         parts.append(einsum(z, attn.W_O, "batch head d_head, head d_head d_model -> batch head d_model"))
         parts.append(attn.b_O.expand(n, 1, -1))
-    resid = torch.cat(parts, 1)  # [batch, component - 1, d_model]
-    values = torch.cat([resid @ model.W_U, model.b_U.expand(n, 1, -1)], 1)
-    _check_sums_to_logits(model, values, logits[rows, at])
+        if not cfg.attn_only:
+            parts.append(cache[get_act_name("mlp_out", lay)][rows, at_pos][:, None])
+    resid = torch.cat(parts, 1)  # [batch, component, d_model]
+    names = component_names(model, upto)
+    scale = cache[f"{norm_name}.hook_scale"][rows, at_pos] if norm_kind(norm) is not None else None
+    normed, bias = through_norm(resid, norm, scale)
+    extra_names, extra = [], []
+    if bias is not None:
+        extra_names.append(f"{norm_name.removeprefix('blocks.')}.b")
+        extra.append(bias.expand(n, 1, -1))
+    where = "the final norm's" if layer is None else f"layer {layer}'s ln1"
+    assumptions = tuple(a for a in [describe(norm_kind(norm), where)] if a)
+
+    if layer is None:
+        values = torch.cat([torch.cat([normed, *extra], 1) @ model.W_U, model.b_U.expand(n, 1, -1)], 1)
+        names = names + extra_names + ["b_U"]
+        reference, target = logits[rows, at_pos], "logits"
+    else:
+        if site in ("q", "k") and cfg.positional_embedding_type == "shortformer":
+            extra_names.append("pos_embed")
+            extra.append(cache["hook_pos_embed"][rows, at_pos][:, None])
+        values = torch.cat([normed, *extra], 1)
+        names = names + extra_names
+        resid_pre = cache[get_act_name("resid_pre", layer)][rows, at_pos]
+        reference = resid_pre if norm_kind(norm) is None else norm(resid_pre[:, None])[:, 0]
+        if "pos_embed" in extra_names:
+            reference = reference + cache["hook_pos_embed"][rows, at_pos]
+        target = f"L{layer} {site} input"
+    _check_sums(model, values, reference, target)
     return DLAResult(
-        values=values,
-        components=component_names(model),
-        vocab=labels,
-        tokens=ids,
-        pos=pos,
-        logits=logits[rows, at],
-        answer=answer,
-        wrong=wrong,
-    )
+        values=values, components=names, vocab=labels, tokens=ids, pos=pos, logits=reference,
+        answer=answer, wrong=wrong, target=target, assumptions=assumptions,
+    )  # fmt: skip
+
+
+def _check_at(model: HookedTransformer, at) -> tuple[int | None, str | None]:
+    """(layer, "q" | "k" | "v") from `at`, or (None, None) for the logits."""
+    if at is None:
+        return None, None
+    if not (isinstance(at, tuple) and len(at) == 2 and isinstance(at[1], str)):
+        raise TypeError(f'at must be None or (layer, "q" | "k" | "v"), got {at!r}')
+    check_choice("at site", at[1], ("q", "k", "v"))
+    return check_layer(model, at[0]), at[1]

@@ -272,6 +272,14 @@ def _start_mid_ok(model: HookedTransformer) -> bool:
     return model.cfg.positional_embedding_type != "shortformer" and getattr(model, "tokenizer", None) is None
 
 
+def _kv_heads(model: HookedTransformer) -> int:
+    """How many key/value heads the k and v hooks hold (fewer than n_heads in a grouped-query model)."""
+    cfg = model.cfg
+    if cfg.n_key_value_heads is None or getattr(cfg, "ungroup_grouped_query_attention", False):
+        return cfg.n_heads
+    return cfg.n_key_value_heads
+
+
 def _prefix_reusable(model: HookedTransformer, component: str) -> bool:
     """Whether the head-local shortcut reproduces the model's own computation (see `_head_suffix`).
 
@@ -367,6 +375,8 @@ def patch(
     metric:      logits [batch, pos, vocab] -> scalar tensor. Default: the task's mean logit difference
                  (right answer minus alternative at the answer position) on the clean Batch.
     component:   "z" (head output), "q", "k", "v", "pattern", or "resid_pre" (per layer, no head axis).
+                 In a grouped-query model the head axis of "k" and "v" counts key/value heads: patching
+                 one changes every query head that shares it.
     positions:   "all" patches every position at once; "each" one patch per position (per destination
                  position for "pattern", like transformer_lens's pattern-by-pos).
     direction:   "denoise" runs corrupt with clean activations patched in; "noise" the reverse.
@@ -393,8 +403,16 @@ def patch(
         raise ValueError("component 'resid_pre' has no head axis; pass head=None (use layer= to pick a layer)")
     layer, picked = head_selection(model, head, layer)
     layers = list(range(model.cfg.n_layers)) if layer is None else [check_layer(model, layer)]
+    n_kv = _kv_heads(model)
     if component == "resid_pre":
         heads = []
+    elif component in ("k", "v") and n_kv != model.cfg.n_heads:
+        heads = list(range(n_kv)) if picked is None else picked
+        if max(heads) >= n_kv:
+            raise IndexError(
+                f"head {max(heads)} is out of range for component {component!r}: this grouped-query model has "
+                f"key/value heads 0..{n_kv - 1} (each shared by {model.cfg.n_heads // n_kv} query heads)"
+            )
     else:
         heads = list(range(model.cfg.n_heads)) if picked is None else picked
 

@@ -1,0 +1,55 @@
+"""LayerNorm and RMSNorm as linear maps with a frozen scale: how a sum of residual-stream components passes
+through a TransformerLens norm exactly, given the scale the norm computed in the same forward pass.
+
+    LN(x)  = (x - mean(x)) / scale * w + b        LNPre:  (x - mean(x)) / scale
+    RMS(x) =  x / scale * w                       RMSPre:  x / scale
+
+With `scale` held at its cached value (`<norm>.hook_scale`), each is linear in x up to the bias b, so
+components c_i with sum x map to parts whose sum, plus b, is the norm's output: TransformerLens's
+`apply_ln_to_stack`. The scale itself depends on every component: it is frozen, not attributed.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+from transformer_lens.components import LayerNorm, LayerNormPre, RMSNorm, RMSNormPre
+
+NormKind = Literal["LN", "LNPre", "RMS", "RMSPre"]
+
+
+def norm_kind(module: torch.nn.Module | None) -> NormKind | None:
+    """The kind of a TransformerLens norm module (None for no norm); ValueError for an unknown module."""
+    if module is None or isinstance(module, torch.nn.Identity):
+        return None
+    for cls, kind in ((LayerNormPre, "LNPre"), (LayerNorm, "LN"), (RMSNormPre, "RMSPre"), (RMSNorm, "RMS")):
+        if type(module) is cls:
+            return kind
+    raise ValueError(f"cannot linearise a norm of type {type(module).__name__}; supported: LN, LNPre, RMS, RMSPre")
+
+
+def through_norm(
+    parts: Float[Tensor, "batch component d_model"], module: torch.nn.Module | None, scale: Float[Tensor, "batch 1"] | None
+) -> tuple[Float[Tensor, "batch component d_model"], Float[Tensor, " d_model"] | None]:
+    """Each component through `module` with the frozen `scale`, and the norm's bias (None if it has none):
+    parts.sum(1) + bias equals the norm of the summed input."""
+    kind = norm_kind(module)
+    if kind is None:
+        return parts, None
+    if kind in ("LN", "LNPre"):
+        parts = parts - parts.mean(-1, keepdim=True)
+    parts = parts / scale[:, None].to(parts.dtype)
+    if kind in ("LN", "RMS"):
+        parts = parts * module.w
+    return parts, (module.b if kind == "LN" else None)
+
+
+def describe(kind: NormKind | None, where: str) -> str | None:
+    """The assumption a decomposition through this norm makes, in words (None without a norm)."""
+    if kind is None:
+        return None
+    centred = "centred, " if kind in ("LN", "LNPre") else ""
+    return f"{where} {kind} scale frozen at its value in this forward pass ({centred}divided by it)"

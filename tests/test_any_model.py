@@ -1,0 +1,168 @@
+"""Every analysis on a matrix of model shapes headcoop never trained: no norm / LN / LNPre / RMS / RMSPre,
+MLPs, standard / shortformer / rotary positions, grouped-query attention, d_vocab_out != d_vocab. In each
+cell every analysis matches its reference (TransformerLens's own decomposition, patching and cached
+activations) or refuses by name."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformer_lens import HookedTransformer, HookedTransformerConfig, patching
+
+import headcoop as hc
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+SHAPES = {
+    "attn-only": dict(),
+    "LN": dict(normalization_type="LN"),
+    "LNPre": dict(normalization_type="LNPre"),
+    "RMS": dict(normalization_type="RMS"),
+    "RMSPre": dict(normalization_type="RMSPre"),
+    "gelu-LN": dict(normalization_type="LN", attn_only=False, d_mlp=32),
+    "shortformer-LN": dict(normalization_type="LN", positional_embedding_type="shortformer"),
+    "rotary-RMS-gqa-mlp": dict(normalization_type="RMS", positional_embedding_type="rotary", rotary_dim=4,
+                               n_key_value_heads=2, attn_only=False, d_mlp=32),  # fmt: skip
+    "rotary-partial": dict(positional_embedding_type="rotary", rotary_dim=2),
+    "vocab-out": dict(d_vocab_out=5, normalization_type="LN"),
+}
+VOCAB, N_CTX = 11, 8
+
+
+def build(shape: str, dtype=torch.float32) -> HookedTransformer:
+    cfg = dict(n_layers=2, d_model=16, d_head=4, n_heads=4, n_ctx=N_CTX, d_vocab=VOCAB, act_fn="gelu",
+               attn_only=True, normalization_type=None, seed=0, dtype=dtype)  # fmt: skip
+    cfg.update(SHAPES[shape])
+    model = HookedTransformer(HookedTransformerConfig(**cfg))
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():  # biases and norm weights away from their 0 / 1 initialisation
+        for name, param in model.named_parameters():
+            if "b_" in name or name.endswith((".b", ".w")):
+                param.add_(0.3 * torch.randn(param.shape, generator=gen, dtype=param.dtype))
+    return model.eval()
+
+
+@pytest.fixture(scope="module", params=sorted(SHAPES))
+def shaped(request):
+    gen = torch.Generator().manual_seed(2)
+    tokens = torch.randint(0, VOCAB, (6, N_CTX), generator=gen)
+    corrupt = torch.randint(0, VOCAB, (6, N_CTX), generator=gen)
+    return request.param, build(request.param), tokens, corrupt
+
+
+def test_dla_sums_to_the_logits_and_matches_transformer_lens(shaped):
+    name, model, tokens, _ = shaped
+    result = hc.dla(model, tokens)
+    torch.testing.assert_close(result.total(), model(tokens)[:, -1], atol=1e-4, rtol=0)
+    _, cache = model.run_with_cache(tokens)
+    stack, labels = cache.get_full_resid_decomposition(apply_ln=True, pos_slice=-1, expand_neurons=False,
+                                                       return_labels=True)  # fmt: skip
+    final = getattr(model, "ln_final", None)
+    if final is not None and hasattr(final, "w"):
+        stack = stack * final.w  # apply_ln_to_stack centres and divides; the weight is ours to apply
+    theirs = {label.replace("_mlp_out", ".mlp").replace("0.", "L0.").replace("1.", "L1."): stack[i] @ model.W_U
+              for i, label in enumerate(labels)}  # fmt: skip
+    checked = 0
+    for component in result.components:
+        if component in theirs:
+            torch.testing.assert_close(result[component], theirs[component], atol=1e-4, rtol=0, msg=component)
+            checked += 1
+    assert checked >= 8 + (0 if model.cfg.attn_only else 2)
+    held = result.assumptions
+    assert bool(held) == (model.cfg.normalization_type is not None)
+    if held:
+        assert "frozen" in repr(result) and "frozen" in result.plot().layout.title.text
+
+
+def test_dla_at_an_attention_input_sums_to_it(shaped):
+    name, model, tokens, _ = shaped
+    for site in "qkv":
+        result = hc.dla(model, tokens, at=(1, site))
+        _, cache = model.run_with_cache(tokens)
+        resid = cache["blocks.1.hook_resid_pre"][:, -1]
+        ln1 = model.blocks[1].ln1
+        expected = resid if isinstance(ln1, torch.nn.Identity) else ln1(resid[:, None])[:, 0]
+        if site in "qk" and model.cfg.positional_embedding_type == "shortformer":
+            expected = expected + cache["hook_pos_embed"][:, -1]
+        torch.testing.assert_close(result.total(), expected, atol=1e-4, rtol=0)
+        assert result.target == f"L1 {site} input" and all(not c.startswith("L1") for c in result.components)
+    with pytest.raises(ValueError, match="decomposes the L1 v input"):
+        result.logit_diff(0, 1)
+
+
+def test_layer0_qk_reproduces_the_cached_scores(shaped):
+    name, model, tokens, _ = shaped
+    _, cache = model.run_with_cache(tokens)
+    for head in range(model.cfg.n_heads):
+        table = hc.qk(model, head=head, layer=0)
+        cached = cache["blocks.0.attn.hook_attn_scores"][:, head]
+        looked_up = table.scores_for(tokens)
+        finite = torch.isfinite(cached)
+        assert torch.equal(finite, torch.isfinite(looked_up))
+        torch.testing.assert_close(looked_up[finite], cached[finite], atol=1e-4, rtol=0)
+        assert table.positional  # every shape here has positions that reach its scores
+    later = hc.qk(model, head=0, layer=1)
+    assert later.direct_path and "direct path" in repr(later) and "direct path" in later.plot().layout.title.text
+
+
+def test_layer0_ov_times_the_pattern_is_the_heads_dla(shaped):
+    """sum_k pattern[q, k] * effects[x_k] is the head's direct logit contribution, times the final norm's
+    scale (which OV takes as 1)."""
+    name, model, tokens, _ = shaped
+    _, cache = model.run_with_cache(tokens)
+    result = hc.dla(model, tokens)
+    pattern = cache["blocks.0.attn.hook_pattern"][:, :, -1]  # [batch, head, key]
+    has_norm = model.cfg.normalization_type is not None
+    scale = cache["ln_final.hook_scale"][:, -1] if has_norm else torch.ones(len(tokens), 1)
+    for head in range(model.cfg.n_heads):
+        table = hc.ov(model, head=head, layer=0)
+        effects = table.effects_for(tokens)  # [batch, pos, vocab]
+        through_ov = torch.einsum("bk,bkv->bv", pattern[:, head], effects)
+        torch.testing.assert_close(through_ov, result[f"L0H{head}"] * scale, atol=1e-4, rtol=0)
+        assert ("scale taken as 1" in repr(table)) == has_norm
+
+
+COMPONENT_REFERENCE = {
+    "z": patching.get_act_patch_attn_head_out_by_pos,
+    "q": patching.get_act_patch_attn_head_q_by_pos,
+    "k": patching.get_act_patch_attn_head_k_by_pos,
+    "v": patching.get_act_patch_attn_head_v_by_pos,
+}
+
+
+@pytest.mark.parametrize("component", sorted(COMPONENT_REFERENCE))
+def test_patching_matches_transformer_lens(shaped, component):
+    name, model, tokens, corrupt = shaped
+    n_out = model.cfg.d_vocab_out
+    answer, wrong = tokens[:, 0] % n_out, (tokens[:, 0] + 1) % n_out
+
+    def metric(logits):
+        last = logits[:, -1]
+        return (last.gather(1, answer[:, None]) - last.gather(1, wrong[:, None])).mean()
+
+    ours = hc.patch(model, clean=tokens, corrupt=corrupt, metric=metric, component=component, positions="each")
+    _, cache = model.run_with_cache(tokens)
+    theirs = COMPONENT_REFERENCE[component](model, corrupt, cache, metric)  # [layer, pos, head]
+    torch.testing.assert_close(ours.values.cpu(), theirs.cpu(), atol=1e-5, rtol=1e-5)
+
+
+def test_grouped_query_patching_counts_key_value_heads():
+    model = build("rotary-RMS-gqa-mlp")
+    tokens = torch.randint(0, VOCAB, (4, N_CTX), generator=torch.Generator().manual_seed(3))
+    corrupt = tokens.flip(0)
+
+    def metric(logits):
+        return logits[:, -1, 0].mean()
+
+    assert hc.patch(model, clean=tokens, corrupt=corrupt, metric=metric, component="k").values.shape == (2, 2)
+    assert hc.patch(model, clean=tokens, corrupt=corrupt, metric=metric, component="q").values.shape == (2, 4)
+    with pytest.raises(IndexError, match="key/value heads 0..1"):
+        hc.patch(model, head=3, clean=tokens, corrupt=corrupt, metric=metric, component="v")
+
+
+def test_float64_sums_exactly():
+    model = build("gelu-LN", dtype=torch.float64)
+    tokens = torch.randint(0, VOCAB, (5, N_CTX), generator=torch.Generator().manual_seed(4))
+    result = hc.dla(model, tokens)
+    with torch.no_grad():
+        assert float((result.total() - model(tokens)[:, -1]).abs().max()) < 1e-9
