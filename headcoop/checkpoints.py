@@ -381,9 +381,11 @@ def load(name_or_path: str | os.PathLike, device: str | None = None) -> HookedTr
     except (TypeError, ValueError) as err:
         raise ValueError(f"checkpoint task in {path / META} is invalid: {err}") from None
     model = build_model(cfg, seed=0)
+    frozen = meta.get("frozen")
     if task is not None:
         task.check_model(model, f"checkpoint {path}")
-        task.prepare(model)
+        if frozen is None:  # written before checkpoints listed their frozen parameters: the task's rule
+            task.prepare(model)
     expected = dict(model.named_parameters())
     missing = sorted(set(expected) - set(weights))
     unexpected = sorted(set(weights) - set(expected))
@@ -404,11 +406,13 @@ def load(name_or_path: str | os.PathLike, device: str | None = None) -> HookedTr
     with torch.no_grad():
         for name, tensor in weights.items():
             expected[name].copy_(tensor)
-    unknown = [name for name in meta.get("frozen") or [] if name not in expected]
+    unknown = [name for name in frozen or [] if name not in expected]
     if unknown:
         raise ValueError(f"damaged checkpoint metadata {path / META}: frozen names {unknown} are not parameters")
-    for name in meta.get("frozen") or []:
-        expected[name].requires_grad_(False)
+    if frozen is not None:  # exactly as saved: frozen parameters frozen, every other one trainable
+        for name, param in expected.items():
+            param.requires_grad_(name not in frozen)
+    model.task = task
     model.eval()
     model.history = meta.get("history") or []
     model.train_settings = meta.get("train")

@@ -163,3 +163,46 @@ def test_independent_skip_pair_contexts(name):
             answers.append(completion)
     logits = model(torch.tensor(rows))[:, -1]
     assert logits.argmax(-1).tolist() == answers
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+@pytest.mark.parametrize(
+    "shape",
+    [
+        dict(positional_embedding_type="rotary", rotary_dim=2),
+        dict(normalization_type="LN", attn_only=False, d_mlp=16, act_fn="gelu"),
+        dict(normalization_type="RMS", positional_embedding_type="rotary", rotary_dim=2, n_key_value_heads=1),
+        dict(positional_embedding_type="shortformer", normalization_type="LNPre"),
+    ],
+    ids=["rotary", "gelu-LN", "rotary-RMS-gqa", "shortformer-LNPre"],
+)
+def test_a_checkpoint_of_any_shape_round_trips_exactly(tmp_path, shape):
+    """Trained with hc.train on a Count01 task, saved and loaded: equal weights, the same parameters
+    frozen (a rotary model has no W_pos for Count01 to freeze; nothing else is frozen by loading)."""
+    from transformer_lens import HookedTransformerConfig
+
+    from headcoop.tasks.base import build_model
+
+    task = hc.Count01(max_len=6)
+    cfg = HookedTransformerConfig(**{**dict(n_layers=1, d_model=8, d_head=2, n_heads=2, n_ctx=task.n_ctx,
+                                            d_vocab=task.d_vocab, attn_only=True), **shape})  # fmt: skip
+    model = task.prepare(build_model(cfg, seed=0))
+    model = hc.train(task, model, steps=3, batch_size=8, warmup=1, progress=False)
+    loaded = hc.load(hc.save(model, tmp_path / "ckpt"))
+    mine, theirs = dict(model.named_parameters()), dict(loaded.named_parameters())
+    assert mine.keys() == theirs.keys()
+    for name, param in mine.items():
+        assert torch.equal(param, theirs[name]), name
+        assert param.requires_grad == theirs[name].requires_grad, name
+    assert loaded.task == task
+
+
+def test_load_keeps_w_pos_trainable_when_it_was(tmp_path):
+    task = hc.Count01(max_len=6)
+    model = task.model(seed=0, n_heads=2, d_model=4)
+    model.pos_embed.W_pos.requires_grad_(True)  # a user's choice: learn positions after all
+    with torch.no_grad():
+        model.pos_embed.W_pos.normal_()
+    loaded = hc.load(hc.save(model, tmp_path / "ckpt"))
+    assert loaded.pos_embed.W_pos.requires_grad
+    assert torch.equal(loaded.pos_embed.W_pos, model.pos_embed.W_pos)

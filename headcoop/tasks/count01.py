@@ -196,8 +196,9 @@ class Count01(Task):
         return [] if self.positional else ["pos_embed.W_pos"]
 
     def prepare(self, model: HookedTransformer) -> HookedTransformer:
-        """Hold W_pos at zero unless positional, and attach the task."""
-        if not self.positional:
+        """Hold W_pos at zero unless positional (a model without W_pos, e.g. rotary, has none to hold),
+        and attach the task."""
+        if not self.positional and hasattr(model, "pos_embed"):
             with torch.no_grad():
                 model.pos_embed.W_pos.zero_()
             model.pos_embed.W_pos.requires_grad_(False)
