@@ -22,6 +22,8 @@ _LAZY = {
     "Task": "headcoop.tasks",
     "task_from_dict": "headcoop.tasks",
     "task_of": "headcoop.tasks",
+    "contrast": "headcoop.tasks.contrast",
+    "Contrast": "headcoop.tasks.contrast",
     "train": "headcoop.training",
     "evaluate": "headcoop.training",
     "TrainConfig": "headcoop.training",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import html
 import os
 import sys
 import time
@@ -103,14 +104,15 @@ def _section_overview(ctx: _Context) -> tuple:
     config.loc["parameters (trainable)"] = f"{n_params} ({n_trainable})"
     example = ctx.clean[:1]
     end = int(example.loss_pos.max()) + 1
-    vocab = ", ".join(f"{i}: {t}" for i, t in enumerate(task.vocab))
+    shown = task.vocab[:64]
+    vocab = ", ".join(f"{i}: {t}" for i, t in enumerate(shown)) + (f", ... ({task.d_vocab} in all)" if task.d_vocab > 64 else "")
     return (
         Text(Markup("<p><b>Model:</b> <code>{}</code> &nbsp; <b>Task:</b> <code>{}</code></p>").format(ctx.source, repr(task)), note=False),  # fmt: skip
         Code(doc),
         Text(Markup("<p><b>Vocabulary</b> (id: token): {}</p>").format(vocab), note=False),
         Text(
             Markup("<p><b>An example</b>: <code>{}</code>, answer <code>{}</code> at position {}</p>").format(
-                task.decode(example.tokens[0, :end]), task.vocab[int(example.answer[0])], int(example.answer_pos[0])
+                task.decode(example.tokens[0, :end]), task.token_strings([int(example.answer[0])])[0], int(example.answer_pos[0])
             ),
             note=False,
         ),
@@ -149,7 +151,7 @@ def _section_heads(ctx: _Context) -> tuple:
         "the answer position, mean and std over the same inputs (<code>hc.dla</code>).",
     ]
     study = study_for(task)
-    if study.generic_probes:
+    if study.generic_probes and len(task.patching_inputs(n=1024, seed=1)[0].labels.unique()) > 1:
         probe_batch = task.patching_inputs(n=1024, seed=1)[0]
         probes = hc.probe(model, probe_batch, probe_batch.labels, site="z", layer=None)
         table["probe acc"] = probes.acc.numpy()
@@ -227,13 +229,26 @@ def _section_circuits(ctx: _Context) -> tuple:
             "after the first: direct path (the head reading the embeddings)."
         )
     ]
+    if model.cfg.d_vocab > MAX_DRAWN_VOCAB:
+        blocks.append(_note(
+            f"This model has {model.cfg.d_vocab} tokens: its QK and OV tables are too large to draw here. "
+            "<code>hc.qk(model, head, layer)</code> and <code>hc.ov(...)</code> compute them."
+        ))  # fmt: skip
+        return tuple(blocks)
     for i, name in enumerate(head_names(model)):
         layer, head = divmod(i, model.cfg.n_heads)
-        figures = (hc.qk(model, head=head, layer=layer).plot(), hc.ov(model, head=head, layer=layer).plot())
+        try:
+            figures = (hc.qk(model, head=head, layer=layer).plot(), hc.ov(model, head=head, layer=layer).plot())
+        except ValueError as err:  # a model the tables do not model: say so once, draw nothing
+            blocks.append(_note(html.escape(str(err))))
+            break
         # inside a closed <details> a figure has no width to fill: give it one
         squares = tuple(Figure(f, height=_square(f), width=_square(f) + 120) for f in figures)
         blocks.append(Details(name, squares, open=i == 0))
     return tuple(blocks)
+
+
+MAX_DRAWN_VOCAB = 64  # QK / OV heatmaps of larger vocabularies are not drawn
 
 
 def _square(fig: go.Figure) -> int:
@@ -304,9 +319,12 @@ def _resolve(model_or_name) -> tuple[HookedTransformer, str]:
     )
 
 
-def report_sections(model: HookedTransformer, source: str = "", examples: int = 3, progress: bool = True) -> list[Section]:
-    """Every section of the report as data (headcoop.pages.Section): what `report` renders."""
-    task = require_task(model, "the report's inputs and metrics")
+def report_sections(
+    model: HookedTransformer, source: str = "", examples: int = 3, progress: bool = True, task: Task | None = None
+) -> list[Section]:
+    """Every section of the report as data (headcoop.pages.Section): what `report` renders. `task`
+    (default: the model's own) supplies the inputs and the metric."""
+    task = task if task is not None else require_task(model, "the report's inputs and metrics (pass task=)")
     clean, corrupt = task.patching_inputs()
     ctx = _Context(model=model, task=task, source=source or model.cfg.model_name, examples=examples, clean=clean,
                    corrupt=corrupt)  # fmt: skip
@@ -320,7 +338,8 @@ def report_sections(model: HookedTransformer, source: str = "", examples: int = 
 
 
 def report(
-    model_or_name, out: str | os.PathLike = "report.html", examples: int = 3, progress: bool = True
+    model_or_name, out: str | os.PathLike = "report.html", examples: int = 3, progress: bool = True,
+    task: Task | None = None,
 ) -> Path:
     """Write one self-contained HTML page on what every head of a headcoop model does; returns its path.
 
@@ -329,6 +348,8 @@ def report(
     out:           the HTML file to write (parent folders are created).
     examples:      how many inputs get a circuitsvis attention view (per layer).
     progress:      show a tqdm bar over the sections.
+    task:          the task whose inputs and metric the report uses (default: the model's own); for a
+                   model headcoop never trained, a contrast of your prompts (`hc.contrast`).
     Sections: task and configuration, accuracy, per-head metrics (patch effect, DLA, probes; Count01:
     hc.head_metrics; SkipPair: preference orderings), Count01 (w01, w02) head map or SkipPair orderings,
     attention views, head-patching heatmaps ([layer, head] and [layer, pos, head]), DLA bars, QK / OV
@@ -339,8 +360,19 @@ def report(
         raise ValueError(f"examples must be a positive int, got {examples!r}")
     out = check_out_file(out, "report")
     model, source = _resolve(model_or_name)
+    if task is not None:
+        if not isinstance(task, Task):
+            raise TypeError(f"task must be a headcoop Task such as hc.contrast(...), got {type(task).__name__}")
+        task.check_ready(model, "report")
     start = time.perf_counter()
-    sections = report_sections(model, source, examples=examples, progress=progress)
+    previous = getattr(model, "task", None)
+    if task is not None:
+        model.task = task  # the analyses take their defaults from model.task; restored below
+    try:
+        sections = report_sections(model, source, examples=examples, progress=progress, task=task)
+    finally:
+        if task is not None:
+            model.task = previous
     elapsed = time.perf_counter() - start
     calls = [b.script for s in sections for b in s.blocks if isinstance(b, Html) and b.script]
     page = render(

@@ -45,13 +45,20 @@ def _skip_pair():
 
 @pytest.fixture(scope="module")
 def pages(tmp_path_factory):
-    """{name: (model, path, html)} for a tiny Count01, a tiny SkipPair and a two-layer Count01 model."""
+    """{name: (model, path, html)} for a tiny Count01, a tiny SkipPair, a two-layer Count01 model, and a
+    foreign model (attn-only-2l's shape, a tokenizer, no headcoop task) reported through a contrast."""
+    from helpers import attn_only_2l_like, name_prompts, tiny_tokenizer
+
     root = tmp_path_factory.mktemp("report")
     two_layer = hc.Count01().model(seed=1, n_heads=2, d_model=4, d_head=2, n_layers=2)
+    foreign = attn_only_2l_like()
+    contrast = hc.contrast(*name_prompts()[:4], labels=name_prompts()[4], vocab=tiny_tokenizer())
     out = {}
-    for name, model in [("count01", _count01()), ("skip_pair", _skip_pair()), ("two_layer", two_layer)]:
-        path = hc.report(model, out=root / name / "report.html", examples=EXAMPLES, progress=False)
+    for name, model, task in [("count01", _count01(), None), ("skip_pair", _skip_pair(), None),
+                              ("two_layer", two_layer, None), ("foreign", foreign, contrast)]:  # fmt: skip
+        path = hc.report(model, out=root / name / "report.html", examples=EXAMPLES, progress=False, task=task)
         out[name] = (model, path, path.read_text(encoding="utf-8"))
+    assert getattr(foreign, "task", None) is None  # the report attached the contrast only while it ran
     return out
 
 
@@ -64,6 +71,7 @@ COMMON = ["overview", "accuracy", "heads", "attention", "patching", "dla", "circ
         ("count01", ["count01-map"], ["preferences"]),
         ("skip_pair", ["preferences"], ["count01-map"]),
         ("two_layer", ["count01-map"], ["preferences"]),
+        ("foreign", [], ["count01-map", "preferences"]),
     ],
 )
 def test_sections(pages, name, extra, absent):
@@ -96,8 +104,9 @@ def test_offline_and_scripts_inlined_once(pages):
 def test_figures_and_views(pages):
     for name, (model, _, html) in pages.items():
         figures = FIGURE_ID.findall(html)
-        # patching (2), DLA (1), QK + OV per head, and the task's own figure (1)
-        assert len(figures) == 3 + 2 * model.cfg.n_layers * model.cfg.n_heads + 1
+        # patching (2), DLA (1), QK + OV per head, and the task's own figure (1; a contrast has none)
+        own = 0 if name == "foreign" else 1
+        assert len(figures) == 3 + 2 * model.cfg.n_layers * model.cfg.n_heads + own
         assert len(set(figures)) == len(figures)
         views = VIEW_ID.findall(html)
         assert len(views) == EXAMPLES * model.cfg.n_layers
@@ -215,7 +224,7 @@ def test_page_draws_in_headless_chromium(pages, tmp_path):
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
         pytest.skip("headless Chromium is not installed (Debian: apt-get install chromium; .ci/run does this)")
-    for name in ("count01", "skip_pair", "two_layer"):
+    for name in ("count01", "skip_pair", "two_layer", "foreign"):
         model, path, html = pages[name]
         dom = _dump_dom(chromium, path, tmp_path / f"profile-{name}")
         segments = _segments(dom)

@@ -1,0 +1,223 @@
+"""A task built from your own inputs, for any model: clean prompts, corrupt prompts, the right answer and
+the alternative, and (optionally) a class label per prompt.
+
+    task = hc.contrast(clean, corrupt, answer, wrong, labels=None, vocab=None)
+    task.attach(model)                      # every analysis now takes its defaults from the task
+    hc.patch(model); hc.dla(model); hc.probe(model, task.clean); hc.report(model, task=task)
+
+clean / corrupt: [batch, pos] token ids, or lists of texts that `vocab` encodes. `vocab` is tokenizer-like
+(a Hugging Face tokenizer, or anything with `encode(text) -> ids`, `decode(ids) -> text` and a vocabulary
+size) or a list of token strings (a text is then split on spaces). answer / wrong: one token per prompt
+(ids, or texts that encode to exactly one token). The answer is read at the last real token of each
+clean prompt (prompts of different lengths are right-padded with `pad_id`), where its logit is compared
+with the alternative's: `metric` = mean logit(answer) - logit(wrong), as for the toy tasks.
+
+The prompts are fixed: `sample(n)` returns the first min(n, batch) clean prompts (a contrast draws
+nothing), `corrupt(batch)` the corrupt prompts of those clean rows, and `patching_inputs()` the pair.
+A contrast builds no models and is not saved with a checkpoint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from jaxtyping import Int
+from torch import Tensor
+from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+from headcoop.tasks.base import Batch, Task, check_ids
+
+
+class Contrast(Task):
+    """Fixed clean / corrupt prompts with their right and alternative answers (module docstring)."""
+
+    name = "contrast"
+
+    def __init__(self, clean, corrupt, answer, wrong, labels=None, vocab=None, pad_id: int = 0):
+        self._tokenizer = vocab if _is_tokenizer(vocab) else None
+        self.vocab = _token_strings(vocab)
+        clean_ids, clean_len = self._prompts(clean, "clean")
+        corrupt_ids, corrupt_len = self._prompts(corrupt, "corrupt")
+        n = len(clean_ids)
+        if len(corrupt_ids) != n:
+            raise ValueError(f"clean has {n} prompts but corrupt has {len(corrupt_ids)}; pass one corrupt prompt per clean one")
+        width = max(max(clean_len), max(corrupt_len))
+        if clean_len != corrupt_len:
+            raise ValueError(
+                "each corrupt prompt must have the length of its clean prompt (so positions line up for patching); "
+                f"lengths differ at prompt {next(i for i, (a, b) in enumerate(zip(clean_len, corrupt_len)) if a != b)}"
+            )
+        self.pad_id = pad_id
+        tokens = torch.full((n, width), pad_id, dtype=torch.long)
+        bad = torch.full((n, width), pad_id, dtype=torch.long)
+        for i, (a, b) in enumerate(zip(clean_ids, corrupt_ids)):
+            tokens[i, : len(a)], bad[i, : len(b)] = a, b
+        answer_pos = torch.tensor(clean_len) - 1
+        answer_ids, wrong_ids = self._answers(answer, n, "answer"), self._answers(wrong, n, "wrong")
+        if labels is None:
+            labels = torch.zeros(n, dtype=torch.long)
+        labels = check_ids(labels, 2**62, "labels")
+        if labels.shape != (n,):
+            raise ValueError(f"labels must hold one integer per prompt ({n}), got shape {tuple(labels.shape)}")
+        strings = tuple(self.vocab) if self.vocab else None
+        self.clean = Batch(tokens, answer_pos[:, None], answer_ids[:, None], answer_pos, answer_ids, wrong_ids,
+                           labels, vocab=strings)  # fmt: skip
+        self.corrupted = self.clean.replace(tokens=bad, answer=wrong_ids, wrong=answer_ids,
+                                            targets=wrong_ids[:, None])  # fmt: skip
+        self._max_id = int(max(tokens.max(), bad.max(), answer_ids.max(), wrong_ids.max()))
+
+    # --- inputs --------------------------------------------------------------------------
+    def _encode_text(self, text: str, what: str) -> list[int]:
+        if self._tokenizer is not None:
+            ids = self._tokenizer.encode(text)
+            return list(ids.tolist() if hasattr(ids, "tolist") else ids)
+        if self.vocab:
+            index = {t: i for i, t in enumerate(self.vocab)}
+            unknown = [t for t in text.split() if t not in index]
+            if unknown:
+                raise ValueError(f"{what}: token {unknown[0]!r} is not in the vocabulary")
+            return [index[t] for t in text.split()]
+        raise ValueError(f"{what} is text, so contrast needs vocab= (a tokenizer or a list of token strings)")
+
+    def _prompts(self, prompts, what: str) -> tuple[list[Tensor], list[int]]:
+        if isinstance(prompts, str):
+            prompts = [prompts]
+        if isinstance(prompts, Sequence) and prompts and all(isinstance(p, str) for p in prompts):
+            rows = [torch.tensor(self._encode_text(p, what), dtype=torch.long) for p in prompts]
+        else:
+            ids = check_ids(prompts, 2**62, what)
+            ids = ids[None] if ids.ndim == 1 else ids
+            if ids.ndim != 2:
+                raise ValueError(f"{what} must be [batch, pos] ids or a list of texts, got shape {tuple(ids.shape)}")
+            rows = list(ids)
+        if not rows or any(len(r) == 0 for r in rows):
+            raise ValueError(f"{what} must hold at least one non-empty prompt")
+        return rows, [len(r) for r in rows]
+
+    def _answers(self, value, n: int, what: str) -> Int[Tensor, " batch"]:
+        if isinstance(value, str) or (isinstance(value, Sequence) and value and isinstance(value[0], str)):
+            texts = [value] * n if isinstance(value, str) else list(value)
+            ids = []
+            for text in texts:
+                encoded = self._encode_text(text, what)
+                if len(encoded) != 1:
+                    raise ValueError(f"{what} {text!r} encodes to {len(encoded)} tokens {encoded}; it must be one token")
+                ids.append(encoded[0])
+            value = ids
+        ids = check_ids(value, 2**62, what)
+        ids = ids.expand(n) if ids.ndim == 0 else ids
+        if ids.shape != (n,):
+            raise ValueError(f"{what} must be one token per prompt ({n}), got shape {tuple(ids.shape)}")
+        return ids.clone()
+
+    # --- the Task interface ----------------------------------------------------------------
+    @property
+    def d_vocab(self) -> int:
+        return len(self.vocab) if self.vocab else self._max_id + 1
+
+    @property
+    def n_ctx(self) -> int:
+        return self.clean.tokens.shape[1]
+
+    def encode(self, text: str) -> Int[Tensor, " pos"]:
+        return torch.tensor(self._encode_text(text, "text"), dtype=torch.long)
+
+    def decode(self, ids) -> str | list[str]:
+        ids = torch.as_tensor(ids)
+        if ids.ndim == 2:
+            return [self.decode(row) for row in ids]
+        if self._tokenizer is not None:
+            return self._tokenizer.decode(ids.tolist())
+        return " ".join(self.vocab[i] if self.vocab else str(i) for i in ids.tolist())
+
+    def token_strings(self, ids) -> list[str]:
+        return [self.vocab[i] if self.vocab else str(i) for i in torch.as_tensor(ids).tolist()]
+
+    def check_model(self, model: HookedTransformer, what: str = "this task") -> HookedTransformer:
+        if not isinstance(model, HookedTransformer):
+            raise TypeError(f"{what} needs a HookedTransformer, got {type(model).__name__}")
+        cfg = model.cfg
+        if self._max_id >= min(cfg.d_vocab, cfg.d_vocab_out) or self.n_ctx > cfg.n_ctx:
+            raise ValueError(
+                f"{what}: the contrast's prompts need token ids up to {self._max_id} and {self.n_ctx} positions, "
+                f"but the model has d_vocab {cfg.d_vocab}, d_vocab_out {cfg.d_vocab_out} and n_ctx {cfg.n_ctx}"
+            )
+        return model
+
+    def sample(self, n: int, seed: int = 0) -> Batch:
+        """The first min(n, batch) clean prompts: a contrast holds fixed inputs and draws nothing."""
+        return self.clean[: max(1, int(n))]
+
+    def corrupt(self, batch: Batch) -> Batch:
+        """The corrupt prompts of the clean rows in `batch` (found by their tokens)."""
+        rows = []
+        for tokens in batch.tokens.cpu():
+            match = (self.clean.tokens == tokens).all(1).nonzero().flatten()
+            if len(match) == 0:
+                raise ValueError("corrupt() takes rows of the contrast's clean prompts; this row is not one of them")
+            rows.append(int(match[0]))
+        return self.corrupted[torch.tensor(rows)].to(batch.tokens.device)
+
+    def patching_inputs(self, n: int = 256, seed: int = 0) -> tuple[Batch, Batch]:
+        """Every clean prompt and its corrupt prompt (n and seed are ignored: the prompts are fixed)."""
+        return self.clean, self.corrupted
+
+    @torch.no_grad()
+    def evaluate(self, model: HookedTransformer, n: int = 4096, seed: int = 10_000) -> dict[str, float]:
+        """On the clean prompts: mean logit difference, the share with logit(answer) > logit(wrong), and
+        the share whose top prediction is the answer."""
+        self.check_ready(model, "evaluate")
+        batch = self.clean.to(model.cfg.device)
+        logits = model(batch.tokens)
+        rows = torch.arange(len(batch), device=logits.device)
+        at = logits[rows, batch.answer_pos]
+        diff = at[rows, batch.answer] - at[rows, batch.wrong]
+        return {
+            "logit_diff": float(diff.mean()),
+            "answer_over_wrong": float((diff > 0).float().mean()),
+            "top1": float((at.argmax(-1) == batch.answer).float().mean()),
+        }
+
+    def config(self, **kwargs) -> HookedTransformerConfig:
+        raise ValueError("a contrast task builds no models: attach it to a model you have (task.attach(model))")
+
+    def prepare(self, model: HookedTransformer) -> HookedTransformer:
+        """Attach the task (nothing is imposed or frozen)."""
+        return self.attach(model)
+
+    def attach(self, model: HookedTransformer) -> HookedTransformer:
+        """Set `model.task = self` (after checking the prompts fit the model); returns the model."""
+        self.check_model(model, "contrast.attach")
+        model.task = self
+        return model
+
+    def params(self) -> dict[str, Any]:
+        raise ValueError("a contrast task is not saved with a checkpoint: set model.task = None before hc.save")
+
+    def __repr__(self) -> str:
+        return f"Contrast({len(self.clean)} prompts of up to {self.n_ctx} tokens)"
+
+
+def contrast(clean, corrupt, answer, wrong, labels=None, vocab=None, pad_id: int = 0) -> Contrast:
+    """A task from your own prompts for any model (see `headcoop.tasks.contrast`)."""
+    return Contrast(clean, corrupt, answer, wrong, labels=labels, vocab=vocab, pad_id=pad_id)
+
+
+def _is_tokenizer(vocab) -> bool:
+    return vocab is not None and hasattr(vocab, "encode") and hasattr(vocab, "decode")
+
+
+def _token_strings(vocab) -> list[str]:
+    """The vocabulary as token strings: a list as given, a tokenizer's tokens by id, or [] if unknown."""
+    if vocab is None:
+        return []
+    if _is_tokenizer(vocab):
+        size = len(vocab) if hasattr(vocab, "__len__") else getattr(vocab, "vocab_size", 0)
+        if hasattr(vocab, "convert_ids_to_tokens"):
+            return [str(t) for t in vocab.convert_ids_to_tokens(list(range(size)))]
+        return [vocab.decode([i]) for i in range(size)]
+    if isinstance(vocab, Sequence) and not isinstance(vocab, str) and all(isinstance(t, str) for t in vocab):
+        return list(vocab)
+    raise TypeError(f"vocab must be a tokenizer (encode/decode) or a list of token strings, got {type(vocab).__name__}")
