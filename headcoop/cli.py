@@ -162,13 +162,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="write one self-contained HTML page on what every head of a model does",
         description="Write an offline HTML report on a shipped or saved model: task and configuration, "
         "accuracy, per-head metrics, attention views, head patching, DLA, QK/OV circuits of every head, and the "
-        f"task's own head picture. NAME_OR_PATH is a shipped name ({', '.join(SHIPPED_NAMES)}) or a "
-        "checkpoint folder.",
+        f"task's own head picture. NAME_OR_PATH is a shipped name ({', '.join(SHIPPED_NAMES)}), a "
+        "checkpoint folder (hc.save), or a TransformerLens export (config.json + model.safetensors or model.pt, "
+        "optionally tokenizer.json; see headcoop.foreign). A model without a headcoop task needs --prompts.",
     )
     report.add_argument("model", metavar="NAME_OR_PATH")
     report.add_argument("--out", default="report.html", help="the HTML file to write (default report.html)")
     report.add_argument("--examples", type=int, default=3, help="inputs shown in the attention views (default 3)")
     report.add_argument("--no-progress", action="store_true", help="no progress bar")
+    report.add_argument("--prompts", metavar="FILE", help="JSON file of clean/corrupt prompts, answer, wrong "
+                        "(and labels): the contrast task the report uses (see headcoop.foreign)")
+    report.add_argument("--tokenizer", metavar="FILE", help="tokenizer.json that encodes text prompts "
+                        "(default: the model folder's tokenizer.json)")
     report.set_defaults(func=cmd_report)
     return parser
 

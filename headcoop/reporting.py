@@ -313,6 +313,13 @@ def _resolve(model_or_name) -> tuple[HookedTransformer, str]:
     if isinstance(model_or_name, HookedTransformer):
         return model_or_name, model_or_name.cfg.model_name
     if isinstance(model_or_name, (str, os.PathLike)):
+        from headcoop.checkpoints import SHIPPED
+        from headcoop.foreign import CONFIG
+
+        if not (isinstance(model_or_name, str) and model_or_name in SHIPPED) and (Path(model_or_name) / CONFIG).is_file():
+            from headcoop.foreign import load_model
+
+            return load_model(model_or_name), str(model_or_name)  # a plain TransformerLens export
         return hc.load(model_or_name), str(model_or_name)
     raise TypeError(
         f"report needs a HookedTransformer, a shipped name or a checkpoint path, got {type(model_or_name).__name__}"
@@ -395,7 +402,18 @@ def report(
 # --- command line ---------------------------------------------------------------------------------------
 def _cmd_report(args: argparse.Namespace) -> int:
     start = time.perf_counter()
-    path = report(args.model, out=args.out, examples=args.examples, progress=not args.no_progress)
+    task = None
+    if args.prompts is not None:
+        from headcoop.foreign import TOKENIZER, load_tokenizer, read_prompts
+
+        tokenizer_file = args.tokenizer
+        if tokenizer_file is None and (Path(args.model) / TOKENIZER).is_file():
+            tokenizer_file = Path(args.model) / TOKENIZER
+        tokenizer = load_tokenizer(tokenizer_file) if tokenizer_file is not None else None
+        task = read_prompts(args.prompts, tokenizer)
+    elif args.tokenizer is not None:
+        raise ValueError("--tokenizer encodes the texts of --prompts; pass --prompts too")
+    path = report(args.model, out=args.out, examples=args.examples, progress=not args.no_progress, task=task)
     size = path.stat().st_size / 2**20
     print(f"wrote {path} ({size:.1f} MB) in {time.perf_counter() - start:.1f} s; open it in a browser (works offline)")
     return 0

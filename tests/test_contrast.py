@@ -106,3 +106,38 @@ def test_a_model_with_a_contrast_is_not_saved_with_it(setup, tmp_path):
     model, _, _ = setup
     with pytest.raises(ValueError, match="not saved with a checkpoint"):
         hc.save(model, tmp_path / "ckpt")
+
+
+def test_headcoop_report_on_an_exported_model_with_a_prompts_file(tmp_path):
+    """The command line: a plain TransformerLens export (config.json, model.safetensors, tokenizer.json)
+    and a JSON prompts file make a report; a .pt state_dict works too; missing --prompts is one line."""
+    import json
+    import subprocess
+    import sys
+
+    from headcoop.foreign import export, load_model
+
+    model = attn_only_2l_like(seed=3)
+    folder = export(model, tmp_path / "exported", tokenizer=tiny_tokenizer())
+    loaded = load_model(folder)
+    for name, param in model.state_dict().items():
+        assert torch.equal(param, loaded.state_dict()[name]), name
+    (folder.parent / "pt").mkdir()
+    (folder.parent / "pt" / "config.json").write_text((folder / "config.json").read_text())
+    torch.save(model.state_dict(), folder.parent / "pt" / "model.pt")
+    assert torch.equal(load_model(folder.parent / "pt").W_Q, model.W_Q)
+
+    clean, corrupt, answer, wrong, labels = name_prompts()
+    prompts = tmp_path / "prompts.json"
+    prompts.write_text(json.dumps(dict(clean=clean, corrupt=corrupt, answer=answer, wrong=wrong, labels=labels)))
+    out = tmp_path / "report.html"
+    done = subprocess.run(
+        [sys.executable, "-m", "headcoop.cli", "report", str(folder), "--prompts", str(prompts), "--out", str(out),
+         "--examples", "1", "--no-progress"], capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    page = out.read_text(encoding="utf-8")
+    assert "hc-sec-patching" in page and f"Contrast({len(clean)} prompts" in page
+    bare = subprocess.run([sys.executable, "-m", "headcoop.cli", "report", str(folder), "--out", str(out)],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert bare.returncode == 2 and "pass task=" in bare.stderr and len(bare.stderr.strip().splitlines()) == 1

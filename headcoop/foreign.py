@@ -1,0 +1,104 @@
+"""Models and prompts from outside headcoop, for `headcoop report FOLDER --prompts FILE`.
+
+A model folder is a headcoop checkpoint (`hc.save(model, folder)` saves any HookedTransformer: config and
+weights with a checksum) or a plain TransformerLens export, as `export` writes it:
+
+    config.json         the HookedTransformerConfig's fields (`cfg.to_dict()`, dtype as a string, no device)
+    model.safetensors   the state_dict (`safetensors.torch.save_file(model.state_dict(), ...)`), or
+    model.pt            the state_dict saved by `torch.save` (read with `weights_only=True`)
+    tokenizer.json      optional: a Hugging Face `tokenizers` file that encodes text prompts
+
+A prompts file is JSON, one list per field, one entry per prompt:
+
+    {"clean": ["when John and Mary gave the cat to", ...], "corrupt": ["when Mary and John gave ...", ...],
+     "answer": ["Mary", ...], "wrong": ["John", ...], "labels": [0, ...]}
+
+with texts (encoded by the tokenizer) or lists of token ids; "labels" is optional. It becomes a
+`hc.contrast` task (`headcoop.tasks.contrast`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+from headcoop.checkpoints import _DTYPES, META, config_to_dict
+from headcoop.tasks.base import build_model
+from headcoop.tasks.contrast import Contrast
+
+CONFIG, SAFETENSORS, PICKLE, TOKENIZER = "config.json", "model.safetensors", "model.pt", "tokenizer.json"
+
+
+def export(model: HookedTransformer, folder: str | os.PathLike, tokenizer=None) -> Path:
+    """Write `model` as a plain TransformerLens export (config.json, model.safetensors and, for a Hugging
+    Face fast tokenizer, tokenizer.json) into `folder` (created); returns the folder."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    config = dict(config_to_dict(model.cfg), dtype=str(model.cfg.dtype).removeprefix("torch."))
+    (folder / CONFIG).write_text(json.dumps(config, indent=1), encoding="utf-8")
+    save_file({k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}, str(folder / SAFETENSORS))
+    if tokenizer is not None:
+        tokenizer.backend_tokenizer.save(str(folder / TOKENIZER))
+    return folder
+
+
+def load_model(folder: str | os.PathLike) -> HookedTransformer:
+    """A headcoop checkpoint (`hc.load`) or a plain export (module docstring) from `folder`."""
+    folder = Path(folder)
+    if (folder / META).is_file():
+        from headcoop.checkpoints import load
+
+        return load(folder)
+    if not (folder / CONFIG).is_file():
+        raise FileNotFoundError(
+            f"{str(folder)!r} holds neither a headcoop checkpoint ({META}) nor a TransformerLens export ({CONFIG} "
+            f"with {SAFETENSORS} or {PICKLE})"
+        )
+    try:
+        config = json.loads((folder / CONFIG).read_text(encoding="utf-8"))
+        dtype = _DTYPES[config.pop("dtype", "float32")]
+        config.pop("device", None)
+        cfg = HookedTransformerConfig(**config, dtype=dtype)
+    except (ValueError, TypeError, KeyError, AssertionError) as err:
+        raise ValueError(f"{folder / CONFIG} is not a HookedTransformerConfig: {err}") from None
+    if (folder / SAFETENSORS).is_file():
+        state = load_file(str(folder / SAFETENSORS))
+    elif (folder / PICKLE).is_file():
+        state = torch.load(folder / PICKLE, map_location="cpu", weights_only=True)
+    else:
+        raise FileNotFoundError(f"{folder} has {CONFIG} but no weights ({SAFETENSORS} or {PICKLE})")
+    model = build_model(cfg, seed=0)
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    missing = [k for k in missing if k in dict(model.named_parameters())]  # buffers are rebuilt from the config
+    if missing or unexpected:
+        raise ValueError(f"the weights in {folder} do not match its config: missing {missing}, unexpected {unexpected}")
+    return model.eval()
+
+
+def load_tokenizer(path: str | os.PathLike):
+    """A Hugging Face fast tokenizer from a tokenizer.json file."""
+    from transformers import PreTrainedTokenizerFast
+
+    return PreTrainedTokenizerFast(tokenizer_file=str(path))
+
+
+def read_prompts(path: str | os.PathLike, tokenizer=None) -> Contrast:
+    """The contrast task of a prompts file (module docstring); texts need `tokenizer`."""
+    path = Path(path)
+    try:
+        spec = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise ValueError(f"cannot read the prompts file {path}: {err}") from None
+    missing = [k for k in ("clean", "corrupt", "answer", "wrong") if k not in spec]
+    if not isinstance(spec, dict) or missing:
+        raise ValueError(f"the prompts file {path} needs the lists clean, corrupt, answer and wrong; missing {missing}")
+    unknown = sorted(set(spec) - {"clean", "corrupt", "answer", "wrong", "labels"})
+    if unknown:
+        raise ValueError(f"the prompts file {path} has unknown fields {unknown}")
+    return Contrast(spec["clean"], spec["corrupt"], spec["answer"], spec["wrong"], labels=spec.get("labels"),
+                    vocab=tokenizer)  # fmt: skip
