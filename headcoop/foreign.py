@@ -80,6 +80,18 @@ def load_model(folder: str | os.PathLike) -> HookedTransformer:
     return model.eval()
 
 
+def word_tokenizer(words: list[str], pad: str | None = None):
+    """A Hugging Face fast tokenizer that splits on whitespace and maps each word to its index in `words`
+    (built locally: nothing is downloaded). `pad` (default: the first word) pads and stands for unknowns."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    pad = words[0] if pad is None else pad
+    core = Tokenizer(models.WordLevel(vocab={w: i for i, w in enumerate(words)}, unk_token=pad))
+    core.pre_tokenizer = pre_tokenizers.Whitespace()
+    return PreTrainedTokenizerFast(tokenizer_object=core, pad_token=pad)
+
+
 def load_tokenizer(path: str | os.PathLike):
     """A Hugging Face fast tokenizer from a tokenizer.json file."""
     from transformers import PreTrainedTokenizerFast

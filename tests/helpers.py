@@ -19,12 +19,9 @@ WORDS = ["<pad>", "when", "and", "gave", "sat", "a", "the", "cat", "dog", "mat",
 
 def tiny_tokenizer():
     """A real Hugging Face fast tokenizer (word level, whitespace split) built locally: no download."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+    from headcoop.foreign import word_tokenizer
 
-    tok = Tokenizer(models.WordLevel(vocab={w: i for i, w in enumerate(WORDS)}, unk_token="<pad>"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>")
+    return word_tokenizer(WORDS)
 
 
 def attn_only_2l_like(seed: int = 0, **changes):

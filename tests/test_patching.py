@@ -140,10 +140,20 @@ def test_one_forward_pass_per_chunk_not_per_patch(setups, monkeypatch, head_loca
     calls = []
     original = HookedTransformer.forward
     monkeypatch.setattr(HookedTransformer, "forward", lambda self, *a, **k: calls.append(1) or original(self, *a, **k))
+    from headcoop.analysis import suffix
+
+    suffix_calls = []
+    original_suffix = suffix.run_from
+    monkeypatch.setattr(suffix, "run_from", lambda *a, **k: suffix_calls.append(1) or original_suffix(*a, **k))
     result = hc.patch(model, clean=clean, corrupt=corrupt, positions="each", head_local=head_local)
-    # two baseline runs, then one stacked pass per layer for all its (pos, head) patches
-    assert len(calls) == 2 + model.cfg.n_layers
-    assert result.values.numel() == model.cfg.n_layers * clean.tokens.shape[1] * model.cfg.n_heads
+    n_pos, n_heads, n_layers = clean.tokens.shape[1], model.cfg.n_heads, model.cfg.n_layers
+    assert result.values.numel() == n_layers * n_pos * n_heads
+    if head_local:
+        # two baseline runs; the later layers run once per (layer, first changed row) for all its heads
+        assert len(calls) == 2 and len(suffix_calls) <= n_layers * n_pos < result.values.numel()
+    else:
+        # two baseline runs, then one stacked pass per layer for all its (pos, head) patches
+        assert len(calls) == 2 + n_layers
 
 
 def test_default_inputs_and_single_head(setups):

@@ -61,6 +61,7 @@ from transformer_lens import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
 from headcoop.plot import Displayed
+from headcoop.analysis import suffix
 from headcoop.analysis.common import as_tokens, check_choice, check_layer, head_selection, model_device, task_of
 from headcoop.checks import check_bool, check_finite, check_float, check_metric_value, installed_hooks
 from headcoop.tasks.base import Batch
@@ -192,6 +193,7 @@ def _resolve_inputs(model: HookedTransformer, clean, corrupt, metric) -> tuple[T
             )
         task_batch = clean.to(clean_tokens.device)
         metric = lambda logits: task.metric(logits, task_batch)  # noqa: E731
+        metric.rows = task_batch.answer_pos  # where the task's metric reads (checked by suffix.reads_only)
     elif not callable(metric):
         raise TypeError(f"metric must be callable (logits [batch, pos, vocab] -> scalar), got {type(metric).__name__}")
     # The task's metric keeps leading axes, so it also scores every stacked copy in one call.
@@ -267,9 +269,17 @@ def _set_slices(act: Tensor, source: Tensor, component: str, head: Tensor | None
         act[copy, :, pos, head] = source[:, pos, head].transpose(0, 1)
 
 
-def _start_mid_ok(model: HookedTransformer) -> bool:
-    """Whether a forward pass may start at a block from a cached residual stream (`start_at_layer`)."""
-    return model.cfg.positional_embedding_type != "shortformer" and getattr(model, "tokenizer", None) is None
+def _continuation(model: HookedTransformer, tokens: Tensor) -> dict[str, Tensor | None]:
+    """What a forward pass started mid-model (`start_at_layer`) needs besides the residual stream, as the
+    model's own `input_to_embed` computes it from `tokens`: a shortformer's positional embedding, and the
+    padding mask TransformerLens derives from a left-padding tokenizer (None where there is none)."""
+    _, _, shortformer_pos_embed, attention_mask = model.input_to_embed(tokens)
+    return {"shortformer_pos_embed": shortformer_pos_embed, "attention_mask": attention_mask}
+
+
+def _repeat(extras: dict[str, Tensor | None], n: int) -> dict[str, Tensor | None]:
+    """`extras` for n stacked copies of the batch."""
+    return {k: None if v is None else v.repeat(n, *[1] * (v.ndim - 1)) for k, v in extras.items()}
 
 
 def _kv_heads(model: HookedTransformer) -> int:
@@ -281,34 +291,11 @@ def _kv_heads(model: HookedTransformer) -> int:
 
 
 def _prefix_reusable(model: HookedTransformer, component: str) -> bool:
-    """Whether the head-local shortcut reproduces the model's own computation (see `_head_suffix`).
-
-    It needs attention-only blocks whose output is `resid_pre + F.linear(z, W_O, b_O)` and, for q/k,
-    scores computed from the hooked q/k by `calculate_attention_scores` and the causal mask alone.
-    """
-    cfg = model.cfg
-    if component == "resid_pre" or not _start_mid_ok(model):
-        return False
-    plain_block = (
-        cfg.attn_only
-        and not cfg.parallel_attn_mlp
-        and not cfg.use_normalization_before_and_after
-        and not cfg.use_attn_result
-        and not getattr(cfg, "load_in_4bit", False)
-        and not getattr(cfg, "use_attention_sinks", False)
-        and cfg.positional_embedding_type == "standard"
-        and (cfg.n_key_value_heads is None or cfg.n_key_value_heads == cfg.n_heads)
-        and all(type(block.attn).__name__ == "Attention" for block in model.blocks)
-    )
-    if not plain_block:
-        return False
-    if component in ("q", "k"):
-        return (
-            not getattr(cfg, "use_logn_attn", False)
-            and getattr(cfg, "clip_qkv", None) is None
-            and all(getattr(block.attn, "q_norm", None) is None for block in model.blocks)
-        )
-    return True
+    """Whether the head-local shortcut reproduces the model's own computation: blocks whose attention
+    output is `F.linear(z, W_O, b_O)` added to resid_pre (then the MLP, per row), scores from the hooked q/k
+    by `calculate_attention_scores` and the causal mask alone, and later layers the row-wise suffix
+    (`headcoop.analysis.suffix`) runs exactly."""
+    return component != "resid_pre" and suffix.supported(model)
 
 
 def patches_per_chunk(
@@ -421,7 +408,9 @@ def patch(
         (clean_tokens, corrupt_tokens) if direction == "denoise" else (corrupt_tokens, clean_tokens)
     )
     hooks = installed_hooks(model)
-    local = head_local and not hooks and _prefix_reusable(model, component)
+    extras = _continuation(model, target_tokens)
+    # the head-local scores use the causal mask alone: not with a padding mask
+    local = head_local and not hooks and _prefix_reusable(model, component) and extras["attention_mask"] is None
     method = "head-local" if local else "stacked"
     if hooks:
         shown = ", ".join(hooks[:3]) + (f" and {len(hooks) - 3} more" if len(hooks) > 3 else "")
@@ -431,10 +420,13 @@ def patch(
     # and, for the head-local shortcut, that layer's activations the patch leaves alone.
     kept = ("resid_pre", "resid_post", "z", "q", "k", "v", "pattern") if local else ("resid_pre",)
     starts = {get_act_name(name, lay) for lay in layers for name in kept}
+    if local:  # the suffix reads later layers' cached keys and values for the rows that stay unchanged
+        starts |= {get_act_name(name, lay) for lay in range(min(layers), model.cfg.n_layers) for name in ("k", "v")}
     source_logits, source_cache = model.run_with_cache(source_tokens, names_filter=lambda n: n in patched)
     target_logits, target_cache = model.run_with_cache(target_tokens, names_filter=lambda n: n in starts)
     source_value = float(check_metric_value(metric(source_logits)))
     target_value = float(check_metric_value(metric(target_logits)))
+    needed = _rows_read(metric, target_logits, clean_tokens, stacked) if local else None
     clean_value, corrupt_value = (
         (source_value, target_value) if direction == "denoise" else (target_value, source_value)
     )
@@ -452,9 +444,13 @@ def patch(
             stop = min(start + per_chunk, hi)
             head_index = grid.head[start:stop] if grid.head is not None else None
             pos_index = grid.pos[start:stop] if grid.pos is not None else None
-            run = _run_head_local if local else _run_hooked
-            logits = run(model, component, lay, stop - start, head_index, pos_index, source_cache, target_cache,
-                         target_tokens, from_tokens=bool(hooks))
+            if local:
+                logits = _run_head_local(model, component, lay, stop - start, head_index, pos_index, source_cache,
+                                         target_cache, (target_logits, extras["shortformer_pos_embed"], needed))
+            else:
+                logits = _run_hooked(model, component, lay, stop - start, head_index, pos_index, source_cache,
+                                     target_cache, target_tokens, from_tokens=bool(hooks),
+                                     extras=_repeat(extras, stop - start))  # fmt: skip
             results.append(_stacked_metric(logits.view(stop - start, batch, *logits.shape[1:]), metric, stacked))
     values = torch.cat(results).reshape(grid.shape).float().cpu()
     return PatchResult(
@@ -482,7 +478,7 @@ def _patched_head(target: Tensor, source: Tensor, pos: Tensor | None) -> Tensor:
 
 
 def _run_hooked(
-    model, component, layer, n, head, pos, source_cache, target_cache, target_tokens, from_tokens=False
+    model, component, layer, n, head, pos, source_cache, target_cache, target_tokens, from_tokens=False, extras=None
 ) -> Tensor:
     """Logits [n * batch, pos, vocab] of n copies of the target run, copy i patched at (layer, head[i], pos[i])
     by a hook on the component's activation; the copies start from the target's residual stream at `layer`,
@@ -495,15 +491,13 @@ def _run_hooked(
         _set_slices(act.view(n, -1, *act.shape[1:]), source, component, head, pos)
         return act
 
-    if from_tokens or not _start_mid_ok(model):
+    if from_tokens:
         return model.run_with_hooks(target_tokens.repeat(n, 1), fwd_hooks=[(name, hook)])
     resid = target_cache[get_act_name("resid_pre", layer)].repeat(n, 1, 1)
-    return model.run_with_hooks(resid, start_at_layer=layer, fwd_hooks=[(name, hook)])
+    return model.run_with_hooks(resid, start_at_layer=layer, fwd_hooks=[(name, hook)], **(extras or {}))
 
 
-def _run_head_local(
-    model, component, layer, n, head, pos, source_cache, target_cache, target_tokens, from_tokens=False
-) -> Tensor:
+def _run_head_local(model, component, layer, n, head, pos, source_cache, target_cache, target) -> Tensor:
     """As `_run_hooked`, but only the patched head of `layer` is recomputed for each copy.
 
     A patch of head h's q, k, v, pattern or z changes nothing else in its layer, so each copy takes the
@@ -512,7 +506,7 @@ def _run_head_local(
     Patches of one position of z, q or pattern change one row of z only (see `_run_row_local`).
     """
     if pos is not None and component in ("z", "q", "pattern"):
-        return _run_row_local(model, component, layer, n, head, pos, source_cache, target_cache)
+        return _run_row_local(model, component, layer, n, head, pos, source_cache, target_cache, target)
     attn = model.blocks[layer].attn
     act = lambda kind, cache=target_cache: cache[get_act_name(kind, layer)]  # noqa: E731
     batch, n_pos = act("z").shape[:2]
@@ -538,11 +532,13 @@ def _run_head_local(
             pattern = _softmax(scores).view(n, batch, n_pos, n_pos)
         z[copy, :, :, head] = pattern @ v
     out = F.linear(z.view(n * batch, n_pos, -1), _w_o(attn), attn.b_O)
-    resid = (act("resid_pre") + out.view(n, batch, n_pos, -1)).view(n * batch, n_pos, -1)
-    return model(resid, start_at_layer=layer + 1)
+    resid = suffix.finish_block(model, layer, act("resid_pre") + out.view(n, batch, n_pos, -1))
+    # a k or v patch at position p changes no query row before p: the later layers start at row p
+    starts = torch.zeros(n, dtype=torch.long, device=resid.device) if pos is None else pos
+    return _by_start(model, layer + 1, resid, starts, target_cache, target)
 
 
-def _run_row_local(model, component, layer, n, head, pos, source_cache, target_cache) -> Tensor:
+def _run_row_local(model, component, layer, n, head, pos, source_cache, target_cache, target) -> Tensor:
     """Copy i patches head[i] of z, q or pattern at position pos[i] only: that changes z, hence the block's
     output, at that one query position. Each copy is the target's resid_post with row pos[i] recomputed."""
     attn = model.blocks[layer].attn
@@ -569,8 +565,32 @@ def _run_row_local(model, component, layer, n, head, pos, source_cache, target_c
         z_row[copy, :, head] = (pattern[:, :, None] @ v).squeeze(2)
     out = F.linear(z_row.reshape(n, batch, -1), _w_o(attn), attn.b_O)  # [n, batch, d_model]
     resid = act("resid_post")[None].repeat(n, 1, 1, 1)
-    resid[copy, :, pos] = act("resid_pre")[:, pos].transpose(0, 1) + out
-    return model(resid.view(n * batch, n_pos, -1), start_at_layer=layer + 1)
+    resid[copy, :, pos] = suffix.finish_block(model, layer, act("resid_pre")[:, pos].transpose(0, 1) + out)
+    return _by_start(model, layer + 1, resid, pos, target_cache, target)
+
+
+def _by_start(model, start, resid, first_row, target_cache, target) -> Tensor:
+    """Logits [n * batch, pos, vocab] of n copies whose residual stream entering layer `start` is `resid`
+    [n, batch, pos, d_model], copy i equal to the target's before row first_row[i]: the copies are grouped
+    by that row and each group runs the later layers on its rows from there (`suffix.run_from`)."""
+    target_logits, shortformer_pos_embed, needed = target
+    n, batch = resid.shape[:2]
+    out = torch.empty(n, batch, *target_logits.shape[1:], dtype=target_logits.dtype, device=target_logits.device)
+    for r0 in first_row.unique().tolist():
+        group = (first_row == r0).nonzero().flatten()
+        logits = suffix.run_from(model, start, resid[group, :, r0:], r0, target_cache, target_logits,
+                                 shortformer_pos_embed, needed)  # fmt: skip
+        out[group] = logits.view(len(group), batch, *target_logits.shape[1:])
+    return out.view(n * batch, *target_logits.shape[1:])
+
+
+def _rows_read(metric, target_logits: Tensor, clean_tokens: Tensor, stacked) -> Tensor | None:
+    """The logit rows (positions) the metric reads, when a small candidate set passes `suffix.reads_only`:
+    the task's answer positions for its own metric, else the last position; None (every row) otherwise."""
+    task_rows = getattr(stacked, "rows", None)
+    candidates = task_rows if task_rows is not None else torch.tensor([target_logits.shape[1] - 1])
+    candidates = candidates.unique().to(target_logits.device)
+    return candidates if suffix.reads_only(metric, target_logits, candidates) else None
 
 
 def _causal(model: HookedTransformer, attn) -> bool:

@@ -1,0 +1,150 @@
+"""The layers after a patched one, run on the rows that can change and only those (exact).
+
+With causal attention, a change to the residual stream at rows r0.. (and nothing before) changes no row
+before r0 in any later layer. So each later layer runs on rows r0.. only: their queries, keys and values
+are recomputed, the keys and values of rows before r0 are the target run's cached ones, and the MLP and
+norms are per-row anyway. In the last layer only the rows the metric reads need their output (`needed`);
+every other row of the logits is the target run's own. This is `HookedTransformerKeyValueCache`'s idea
+(an unchanged prefix is not recomputed) applied to a stack of patched copies.
+
+The blocks are TransformerLens's own modules (ln1, `calculate_qkv_matrices`, `calculate_attention_scores`,
+`calculate_z_scores`, ln2 / MLP via `apply_mlp`, ln_final, unembed), so the arithmetic is theirs; the tests
+compare every patch against `transformer_lens.patching`. `supported` names the models it serves.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from jaxtyping import Float, Int
+from torch import Tensor
+from transformer_lens import HookedTransformer
+from transformer_lens.utilities import get_act_name
+
+
+def supported(model: HookedTransformer) -> bool:
+    """Standard TransformerLens blocks the row-wise suffix reproduces: causal `Attention` (no rotary, grouped
+    queries, sinks, QK norm, clipping or logit soft-capping), sequential attention then MLP, no norm after
+    a block's outputs, standard or shortformer positions."""
+    cfg = model.cfg
+    return (
+        cfg.attention_dir == "causal"
+        and cfg.positional_embedding_type in ("standard", "shortformer")
+        and not cfg.parallel_attn_mlp
+        and not cfg.use_normalization_before_and_after
+        and not cfg.use_attn_result
+        and not cfg.use_split_qkv_input
+        and not cfg.use_attn_in
+        and not getattr(cfg, "load_in_4bit", False)
+        and not getattr(cfg, "use_attention_sinks", False)
+        and not getattr(cfg, "use_qk_norm", False)
+        and not getattr(cfg, "use_logn_attn", False)
+        and getattr(cfg, "clip_qkv", None) is None
+        and not (cfg.attn_scores_soft_cap or 0) > 0
+        and not (cfg.output_logits_soft_cap or 0) > 0
+        and (cfg.n_key_value_heads is None or cfg.n_key_value_heads == cfg.n_heads)
+        and all(type(block.attn).__name__ == "Attention" for block in model.blocks)
+        and all(getattr(block.attn, "_attention_dir_override", None) in (None, "causal") for block in model.blocks)
+    )
+
+
+def finish_block(model: HookedTransformer, layer: int, resid_mid: Float[Tensor, "... d_model"]) -> Float[Tensor, "... d_model"]:
+    """resid_post of `layer` from its resid_mid (attention already added): + MLP(ln2(resid_mid)) unless
+    the model is attention-only. Works on any rows: the MLP and its norm act per row."""
+    if model.cfg.attn_only:
+        return resid_mid
+    block = model.blocks[layer]
+    shape = resid_mid.shape
+    flat = resid_mid.reshape(-1, 1, shape[-1])
+    return resid_mid + block.apply_mlp(block.ln2(flat)).reshape(shape)
+
+
+def needed_rows(n_pos: int, rows: Tensor | None, device) -> Int[Tensor, " row"]:
+    return torch.arange(n_pos, device=device) if rows is None else rows.to(device)
+
+
+@torch.no_grad()
+def run_from(
+    model: HookedTransformer,
+    start: int,
+    x: Float[Tensor, "copy batch row d_model"],
+    r0: int,
+    target_cache,
+    target_logits: Float[Tensor, "batch pos vocab"],
+    shortformer_pos_embed: Float[Tensor, "batch pos d_model"] | None,
+    needed: Int[Tensor, " row"] | None,
+) -> Float[Tensor, "copy_batch pos vocab"]:
+    """Logits of copies whose residual stream entering layer `start` is the target's, except rows r0..
+    (given in `x`, one [batch, n_pos - r0, d_model] block per copy). Returns [copy * batch, pos, vocab]:
+    the target's logits with the rows that can change (r0.., and of those only `needed`, when given)
+    recomputed."""
+    n, batch, _, d_model = x.shape
+    n_pos = target_logits.shape[1]
+    device = x.device
+    rows = torch.arange(r0, n_pos, device=device)  # absolute positions of x's rows
+    for layer in range(start, model.cfg.n_layers):
+        block, attn = model.blocks[layer], model.blocks[layer].attn
+        last = layer == model.cfg.n_layers - 1
+        keep = torch.ones(len(rows), dtype=torch.bool, device=device)
+        if last and needed is not None:
+            keep = torch.isin(rows, needed.to(device))
+            if not keep.any():  # the metric reads no row this patch can change
+                return target_logits.repeat(n, 1, 1)
+        flat = x.reshape(n * batch, len(rows), d_model)
+        normed = block.ln1(flat)
+        qk_in = normed
+        if shortformer_pos_embed is not None:
+            qk_in = normed + shortformer_pos_embed[:, rows].repeat(n, 1, 1)
+        q, k, v = attn.calculate_qkv_matrices(qk_in[:, keep], qk_in, normed)  # [copy*batch, row, head, d_head]
+        if r0 > 0:
+            prefix = lambda kind: target_cache[get_act_name(kind, layer)][:, :r0].repeat(n, 1, 1, 1)  # noqa: E731
+            k, v = torch.cat([prefix("k"), k], 1), torch.cat([prefix("v"), v], 1)
+        scores = attn.calculate_attention_scores(q, k)  # [copy*batch, head, q_row, key]
+        q_pos = rows[keep]
+        future = torch.arange(n_pos, device=device)[None, :] > q_pos[:, None]  # [q_row, key]
+        scores = torch.where(future, attn.IGNORE.to(scores.device), scores)
+        pattern = F.softmax(scores, dim=-1)
+        pattern = torch.where(torch.isnan(pattern), torch.zeros_like(pattern), pattern).to(model.cfg.dtype)
+        z = attn.calculate_z_scores(v, pattern)  # [copy*batch, q_row, head, d_head]
+        w = attn.W_O.reshape(-1, d_model).T  # [d_model, head * d_head], as the module's F.linear
+        out = F.linear(z.reshape(z.shape[0], z.shape[1], -1), w.contiguous(), attn.b_O)
+        resid_mid = flat[:, keep] + out
+        x = finish_block(model, layer, resid_mid).view(n, batch, -1, d_model)
+        rows = q_pos
+    if start >= model.cfg.n_layers and needed is not None:  # the patched layer was the last: read rows only
+        keep = torch.isin(rows, needed.to(device))
+        if not keep.any():
+            return target_logits.repeat(n, 1, 1)
+        x, rows = x[:, :, keep], rows[keep]
+    final = x.reshape(n * batch, len(rows), d_model)
+    if model.cfg.normalization_type is not None:
+        final = model.ln_final(final)
+    logits = model.unembed(final)  # [copy*batch, row, vocab]
+    full = target_logits.repeat(n, 1, 1)
+    full[:, rows] = logits
+    return full
+
+
+def reads_only(metric, logits: Float[Tensor, "batch pos vocab"], rows: Tensor) -> bool:
+    """Whether `metric` reads no logits outside `rows` (positions): its value on `logits` is unchanged when
+    every other row is filled with NaN, with seeded random values, and with the negated logits."""
+    reference = metric(logits)
+    other = torch.ones(logits.shape[1], dtype=torch.bool, device=logits.device)
+    other[rows.to(logits.device)] = False
+    if not other.any():
+        return True
+    gen = torch.Generator().manual_seed(0)
+    fills = (
+        torch.full_like(logits, float("nan")),
+        (torch.randn(logits.shape, generator=gen) * 100).to(logits.device, logits.dtype),
+        -logits,
+    )
+    for fill in fills:
+        changed = torch.where(other[None, :, None], fill, logits)
+        try:
+            value = metric(changed)
+        except Exception:  # noqa: BLE001 - a metric that fails on such rows reads them
+            return False
+        if not torch.equal(torch.as_tensor(value), torch.as_tensor(reference)):
+            return False
+    return True
