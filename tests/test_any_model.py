@@ -166,3 +166,26 @@ def test_float64_sums_exactly():
     result = hc.dla(model, tokens)
     with torch.no_grad():
         assert float((result.total() - model(tokens)[:, -1]).abs().max()) < 1e-9
+
+
+@pytest.mark.parametrize("read", ["first", "middle", "every"])
+def test_patching_with_metrics_that_read_other_rows(read):
+    """The row-wise suffix reads only the rows the metric reads when that is checked; a metric reading
+    another row, or every row, still matches TransformerLens."""
+    from headcoop.analysis import suffix
+
+    model = build("gelu-LN")
+    gen = torch.Generator().manual_seed(5)
+    clean, corrupt = torch.randint(0, VOCAB, (5, N_CTX), generator=gen), torch.randint(0, VOCAB, (5, N_CTX), generator=gen)
+    rows = {"first": [0], "middle": [3], "every": list(range(N_CTX))}[read]
+
+    def metric(logits):
+        return logits[:, rows, 2].mean() - logits[:, rows, 5].mean()
+
+    ours = hc.patch(model, clean=clean, corrupt=corrupt, metric=metric, component="z", positions="each")
+    _, cache = model.run_with_cache(clean)
+    theirs = patching.get_act_patch_attn_head_out_by_pos(model, corrupt, cache, metric)
+    torch.testing.assert_close(ours.values, theirs, atol=1e-5, rtol=1e-5)
+    logits = model(clean).detach()
+    assert suffix.reads_only(metric, logits, torch.tensor(rows))
+    assert not suffix.reads_only(metric, logits, torch.tensor([N_CTX - 1]))

@@ -532,10 +532,10 @@ def _run_head_local(model, component, layer, n, head, pos, source_cache, target_
             pattern = _softmax(scores).view(n, batch, n_pos, n_pos)
         z[copy, :, :, head] = pattern @ v
     out = F.linear(z.view(n * batch, n_pos, -1), _w_o(attn), attn.b_O)
-    resid = suffix.finish_block(model, layer, act("resid_pre") + out.view(n, batch, n_pos, -1))
-    # a k or v patch at position p changes no query row before p: the later layers start at row p
-    starts = torch.zeros(n, dtype=torch.long, device=resid.device) if pos is None else pos
-    return _by_start(model, layer + 1, resid, starts, target_cache, target)
+    resid_mid = act("resid_pre") + out.view(n, batch, n_pos, -1)
+    # a k or v patch at position p changes no query row before p: the MLP and later layers start at row p
+    starts = torch.zeros(n, dtype=torch.long, device=resid_mid.device) if pos is None else pos
+    return _by_start(model, layer + 1, resid_mid, starts, target_cache, target, finish=layer)
 
 
 def _run_row_local(model, component, layer, n, head, pos, source_cache, target_cache, target) -> Tensor:
@@ -569,18 +569,23 @@ def _run_row_local(model, component, layer, n, head, pos, source_cache, target_c
     return _by_start(model, layer + 1, resid, pos, target_cache, target)
 
 
-def _by_start(model, start, resid, first_row, target_cache, target) -> Tensor:
+def _by_start(model, start, resid, first_row, target_cache, target, finish: int | None = None) -> Tensor:
     """Logits [n * batch, pos, vocab] of n copies whose residual stream entering layer `start` is `resid`
     [n, batch, pos, d_model], copy i equal to the target's before row first_row[i]: the copies are grouped
-    by that row and each group runs the later layers on its rows from there (`suffix.run_from`)."""
+    by that row and each group runs the later layers on its rows from there (`suffix.run_from`). With
+    `finish`, `resid` is that layer's resid_mid, and its MLP runs on the same rows first."""
     target_logits, shortformer_pos_embed, needed = target
     n, batch = resid.shape[:2]
-    out = torch.empty(n, batch, *target_logits.shape[1:], dtype=target_logits.dtype, device=target_logits.device)
+    out = target_logits[None].repeat(n, 1, 1, 1)  # [n, batch, pos, vocab]; changed rows overwritten below
     for r0 in first_row.unique().tolist():
         group = (first_row == r0).nonzero().flatten()
-        logits = suffix.run_from(model, start, resid[group, :, r0:], r0, target_cache, target_logits,
-                                 shortformer_pos_embed, needed)  # fmt: skip
-        out[group] = logits.view(len(group), batch, *target_logits.shape[1:])
+        x = resid[group, :, r0:]
+        if finish is not None:
+            x = suffix.finish_block(model, finish, x)
+        rows, logits = suffix.run_from(model, start, x, r0, target_cache, target_logits, shortformer_pos_embed,
+                                       needed)  # fmt: skip
+        if logits is not None:
+            out[group[:, None], :, rows[None, :]] = logits.view(len(group), batch, len(rows), -1).transpose(1, 2)
     return out.view(n * batch, *target_logits.shape[1:])
 
 

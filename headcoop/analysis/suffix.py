@@ -73,11 +73,11 @@ def run_from(
     target_logits: Float[Tensor, "batch pos vocab"],
     shortformer_pos_embed: Float[Tensor, "batch pos d_model"] | None,
     needed: Int[Tensor, " row"] | None,
-) -> Float[Tensor, "copy_batch pos vocab"]:
+) -> tuple[Int[Tensor, " row"], Float[Tensor, "copy_batch row vocab"] | None]:
     """Logits of copies whose residual stream entering layer `start` is the target's, except rows r0..
-    (given in `x`, one [batch, n_pos - r0, d_model] block per copy). Returns [copy * batch, pos, vocab]:
-    the target's logits with the rows that can change (r0.., and of those only `needed`, when given)
-    recomputed."""
+    (given in `x`, one [batch, n_pos - r0, d_model] block per copy): (rows, their logits [copy * batch, row,
+    vocab]) for the rows that can change (r0.., and of those only `needed`, when given); every other row
+    is the target's. (rows empty, None) when the metric reads no row that can change."""
     n, batch, _, d_model = x.shape
     n_pos = target_logits.shape[1]
     device = x.device
@@ -89,7 +89,7 @@ def run_from(
         if last and needed is not None:
             keep = torch.isin(rows, needed.to(device))
             if not keep.any():  # the metric reads no row this patch can change
-                return target_logits.repeat(n, 1, 1)
+                return rows[:0], None
         flat = x.reshape(n * batch, len(rows), d_model)
         normed = block.ln1(flat)
         qk_in = normed
@@ -114,15 +114,12 @@ def run_from(
     if start >= model.cfg.n_layers and needed is not None:  # the patched layer was the last: read rows only
         keep = torch.isin(rows, needed.to(device))
         if not keep.any():
-            return target_logits.repeat(n, 1, 1)
+            return rows[:0], None
         x, rows = x[:, :, keep], rows[keep]
     final = x.reshape(n * batch, len(rows), d_model)
     if model.cfg.normalization_type is not None:
         final = model.ln_final(final)
-    logits = model.unembed(final)  # [copy*batch, row, vocab]
-    full = target_logits.repeat(n, 1, 1)
-    full[:, rows] = logits
-    return full
+    return rows, model.unembed(final)  # [copy*batch, row, vocab]
 
 
 def reads_only(metric, logits: Float[Tensor, "batch pos vocab"], rows: Tensor) -> bool:
