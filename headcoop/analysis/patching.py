@@ -29,15 +29,17 @@ one pass over P copies of the target batch ([P * batch, pos]), copy p carrying p
   stream at the patched layer (``start_at_layer``; earlier layers are not rerun), with one hook on the
   patched activation that overwrites, in copy p, exactly the slice (head[p], pos[p]) from the source
   run -- one advanced-index assignment with index tensors per chunk, not one per patch.
-- head-local (the default where the blocks allow it: attention-only, no LayerNorm after attention,
-  standard positional embedding, no attention sinks or grouped queries): a patch of head h's q, k, v,
-  pattern or z changes only z[:, :, h] in its layer, so the rest of that layer is taken from the cached
-  target run. Each copy recomputes head h alone (scores with the module's own
-  ``calculate_attention_scores`` and causal mask, softmax, ``pattern @ v``), applies ``F.linear(z, W_O,
-  b_O)`` and adds the target's resid_pre, as the block does; a one-position patch of z, q or pattern
-  changes a single row of z, so only that row is recomputed and the other rows keep the target's
-  resid_post. Later layers then run stacked through the model (``start_at_layer``). This removes the
-  [copies, head, pos, pos] attention work that dominates a stacked full forward on a CPU.
+- head-local (the default where the blocks allow it, `suffix.supported`: standard causal attention with
+  standard or shortformer positions, LayerNorm / RMSNorm and MLPs allowed, no rotary, grouped queries,
+  sinks or soft-capping, no padding mask): a patch of head h's q, k, v, pattern or z changes only
+  z[:, :, h] in its layer, so the rest of that layer is taken from the cached target run. Each copy
+  recomputes head h alone (scores with the module's own ``calculate_attention_scores`` and causal mask,
+  softmax, ``pattern @ v``), applies ``F.linear(z, W_O, b_O)``, adds the target's resid_pre and runs the
+  block's MLP, as the block does; a one-position patch of z, q or pattern changes a single row of z, so
+  only that row is recomputed. Later layers then run row-wise from the first row the patch can change
+  (``headcoop.analysis.suffix``: with causal attention no earlier row changes; the keys and values of
+  earlier rows come from the target's cache), and the last layer only at the rows the metric reads
+  (checked on every call, see ``suffix.reads_only``).
 
 The metric is evaluated per copy on the stacked logits: the task's logit difference is vectorised over
 the patch axis; a user metric is called on each copy's [batch, pos, vocab] slice (no forward pass).
