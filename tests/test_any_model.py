@@ -189,3 +189,25 @@ def test_patching_with_metrics_that_read_other_rows(read):
     logits = model(clean).detach()
     assert suffix.reads_only(metric, logits, torch.tensor(rows))
     assert not suffix.reads_only(metric, logits, torch.tensor([N_CTX - 1]))
+
+
+def test_probe_and_mean_ablation_on_every_shape(shaped):
+    """hc.probe reads each head's cached z at the read-out position (its features are those activations),
+    and hc.ablate(how="mean") with explicit reference tokens replaces z by the reference mean."""
+    name, model, tokens, corrupt = shaped
+    batch = torch.cat([tokens, corrupt] * 4)
+    labels = (batch[:, 0] > VOCAB // 2).long()
+    result = hc.probe(model, batch, labels, site="z", pos=-1)
+    assert result.names == [f"L{lay}H{h}" for lay in range(2) for h in range(4)]
+    from headcoop.analysis.probes import probe_features
+
+    features, *_ = probe_features(model, batch, site="z", pos=-1)
+    _, cache = model.run_with_cache(batch)
+    expected = torch.cat([cache[f"blocks.{lay}.attn.hook_z"][:, -1] for lay in range(2)], 1)
+    torch.testing.assert_close(features, expected, atol=0, rtol=0)
+    seen = {}
+    with hc.ablate(model, heads="L1H2", how="mean", reference=corrupt):
+        model.run_with_hooks(tokens, fwd_hooks=[("blocks.1.attn.hook_z", lambda z, hook: seen.update(z=z.clone()))])
+    _, ref_cache = model.run_with_cache(corrupt)
+    mean = ref_cache["blocks.1.attn.hook_z"][:, :, 2].mean(0)
+    torch.testing.assert_close(seen["z"][:, :, 2], mean.expand_as(seen["z"][:, :, 2]), atol=1e-6, rtol=0)
