@@ -38,6 +38,8 @@ _LAZY = {
     "ablate": "headcoop.analysis.ablation",
     "set_attention": "headcoop.analysis.intervene",
     "attention": "headcoop.analysis.attention",
+    "interactions": "headcoop.analysis.interactions",
+    "Interactions": "headcoop.analysis.interactions",
     "train_many": "headcoop.fast_train",
     "sweep": "headcoop.sweeps",
     "head_metrics": "headcoop.studies.count01",

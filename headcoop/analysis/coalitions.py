@@ -1,0 +1,220 @@
+"""Coalition values: v(S), the metric with only the heads in S active and every other player head ablated,
+for many coalitions S per forward pass.
+
+Players are heads (layer, head); heads that are not players stay as they are. An ablated head's z (before
+W_O) is replaced exactly as `hc.ablate` replaces it: "zero", "mean" (the reference inputs' mean z at each
+position) or "resample" (example i takes reference example perm[i % n_ref], perm seeded by `seed`).
+
+Metrics are read at the answer position of each input: by name "logit_diff" (logit(answer) -
+logit(wrong)), "accuracy" (argmax is the answer), "loss" (cross-entropy of the answer) and "prob" (the
+answer's probability), each a mean over inputs; or a callable on [batch, pos, vocab] logits (the task's
+metric is its default). Two ways to compute, both compared with `hc.ablate` + a forward pass in the tests:
+
+- one-layer attention-only models without a norm (the logits are linear in every head's z): the logits
+  of any coalition are the full model's minus, for each ablated player, its change of logits, computed
+  once per player; no forward pass per coalition (named metrics only);
+- any other model: C coalitions at a time stacked along the batch axis, one hook per layer setting each
+  copy's ablated heads.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Literal, get_args
+
+import torch
+from jaxtyping import Bool, Float, Int
+from torch import Tensor
+from transformer_lens import HookedTransformer
+from transformer_lens.utilities import get_act_name
+
+from headcoop.analysis.ablation import _reference_z
+from headcoop.analysis.common import as_tokens, check_choice, check_positions, require_task, task_of
+from headcoop.checks import installed_hooks
+from headcoop.tasks.base import Batch, generator
+
+MetricName = Literal["logit_diff", "accuracy", "loss", "prob"]
+METRIC_NAMES: tuple[str, ...] = get_args(MetricName)
+AblationHow = Literal["zero", "mean", "resample"]
+HOWS: tuple[str, ...] = get_args(AblationHow)
+
+
+def named_metric(name: str, logits: Float[Tensor, "*copy batch vocab"], answer: Tensor, wrong: Tensor | None) -> Tensor:
+    """A named metric of logits at the answer positions, one value per leading copy (mean over inputs)."""
+    right = logits.gather(-1, answer.expand(*logits.shape[:-1])[..., None])[..., 0]
+    if name == "logit_diff":
+        if wrong is None:
+            raise ValueError('metric "logit_diff" needs the wrong answers: pass a Batch or wrong=')
+        return (right - logits.gather(-1, wrong.expand(*logits.shape[:-1])[..., None])[..., 0]).mean(-1)
+    if name == "accuracy":
+        return (logits.argmax(-1) == answer).to(logits.dtype).mean(-1)
+    logp = right - logits.logsumexp(-1)
+    return (-logp).mean(-1) if name == "loss" else logp.exp().mean(-1)
+
+
+class CoalitionGame:
+    """v(S) for coalitions of `players` on fixed inputs (module docstring). `values(masks)` evaluates any
+    [coalition, player] boolean masks (True: the player is active)."""
+
+    def __init__(
+        self, model: HookedTransformer, players: list[tuple[int, int]], tokens=None, metric=None,
+        how: AblationHow = "mean", reference=None, seed: int = 0, answer=None, wrong=None, pos=None,
+        memory_budget_mb: float = 256,
+    ):  # fmt: skip
+        check_choice("how", how, HOWS)
+        if how == "zero" and reference is not None:
+            raise ValueError('reference= only applies to how="mean" or "resample", not how=\'zero\'')
+        self.model, self.players, self.how = model, list(players), how
+        task = task_of(model)
+        if tokens is None:
+            tokens = require_task(model, "the inputs of a coalition game").patching_inputs()[0]
+        batch = tokens if isinstance(tokens, Batch) else None
+        self.tokens = as_tokens(model, tokens)
+        n, width = self.tokens.shape
+        device = self.tokens.device
+        if pos is None:
+            pos = batch.answer_pos if batch is not None else -1
+        self.pos = check_positions(pos, n, width).to(device)
+        self.answer = (batch.answer if answer is None and batch is not None else answer)
+        self.wrong = (batch.wrong if wrong is None and batch is not None else wrong)
+        if metric is None:
+            if task is None or batch is None:
+                raise ValueError('pass metric= (a name such as "logit_diff", or a callable): the default is the '
+                                 "task's metric on a Batch")  # fmt: skip
+            metric = lambda logits: task.metric(logits, batch.to(device))  # noqa: E731
+        if isinstance(metric, str):
+            check_choice("metric", metric, METRIC_NAMES)
+            if self.answer is None:
+                raise ValueError(f"metric {metric!r} needs the right answers: pass a Batch or answer=")
+            self.answer = torch.as_tensor(self.answer).to(device)
+            self.wrong = None if self.wrong is None else torch.as_tensor(self.wrong).to(device)
+        elif not callable(metric):
+            raise TypeError(f"metric must be a name {list(METRIC_NAMES)} or a callable, got {type(metric).__name__}")
+        self.metric = metric
+        self.memory_budget_mb = memory_budget_mb
+        self._prepare_replacements(reference, seed)
+        cfg = model.cfg
+        self.linear = (
+            isinstance(metric, str) and cfg.n_layers == 1 and cfg.attn_only and cfg.normalization_type is None
+            and not (cfg.output_logits_soft_cap or 0) > 0 and not installed_hooks(model)
+        )  # fmt: skip
+        self.method = "linear (one layer: per-head logit changes, no forward pass per coalition)" if self.linear \
+            else "stacked forward passes with hooks on z"  # fmt: skip
+        if self.linear:
+            self._prepare_linear()
+
+    # --- what an ablated head writes ---------------------------------------------------------------
+    def _prepare_replacements(self, reference, seed: int) -> None:
+        n, width = self.tokens.shape
+        layers = sorted({lay for lay, _ in self.players})
+        self.replacement: dict[tuple[int, int], Tensor] = {}  # (layer, head) -> [batch, pos, d_head]
+        if self.how == "zero":
+            d_head = self.model.cfg.d_head
+            for player in self.players:
+                self.replacement[player] = torch.zeros(n, width, d_head, device=self.tokens.device)
+            return
+        if reference is None:
+            reference = require_task(self.model, f'the reference of how="{self.how}"').sample(512, seed=0)
+        ref_z = _reference_z(self.model, reference, set(layers))
+        n_ref, ref_pos = next(iter(ref_z.values())).shape[:2]
+        if width > ref_pos:
+            raise ValueError(f"inputs of length {width} are longer than the {self.how}-ablation reference ({ref_pos} positions)")
+        pick = torch.randperm(n_ref, generator=generator(seed))[torch.arange(n) % n_ref]
+        for lay, head in self.players:
+            z = ref_z[lay][:, :width, head]  # [ref, pos, d_head]
+            value = z.mean(0).expand(n, -1, -1) if self.how == "mean" else z[pick.to(z.device)]
+            self.replacement[(lay, head)] = value.to(self.tokens.device)
+
+    # --- one layer, linear -------------------------------------------------------------------------
+    @torch.no_grad()
+    def _prepare_linear(self) -> None:
+        model = self.model
+        logits, cache = model.run_with_cache(self.tokens, names_filter=lambda n: n == get_act_name("z", 0))
+        rows = torch.arange(len(self.tokens), device=logits.device)
+        self.full = logits[rows, self.pos].double()  # [batch, vocab]
+        z = cache[get_act_name("z", 0)][rows, self.pos]  # [batch, head, d_head]
+        deltas = []
+        for lay, head in self.players:
+            change = z[:, head] - self.replacement[(lay, head)][rows, self.pos]
+            deltas.append((change @ model.blocks[lay].attn.W_O[head] @ model.W_U).double())
+        self.delta = torch.stack(deltas)  # [player, batch, vocab]: what ablating each player removes
+
+    # --- evaluation ---------------------------------------------------------------------------------
+    @torch.no_grad()
+    def values(self, masks: Bool[Tensor, "coalition player"]) -> Float[Tensor, " coalition"]:
+        """v(S) for each row of `masks` (True: active), float64."""
+        masks = torch.as_tensor(masks, dtype=torch.bool, device=self.tokens.device)
+        if masks.ndim != 2 or masks.shape[1] != len(self.players):
+            raise ValueError(f"masks must be [coalition, {len(self.players)}] booleans, got {tuple(masks.shape)}")
+        if self.linear:
+            return self._values_linear(masks)
+        return self._values_stacked(masks)
+
+    def _values_linear(self, masks: Tensor) -> Tensor:
+        n, vocab = self.full.shape
+        per_chunk = max(1, int(self.memory_budget_mb * 2**20 // (8 * 3 * n * vocab)))
+        out = []
+        flat = self.delta.reshape(len(self.players), -1)
+        for start in range(0, len(masks), per_chunk):
+            off = (~masks[start : start + per_chunk]).double()
+            logits = self.full - (off @ flat).view(-1, n, vocab)
+            out.append(named_metric(self.metric, logits, self.answer, self.wrong))
+        return torch.cat(out)
+
+    def _values_stacked(self, masks: Tensor) -> Tensor:
+        model, cfg = self.model, self.model.cfg
+        n, width = self.tokens.shape
+        rows = torch.arange(n, device=self.tokens.device)
+        per_sequence = (2 * cfg.n_layers * width * (4 * cfg.d_model + 3 * cfg.n_heads * width + (cfg.d_mlp or 0))
+                        + 2 * width * cfg.d_vocab_out) * 4  # fmt: skip
+        per_chunk = 1 if installed_hooks(model) else max(1, int(self.memory_budget_mb * 2**20 // (per_sequence * n)))
+        by_layer: dict[int, list[int]] = {}
+        for i, (lay, _) in enumerate(self.players):
+            by_layer.setdefault(lay, []).append(i)
+        out = []
+        for start in range(0, len(masks), per_chunk):
+            chunk = masks[start : start + per_chunk]
+            c = len(chunk)
+
+            def make_hook(lay: int, idx: list[int], chunk=chunk, c=c):
+                heads = [self.players[i][1] for i in idx]
+                source = torch.stack([self.replacement[self.players[i]] for i in idx], 2)  # [batch, pos, k, d]
+                off = ~chunk[:, idx]  # [c, k]
+
+                def hook(z: Tensor, hook) -> Tensor:
+                    z = z.view(c, n, width, *z.shape[2:]).clone()
+                    current = z[:, :, :, heads]  # [c, batch, pos, k, d]
+                    z[:, :, :, heads] = torch.where(off[:, None, None, :, None], source.to(z), current)
+                    return z.view(c * n, width, *z.shape[3:])
+
+                return hook
+
+            hooks = [(get_act_name("z", lay), make_hook(lay, idx)) for lay, idx in by_layer.items()]
+            logits = model.run_with_hooks(self.tokens.repeat(c, 1), fwd_hooks=hooks).view(c, n, width, -1)
+            if isinstance(self.metric, str):
+                at = logits[:, rows, self.pos].double()  # [c, batch, vocab]
+                out.append(named_metric(self.metric, at, self.answer, self.wrong))
+            else:
+                out.append(torch.stack([torch.as_tensor(self.metric(copy)).double().reshape(()) for copy in logits]))
+        return torch.cat(out)
+
+
+def all_masks(n: int, device=None) -> Bool[Tensor, "coalition player"]:
+    """Every coalition of n players, row S as the bits of the integer S (player i active iff bit i is set)."""
+    if n > 24:
+        raise ValueError(f"{n} players have {2**n:,} coalitions; enumerate at most 24 (use sampling above that)")
+    ids = torch.arange(2**n, device=device)
+    return (ids[:, None] >> torch.arange(n, device=device)) & 1 == 1
+
+
+def popcount(n: int, device=None) -> Int[Tensor, " coalition"]:
+    return all_masks(n, device).sum(1)
+
+
+def shapley_weights(n: int, sizes: Tensor, extra: int) -> Tensor:
+    """|S|! (n - |S| - extra)! / (n - extra + 1)! for coalitions of the given sizes (extra = 1: Shapley
+    value; extra = 2: Shapley interaction index)."""
+    lg = lambda k: torch.lgamma(k.double() + 1)  # noqa: E731
+    total = math.lgamma(n - extra + 2)
+    return torch.exp(lg(sizes) + lg(n - sizes - extra) - total)

@@ -1,0 +1,278 @@
+"""Do heads cooperate, compete or superpose? Shapley values of heads and the interactions of every pair.
+
+    result = hc.interactions(model)                    # the task's inputs and metric, mean ablation
+    result = hc.interactions(model, metric="accuracy", how="zero", heads=["L0H1", "L0H4", "L0H7"])
+
+A coalition game (`headcoop.analysis.coalitions`): v(S) is the metric with only the heads in S active and
+every other player ablated. Reported:
+
+- `shapley` [head]: each head's Shapley value, sum_{S not containing i} |S|!(n-|S|-1)!/n! (v(S+i) - v(S));
+  they sum to v(N) - v(empty) (efficiency).
+- `interaction` [head, head]: the Shapley interaction index of each pair (Grabisch & Roubens 1999),
+  sum_{S not containing i, j} |S|!(n-|S|-2)!/(n-1)! (v(S+ij) - v(S+i) - v(S+j) + v(S)).
+- `ablation_interaction` [head, head]: the interaction at the full model only,
+  v(N) - v(N-i) - v(N-j) + v(N-i-j).
+
+Exact by enumerating all 2^n coalitions up to `max_exact` players (16: 65,536 coalitions). Above that,
+Shapley values by permutation sampling (each permutation adds the heads one by one; the standard error
+per head is reported and sampling stops when every one is below `target_se` times |v(N) - v(empty)|, or
+at `max_permutations`), and each pair's interaction index by sampling its weighting directly (a random
+order of the other heads with the pair as one block; S = the heads before the block), `pair_samples`
+draws per pair; both are marked sampled in the repr and plot title.
+
+Verdicts, with tau = `threshold` (default 0.05) times |v(N) - v(empty)|: a pair is **redundant** when its
+interaction index is below -tau (each head substitutes for the other: removing one costs little while the
+other is there, the pseudo-ensemble of the Count01 paper), **synergistic** above +tau (both are needed
+together, the superposition of the SkipPair post), else **independent**. The model's verdict weighs the
+pairs: redundant when the negative interactions outweigh the positive ones by more than tau in total,
+synergistic in the opposite case, else independent. With the linear logit-difference metric in a
+one-layer attention-only model every interaction is exactly 0: the heads' effects add.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import pandas as pd
+import plotly.graph_objects as go
+import torch
+from jaxtyping import Float
+from torch import Tensor
+from transformer_lens import HookedTransformer
+
+from headcoop.analysis.coalitions import AblationHow, CoalitionGame, all_masks, shapley_weights
+from headcoop.analysis.common import head_names, parse_heads, require_model
+from headcoop.checks import check_finite, check_float, check_int
+from headcoop.plot import Displayed
+from headcoop.tasks.base import generator
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class Interactions(Displayed):
+    """Shapley values and pairwise interactions of heads (module docstring), built whole.
+
+    heads: names ("L0H3"); shapley [head], shapley_se [head] (zeros when exact); interaction [head, head]
+    (Shapley interaction index, symmetric, 0 on the diagonal); ablation_interaction [head, head];
+    v_full = v(N), v_empty = v(empty); verdicts {("L0H1", "L0H2"): "redundant" | "synergistic" |
+    "independent"}; model_verdict; metric, how, method (how the values were computed), threshold.
+    """
+
+    heads: tuple[str, ...]
+    shapley: Float[Tensor, " head"]
+    shapley_se: Float[Tensor, " head"]
+    interaction: Float[Tensor, "head head"]
+    ablation_interaction: Float[Tensor, "head head"]
+    v_full: float
+    v_empty: float
+    verdicts: dict
+    model_verdict: str
+    metric: str
+    how: str
+    method: str
+    threshold: float
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """One row per pair: head_a, head_b, interaction (index), ablation_interaction, verdict."""
+        rows = []
+        for i, j in itertools.combinations(range(len(self.heads)), 2):
+            a, b = self.heads[i], self.heads[j]
+            rows.append(dict(head_a=a, head_b=b, interaction=float(self.interaction[i, j]),
+                             ablation_interaction=float(self.ablation_interaction[i, j]), verdict=self.verdicts[(a, b)]))  # fmt: skip
+        return pd.DataFrame(rows, columns=["head_a", "head_b", "interaction", "ablation_interaction", "verdict"])
+
+    def shapley_dataframe(self) -> pd.DataFrame:
+        """One row per head: shapley, shapley_se."""
+        return pd.DataFrame({"shapley": self.shapley.numpy(), "shapley_se": self.shapley_se.numpy()},
+                            index=pd.Index(self.heads, name="head"))  # fmt: skip
+
+    def plot(self, title: str | None = None) -> go.Figure:
+        """Shapley bars (left) and the pairwise interaction index heatmap (right)."""
+        from plotly.subplots import make_subplots
+
+        from headcoop.plot import TEMPLATE
+
+        fig = make_subplots(rows=1, cols=2, column_widths=[0.4, 0.6],
+                            subplot_titles=["Shapley value of each head", "interaction index of each pair"])  # fmt: skip
+        fig.add_bar(x=list(self.heads), y=self.shapley.numpy(), error_y=dict(array=self.shapley_se.numpy()),
+                    row=1, col=1, showlegend=False)  # fmt: skip
+        bound = float(self.interaction.abs().max()) or 1.0
+        fig.add_heatmap(z=self.interaction.numpy(), x=list(self.heads), y=list(self.heads), colorscale="RdBu",
+                        reversescale=True, zmin=-bound, zmax=bound, row=1, col=2)  # fmt: skip
+        fig.update_yaxes(autorange="reversed", row=1, col=2)
+        title = title or (f"Heads: {self.model_verdict} overall ({self.metric}, {self.how} ablation)<br><sup>"
+                          f"v(all) = {self.v_full:.4g}, v(none) = {self.v_empty:.4g}; {self.method}</sup>")  # fmt: skip
+        fig.update_layout(title=title, template=TEMPLATE)
+        return fig
+
+    def __repr__(self) -> str:
+        counts = {k: sum(v == k for v in self.verdicts.values()) for k in ("redundant", "synergistic", "independent")}
+        return (
+            f"Interactions({len(self.heads)} heads, {self.metric}, {self.how} ablation: {self.model_verdict}; "
+            f"pairs {counts['redundant']} redundant, {counts['synergistic']} synergistic, "
+            f"{counts['independent']} independent; v(all) {self.v_full:.4g}, v(none) {self.v_empty:.4g}; {self.method})"
+        )
+
+
+def exact_shapley(values: Float[Tensor, " coalition"], n: int) -> tuple[Tensor, Tensor]:
+    """(Shapley values [n], interaction index [n, n]) from v of all 2^n coalitions (bit-indexed)."""
+    ids = torch.arange(2**n)
+    sizes = ((ids[:, None] >> torch.arange(n)) & 1).sum(1)
+    phi = torch.zeros(n, dtype=torch.float64)
+    for i in range(n):
+        without = ids[(ids >> i) & 1 == 0]
+        weight = shapley_weights(n, sizes[without], 1)
+        phi[i] = (weight * (values[without | (1 << i)] - values[without])).sum()
+    inter = torch.zeros(n, n, dtype=torch.float64)
+    if n >= 2:
+        for i, j in itertools.combinations(range(n), 2):
+            base = ids[((ids >> i) & 1 == 0) & ((ids >> j) & 1 == 0)]
+            weight = shapley_weights(n, sizes[base], 2)
+            delta = values[base | (1 << i) | (1 << j)] - values[base | (1 << i)] - values[base | (1 << j)] + values[base]
+            inter[i, j] = inter[j, i] = (weight * delta).sum()
+    return phi, inter
+
+
+def _ablation_interaction(game: CoalitionGame, n: int) -> Tensor:
+    full = torch.ones(n, dtype=torch.bool)
+    masks = [full]
+    for i in range(n):
+        m = full.clone()
+        m[i] = False
+        masks.append(m)
+    pairs = list(itertools.combinations(range(n), 2))
+    for i, j in pairs:
+        m = full.clone()
+        m[[i, j]] = False
+        masks.append(m)
+    v = game.values(torch.stack(masks)).cpu()
+    out = torch.zeros(n, n, dtype=torch.float64)
+    for k, (i, j) in enumerate(pairs):
+        out[i, j] = out[j, i] = v[0] - v[1 + i] - v[1 + j] + v[1 + n + k]
+    return out
+
+
+def _sampled_shapley(game, n, scale, target_se, max_permutations, seed) -> tuple[Tensor, Tensor, int]:
+    gen = generator(seed)
+    total = torch.zeros(n, dtype=torch.float64)
+    squares = torch.zeros(n, dtype=torch.float64)
+    done, batch = 0, 8
+    while done < max_permutations:
+        masks, orders = [], []
+        for _ in range(min(batch, max_permutations - done)):
+            order = torch.randperm(n, generator=gen)
+            orders.append(order)
+            current = torch.zeros(n, dtype=torch.bool)
+            masks.append(current.clone())
+            for player in order:
+                current[player] = True
+                masks.append(current.clone())
+        v = game.values(torch.stack(masks)).cpu().view(len(orders), n + 1)
+        for k, order in enumerate(orders):
+            gains = v[k, 1:] - v[k, :-1]
+            contribution = torch.zeros(n, dtype=torch.float64)
+            contribution[order] = gains
+            total += contribution
+            squares += contribution**2
+        done += len(orders)
+        mean = total / done
+        se = ((squares / done - mean**2).clamp(min=0) / max(1, done - 1)).sqrt()
+        if done >= 16 and float(se.max()) <= target_se * scale:
+            break
+    return total / done, se, done
+
+
+def _sampled_interactions(game, n, samples, seed) -> Tensor:
+    gen = generator(seed + 1)
+    out = torch.zeros(n, n, dtype=torch.float64)
+    for i, j in itertools.combinations(range(n), 2):
+        others = [k for k in range(n) if k not in (i, j)]
+        masks = []
+        for _ in range(samples):
+            cut = int(torch.randint(0, len(others) + 1, (1,), generator=gen))
+            perm = torch.randperm(len(others), generator=gen)[:cut]
+            base = torch.zeros(n, dtype=torch.bool)
+            base[[others[p] for p in perm.tolist()]] = True
+            for add in ((), (i,), (j,), (i, j)):
+                m = base.clone()
+                m[list(add)] = True
+                masks.append(m)
+        v = game.values(torch.stack(masks)).cpu().view(samples, 4)
+        out[i, j] = out[j, i] = (v[:, 3] - v[:, 1] - v[:, 2] + v[:, 0]).mean()
+    return out
+
+
+@torch.no_grad()
+def interactions(
+    model: HookedTransformer,
+    tokens=None,
+    heads=None,
+    metric=None,
+    how: AblationHow = "mean",
+    method: str = "auto",
+    reference=None,
+    seed: int = 0,
+    max_exact: int = 16,
+    target_se: float = 0.01,
+    max_permutations: int = 2000,
+    pair_samples: int = 64,
+    threshold: float = 0.05,
+    pos=None,
+) -> Interactions:
+    """Shapley values and pairwise interactions of heads (module docstring).
+
+    tokens:  a Batch (answers known), text(s) or ids; default the task's clean patching inputs.
+    heads:   the players: heads in any form `hc.ablate` takes; default every head.
+    metric:  None (the task's metric), "logit_diff", "accuracy", "loss", "prob", or a callable on
+             [batch, pos, vocab] logits.
+    how:     how a head outside the coalition is ablated: "zero", "mean" or "resample" (as hc.ablate;
+             `reference` and `seed` as there).
+    method:  "auto" (exact up to max_exact heads, else sampled), "exact" or "sampled".
+    """
+    require_model(model, "interactions")
+    check_finite(model, "hc.interactions")
+    check_int("max_exact", max_exact, 1, 24)
+    check_float("threshold", threshold, 0.0)
+    players = [(lay, h) for lay in range(model.cfg.n_layers) for h in range(model.cfg.n_heads)] if heads is None \
+        else parse_heads(model, heads)  # fmt: skip
+    n = len(players)
+    if method not in ("auto", "exact", "sampled"):
+        raise ValueError(f"unknown method {method!r}; valid values are ['auto', 'exact', 'sampled']")
+    exact = method == "exact" or (method == "auto" and n <= max_exact)
+    if exact and n > 24:
+        raise ValueError(f"method='exact' with {n} heads would enumerate {2**n:,} coalitions; use method='sampled'")
+    game = CoalitionGame(model, players, tokens=tokens, metric=metric, how=how, reference=reference, seed=seed,
+                         pos=pos)  # fmt: skip
+    ends = game.values(torch.stack([torch.ones(n, dtype=torch.bool), torch.zeros(n, dtype=torch.bool)])).cpu()
+    v_full, v_empty = float(ends[0]), float(ends[1])
+    scale = abs(v_full - v_empty)
+    if exact:
+        values = game.values(all_masks(n)).cpu()
+        shapley, inter = exact_shapley(values, n)
+        se = torch.zeros(n, dtype=torch.float64)
+        how_computed = f"exact over {2**n:,} coalitions; {game.method}"
+    else:
+        shapley, se, done = _sampled_shapley(game, n, scale, target_se, max_permutations, seed)
+        inter = _sampled_interactions(game, n, pair_samples, seed)
+        how_computed = (f"sampled: Shapley from {done} permutations (max se {float(se.max()):.3g}), "
+                        f"interactions from {pair_samples} draws per pair; {game.method}")  # fmt: skip
+    ablation = _ablation_interaction(game, n)
+    names = tuple(f"L{lay}H{h}" for lay, h in players)
+    tau = threshold * scale
+    verdicts = {}
+    for i, j in itertools.combinations(range(n), 2):
+        value = float(inter[i, j])
+        verdicts[(names[i], names[j])] = "redundant" if value < -tau else "synergistic" if value > tau else "independent"
+    upper = inter[torch.triu(torch.ones(n, n, dtype=torch.bool), 1)]
+    negative, positive = float(-upper.clamp(max=0).sum()), float(upper.clamp(min=0).sum())
+    model_verdict = ("redundant" if negative - positive > tau else "synergistic" if positive - negative > tau
+                     else "independent")  # fmt: skip
+    metric_name = metric if isinstance(metric, str) else "the task's metric" if metric is None else "a custom metric"
+    return Interactions(
+        heads=names, shapley=shapley.float(), shapley_se=se.float(), interaction=inter.float(),
+        ablation_interaction=ablation.float(), v_full=v_full, v_empty=v_empty, verdicts=verdicts,
+        model_verdict=model_verdict, metric=metric_name, how=how, method=how_computed, threshold=threshold,
+    )  # fmt: skip
+
+
+__all__ = ["interactions", "Interactions", "exact_shapley", "head_names"]
