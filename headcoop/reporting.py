@@ -220,6 +220,37 @@ def _section_dla(ctx: _Context) -> tuple:
     )
 
 
+MAX_REPORT_PLAYERS = 10  # beyond this many heads, only models whose coalitions need no forward pass
+
+
+def _section_cooperation(ctx: _Context) -> tuple:
+    """Shapley values and pairwise interactions of the heads on accuracy (hc.interactions)."""
+    from headcoop.analysis.interactions import interactions
+
+    model = ctx.model
+    n = model.cfg.n_layers * model.cfg.n_heads
+    linear = model.cfg.n_layers == 1 and model.cfg.attn_only and model.cfg.normalization_type is None
+    if n > 16 or (n > MAX_REPORT_PLAYERS and not linear):
+        return (_note(f"This model has {n} heads: too many coalitions to evaluate for this page. "
+                      "<code>hc.interactions(model, method=\"sampled\")</code> estimates them."),)  # fmt: skip
+    result = interactions(model, ctx.clean, metric="accuracy", how="mean", reference=ctx.clean.tokens)
+    pairs = result.to_dataframe()
+    pairs = pairs.reindex(pairs.interaction.abs().sort_values(ascending=False).index).head(12)
+    return (
+        _note(
+            "Each head's <b>Shapley value</b>: its average contribution to the accuracy over every coalition of "
+            "the other heads (heads outside a coalition mean-ablated over these inputs); they sum to "
+            f"v(all) &minus; v(none) = {result.v_full:.3f} &minus; {result.v_empty:.3f}. The <b>interaction "
+            "index</b> of a pair: negative when the two substitute for each other (<b>redundant</b>), positive "
+            "when both are needed (<b>synergistic</b>), within 5% of |v(all) &minus; v(none)|: independent. "
+            f"Overall: <b>{html.escape(result.model_verdict)}</b> ({html.escape(result.method)})."
+        ),
+        Figure(result.plot(title="Shapley values and pairwise interactions (accuracy)"), height=460),
+        _note(f"The {len(pairs)} strongest pairs of {len(result.to_dataframe())}:"),
+        _table(pairs, index=False, digits=4),
+    )
+
+
 def _section_circuits(ctx: _Context) -> tuple:
     model = ctx.model
     blocks = [
@@ -284,6 +315,7 @@ def _sections(task: Task) -> list[tuple[str, str, Callable[[_Context], tuple]]]:
         ("attention", "Attention patterns", _section_attention),
         ("patching", "Head patching", _section_patching),
         ("dla", "Direct logit attribution", _section_dla),
+        ("cooperation", "Cooperation: Shapley values and interactions", _section_cooperation),
         ("circuits", "QK and OV circuits of every head", _section_circuits),
     ]
     return sections
