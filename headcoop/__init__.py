@@ -39,6 +39,7 @@ _LAZY = {
     "set_attention": "headcoop.analysis.intervene",
     "attention": "headcoop.analysis.attention",
     "interactions": "headcoop.analysis.interactions",
+    "composition": "headcoop.analysis.composition",
     "Interactions": "headcoop.analysis.interactions",
     "train_many": "headcoop.fast_train",
     "sweep": "headcoop.sweeps",

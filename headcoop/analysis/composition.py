@@ -1,0 +1,104 @@
+"""Q-, K- and V-composition scores between heads of different layers (Elhage et al. 2021), from
+TransformerLens's `all_composition_scores`: static, weights-only evidence of which later head reads which
+earlier head's output (causal evidence: `hc.patch`, `hc.interactions`).
+
+The score of a sender head A (layer a) and a receiver head B (layer b > a) is
+||W_OV^A W^B|| / (||W_OV^A|| ||W^B||) (Frobenius norms), with W^B = W_QK^B for Q-composition, its
+transpose for K, W_OV^B for V. A model with LayerNorm / RMSNorm is scored on a copy with the norm weights
+folded into the following weights (`process_weights_(fold_ln=True)`), as the paper's analysis does; the
+norm's per-input scale is not part of any weight and is left out (stated in `assumptions`). Rotary
+positions rotate q and k per position pair and are left out of Q/K scores too.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from typing import Literal, get_args
+
+import pandas as pd
+import plotly.graph_objects as go
+import torch
+from jaxtyping import Float
+from torch import Tensor
+from transformer_lens import HookedTransformer
+
+from headcoop.analysis.common import check_choice, require_model
+from headcoop.plot import Displayed
+
+Mode = Literal["Q", "K", "V"]
+MODES: tuple[str, ...] = get_args(Mode)
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class CompositionScores(Displayed):
+    """scores: {mode: [layer, head, layer, head]} (sender first; zero unless the receiver's layer is later);
+    heads: names in (layer, head) order; assumptions: what the scores leave out, in words."""
+
+    scores: dict
+    n_layers: int
+    n_heads: int
+    assumptions: tuple[str, ...] = ()
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """One row per (sender, receiver in a later layer, mode): sender, receiver, mode, score."""
+        rows = []
+        for mode, s in self.scores.items():
+            for a in range(self.n_layers):
+                for b in range(a + 1, self.n_layers):
+                    for i in range(self.n_heads):
+                        for j in range(self.n_heads):
+                            rows.append(dict(sender=f"L{a}H{i}", receiver=f"L{b}H{j}", mode=mode,
+                                             score=float(s[a, i, b, j])))  # fmt: skip
+        return pd.DataFrame(rows, columns=["sender", "receiver", "mode", "score"])
+
+    def plot(self, title: str | None = None) -> go.Figure:
+        """One heatmap per mode: senders (rows) x receivers in later layers (columns)."""
+        from plotly.subplots import make_subplots
+
+        from headcoop.plot import TEMPLATE
+
+        modes = list(self.scores)
+        fig = make_subplots(rows=1, cols=len(modes), subplot_titles=[f"{m}-composition" for m in modes])
+        frame = self.to_dataframe()
+        for col, mode in enumerate(modes, 1):
+            part = frame[frame["mode"] == mode].pivot(index="sender", columns="receiver", values="score")
+            fig.add_heatmap(z=part.to_numpy(), x=list(part.columns), y=list(part.index), colorscale="Viridis",
+                            zmin=0, showscale=col == 1, row=1, col=col)  # fmt: skip
+            fig.update_yaxes(autorange="reversed", row=1, col=col)
+        held = "<br><sup>" + "; ".join(self.assumptions) + "</sup>" if self.assumptions else ""
+        fig.update_layout(title=(title or "Composition scores (weights only)") + held, template=TEMPLATE)
+        return fig
+
+    def __repr__(self) -> str:
+        frame = self.to_dataframe()
+        top = frame.sort_values("score", ascending=False).head(3)
+        shown = "; ".join(f"{r.sender}->{r.receiver} {r['mode']} {r.score:.3f}" for _, r in top.iterrows())
+        held = f"; {'; '.join(self.assumptions)}" if self.assumptions else ""
+        return f"CompositionScores({len(frame)} pairs x modes; strongest: {shown or 'none (one layer)'}{held})"
+
+
+@torch.no_grad()
+def composition(model: HookedTransformer, mode: Mode | None = None) -> CompositionScores:
+    """Q-, K- and V-composition scores of every head pair across layers (module docstring); `mode` picks one
+    ("Q", "K" or "V"), None all three."""
+    require_model(model, "composition")
+    modes = MODES if mode is None else (check_choice("mode", mode, MODES),)
+    scored = model
+    assumptions = []
+    if model.cfg.normalization_type in ("LN", "RMS"):
+        scored = copy.deepcopy(model)
+        scored.process_weights_(fold_ln=True, center_writing_weights=False, center_unembed=False)
+        assumptions.append("norm weights folded in; each input's norm scale left out")
+    elif model.cfg.normalization_type in ("LNPre", "RMSPre"):
+        assumptions.append("each input's norm scale left out")
+    if model.cfg.positional_embedding_type == "rotary":
+        assumptions.append("rotary rotation of q and k left out")
+    scores = {m: scored.all_composition_scores(m).detach().float().cpu() for m in modes}
+    return CompositionScores(scores=scores, n_layers=model.cfg.n_layers, n_heads=model.cfg.n_heads,
+                             assumptions=tuple(assumptions))  # fmt: skip
+
+
+def composition_score(left: Float[Tensor, "a b"], right: Float[Tensor, "b c"]) -> float:
+    """||left right||_F / (||left||_F ||right||_F): the score for two dense matrices (a reference)."""
+    return float((left @ right).norm() / (left.norm() * right.norm()))
