@@ -40,6 +40,7 @@ _LAZY = {
     "attention": "headcoop.analysis.attention",
     "interactions": "headcoop.analysis.interactions",
     "composition": "headcoop.analysis.composition",
+    "path_patch": "headcoop.analysis.path_patching",
     "Interactions": "headcoop.analysis.interactions",
     "train_many": "headcoop.fast_train",
     "sweep": "headcoop.sweeps",

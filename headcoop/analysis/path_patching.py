@@ -1,0 +1,304 @@
+"""Path patching: the effect of one sender head's output on one receiver head's query, key or value input,
+with every other path left as in the target run.
+
+For a sender A (layer a) and a receiver B (layer b > a) the target run is repeated with one change: B's
+`via` input (q, k or v) is computed from the target's residual stream entering layer b plus A's change of
+output, delta_A = (z_A(source) - z_A(target)) W_O[A], at every position. The receiver's LayerNorm uses the
+target run's scale, frozen (so the patch stays a path: the scale would otherwise carry every head's
+change). A shortformer's positional embedding joins q and k after the norm, as in the block. Nothing else
+in layers a..b changes; B's new output then flows through every later layer as usual. A sender's direct
+path to the logits (receiver "logits") adds delta_A to the final residual stream, through the final norm
+with its target scale frozen.
+
+Directions as `hc.patch`: "denoise" runs the corrupt input with clean sender outputs, "noise" the reverse.
+Edges of one receiver layer run stacked (one pass over many copies of the target batch, started at that
+layer); the tests compare every edge with a slow reference that hooks one forward pass per edge.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+import pandas as pd
+import plotly.graph_objects as go
+import torch
+from jaxtyping import Float
+from torch import Tensor
+from transformer_lens import HookedTransformer
+from transformer_lens.utilities import get_act_name
+
+from headcoop.analysis import suffix
+from headcoop.analysis.common import check_choice, parse_heads, require_model
+from headcoop.analysis.norms import norm_kind
+from headcoop.analysis.patching import (
+    DIRECTIONS, Direction, _continuation, _repeat, _resolve_inputs, _rows_read, _softmax, _stacked_metric,
+)
+from headcoop.checks import check_finite, installed_hooks
+from headcoop.plot import Displayed
+
+Via = Literal["q", "k", "v"]
+VIAS = ("q", "k", "v")
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class PathPatchResult(Displayed):
+    """values: {(sender, receiver, via): metric} with receiver "logits" and via "direct" for each sender's
+    direct path; clean_value / corrupt_value as in PatchResult; direction; assumptions."""
+
+    values: dict
+    clean_value: float
+    corrupt_value: float
+    direction: str
+    assumptions: tuple[str, ...] = ()
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """One row per edge: sender, receiver, via, value (the metric), normalized ((value - corrupt) /
+        (clean - corrupt))."""
+        gap = self.clean_value - self.corrupt_value
+        rows = [dict(sender=s, receiver=r, via=v, value=x, normalized=(x - self.corrupt_value) / gap if gap else float("nan"))
+                for (s, r, v), x in self.values.items()]  # fmt: skip
+        return pd.DataFrame(rows, columns=["sender", "receiver", "via", "value", "normalized"])
+
+    def plot(self, title: str | None = None) -> go.Figure:
+        """One heatmap per via (senders x receivers, normalized), the direct paths as a column "logits"."""
+        from plotly.subplots import make_subplots
+
+        from headcoop.plot import TEMPLATE
+
+        frame = self.to_dataframe()
+        vias = [v for v in (*VIAS, "direct") if v in set(frame.via)]
+        fig = make_subplots(rows=1, cols=len(vias), subplot_titles=[f"via {v}" for v in vias])
+        for col, via in enumerate(vias, 1):
+            part = frame[frame.via == via].pivot(index="sender", columns="receiver", values="normalized")
+            fig.add_heatmap(z=part.to_numpy(), x=list(part.columns), y=list(part.index), colorscale="RdBu",
+                            reversescale=True, zmid=0, showscale=col == 1, row=1, col=col)  # fmt: skip
+            fig.update_yaxes(autorange="reversed", row=1, col=col)
+        held = "<br><sup>" + "; ".join(self.assumptions) + "</sup>" if self.assumptions else ""
+        fig.update_layout(title=(title or f"Path patching ({self.direction}): share of the gap restored") + held,
+                          template=TEMPLATE)  # fmt: skip
+        return fig
+
+    def __repr__(self) -> str:
+        frame = self.to_dataframe()
+        top = frame.reindex(frame.normalized.abs().sort_values(ascending=False).index).head(3)
+        shown = "; ".join(f"{r.sender}->{r.receiver} ({r.via}) {r.normalized:.3f}" for _, r in top.iterrows())
+        return (f"PathPatchResult({len(frame)} edges, {self.direction}, clean={self.clean_value:.4g}, "
+                f"corrupt={self.corrupt_value:.4g}; strongest: {shown})")  # fmt: skip
+
+
+def _frozen_norm(module, x: Tensor, scale: Tensor) -> Tensor:
+    """`module` applied to x with its scale fixed to `scale` ([..., 1])."""
+    kind = norm_kind(module)
+    if kind is None:
+        return x
+    if kind in ("LN", "LNPre"):
+        x = x - x.mean(-1, keepdim=True)
+    x = x / scale
+    if kind in ("LN", "RMS"):
+        x = x * module.w
+    return x + module.b if kind == "LN" else x
+
+
+def _receiver_local(model, layer, chunk, deltas, target_cache, target) -> Tensor:
+    """Logits [n * batch, pos, vocab] for n edges into receivers of `layer`: each copy recomputes only its
+    receiver head (its q, k or v moved by the sender's change through the frozen ln1), adds the head's
+    change of output to the target's resid_mid, runs the block's MLP, and the later layers row-wise
+    (`suffix.run_from`, the last layer only at the rows the metric reads)."""
+    from headcoop.analysis.patching import _by_start
+
+    block, attn = model.blocks[layer], model.blocks[layer].attn
+    act = lambda kind: target_cache[get_act_name(kind, layer)]  # noqa: E731
+    scale = target_cache.cache_dict.get(f"blocks.{layer}.ln1.hook_scale")
+    kind = norm_kind(getattr(block, "ln1", None))
+    n = len(chunk)
+    batch, n_pos = act("z").shape[:2]
+    heads = torch.tensor([r[1] for _, r, _ in chunk])
+    qkv = {name: act(name)[:, :, heads].permute(2, 0, 1, 3).clone() for name in ("q", "k", "v")}  # [n, batch, pos, d]
+    moved = {}
+    for sender in {s for s, _, _ in chunk}:  # the frozen norm is linear in the change: centre, divide, weigh
+        x = deltas[sender]
+        if kind in ("LN", "LNPre"):
+            x = x - x.mean(-1, keepdim=True)
+        if kind is not None:
+            x = x / scale
+        if kind in ("LN", "RMS"):
+            x = x * block.ln1.w
+        moved[sender] = x
+    for via in ("q", "k", "v"):
+        idx = [c for c, e in enumerate(chunk) if e[2] == via]
+        if idx:
+            x = torch.stack([moved[chunk[c][0]] for c in idx])  # [k, batch, pos, d_model]
+            W = getattr(attn, f"W_{via.upper()}")[heads[idx]]  # [k, d_model, d_head]
+            qkv[via][idx] += torch.einsum("kbpm,kmd->kbpd", x, W)
+    q, k, v = qkv["q"], qkv["k"], qkv["v"]
+    target_logits, _, needed = target
+    if layer == model.cfg.n_layers - 1 and needed is not None:  # only the rows the metric reads
+        return _last_layer_rows(model, layer, q, k, v, heads, target_cache, target_logits, needed)
+    flat = lambda x: x.reshape(n * batch, n_pos, 1, -1)  # noqa: E731
+    scores = attn.calculate_attention_scores(flat(q), flat(k))
+    scores = attn.apply_causal_mask(scores)
+    pattern = _softmax(scores).view(n, batch, n_pos, n_pos).to(model.cfg.dtype)
+    z = pattern @ v  # [n, batch, pos, d_head]
+    change = (z - act("z")[:, :, heads].permute(2, 0, 1, 3)) @ attn.W_O[heads][:, None]  # [n, batch, pos, d_model]
+    resid_mid = act("resid_pre") + act("attn_out") + change
+    starts = torch.zeros(n, dtype=torch.long, device=resid_mid.device)
+    return _by_start(model, layer + 1, resid_mid, starts, target_cache, target, finish=layer)
+
+
+def _last_layer_rows(model, layer, q, k, v, heads, target_cache, target_logits, needed) -> Tensor:
+    """As `_receiver_local` for receivers in the last layer, computing only the query rows `needed`."""
+    from headcoop.analysis.suffix import finish_block
+
+    attn = model.blocks[layer].attn
+    act = lambda kind: target_cache[get_act_name(kind, layer)]  # noqa: E731
+    n, batch, n_pos, _ = q.shape
+    rows = needed.to(q.device)
+    scores = attn.calculate_attention_scores(
+        q[:, :, rows].reshape(n * batch, len(rows), 1, -1), k.reshape(n * batch, n_pos, 1, -1)
+    )  # [n*batch, 1, row, key]
+    future = torch.arange(n_pos, device=q.device)[None, :] > rows[:, None]
+    scores = torch.where(future, attn.IGNORE.to(scores.device), scores)
+    pattern = _softmax(scores).view(n, batch, len(rows), n_pos).to(model.cfg.dtype)
+    z = pattern @ v  # [n, batch, row, d_head]
+    change = (z - act("z")[:, rows][:, :, heads].permute(2, 0, 1, 3)) @ attn.W_O[heads][:, None]
+    resid = finish_block(model, layer, (act("resid_pre") + act("attn_out"))[:, rows] + change)
+    if model.cfg.normalization_type is not None:
+        resid = model.ln_final(resid.reshape(n * batch, len(rows), -1))
+    logits = model.unembed(resid.reshape(n * batch, len(rows), -1))
+    out = target_logits[None].repeat(n, 1, 1, 1)
+    out[:, :, rows] = logits.view(n, batch, len(rows), -1)
+    return out.view(n * batch, n_pos, -1)
+
+
+def _check_model(model: HookedTransformer) -> None:
+    cfg = model.cfg
+    if not suffix.supported(model) and cfg.positional_embedding_type != "rotary":
+        raise ValueError(
+            "path_patch supports standard TransformerLens blocks (causal attention, sequential attention then "
+            "MLP, no norm after a block's outputs); this model has another block layout"
+        )
+    if cfg.n_key_value_heads is not None and cfg.n_key_value_heads != cfg.n_heads:
+        raise ValueError("path_patch does not support grouped-query attention yet: a k or v input is shared by heads")
+
+
+@torch.no_grad()
+def path_patch(
+    model: HookedTransformer,
+    clean=None,
+    corrupt=None,
+    metric=None,
+    senders=None,
+    receivers=None,
+    via: tuple[Via, ...] = VIAS,
+    direction: Direction = "denoise",
+    direct: bool = True,
+    memory_budget_mb: float = 256,
+) -> PathPatchResult:
+    """Path patching of every sender -> receiver edge through q, k and v, and each sender's direct path to
+    the logits (module docstring).
+
+    senders, receivers: heads in any form `hc.ablate` takes (default every head); only pairs with the
+    receiver in a later layer are edges. via: any of "q", "k", "v". clean, corrupt, metric, direction:
+    as `hc.patch`. Returns a PathPatchResult (`.to_dataframe()`: sender, receiver, via, value).
+    """
+    require_model(model, "path_patch")
+    check_finite(model, "hc.path_patch")
+    _check_model(model)
+    check_choice("direction", direction, DIRECTIONS)
+    via = (via,) if isinstance(via, str) else tuple(via)
+    for v in via:
+        check_choice("via", v, VIAS)
+    cfg = model.cfg
+    all_heads = [(lay, h) for lay in range(cfg.n_layers) for h in range(cfg.n_heads)]
+    senders = all_heads if senders is None else parse_heads(model, senders)
+    receivers = all_heads if receivers is None else parse_heads(model, receivers)
+    clean_tokens, corrupt_tokens, metric, stacked = _resolve_inputs(model, clean, corrupt, metric)
+    source_tokens, target_tokens = (clean_tokens, corrupt_tokens) if direction == "denoise" else (corrupt_tokens, clean_tokens)
+    sender_layers = {lay for lay, _ in senders}
+    names = {get_act_name("z", lay) for lay in sender_layers}
+    source_logits, source_cache = model.run_with_cache(source_tokens, names_filter=lambda n: n in names)
+    target_logits, target_cache = model.run_with_cache(target_tokens)
+    values_sc = float(metric(source_logits)), float(metric(target_logits))
+    clean_value, corrupt_value = values_sc if direction == "denoise" else values_sc[::-1]
+    extras = _continuation(model, target_tokens)
+    batch, n_pos = target_tokens.shape
+
+    def delta(lay: int, head: int) -> Tensor:  # [batch, pos, d_model]: what the sender's patch adds
+        name = get_act_name("z", lay)
+        change = source_cache[name][:, :, head] - target_cache[name][:, :, head]
+        return change @ model.blocks[lay].attn.W_O[head]
+
+    deltas = {s: delta(*s) for s in senders}
+    edges = [(s, r, v) for r in receivers for s in senders if s[0] < r[0] for v in via]
+    out: dict = {}
+    per_chunk = max(1, int(memory_budget_mb * 2**20 // max(1, batch * n_pos * cfg.d_model * 4 * 4 * cfg.n_layers)))
+    from_tokens = bool(installed_hooks(model))  # hooks may depend on the batch or act on earlier layers
+    if from_tokens:
+        per_chunk = 1
+    local = not from_tokens and suffix.supported(model)
+    if local:
+        needed = _rows_read(metric, target_logits, clean_tokens, stacked)
+        target = (target_logits, extras["shortformer_pos_embed"], needed)
+    for lay in sorted({r[0] for _, r, _ in edges}):
+        layer_edges = [e for e in edges if e[1][0] == lay]
+        if local:
+            for start in range(0, len(layer_edges), per_chunk):
+                chunk = layer_edges[start : start + per_chunk]
+                logits = _receiver_local(model, lay, chunk, deltas, target_cache, target)
+                scores = _stacked_metric(logits.view(len(chunk), batch, *logits.shape[1:]), metric, stacked)
+                for (sender, receiver, v), value in zip(chunk, scores.tolist()):
+                    out[(f"L{sender[0]}H{sender[1]}", f"L{receiver[0]}H{receiver[1]}", v)] = value
+            continue
+        block = model.blocks[lay]
+        resid = target_cache[get_act_name("resid_pre", lay)]
+        scale = target_cache.cache_dict.get(f"blocks.{lay}.ln1.hook_scale")
+        pos_embed = extras["shortformer_pos_embed"]
+        for start in range(0, len(layer_edges), per_chunk):
+            chunk = layer_edges[start : start + per_chunk]
+            n = len(chunk)
+            new_inputs = []
+            for (sender, (_, head), v) in chunk:
+                x = _frozen_norm(block.ln1, resid + deltas[sender], scale) if scale is not None else resid + deltas[sender]
+                if v in ("q", "k") and pos_embed is not None:
+                    x = x + pos_embed
+                W = getattr(block.attn, f"W_{v.upper()}")[head]
+                b = getattr(block.attn, f"b_{v.upper()}")[head]
+                new_inputs.append(x @ W + b)  # [batch, pos, d_head]
+            hooks = []
+            for v in via:
+                idx = [i for i, e in enumerate(chunk) if e[2] == v]
+                if not idx:
+                    continue
+                heads = torch.tensor([chunk[i][1][1] for i in idx])
+                values = torch.stack([new_inputs[i] for i in idx])  # [k, batch, pos, d_head]
+                copies = torch.tensor(idx)
+
+                def hook(act, hook, heads=heads, values=values, copies=copies, n=n):
+                    act = act.view(n, batch, *act.shape[1:]).clone()
+                    act[copies, :, :, heads] = values.to(act)
+                    return act.view(n * batch, *act.shape[2:])
+
+                hooks.append((get_act_name(v, lay), hook))
+            if from_tokens:
+                logits = model.run_with_hooks(target_tokens.repeat(n, 1), fwd_hooks=hooks)
+            else:
+                logits = model.run_with_hooks(resid.repeat(n, 1, 1), start_at_layer=lay, fwd_hooks=hooks,
+                                              **_repeat(extras, n))  # fmt: skip
+            scores = _stacked_metric(logits.view(n, batch, *logits.shape[1:]), metric, stacked)
+            for (sender, receiver, v), value in zip(chunk, scores.tolist()):
+                out[(f"L{sender[0]}H{sender[1]}", f"L{receiver[0]}H{receiver[1]}", v)] = value
+    if direct:
+        final = target_cache[get_act_name("resid_post", cfg.n_layers - 1)]
+        final_scale = target_cache.cache_dict.get("ln_final.hook_scale")
+        for sender in senders:
+            x = final + deltas[sender]
+            if final_scale is not None:
+                x = _frozen_norm(model.ln_final, x, final_scale)
+            out[(f"L{sender[0]}H{sender[1]}", "logits", "direct")] = float(metric(model.unembed(x)))
+    assumptions = ("receiver and final norm scales frozen at the target run's",) if cfg.normalization_type else ()
+    return PathPatchResult(values=out, clean_value=clean_value, corrupt_value=corrupt_value, direction=direction,
+                           assumptions=assumptions)  # fmt: skip
+
+
+__all__ = ["path_patch", "PathPatchResult", "Float"]
