@@ -1,0 +1,44 @@
+"""Regenerate docs/results/cooperation.md and its tables in docs/results/cooperation/.
+
+    python -m experiments.cooperation.run_all                          # everything (fixed seeds)
+    python -m experiments.cooperation.run_all --quick --out /tmp/results   # tiny sizes: a smoke test
+
+Run from the repository root. OUT (default docs/results) receives cooperation.md and the tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from experiments.cooperation import exp_games, page
+from experiments.cooperation.common import DEFAULT_OUT, Settings, setup
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, for the smoke test")
+    parser.add_argument("--out", type=Path, default=None, help=f"results folder (default {DEFAULT_OUT})")
+    parser.add_argument("--no-png", action="store_true", help="accepted for symmetry with the other experiments "
+                        "(this page has no figures)")
+    args = parser.parse_args(argv)
+    if args.quick and args.out is None:
+        parser.error("--quick needs --out (the quick tables must not overwrite docs/results)")
+    setup()
+    results = args.out or DEFAULT_OUT
+    s = Settings.quick_settings(results / "cooperation") if args.quick else Settings(out=results / "cooperation")
+    start = time.perf_counter()
+    for name, step in (("Count01 games", exp_games.count01_games), ("SkipPair games", exp_games.skip_pair_games),
+                       ("two-layer paths", exp_games.two_layer_paths)):  # fmt: skip
+        t = time.perf_counter()
+        print(f"[cooperation] {name} ...", flush=True)
+        step(s)
+        print(f"[cooperation] {name}: {time.perf_counter() - t:.1f} s", flush=True)
+    doc = page.build(results)
+    print(f"[cooperation] done in {time.perf_counter() - start:.1f} s; doc: {doc}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,47 @@
+"""experiments/cooperation: the smoke mode writes every table and the page; the page is rendered from the
+committed tables; the notebook runs in a real kernel."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+REPO = Path(__file__).resolve().parents[1]
+FOLDER = REPO / "experiments" / "cooperation"
+RESULTS = REPO / "docs" / "results"
+
+
+def test_quick_run_writes_every_table_and_the_page(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "experiments.cooperation.run_all", "--quick", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=300, cwd=REPO,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    for name in ("count01_games", "skip_pair_games", "two_layer_paths", "two_layer_composition"):
+        assert (tmp_path / "cooperation" / f"{name}.csv").exists(), name
+    page = (tmp_path / "cooperation.md").read_text(encoding="utf-8")
+    assert "## 1. Count01" in page and "## 3. Two layers" in page and "pseudo-ensemble" in page
+
+
+@pytest.mark.skipif(not (RESULTS / "cooperation" / "count01_games.csv").exists(),
+                    reason="run python -m experiments.cooperation.run_all first")  # fmt: skip
+def test_page_is_rendered_from_the_tables(tmp_path):
+    import shutil
+
+    from experiments.cooperation import page
+
+    shutil.copytree(RESULTS / "cooperation", tmp_path / "cooperation")
+    written = page.build(tmp_path)
+    assert written.read_text(encoding="utf-8") == (RESULTS / "cooperation.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.skipif(not (RESULTS / "cooperation" / "count01_games.csv").exists(),
+                    reason="run python -m experiments.cooperation.run_all first")  # fmt: skip
+def test_notebook_executes():
+    nb = nbformat.read(FOLDER / "cooperation.ipynb", as_version=4)
+    NotebookClient(nb, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(FOLDER)}}).execute()
+    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
+    assert not errors
