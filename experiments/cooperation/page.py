@@ -110,8 +110,8 @@ def section_two_layer(paths: pd.DataFrame, comp: pd.DataFrame) -> Section:
     corr = joined.groupby("via")[["effect", "score"]].corr(method="spearman").xs("effect", level=1)["score"]
     top = joined.sort_values("effect", ascending=False).groupby("seed").head(5)[
         ["seed", "sender", "receiver", "via", "normalized", "score"]]
-    direct = paths[paths.via == "direct"].sort_values("normalized", key=abs, ascending=False).groupby("seed").head(3)[
-        ["seed", "sender", "normalized"]]
+    direct = paths[paths.via == "direct"].sort_values("normalized", key=abs, ascending=False).groupby("seed").head(3)
+    direct = direct.sort_values(["seed", "normalized"], ascending=[True, False])[["seed", "sender", "normalized"]]
     return Section("3. Two layers: which layer-1 heads read which layer-0 heads?", (
         Text("**Here**: two-layer Count01 models (16 heads per layer, the primary width) trained over seeds; "
              "`hc.path_patch` of every layer-0 -> layer-1 edge through q, k and v (share of the clean-corrupt gap "
@@ -120,7 +120,7 @@ def section_two_layer(paths: pd.DataFrame, comp: pd.DataFrame) -> Section:
         Table(top, digits=3),
         Text("Spearman correlation, over all edges, between |path-patching effect| and the composition score: "
              + ", ".join(f"via {v}: {c:.2f}" for v, c in corr.items()) + ". The three strongest direct paths "
-             "(a layer-0 head straight to the logits) per seed:"),
+             "(a head of either layer straight to the logits) per seed:"),
         Table(direct, digits=3),
     ))
 
