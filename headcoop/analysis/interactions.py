@@ -153,33 +153,39 @@ def _ablation_interaction(game: CoalitionGame, n: int) -> Tensor:
 
 
 def _sampled_shapley(game, n, scale, target_se, max_permutations, seed) -> tuple[Tensor, Tensor, int]:
+    """Permutation sampling in antithetic pairs: each random order is followed by its reverse, and the
+    pair's mean contribution is one sample (a head early in one is late in the other, which cancels much of
+    the variance). Returns (estimate, standard error over pairs, permutations used)."""
     gen = generator(seed)
     total = torch.zeros(n, dtype=torch.float64)
     squares = torch.zeros(n, dtype=torch.float64)
     done, batch = 0, 8
+    max_permutations = max(2, max_permutations - max_permutations % 2)
     while done < max_permutations:
         masks, orders = [], []
-        for _ in range(min(batch, max_permutations - done)):
+        for _ in range(min(batch, max_permutations - done) // 2):
             order = torch.randperm(n, generator=gen)
-            orders.append(order)
+            orders += [order, order.flip(0)]
+        for order in orders:
             current = torch.zeros(n, dtype=torch.bool)
             masks.append(current.clone())
             for player in order:
                 current[player] = True
                 masks.append(current.clone())
         v = game.values(torch.stack(masks)).cpu().view(len(orders), n + 1)
-        for k, order in enumerate(orders):
-            gains = v[k, 1:] - v[k, :-1]
-            contribution = torch.zeros(n, dtype=torch.float64)
-            contribution[order] = gains
-            total += contribution
-            squares += contribution**2
+        for k in range(0, len(orders), 2):
+            pair = torch.zeros(n, dtype=torch.float64)
+            for order, values in ((orders[k], v[k]), (orders[k + 1], v[k + 1])):
+                pair[order] += (values[1:] - values[:-1]) / 2
+            total += pair
+            squares += pair**2
         done += len(orders)
-        mean = total / done
-        se = ((squares / done - mean**2).clamp(min=0) / max(1, done - 1)).sqrt()
+        pairs = done // 2
+        mean = total / pairs
+        se = ((squares / pairs - mean**2).clamp(min=0) / max(1, pairs - 1)).sqrt()
         if done >= 16 and float(se.max()) <= target_se * scale:
             break
-    return total / done, se, done
+    return total / pairs, se, done
 
 
 def _sampled_interactions(game, n, samples, seed) -> Tensor:
