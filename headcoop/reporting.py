@@ -248,7 +248,31 @@ def _section_cooperation(ctx: _Context) -> tuple:
         Figure(result.plot(title="Shapley values and pairwise interactions (accuracy)"), height=460),
         _note(f"The {len(pairs)} strongest pairs of {len(result.to_dataframe())}:"),
         _table(pairs, index=False, digits=4),
+        *_head_to_head(ctx),
     )
+
+
+def _head_to_head(ctx: _Context) -> tuple:
+    """For models with two or more layers: path patching (causal) beside composition scores (weights)."""
+    from headcoop.analysis.composition import composition
+    from headcoop.analysis.path_patching import path_patch
+
+    model = ctx.model
+    if model.cfg.n_layers < 2:
+        return ()
+    blocks = [_note(
+        "Head to head: <b>path patching</b> (<code>hc.path_patch</code>) patches only a sender head's clean output "
+        "into a later receiver head's query, key or value input (the receiver's LayerNorm scale frozen), every "
+        "other path as in the corrupt run: the share of the clean&minus;corrupt gap restored. <b>Composition "
+        "scores</b> (<code>hc.composition</code>) are the weights-only evidence for the same pairs."
+    )]  # fmt: skip
+    try:
+        paths = path_patch(model, clean=ctx.clean, corrupt=ctx.corrupt)
+        blocks.append(Figure(paths.plot(), height=460))
+    except ValueError as err:  # a block layout path patching does not model: say so
+        blocks.append(_note(html.escape(str(err))))
+    blocks.append(Figure(composition(model).plot(), height=420))
+    return tuple(blocks)
 
 
 def _section_circuits(ctx: _Context) -> tuple:

@@ -104,10 +104,11 @@ def test_offline_and_scripts_inlined_once(pages):
 def test_figures_and_views(pages):
     for name, (model, _, html) in pages.items():
         figures = FIGURE_ID.findall(html)
-        # patching (2), DLA (1), cooperation (1), QK + OV per head, and the task's own figure (1; a contrast
-        # has none)
+        # patching (2), DLA (1), cooperation (1, and path patching + composition with 2+ layers), QK + OV per
+        # head, and the task's own figure (1; a contrast has none)
         own = 0 if name == "foreign" else 1
-        assert len(figures) == 4 + 2 * model.cfg.n_layers * model.cfg.n_heads + own
+        head_to_head = 2 if model.cfg.n_layers > 1 else 0
+        assert len(figures) == 4 + head_to_head + 2 * model.cfg.n_layers * model.cfg.n_heads + own
         assert len(set(figures)) == len(figures)
         views = VIEW_ID.findall(html)
         assert len(views) == EXAMPLES * model.cfg.n_layers
