@@ -566,22 +566,29 @@ def _run_row_local(model, component, layer, n, head, pos, source_cache, target_c
             pattern = _softmax(scores)
         z_row[copy, :, head] = (pattern[:, :, None] @ v).squeeze(2)
     out = F.linear(z_row.reshape(n, batch, -1), _w_o(attn), attn.b_O)  # [n, batch, d_model]
-    resid = act("resid_post")[None].repeat(n, 1, 1, 1)
-    resid[copy, :, pos] = suffix.finish_block(model, layer, act("resid_pre")[:, pos].transpose(0, 1) + out)
-    return _by_start(model, layer + 1, resid, pos, target_cache, target)
+    new_rows = suffix.finish_block(model, layer, act("resid_pre")[:, pos].transpose(0, 1) + out)  # [n, batch, d]
+    return _by_start(model, layer + 1, (act("resid_post"), new_rows), pos, target_cache, target)
 
 
 def _by_start(model, start, resid, first_row, target_cache, target, finish: int | None = None) -> Tensor:
     """Logits [n * batch, pos, vocab] of n copies whose residual stream entering layer `start` is `resid`
     [n, batch, pos, d_model], copy i equal to the target's before row first_row[i]: the copies are grouped
     by that row and each group runs the later layers on its rows from there (`suffix.run_from`). With
-    `finish`, `resid` is that layer's resid_mid, and its MLP runs on the same rows first."""
+    `finish`, `resid` is that layer's resid_mid, and its MLP runs on the same rows first. `resid` may also
+    be (base [batch, pos, d_model], rows [n, batch, d_model]): copy i is `base` with row first_row[i]
+    replaced (a one-row patch), so no full copy per patch is made."""
     target_logits, shortformer_pos_embed, needed = target
-    n, batch = resid.shape[:2]
+    one_row = isinstance(resid, tuple)
+    n, batch = (resid[1] if one_row else resid).shape[:2]
     out = target_logits[None].repeat(n, 1, 1, 1)  # [n, batch, pos, vocab]; changed rows overwritten below
     for r0 in first_row.unique().tolist():
         group = (first_row == r0).nonzero().flatten()
-        x = resid[group, :, r0:]
+        if one_row:
+            base, rows_new = resid
+            x = base[None, :, r0:].repeat(len(group), 1, 1, 1)
+            x[:, :, 0] = rows_new[group]
+        else:
+            x = resid[group, :, r0:]
         if finish is not None:
             x = suffix.finish_block(model, finish, x)
         rows, logits = suffix.run_from(model, start, x, r0, target_cache, target_logits, shortformer_pos_embed,
