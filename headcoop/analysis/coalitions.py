@@ -20,7 +20,6 @@ metric is its default). Two ways to compute, both compared with `hc.ablate` + a 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Literal, get_args
 
 import torch
