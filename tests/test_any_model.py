@@ -144,6 +144,9 @@ def test_patching_matches_transformer_lens(shaped, component):
     _, cache = model.run_with_cache(tokens)
     theirs = COMPONENT_REFERENCE[component](model, corrupt, cache, metric)  # [layer, pos, head]
     torch.testing.assert_close(ours.values.cpu(), theirs.cpu(), atol=1e-5, rtol=1e-5)
+    grouped = model.cfg.n_key_value_heads is not None
+    rotary_qk = model.cfg.positional_embedding_type == "rotary" and component in ("q", "k")
+    assert ours.method == ("stacked" if grouped or rotary_qk else "head-local"), (name, component, ours.method)
 
 
 def test_grouped_query_patching_counts_key_value_heads():

@@ -30,8 +30,9 @@ one pass over P copies of the target batch ([P * batch, pos]), copy p carrying p
   patched activation that overwrites, in copy p, exactly the slice (head[p], pos[p]) from the source
   run -- one advanced-index assignment with index tensors per chunk, not one per patch.
 - head-local (the default where the blocks allow it, `suffix.supported`: standard causal attention with
-  standard or shortformer positions, LayerNorm / RMSNorm and MLPs allowed, no rotary, grouped queries,
-  sinks or soft-capping, no padding mask): a patch of head h's q, k, v, pattern or z changes only
+  standard, shortformer or rotary positions (rotary: z, v and pattern patches; its cached q and k are
+  before the rotation), LayerNorm / RMSNorm and MLPs allowed, no grouped queries, sinks or soft-capping,
+  no padding mask): a patch of head h's q, k, v, pattern or z changes only
   z[:, :, h] in its layer, so the rest of that layer is taken from the cached target run. Each copy
   recomputes head h alone (scores with the module's own ``calculate_attention_scores`` and causal mask,
   softmax, ``pattern @ v``), applies ``F.linear(z, W_O, b_O)``, adds the target's resid_pre and runs the
@@ -297,7 +298,10 @@ def _prefix_reusable(model: HookedTransformer, component: str) -> bool:
     output is `F.linear(z, W_O, b_O)` added to resid_pre (then the MLP, per row), scores from the hooked q/k
     by `calculate_attention_scores` and the causal mask alone, and later layers the row-wise suffix
     (`headcoop.analysis.suffix`) runs exactly."""
-    return component != "resid_pre" and suffix.supported(model)
+    if component == "resid_pre" or not suffix.supported(model):
+        return False
+    # the cached q and k of a rotary model are before the rotation the scores use: q/k patches go stacked
+    return not (model.cfg.positional_embedding_type == "rotary" and component in ("q", "k"))
 
 
 def patches_per_chunk(
@@ -423,7 +427,8 @@ def patch(
     kept = ("resid_pre", "resid_post", "z", "q", "k", "v", "pattern") if local else ("resid_pre",)
     starts = {get_act_name(name, lay) for lay in layers for name in kept}
     if local:  # the suffix reads later layers' cached keys and values for the rows that stay unchanged
-        starts |= {get_act_name(name, lay) for lay in range(min(layers), model.cfg.n_layers) for name in ("k", "v")}
+        kinds = ("k", "v", "rot_k") if model.cfg.positional_embedding_type == "rotary" else ("k", "v")
+        starts |= {f"blocks.{lay}.attn.hook_{kind}" for lay in range(min(layers), model.cfg.n_layers) for kind in kinds}
     source_logits, source_cache = model.run_with_cache(source_tokens, names_filter=lambda n: n in patched)
     target_logits, target_cache = model.run_with_cache(target_tokens, names_filter=lambda n: n in starts)
     source_value = float(check_metric_value(metric(source_logits)))

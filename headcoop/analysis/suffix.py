@@ -23,13 +23,14 @@ from transformer_lens.utilities import get_act_name
 
 
 def supported(model: HookedTransformer) -> bool:
-    """Standard TransformerLens blocks the row-wise suffix reproduces: causal `Attention` (no rotary, grouped
-    queries, sinks, QK norm, clipping or logit soft-capping), sequential attention then MLP, no norm after
-    a block's outputs, standard or shortformer positions."""
+    """Standard TransformerLens blocks the row-wise suffix reproduces: causal `Attention` (no grouped
+    queries, sinks, QK norm, clipping, logit soft-capping or dynamic rotary scaling), sequential attention
+    then MLP, no norm after a block's outputs, standard, shortformer or rotary positions."""
     cfg = model.cfg
     return (
         cfg.attention_dir == "causal"
-        and cfg.positional_embedding_type in ("standard", "shortformer")
+        and cfg.positional_embedding_type in ("standard", "shortformer", "rotary")
+        and not getattr(cfg, "use_dynamic_ntk_rope", False)
         and not cfg.parallel_attn_mlp
         and not cfg.use_normalization_before_and_after
         and not cfg.use_attn_result
@@ -95,10 +96,13 @@ def run_from(
         qk_in = normed
         if shortformer_pos_embed is not None:
             qk_in = normed + shortformer_pos_embed[:, rows].repeat(n, 1, 1)
-        q, k, v = attn.calculate_qkv_matrices(qk_in[:, keep], qk_in, normed)  # [copy*batch, row, head, d_head]
-        if r0 > 0:
-            prefix = lambda kind: target_cache[get_act_name(kind, layer)][:, :r0].repeat(n, 1, 1, 1)  # noqa: E731
-            k, v = torch.cat([prefix("k"), k], 1), torch.cat([prefix("v"), v], 1)
+        rotary = model.cfg.positional_embedding_type == "rotary"
+        q, k, v = attn.calculate_qkv_matrices(qk_in if rotary else qk_in[:, keep], qk_in, normed)
+        if rotary:  # rows r0.. sit at absolute positions r0..: rotate with that offset, then keep the rows
+            q, k = attn.apply_rotary(q, r0)[:, keep], attn.apply_rotary(k, r0)
+        if r0 > 0:  # the prefix's keys (rotated, for rotary) and values from the target run
+            prefix = lambda kind: target_cache[f"blocks.{layer}.attn.hook_{kind}"][:, :r0].repeat(n, 1, 1, 1)  # noqa: E731
+            k, v = torch.cat([prefix("rot_k" if rotary else "k"), k], 1), torch.cat([prefix("v"), v], 1)
         scores = attn.calculate_attention_scores(q, k)  # [copy*batch, head, q_row, key]
         q_pos = rows[keep]
         future = torch.arange(n_pos, device=device)[None, :] > q_pos[:, None]  # [q_row, key]
