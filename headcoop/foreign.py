@@ -28,6 +28,7 @@ from safetensors.torch import load_file, save_file
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from headcoop.checkpoints import _DTYPES, META, config_to_dict
+from headcoop.checks import check_out_folder
 from headcoop.tasks.base import build_model
 from headcoop.tasks.contrast import Contrast
 
@@ -36,8 +37,13 @@ CONFIG, SAFETENSORS, PICKLE, TOKENIZER = "config.json", "model.safetensors", "mo
 
 def export(model: HookedTransformer, folder: str | os.PathLike, tokenizer=None) -> Path:
     """Write `model` as a plain TransformerLens export (config.json, model.safetensors and, for a Hugging
-    Face fast tokenizer, tokenizer.json) into `folder` (created); returns the folder."""
-    folder = Path(folder)
+    Face fast tokenizer, tokenizer.json) into `folder` (created); returns the folder. ValueError, before
+    anything is written, when any of those files already exists there (nothing is overwritten)."""
+    folder = check_out_folder(folder, "export")
+    names = [CONFIG, SAFETENSORS] + ([TOKENIZER] if tokenizer is not None else [])
+    taken = [name for name in names if (folder / name).exists()]
+    if taken:
+        raise ValueError(f"export: {str(folder)!r} already holds {', '.join(taken)}; choose a new folder")
     folder.mkdir(parents=True, exist_ok=True)
     config = dict(config_to_dict(model.cfg), dtype=str(model.cfg.dtype).removeprefix("torch."))
     (folder / CONFIG).write_text(json.dumps(config, indent=1), encoding="utf-8")
@@ -73,7 +79,10 @@ def load_model(folder: str | os.PathLike) -> HookedTransformer:
     else:
         raise FileNotFoundError(f"{folder} has {CONFIG} but no weights ({SAFETENSORS} or {PICKLE})")
     model = build_model(cfg, seed=0)
-    missing, unexpected = model.load_state_dict(state, strict=False)
+    try:
+        missing, unexpected = model.load_state_dict(state, strict=False)
+    except RuntimeError as err:  # shapes that do not fit the config
+        raise ValueError(f"the weights in {folder} do not match its config: {str(err).splitlines()[-1].strip()}") from None
     missing = [k for k in missing if k in dict(model.named_parameters())]  # buffers are rebuilt from the config
     if missing or unexpected:
         raise ValueError(f"the weights in {folder} do not match its config: missing {missing}, unexpected {unexpected}")

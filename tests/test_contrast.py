@@ -141,3 +141,27 @@ def test_headcoop_report_on_an_exported_model_with_a_prompts_file(tmp_path):
     bare = subprocess.run([sys.executable, "-m", "headcoop.cli", "report", str(folder), "--out", str(out)],
                           capture_output=True, text=True, timeout=300)  # fmt: skip
     assert bare.returncode == 2 and "pass task=" in bare.stderr and len(bare.stderr.strip().splitlines()) == 1
+
+
+def test_export_never_overwrites_and_mismatched_weights_are_named(tmp_path):
+    from headcoop.foreign import export, load_model
+
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "config.json").write_text("my own notes")
+    with pytest.raises(ValueError, match="already holds config.json"):
+        export(attn_only_2l_like(), folder)
+    assert (folder / "config.json").read_text() == "my own notes" and not (folder / "model.safetensors").exists()
+    exported = export(attn_only_2l_like(), tmp_path / "exported")
+    wider = tmp_path / "wider"
+    wider.mkdir()
+    (wider / "config.json").write_text((exported / "config.json").read_text().replace('"d_model": 32', '"d_model": 48'))
+    (wider / "model.safetensors").write_bytes((exported / "model.safetensors").read_bytes())
+    with pytest.raises(ValueError, match="do not match its config"):
+        load_model(wider)
+
+
+def test_labels_must_be_class_ids():
+    clean, corrupt, answer, wrong, _ = name_prompts()
+    with pytest.raises(ValueError, match="non-negative integer class ids"):
+        hc.contrast(clean, corrupt, answer, wrong, labels=[-1] * len(clean), vocab=tiny_tokenizer())

@@ -53,11 +53,12 @@ def reference_direct(model, clean, corrupt, metric, sender):
     return float(metric(model.run_with_hooks(corrupt, fwd_hooks=hooks)))
 
 
-@pytest.mark.parametrize("shape", ["attn-only, no norm", "LN, shortformer", "LN, MLPs"])
+@pytest.mark.parametrize("shape", ["attn-only, no norm", "LN, shortformer", "LN, MLPs", "rotary"])
 def test_every_edge_matches_the_slow_reference(shape):
     changes = {"attn-only, no norm": dict(normalization_type=None, positional_embedding_type="standard"),
                "LN, shortformer": dict(),
-               "LN, MLPs": dict(attn_only=False, d_mlp=16, act_fn="gelu", positional_embedding_type="standard")}[shape]
+               "LN, MLPs": dict(attn_only=False, d_mlp=16, act_fn="gelu", positional_embedding_type="standard"),
+               "rotary": dict(positional_embedding_type="rotary", rotary_dim=4)}[shape]
     model = attn_only_2l_like(seed=2, n_layers=3, **changes)
     gen = torch.Generator().manual_seed(0)
     clean = torch.randint(0, model.cfg.d_vocab, (6, 8), generator=gen)
@@ -80,6 +81,24 @@ def test_every_edge_matches_the_slow_reference(shape):
             want = reference_edge(model, clean, corrupt, metric, sender, receiver, row.via)
         assert row.value == pytest.approx(want, abs=1e-5, rel=1e-5), (row.sender, row.receiver, row.via)
     assert "PathPatchResult" in repr(result) and result.plot().layout.title.text.startswith("Path patching")
+
+
+def test_inside_an_ablation_the_hooks_are_honoured():
+    """With hooks installed (hc.ablate), every edge runs from the tokens through them: the same values as the
+    slow reference run inside the same ablation."""
+    model = attn_only_2l_like(seed=3, n_layers=3, positional_embedding_type="standard")
+    gen = torch.Generator().manual_seed(1)
+    clean = torch.randint(0, model.cfg.d_vocab, (5, 8), generator=gen)
+    corrupt = clean.flip(0)
+
+    def metric(logits):
+        return logits[:, -1, 2].mean() - logits[:, -1, 6].mean()
+
+    with hc.ablate(model, heads="L1H3", how="zero"):
+        result = hc.path_patch(model, clean=clean, corrupt=corrupt, metric=metric, senders=["L0H0"],
+                               receivers=["L2H1"], direct=False)  # fmt: skip
+        for (_, _, via), value in result.values.items():
+            assert value == pytest.approx(reference_edge(model, clean, corrupt, metric, (0, 0), (2, 1), via), abs=1e-5)
 
 
 def test_bad_input():

@@ -19,8 +19,6 @@ from typing import Literal, get_args
 import pandas as pd
 import plotly.graph_objects as go
 import torch
-from jaxtyping import Float
-from torch import Tensor
 from transformer_lens import HookedTransformer
 
 from headcoop.analysis.common import check_choice, require_model
@@ -98,7 +96,3 @@ def composition(model: HookedTransformer, mode: Mode | None = None) -> Compositi
     return CompositionScores(scores=scores, n_layers=model.cfg.n_layers, n_heads=model.cfg.n_heads,
                              assumptions=tuple(assumptions))  # fmt: skip
 
-
-def composition_score(left: Float[Tensor, "a b"], right: Float[Tensor, "b c"]) -> float:
-    """||left right||_F / (||left||_F ||right||_F): the score for two dense matrices (a reference)."""
-    return float((left @ right).norm() / (left.norm() * right.norm()))

@@ -42,7 +42,7 @@ from torch import Tensor
 from transformer_lens import HookedTransformer
 
 from headcoop.analysis.coalitions import AblationHow, CoalitionGame, all_masks, shapley_weights
-from headcoop.analysis.common import head_names, parse_heads, require_model
+from headcoop.analysis.common import parse_heads, require_model
 from headcoop.checks import check_finite, check_float, check_int
 from headcoop.plot import Displayed
 from headcoop.tasks.base import generator
@@ -281,4 +281,4 @@ def interactions(
     )  # fmt: skip
 
 
-__all__ = ["interactions", "Interactions", "exact_shapley", "head_names"]
+__all__ = ["interactions", "Interactions", "exact_shapley"]

@@ -23,7 +23,6 @@ from typing import Literal
 import pandas as pd
 import plotly.graph_objects as go
 import torch
-from jaxtyping import Float
 from torch import Tensor
 from transformer_lens import HookedTransformer
 from transformer_lens.utilities import get_act_name
@@ -236,7 +235,8 @@ def path_patch(
     from_tokens = bool(installed_hooks(model))  # hooks may depend on the batch or act on earlier layers
     if from_tokens:
         per_chunk = 1
-    local = not from_tokens and suffix.supported(model)
+    # the receiver-only shortcut scores from the cached q and k, which a rotary model rotates afterwards
+    local = not from_tokens and suffix.supported(model) and cfg.positional_embedding_type != "rotary"
     if local:
         needed = _rows_read(metric, target_logits, clean_tokens, stacked)
         target = (target_logits, extras["shortformer_pos_embed"], needed)
@@ -301,4 +301,4 @@ def path_patch(
                            assumptions=assumptions)  # fmt: skip
 
 
-__all__ = ["path_patch", "PathPatchResult", "Float"]
+__all__ = ["path_patch", "PathPatchResult"]

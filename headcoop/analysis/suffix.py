@@ -19,7 +19,6 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens import HookedTransformer
-from transformer_lens.utilities import get_act_name
 
 
 def supported(model: HookedTransformer) -> bool:
@@ -58,10 +57,6 @@ def finish_block(model: HookedTransformer, layer: int, resid_mid: Float[Tensor, 
     shape = resid_mid.shape
     flat = resid_mid.reshape(-1, 1, shape[-1])
     return resid_mid + block.apply_mlp(block.ln2(flat)).reshape(shape)
-
-
-def needed_rows(n_pos: int, rows: Tensor | None, device) -> Int[Tensor, " row"]:
-    return torch.arange(n_pos, device=device) if rows is None else rows.to(device)
 
 
 @torch.no_grad()

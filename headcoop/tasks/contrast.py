@@ -58,7 +58,13 @@ class Contrast(Task):
         answer_ids, wrong_ids = self._answers(answer, n, "answer"), self._answers(wrong, n, "wrong")
         if labels is None:
             labels = torch.zeros(n, dtype=torch.long)
-        labels = check_ids(labels, 2**62, "labels")
+        try:
+            labels = torch.as_tensor(labels)
+        except (TypeError, ValueError, RuntimeError):
+            raise TypeError(f"labels must be integer class ids, one per prompt, got {labels!r}") from None
+        if labels.dtype == torch.bool or labels.is_floating_point() or (labels.numel() and labels.min() < 0):
+            raise ValueError(f"labels must be non-negative integer class ids, got {labels.tolist()[:8]}")
+        labels = labels.long()
         if labels.shape != (n,):
             raise ValueError(f"labels must hold one integer per prompt ({n}), got shape {tuple(labels.shape)}")
         strings = tuple(self.vocab) if self.vocab else None
