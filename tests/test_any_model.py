@@ -214,3 +214,38 @@ def test_probe_and_mean_ablation_on_every_shape(shaped):
     _, ref_cache = model.run_with_cache(corrupt)
     mean = ref_cache["blocks.1.attn.hook_z"][:, :, 2].mean(0)
     torch.testing.assert_close(seen["z"][:, :, 2], mean.expand_as(seen["z"][:, :, 2]), atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("how", ["zero", "resample"])
+def test_coalition_values_on_every_shape(shaped, how):
+    """CoalitionGame's layer-by-layer evaluation (shared prefixes, the last layer at the read rows only)
+    equals hc.ablate of the heads outside each coalition plus a full forward pass, for every coalition of
+    6 heads in both layers, named metrics and a callable, answers read at a different row per input."""
+    from headcoop.analysis.coalitions import CoalitionGame, all_masks
+
+    name, model, tokens, corrupt = shaped
+    vocab_out = model.cfg.d_vocab_out
+    rows = torch.arange(len(tokens))
+    pos = torch.tensor([7, 5, 7, 3, 6, 7])
+    answer, wrong = tokens[:, 0] % vocab_out, tokens[:, 1] % vocab_out
+    players = [(0, 0), (0, 2), (0, 3), (1, 0), (1, 1), (1, 3)]
+    reference = None if how == "zero" else corrupt
+    metrics = {
+        "logit_diff": lambda lg: (lg[rows, pos, answer] - lg[rows, pos, wrong]).double().mean(),
+        "accuracy": lambda lg: (lg[rows, pos].argmax(-1) == answer).double().mean(),
+        "prob": lambda lg: lg[rows, pos].double().softmax(-1)[rows, answer].mean(),
+    }
+    masks = all_masks(len(players))
+    for metric_name, metric in metrics.items():
+        want = []
+        for mask in masks:
+            off = [f"L{lay}H{h}" for (lay, h), on in zip(players, mask.tolist()) if not on]
+            with torch.no_grad(), hc.ablate(model, heads=off or None, how=how, reference=reference) if off \
+                    else torch.no_grad():  # fmt: skip
+                want.append(float(metric(model(tokens))))
+        want = torch.tensor(want, dtype=torch.float64)
+        for chosen in (metric_name, metric):
+            game = CoalitionGame(model, players, tokens=tokens, metric=chosen, how=how, reference=reference,
+                                 answer=answer, wrong=wrong, pos=pos, seed=0)  # fmt: skip
+            assert game.method.startswith("layer by layer"), game.method
+            torch.testing.assert_close(game.values(masks), want, atol=1e-5, rtol=1e-5, msg=f"{name} {chosen}")

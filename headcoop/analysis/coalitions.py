@@ -13,23 +13,31 @@ metric is its default). Two ways to compute, both compared with `hc.ablate` + a 
 - one-layer attention-only models without a norm (the logits are linear in every head's z): the logits
   of any coalition are the full model's minus, for each ablated player, its change of logits, computed
   once per player; no forward pass per coalition (named metrics only);
-- any other model: C coalitions at a time stacked along the batch axis, one hook per layer setting each
-  copy's ablated heads.
+- any other model without hooks of its own: layer by layer. Coalitions that agree on the players of
+  layers 0..l share the residual stream after layer l, so layer l runs once per distinct such prefix (a
+  random order of 32 heads in 4 layers has 33 coalitions but 9 + 17 + 25 + 33 = 84 distinct layer states
+  instead of 132), through TransformerLens's own block with a hook on z; with a named metric, the last
+  layer computes only the row each input is read at (`headcoop.analysis.suffix.supported` models);
+- models with hooks installed: C coalitions at a time stacked along the batch axis through the whole
+  model, one hook per layer setting each copy's ablated heads.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Literal, get_args
 
 import torch
+import torch.nn.functional as F
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 from transformer_lens import HookedTransformer
-from transformer_lens.utilities import get_act_name
+from transformer_lens.utilities import apply_softcap, get_act_name
 
 from headcoop.analysis.ablation import _reference_z
 from headcoop.analysis.common import as_tokens, check_choice, check_positions, require_task, task_of
+from headcoop.analysis.suffix import finish_block, supported
 from headcoop.checks import installed_hooks
 from headcoop.tasks.base import Batch, generator
 
@@ -98,8 +106,13 @@ class CoalitionGame:
             isinstance(metric, str) and cfg.n_layers == 1 and cfg.attn_only and cfg.normalization_type is None
             and not (cfg.output_logits_soft_cap or 0) > 0 and not installed_hooks(model)
         )  # fmt: skip
-        self.method = "linear (one layer: per-head logit changes, no forward pass per coalition)" if self.linear \
-            else "stacked forward passes with hooks on z"  # fmt: skip
+        self.layered = not self.linear and not installed_hooks(model)
+        if self.linear:
+            self.method = "linear (one layer: per-head logit changes, no forward pass per coalition)"
+        elif self.layered:
+            self.method = "layer by layer, shared prefixes computed once, hooks on z"
+        else:
+            self.method = "stacked forward passes with hooks on z"
         if self.linear:
             self._prepare_linear()
 
@@ -148,6 +161,8 @@ class CoalitionGame:
             raise ValueError(f"masks must be [coalition, {len(self.players)}] booleans, got {tuple(masks.shape)}")
         if self.linear:
             return self._values_linear(masks)
+        if self.layered:
+            return self._values_layered(masks)
         return self._values_stacked(masks)
 
     def _values_linear(self, masks: Tensor) -> Tensor:
@@ -197,6 +212,124 @@ class CoalitionGame:
             else:
                 out.append(torch.stack([torch.as_tensor(self.metric(copy)).double().reshape(()) for copy in logits]))
         return torch.cat(out)
+
+
+    # --- layer by layer, prefixes shared ---------------------------------------------------------------
+    def _layer_inputs(self) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        """The residual stream entering layer 0 [batch, pos, d_model], the shortformer positional
+        embedding and the attention mask (None where the model has none), from TransformerLens's own
+        embedding of the inputs."""
+        if not hasattr(self, "_embedded"):
+            residual, _, shortformer, attention_mask = self.model.input_to_embed(self.tokens)
+            self._embedded = (residual, shortformer, attention_mask)
+        return self._embedded
+
+    def _z_hook(self, layer: int, active: Tensor, n: int):
+        """A hook on layer's z for a stack of len(active) states: each state's ablated players of that
+        layer get their replacement."""
+        idx = [i for i, (lay, _) in enumerate(self.players) if lay == layer]
+        if not idx:
+            return None
+        heads = [self.players[i][1] for i in idx]
+        source = torch.stack([self.replacement[self.players[i]] for i in idx], 2)  # [batch, pos, k, d_head]
+        off = ~active[:, idx]  # [state, k]
+        states = len(active)
+
+        def hook(z: Tensor, hook=None) -> Tensor:
+            z = z.view(states, n, z.shape[1], *z.shape[2:]).clone()
+            current = z[:, :, :, heads]  # [state, batch, pos, k, d_head]
+            z[:, :, :, heads] = torch.where(off[:, None, None, :, None], source[:, : z.shape[2]].to(z), current)
+            return z.view(states * n, *z.shape[2:])
+
+        return hook
+
+    def _values_layered(self, masks: Tensor) -> Tensor:
+        model, cfg = self.model, self.model.cfg
+        n, width = self.tokens.shape
+        layer_of = torch.tensor([lay for lay, _ in self.players], device=masks.device)
+        row_only = (
+            isinstance(self.metric, str) and supported(model) and cfg.positional_embedding_type != "rotary"
+            and self._layer_inputs()[2] is None
+        )  # fmt: skip
+        per_state = 4 * n * width * (2 * cfg.d_model + 3 * cfg.n_heads * cfg.d_head + 2 * cfg.n_heads * width
+                                     + (cfg.d_mlp or 0))  # fmt: skip
+        per_chunk = max(1, int(self.memory_budget_mb * 2**20 // per_state))
+        out = []
+        for start in range(0, len(masks), per_chunk):
+            out.append(self._layered_chunk(masks[start : start + per_chunk], layer_of, row_only))
+        return torch.cat(out)
+
+    def _layered_chunk(self, masks: Tensor, layer_of: Tensor, row_only: bool) -> Tensor:
+        model, cfg = self.model, self.model.cfg
+        n, width = self.tokens.shape
+        residual, shortformer, attention_mask = self._layer_inputs()
+        states = residual[None]  # [state, batch, pos, d_model]
+        parent_of = torch.zeros(len(masks), dtype=torch.long, device=masks.device)  # coalition -> its state
+        for layer in range(cfg.n_layers):
+            prefix = masks[:, layer_of <= layer]
+            unique, inverse = torch.unique(prefix, dim=0, return_inverse=True)
+            first = torch.full((len(unique),), len(masks), dtype=torch.long, device=masks.device)
+            first = first.scatter_reduce(0, inverse, torch.arange(len(masks), device=masks.device), "amin")
+            x = states[parent_of[first]]  # [state, batch, pos, d_model]
+            active = masks[first]  # each state's coalition (its players of later layers are not used yet)
+            hook = self._z_hook(layer, active, n)
+            hooks = [] if hook is None else [(get_act_name("z", layer), hook)]
+            flat = x.reshape(len(unique) * n, width, -1)
+            extra = None if shortformer is None else shortformer.repeat(len(unique), 1, 1)
+            mask = None if attention_mask is None else attention_mask.repeat(len(unique), 1)
+            if layer == cfg.n_layers - 1:
+                with model.hooks(fwd_hooks=hooks) if not row_only else contextlib.nullcontext():
+                    logits = (self._last_layer_rows(flat, extra, active) if row_only
+                              else self._last_layer_all(flat, extra, mask))  # fmt: skip
+                return self._metric_of(logits.view(len(unique), n, *logits.shape[1:]), row_only)[inverse]
+            with model.hooks(fwd_hooks=hooks):
+                states = model.blocks[layer](flat, shortformer_pos_embed=extra, attention_mask=mask)
+            states = states.view(len(unique), n, width, -1)
+            parent_of = inverse
+        raise AssertionError("unreachable: a model has at least one layer")
+
+    def _last_layer_all(self, flat: Tensor, shortformer: Tensor | None, attention_mask: Tensor | None) -> Tensor:
+        model = self.model
+        x = model.blocks[-1](flat, shortformer_pos_embed=shortformer, attention_mask=attention_mask)
+        logits = model.unembed(model.ln_final(x) if model.cfg.normalization_type is not None else x)
+        return apply_softcap(logits, model.cfg.output_logits_soft_cap)
+
+    def _last_layer_rows(self, flat: Tensor, shortformer: Tensor | None, active: Tensor) -> Tensor:
+        """Logits [state * batch, vocab] at each input's read position only: the last layer's queries,
+        attention output, MLP and unembedding at that row; keys and values at every row."""
+        model, layer = self.model, self.model.cfg.n_layers - 1
+        block, attn = model.blocks[layer], model.blocks[layer].attn
+        n, width = self.tokens.shape
+        states = len(flat) // n
+        at = self.pos.repeat(states)  # [state * batch]
+        rows = torch.arange(len(flat), device=flat.device)
+        normed = block.ln1(flat)
+        qk_in = normed if shortformer is None else normed + shortformer
+        q, k, v = attn.calculate_qkv_matrices(qk_in[rows, at][:, None], qk_in, normed)
+        scores = attn.calculate_attention_scores(q, k)  # [state*batch, head, 1, key]
+        future = torch.arange(width, device=flat.device)[None, :] > at[:, None]  # [state*batch, key]
+        scores = torch.where(future[:, None, None, :], attn.IGNORE.to(scores.device), scores)
+        pattern = F.softmax(scores, dim=-1).to(model.cfg.dtype)
+        z = attn.calculate_z_scores(v, pattern)  # [state*batch, 1, head, d_head]
+        idx = [i for i, (lay, _) in enumerate(self.players) if lay == layer]
+        if idx:
+            heads = [self.players[i][1] for i in idx]
+            source = torch.stack([self.replacement[self.players[i]][torch.arange(n), self.pos] for i in idx], 1)
+            off = (~active[:, idx]).repeat_interleave(n, 0)  # [state*batch, k]
+            z[:, 0, heads] = torch.where(off[:, :, None], source.repeat(states, 1, 1).to(z), z[:, 0, heads])
+        w = attn.W_O.reshape(-1, attn.W_O.shape[-1]).T
+        out = F.linear(z.reshape(len(z), -1), w.contiguous(), attn.b_O)
+        x = finish_block(model, layer, flat[rows, at] + out)
+        return model.unembed((model.ln_final(x[:, None]) if model.cfg.normalization_type is not None else x[:, None]))[:, 0]
+
+    def _metric_of(self, logits: Tensor, row_only: bool) -> Tensor:
+        """One value per state from its logits ([state, batch, vocab] at the read rows, or [state, batch,
+        pos, vocab])."""
+        if isinstance(self.metric, str):
+            if not row_only:
+                logits = logits[:, torch.arange(len(self.tokens), device=logits.device), self.pos]
+            return named_metric(self.metric, logits.double(), self.answer, self.wrong)
+        return torch.stack([torch.as_tensor(self.metric(copy)).double().reshape(()) for copy in logits])
 
 
 def all_masks(n: int, device=None) -> Bool[Tensor, "coalition player"]:
