@@ -249,3 +249,23 @@ def test_coalition_values_on_every_shape(shaped, how):
                                  answer=answer, wrong=wrong, pos=pos, seed=0)  # fmt: skip
             assert game.method.startswith("layer by layer"), game.method
             torch.testing.assert_close(game.values(masks), want, atol=1e-5, rtol=1e-5, msg=f"{name} {chosen}")
+
+
+def test_patching_with_a_metric_that_returns_a_view_of_the_logits():
+    """Copies' logits are handed to a user's metric one at a time in a reused buffer (`suffix.RowLogits`):
+    a metric returning a view into it (logits[i, -1, j]) must still get each copy's own value."""
+    model = build("LN")
+    gen = torch.Generator().manual_seed(6)
+    clean, corrupt = torch.randint(0, VOCAB, (4, N_CTX), generator=gen), torch.randint(0, VOCAB, (4, N_CTX), generator=gen)
+
+    def metric(logits):
+        return logits[1, -1, 3]
+
+    for component in ("z", "v"):
+        ours = hc.patch(model, clean=clean, corrupt=corrupt, metric=metric, component=component, positions="each")
+        assert ours.method == "head-local"
+        _, cache = model.run_with_cache(clean)
+        tl = {"z": patching.get_act_patch_attn_head_out_by_pos, "v": patching.get_act_patch_attn_head_v_by_pos}
+        theirs = tl[component](model, corrupt, cache, metric)
+        torch.testing.assert_close(ours.values, theirs, atol=1e-5, rtol=1e-5)
+        assert len(ours.values.unique()) > 4

@@ -328,9 +328,21 @@ def patches_per_chunk(
 
 
 # --- patching -----------------------------------------------------------------------------------------
-def _stacked_metric(logits: Float[Tensor, "n batch pos vocab"], metric: Metric, stacked: Callable | None) -> Tensor:
+def _copies(logits: Tensor | suffix.RowLogits, n: int, batch: int) -> Tensor | suffix.RowLogits:
+    """[n, batch, pos, vocab] from the [n * batch, pos, vocab] a stacked pass returns (RowLogits as they are)."""
+    return logits if isinstance(logits, suffix.RowLogits) else logits.view(n, batch, *logits.shape[1:])
+
+
+def _stacked_metric(logits: Float[Tensor, "n batch pos vocab"] | suffix.RowLogits, metric: Metric,
+                    stacked: Callable | None) -> Tensor:  # fmt: skip
     """The metric of each copy, [n], without leaving the device: the task's metric takes the copy axis in
     one call; a user's metric is called on each copy's [batch, pos, vocab] logits."""
+    if isinstance(logits, suffix.RowLogits):
+        if stacked is not None:
+            logits = logits.full()
+        else:
+            return torch.stack([check_metric_value(metric(copy)).detach().clone().to(copy.device)
+                                for copy in logits.each()])  # fmt: skip
     if stacked is not None:
         values = stacked(logits)
         if values.shape != logits.shape[:1]:
@@ -458,7 +470,7 @@ def patch(
                 logits = _run_hooked(model, component, lay, stop - start, head_index, pos_index, source_cache,
                                      target_cache, target_tokens, from_tokens=bool(hooks),
                                      extras=_repeat(extras, stop - start))  # fmt: skip
-            results.append(_stacked_metric(logits.view(stop - start, batch, *logits.shape[1:]), metric, stacked))
+            results.append(_stacked_metric(_copies(logits, stop - start, batch), metric, stacked))
     values = torch.cat(results).reshape(grid.shape).float().cpu()
     return PatchResult(
         values=values,
@@ -585,7 +597,8 @@ def _by_start(model, start, resid, first_row, target_cache, target, finish: int 
     target_logits, shortformer_pos_embed, needed = target
     one_row = isinstance(resid, tuple)
     n, batch = (resid[1] if one_row else resid).shape[:2]
-    out = target_logits[None].repeat(n, 1, 1, 1)  # [n, batch, pos, vocab]; changed rows overwritten below
+    kept = torch.arange(target_logits.shape[1], device=target_logits.device) if needed is None else needed
+    out = target_logits[:, kept][None].repeat(n, 1, 1, 1)  # [n, batch, kept row, vocab]; changed rows below
     for r0 in first_row.unique().tolist():
         group = (first_row == r0).nonzero().flatten()
         if one_row:
@@ -599,8 +612,11 @@ def _by_start(model, start, resid, first_row, target_cache, target, finish: int 
         rows, logits = suffix.run_from(model, start, x, r0, target_cache, target_logits, shortformer_pos_embed,
                                        needed)  # fmt: skip
         if logits is not None:
-            out[group[:, None], :, rows[None, :]] = logits.view(len(group), batch, len(rows), -1).transpose(1, 2)
-    return out.view(n * batch, *target_logits.shape[1:])
+            at = torch.searchsorted(kept, rows)  # rows is a subset of kept, both sorted
+            out[group[:, None], :, at[None, :]] = logits.view(len(group), batch, len(rows), -1).transpose(1, 2)
+    if needed is None:
+        return out.view(n * batch, *target_logits.shape[1:])
+    return suffix.RowLogits(target_logits, kept, out)
 
 
 def _rows_read(metric, target_logits: Tensor, clean_tokens: Tensor, stacked) -> Tensor | None:

@@ -31,7 +31,7 @@ from headcoop.analysis import suffix
 from headcoop.analysis.common import check_choice, parse_heads, require_model
 from headcoop.analysis.norms import norm_kind
 from headcoop.analysis.patching import (
-    DIRECTIONS, Direction, _continuation, _repeat, _resolve_inputs, _rows_read, _softmax, _stacked_metric,
+    DIRECTIONS, Direction, _continuation, _copies, _repeat, _resolve_inputs, _rows_read, _softmax, _stacked_metric,
 )
 from headcoop.checks import check_finite, installed_hooks
 from headcoop.plot import Displayed
@@ -246,7 +246,7 @@ def path_patch(
             for start in range(0, len(layer_edges), per_chunk):
                 chunk = layer_edges[start : start + per_chunk]
                 logits = _receiver_local(model, lay, chunk, deltas, target_cache, target)
-                scores = _stacked_metric(logits.view(len(chunk), batch, *logits.shape[1:]), metric, stacked)
+                scores = _stacked_metric(_copies(logits, len(chunk), batch), metric, stacked)
                 for (sender, receiver, v), value in zip(chunk, scores.tolist()):
                     out[(f"L{sender[0]}H{sender[1]}", f"L{receiver[0]}H{receiver[1]}", v)] = value
             continue

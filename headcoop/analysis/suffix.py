@@ -14,6 +14,8 @@ compare every patch against `transformer_lens.patching`. `supported` names the m
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from jaxtyping import Float, Int
@@ -119,6 +121,30 @@ def run_from(
     if model.cfg.normalization_type is not None:
         final = model.ln_final(final)
     return rows, model.unembed(final)  # [copy*batch, row, vocab]
+
+
+@dataclass(frozen=True)
+class RowLogits:
+    """Logits of n patched copies that differ from the target run's only at some rows: copy i's logits
+    are `base` [batch, pos, vocab] with rows `rows` replaced by `values[i]` [batch, row, vocab]. Saves
+    materialising n full copies when the metric reads a few rows."""
+
+    base: Float[Tensor, "batch pos vocab"]
+    rows: Int[Tensor, " row"]
+    values: Float[Tensor, "copy batch row vocab"]
+
+    def full(self) -> Float[Tensor, "copy batch pos vocab"]:
+        out = self.base[None].repeat(len(self.values), 1, 1, 1)
+        out[:, :, self.rows] = self.values
+        return out
+
+    def each(self):
+        """Copy i's full logits [batch, pos, vocab], one copy at a time, in one reused buffer: a value
+        computed from a yielded tensor must be copied before the next one is taken."""
+        buffer = self.base.clone()
+        for values in self.values:
+            buffer[:, self.rows] = values
+            yield buffer
 
 
 def reads_only(metric, logits: Float[Tensor, "batch pos vocab"], rows: Tensor) -> bool:
