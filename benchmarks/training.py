@@ -5,6 +5,11 @@ batch 256); both run in this process after a warm-up. Also prints the share of a
 train_many step spent sampling, and the equivalence checks of the losses.
 
     python benchmarks/training.py [--models 8] [--steps 200] [--baseline-steps 30] [--device cpu] [--threads 1]
+    python benchmarks/training.py --device cuda --scan [--scan-max 8192] [--scan-steps 20]
+
+--scan doubles the number of models trained at once (1, 2, 4, ...) and prints model-steps/s for each, up
+to --scan-max or the first out-of-memory error: how many primary Count01 models one device trains at once,
+and at what rate.
 """
 
 from __future__ import annotations
@@ -38,7 +43,12 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: leave as is)")
+    parser.add_argument("--scan", action="store_true", help="model-steps/s for 1, 2, 4, ... models at once")
+    parser.add_argument("--scan-max", type=int, default=8192)
+    parser.add_argument("--scan-steps", type=int, default=20)
     args = parser.parse_args()
+    if args.scan:
+        return scan(args)
     if args.threads:
         torch.set_num_threads(args.threads)
     task, K, B, dev = hc.Count01(), args.models, args.batch_size, args.device
@@ -87,6 +97,33 @@ def main() -> None:
     worst = max((p - theirs[k]).abs().max().item() for k, p in mine.named_parameters() if not k.endswith("b_K"))
     print(f"check      : after {n} steps from seed 0, train_many vs hc.train: loss |diff| = {gap:.2e}, "
           f"max weight |diff| (b_K aside) = {worst:.2e}")  # fmt: skip
+
+
+def scan(args) -> None:
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    task, dev = hc.Count01(), args.device
+    print(f"device {dev} ({torch.cuda.get_device_name(dev) if dev.startswith('cuda') else 'CPU'}), torch threads "
+          f"{torch.get_num_threads()}, primary Count01 models, batch {args.batch_size}, {args.scan_steps} steps timed")  # fmt: skip
+    k, best = 1, (0.0, 0)
+    while k <= args.scan_max:
+        seeds = list(range(k))
+        try:
+            models = [task.model(seed=s) for s in seeds]
+            train_many(task, models, steps=2, batch_size=args.batch_size, seeds=seeds, progress=False, device=dev)
+            t = timed(lambda: train_many(task, models, steps=args.scan_steps, batch_size=args.batch_size, seeds=seeds,
+                                         progress=False), dev)  # fmt: skip
+        except torch.cuda.OutOfMemoryError:
+            print(f"{k:6d} models: out of memory")
+            break
+        rate = k * args.scan_steps / t
+        best = max(best, (rate, k))
+        print(f"{k:6d} models: {rate:10.1f} model-steps/s ({t / args.scan_steps * 1e3:.1f} ms per step)", flush=True)
+        del models
+        if dev.startswith("cuda"):
+            torch.cuda.empty_cache()
+        k *= 2
+    print(f"best: {best[0]:.1f} model-steps/s with {best[1]} models at once")
 
 
 if __name__ == "__main__":

@@ -44,6 +44,7 @@ _LAZY = {
     "Interactions": "headcoop.analysis.interactions",
     "train_many": "headcoop.fast_train",
     "sweep": "headcoop.sweeps",
+    "dask_client": "headcoop.executors",
     "head_metrics": "headcoop.studies.count01",
     "report": "headcoop.reporting",
 }

@@ -74,6 +74,24 @@ def check_device(device) -> str | None:
         raise ValueError(f"unknown device {device!r}; use 'cpu', 'cuda', 'cuda:1', 'mps', ...") from None
 
 
+def usable_device(device) -> str | None:
+    """`check_device`, and a device this machine has: RuntimeError for CUDA (or MPS) where torch finds
+    none, so nothing falls back to the CPU silently."""
+    device = check_device(device)
+    if device is None:
+        return None
+    kind = torch.device(device)
+    if kind.type == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError(f"device {device!r}: torch finds no CUDA device on this machine "
+                               f"(torch {torch.__version__}, built for CUDA {torch.version.cuda}); pass device='cpu'")  # fmt: skip
+        if kind.index is not None and kind.index >= torch.cuda.device_count():
+            raise RuntimeError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    if kind.type == "mps" and not torch.backends.mps.is_available():
+        raise RuntimeError(f"device {device!r}: MPS is not available on this machine; pass device='cpu'")
+    return device
+
+
 def nonfinite_parameters(model: nn.Module) -> list[str]:
     """Names of the parameters of `model` holding NaN or inf."""
     return [name for name, p in model.named_parameters() if not torch.isfinite(p.detach()).all()]

@@ -155,6 +155,14 @@ def build_parser() -> argparse.ArgumentParser:
     add_training_arguments(sweep)
     sweep.add_argument("--chunk", type=int, default=32, help="models trained together between saves (default 32)")
     sweep.add_argument("--out", required=True, help="folder of the sweep's checkpoints")
+    where = sweep.add_mutually_exclusive_group()
+    where.add_argument("--workers", type=int, metavar="N", help="train on a local Dask cluster of N worker "
+                       'processes (needs pip install "headcoop[dist]")')  # fmt: skip
+    where.add_argument("--scheduler", metavar="ADDRESS", help="train on the workers of a running Dask scheduler, "
+                       "e.g. tcp://10.0.0.5:8786 (they must see the --out folder)")  # fmt: skip
+    sweep.add_argument("--device", default=None, help="where models train: cpu (default), cuda, cuda:1")
+    sweep.add_argument("--threads", type=int, default=None, help="torch threads per worker (default: one for "
+                       "--workers, else the process's setting)")  # fmt: skip
     sweep.set_defaults(func=cmd_sweep)
 
     report = sub.add_parser(
@@ -187,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     try:
         return args.func(args)
-    except (OSError, ValueError, TypeError, IndexError) as err:
+    except (OSError, ValueError, TypeError, IndexError, ImportError, RuntimeError) as err:
         message = " ".join(str(err).split())  # one line, whatever the message holds
         print(f"headcoop {args.command}: error: {message}", file=sys.stderr)
         return 2

@@ -10,7 +10,9 @@ and weight decay are elementwise, so stacking changes nothing but float rounding
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
 import inspect
 from collections.abc import Sequence
 from typing import Any
@@ -21,7 +23,7 @@ from torch import Tensor
 from headcoop.progress import tqdm
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
-from headcoop.checks import check_finite, check_int, check_seed
+from headcoop.checks import check_finite, check_int, check_seed, usable_device
 from headcoop.fused import attn_scales, check_supported, fused_logits, stack_parameters
 from headcoop.tasks.base import Task, build_model, check_sample_size
 from headcoop.training import (
@@ -75,18 +77,35 @@ def model_settings(task: Task) -> list[str]:
     return [p for p in inspect.signature(task.config).parameters if p != "self"]
 
 
-def build(task: Task, item: Any, seed: int) -> HookedTransformer:
+def move(model: HookedTransformer, device: str) -> HookedTransformer:
+    """`model` on `device` (TransformerLens's `.to`, which updates cfg.device), without its printout."""
+    if str(next(model.parameters()).device) == str(torch.device(device)):
+        return model
+    with contextlib.redirect_stdout(io.StringIO()):
+        return model.to(device)
+
+
+def _named_device(item: Any) -> str | None:
+    if isinstance(item, HookedTransformer):
+        return str(next(item.parameters()).device)
+    if isinstance(item, HookedTransformerConfig):
+        return str(item.device) if item.device is not None else None
+    return item.get("device") if isinstance(item, dict) else None
+
+
+def build(task: Task, item: Any, seed: int, device: str = "cpu") -> HookedTransformer:
     """The model an item of `train_many` stands for: a model as is; a config or a dict of
-    `task.model` kwargs built with `seed` and prepared by the task."""
+    `task.model` kwargs built with `seed` (on the CPU, so a seed gives the same initial weights
+    everywhere), prepared by the task and moved to `device`."""
     if isinstance(item, HookedTransformer):
         model = item
     elif isinstance(item, HookedTransformerConfig):
-        model = task.prepare(build_model(item, seed))
+        model = task.prepare(move(build_model(item, seed), device))
     elif isinstance(item, dict):
         unknown = sorted(set(item) - set(model_settings(task)))
         if unknown:
             raise ValueError(f"unknown {task.name} model setting(s) {unknown}; valid ones are {model_settings(task)}")
-        model = task.model(seed=seed, **item)
+        model = move(task.model(seed=seed, **item), device)  # built on the CPU: the same weights everywhere
     else:
         raise TypeError(
             f"train_many items must be HookedTransformerConfig, dict of task.model kwargs or HookedTransformer, "
@@ -169,6 +188,7 @@ def train_many(
     progress: bool | Any = True,
     log_every: int = 50,
     config: TrainConfig | None = None,
+    device: str | None = None,
 ) -> list[HookedTransformer]:
     """Train K models on `task` in one vectorised computation; returns K HookedTransformers in input order.
 
@@ -182,6 +202,9 @@ def train_many(
     progress: a bool, or a tqdm bar to advance by K model-steps per step.
     config: a TrainConfig (steps .. warm-up and schedule; its seed is replaced by each model's own);
     the keywords steps .. warmup override single fields of it.
+    device: where configs and dicts are built and every model trains ("cpu", "cuda", "cuda:1"); None:
+    the given models' device, else the CPU. One device for all: models elsewhere are a ValueError, a
+    device this machine lacks a RuntimeError (no silent CPU fallback).
     """
     if not isinstance(task, Task):
         raise TypeError(f"task must be a headcoop Task such as hc.Count01(), got {type(task).__name__}")
@@ -198,7 +221,17 @@ def train_many(
     if not items:
         raise ValueError("train_many needs at least one config or model")
     seeds = _check_seeds(seeds, len(items))
-    models = [build(task, item, seed) for item, seed in zip(items, seeds)]
+    device = usable_device(device)
+    if device is None:  # the device the items name, if they agree
+        given = {usable_device(_named_device(item)) for item in items} - {None}
+        if len(given) > 1:
+            raise ValueError(f"train_many trains on one device; the models name {sorted(given)}: pass device=")
+        device = given.pop() if given else "cpu"
+    models = [build(task, item, seed, device) for item, seed in zip(items, seeds)]
+    elsewhere = sorted({str(next(m.parameters()).device) for m in models} - {str(torch.device(device))})
+    if elsewhere:
+        raise ValueError(f"train_many trains on one device, {device!r}; models given on {elsewhere}: move them "
+                         f"with model.to({device!r}) or pass device=")  # fmt: skip
     if len({id(m) for m in models}) != len(models):
         raise ValueError("the same model object appears more than once; pass distinct models")
     for model in models:

@@ -21,10 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import torch
 from headcoop.progress import tqdm
 
 from headcoop.checkpoints import clean_leftovers, load, read_meta, save
-from headcoop.checks import check_float, check_int, check_out_folder, check_seed
+from headcoop.checks import check_float, check_int, check_out_folder, check_seed, usable_device
+from headcoop.executors import as_executor, chunk_size, each_result, lost_worker
 from headcoop.fast_train import model_settings, train_many
 from headcoop.owners import owner_alive, this_owner
 from headcoop.tasks.base import Task, check_sample_size
@@ -176,6 +178,10 @@ def sweep(
     chunk: int = 32,
     poll_s: float = 0.5,
     config: TrainConfig | None = None,
+    executor: Any = None,
+    device: str | None = None,
+    threads: int | None = None,
+    retries: int = 2,
 ) -> pd.DataFrame:
     """Train every (grid point, seed) not yet finished in `out` and save each model there.
 
@@ -188,11 +194,27 @@ def sweep(
     Training follows `config` (a TrainConfig; the keywords steps .. warmup override single fields), each
     run with its own seed from `seeds`. Returns one row per run: the grid settings, seed, metrics, name,
     path and `status` ("trained", "finished before", or "trained by another sweep").
+
+    executor: None trains in this process. Otherwise chunks of runs of one shape go to
+    `executor.submit`: a `concurrent.futures.ProcessPoolExecutor`, a `dask.distributed.Client` (or its
+    `get_executor()`), a Ray executor (`headcoop.executors`). Each chunk's worker trains it with
+    `train_many`, saves every run atomically into `out` itself and returns the metrics; this process
+    holds the runs' claims and shows one progress bar (advanced per finished chunk). A chunk whose
+    worker died is sent again (at most `retries` times; runs it already saved are not retrained), and
+    weights are bit-identical to a serial sweep's (seeds decide everything; see `deterministic`).
+    device: where models train ("cpu", "cuda"); RuntimeError where the machine has no such device.
+    threads: torch threads per worker (None: as the worker is set up; Dask's local workers use one).
     """
     cfg = TrainConfig.resolve(config, steps=steps, batch_size=batch_size, lr=lr, weight_decay=weight_decay,
                               warmup=warmup)  # fmt: skip
     check_int("chunk", chunk, 1)
     check_float("poll_s", poll_s, 0.0, low_open=True)
+    check_int("retries", retries, 0)
+    if threads is not None:
+        check_int("threads", threads, 1)
+    device = usable_device(device)
+    if executor is not None:
+        executor = as_executor(executor)
     if not isinstance(task, Task):
         raise TypeError(f"task must be a headcoop Task such as hc.Count01(), got {type(task).__name__}")
     points, seeds = expand_grid(task, grid), _check_seeds(seeds)
@@ -217,9 +239,10 @@ def sweep(
             status[name] = "finished before"
     pending = [run for run in runs if metrics[run[2]] is None]
     bar = tqdm(total=len(pending) * cfg.steps, desc=f"sweep {task.name}", unit="model-step", disable=not progress)
+    work = SweepWork(task, out, cfg, chunk, claims, metrics, status, bar, executor, device, threads, retries)
     try:
-        _train_claimed(task, pending, out, cfg, chunk, claims, metrics, status, bar)
-        _wait_for_others(task, pending, out, cfg, chunk, claims, metrics, status, bar, poll_s)
+        work.train(pending)
+        _wait_for_others(work, pending, poll_s)
     except OSError as err:
         if err.errno == errno.ENOSPC:
             raise OSError(errno.ENOSPC, f"sweep stopped: no space left on the device for {out}; finished runs "
@@ -235,49 +258,141 @@ def sweep(
     )  # fmt: skip
 
 
-def _train_claimed(task, pending, out, cfg, chunk, claims, metrics, status, bar) -> None:
-    """Train, `chunk` at a time, every pending run no other live sweep has claimed."""
-    queue = list(pending)
-    while queue:
-        part = []
-        while queue and len(part) < chunk:
-            run = queue.pop(0)
-            name = run[2]
-            if claims.take(name):
-                # another sweep may have finished it between our scan and our claim
-                done = finished_metrics(out / name, task, dataclasses.replace(cfg, seed=run[1]))
-                if done is None:
-                    part.append(run)
-                    continue
-                metrics[name], status[name] = done, "trained by another sweep"
-                claims.release(name)
-                bar.update(cfg.steps)
-        if not part:
-            continue
-        models = train_many(
-            task, [point for point, _, _ in part], seeds=[seed for _, seed, _ in part], progress=bar, config=cfg,
-        )  # fmt: skip
-        for (point, seed, name), model in zip(part, models):
-            metrics[name] = task.evaluate(model)
-            save(model, out / name, metrics=metrics[name], sweep={"grid": point, "seed": seed})
-            status[name] = "trained"
-            claims.release(name)
+@dataclasses.dataclass
+class SweepWork:
+    """What one sweep trains, where, and what it has learnt so far (metrics and status per run name)."""
+
+    task: Task
+    out: Path
+    cfg: TrainConfig
+    chunk: int
+    claims: Claims
+    metrics: dict
+    status: dict
+    bar: Any
+    executor: Any = None
+    device: str | None = None
+    threads: int | None = None
+    retries: int = 2
+
+    def finished(self, seed: int, name: str) -> dict | None:
+        return finished_metrics(self.out / name, self.task, dataclasses.replace(self.cfg, seed=seed))
+
+    def claim(self, runs: list) -> list:
+        """The runs of `runs` this sweep now claims and still has to train."""
+        mine = []
+        for run in runs:
+            point, seed, name = run
+            if not self.claims.take(name):
+                continue
+            done = self.finished(seed, name)  # another sweep may have finished it between scan and claim
+            if done is None:
+                mine.append(run)
+                continue
+            self.metrics[name], self.status[name] = done, "trained by another sweep"
+            self.claims.release(name)
+            self.bar.update(self.cfg.steps)
+        return mine
+
+    def record(self, results: dict, advance: bool = True) -> None:
+        for name, (metrics, status) in results.items():
+            self.metrics[name], self.status[name] = metrics, status
+            self.claims.release(name)
+            if advance:  # (a chunk trained here has advanced the bar step by step)
+                self.bar.update(self.cfg.steps)
+
+    def train(self, runs: list) -> None:
+        """Train every run of `runs` that no other live sweep has claimed."""
+        if self.executor is None:
+            for start in range(0, len(runs), self.chunk):
+                mine = self.claim(runs[start : start + self.chunk])
+                if mine:
+                    results = train_chunk(ChunkJob(self.task, self.cfg, mine, str(self.out), self.device,
+                                                   self.threads, progress=self.bar))  # fmt: skip
+                    self.record(results, advance=False)
+            return
+        mine = self.claim(runs)
+        size = chunk_size(self.chunk, len(mine), self.executor)
+        jobs = [ChunkJob(self.task, self.cfg, part, str(self.out), self.device, self.threads)
+                for part in _chunks_of_one_shape(mine, size)]  # fmt: skip
+        for attempt in range(self.retries + 1):
+            failed = []
+            for job, results, error in each_result(self.executor, train_chunk, jobs):
+                if error is None:
+                    self.record(results)
+                elif lost_worker(error) and attempt < self.retries:
+                    failed.append(job)
+                else:
+                    names = [name for _, _, name in job.runs]
+                    raise RuntimeError(
+                        f"sweep: the chunk of runs {names} failed on its worker ({type(error).__name__}: {error}); "
+                        "finished runs are kept in the out folder, run the same sweep again to resume"
+                    ) from error
+            if not failed:
+                return
+            jobs = failed
 
 
-def _wait_for_others(task, pending, out, cfg, chunk, claims, metrics, status, bar, poll_s) -> None:
+def _chunks_of_one_shape(runs: list, size: int) -> list[list]:
+    """Runs grouped by grid point (one model shape per chunk), at most `size` per chunk, in run order."""
+    by_point: dict[str, list] = {}
+    for run in runs:
+        by_point.setdefault(repr(sorted(run[0].items())), []).append(run)
+    return [group[i : i + size] for group in by_point.values() for i in range(0, len(group), size)]
+
+
+@dataclasses.dataclass(frozen=True)
+class ChunkJob:
+    """One chunk of runs for one worker: train them together and save each into `out`."""
+
+    task: Task
+    config: TrainConfig
+    runs: list  # [(grid point, seed, run name)]
+    out: str
+    device: str | None = None
+    threads: int | None = None
+    progress: Any = False  # a tqdm bar in this process; never sent to a worker
+
+
+def train_chunk(job: ChunkJob) -> dict[str, tuple[dict, str]]:
+    """Train the runs of `job` not yet saved in `job.out` (an earlier attempt of a chunk whose worker
+    died may have saved some) with `train_many`, and save each atomically; returns {run name: (metrics,
+    status)}. Runs in a worker process (any executor) or in the sweep's own."""
+    if job.threads is not None:
+        torch.set_num_threads(job.threads)
+    out, results, todo = Path(job.out), {}, []
+    for point, seed, name in job.runs:
+        clean_leftovers(out / name)  # a temporary folder of a killed attempt (its writer is gone)
+        done = finished_metrics(out / name, job.task, dataclasses.replace(job.config, seed=seed))
+        if done is None:
+            todo.append((point, seed, name))
+        else:
+            results[name] = (done, "trained")  # by an earlier attempt of this sweep's chunk
+    if todo:
+        models = train_many(job.task, [point for point, _, _ in todo], seeds=[seed for _, seed, _ in todo],
+                            progress=job.progress, config=job.config, device=job.device)  # fmt: skip
+        for (point, seed, name), model in zip(todo, models):
+            metrics = job.task.evaluate(model)
+            save(model, out / name, metrics=metrics, sweep={"grid": point, "seed": seed})
+            results[name] = (metrics, "trained")
+    return results
+
+
+def _wait_for_others(work: SweepWork, pending: list, poll_s: float) -> None:
     """Wait for the runs other sweeps claimed; train any whose claimer died without finishing it."""
+    metrics = work.metrics
     while True:
         missing = [run for run in pending if metrics[run[2]] is None]
         if not missing:
             return
         for point, seed, name in missing:
-            done = finished_metrics(out / name, task, dataclasses.replace(cfg, seed=seed))
+            done = work.finished(seed, name)
             if done is not None:
-                metrics[name], status[name] = done, "trained by another sweep"
-                bar.update(cfg.steps)
-        orphans = [run for run in missing if metrics[run[2]] is None and not claims.alive(run[2])]
+                metrics[name], work.status[name] = done, "trained by another sweep"
+                work.bar.update(work.cfg.steps)
+        orphans = [run for run in missing if metrics[run[2]] is None and not work.claims.alive(run[2])]
         if orphans:
-            _train_claimed(task, orphans, out, cfg, chunk, claims, metrics, status, bar)
+            work.train(orphans)
         elif any(metrics[run[2]] is None for run in missing):
             time.sleep(poll_s)
 
@@ -289,8 +404,20 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     task = task_from_args(args)
     grid = dict(n_heads=args.heads, d_model=args.d_model, d_head=args.d_head, n_layers=args.layers)
     grid = {key: values for key, values in grid.items() if values is not None}
-    table = sweep(task, grid, args.seeds, args.out, config=config_from_args(args), progress=not args.no_progress,
-                  chunk=args.chunk)  # fmt: skip
+    client = None
+    if args.workers is not None or args.scheduler is not None:
+        from headcoop.executors import dask_client
+
+        client = dask_client(workers=args.workers, scheduler=args.scheduler)
+    try:
+        table = sweep(task, grid, args.seeds, args.out, config=config_from_args(args), progress=not args.no_progress,
+                      chunk=args.chunk, executor=client, device=args.device, threads=args.threads)  # fmt: skip
+    finally:
+        if client is not None:
+            cluster = client.cluster if args.workers is not None else None
+            client.close()
+            if cluster is not None:
+                cluster.close()
     csv = Path(args.out) / "sweep.csv"
     table.to_csv(csv, index=False)
     print(table.drop(columns=["path"]).to_string(index=False, float_format=lambda x: f"{x:.4f}"))

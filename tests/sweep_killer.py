@@ -1,0 +1,39 @@
+"""A chunk function for killing a sweep's worker process mid-chunk (sent to Dask workers by value)."""
+
+import json
+import os
+
+
+def die_after_first_save(job, marker: str):
+    """headcoop's train_chunk, except that the first call anywhere (the one that creates `marker`) kills
+    its own process right after saving the chunk's first run; the marker records that run's name and
+    its weights file's inode and mtime (a retrained run is saved anew: another inode)."""
+    from headcoop import sweeps
+    from headcoop.checkpoints import WEIGHTS
+
+    try:
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return sweeps.train_chunk(job)
+    real_save = sweeps.save
+
+    def save_then_die(model, path, **kwargs):
+        real_save(model, path, **kwargs)
+        stat = os.stat(os.path.join(path, WEIGHTS))
+        os.write(fd, json.dumps({"name": os.path.basename(path), "inode": stat.st_ino,
+                                 "mtime_ns": stat.st_mtime_ns, "pid": os.getpid()}).encode())  # fmt: skip
+        os.close(fd)
+        os._exit(1)
+
+    sweeps.save = save_then_die
+    return sweeps.train_chunk(job)
+
+
+class Killing:
+    """An executor that runs every chunk through `die_after_first_save` on the executor it wraps."""
+
+    def __init__(self, inner, marker):
+        self.inner, self.marker = inner, str(marker)
+
+    def submit(self, fn, job):
+        return self.inner.submit(die_after_first_save, job, self.marker)
