@@ -14,7 +14,6 @@ import pytest
 import torch
 
 import headcoop as hc
-import headcoop.sweeps as sweep_module
 from headcoop.executors import dask_client
 
 distributed = pytest.importorskip("distributed", reason="the [dist] extra (Dask) is not installed")
