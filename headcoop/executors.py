@@ -4,7 +4,9 @@
 (its `get_executor(pure=False)` is used) or anything else whose `submit(fn, *args)` returns a future
 with `result()` (Ray's executor, for instance). `each_result` yields results as they finish, whatever
 kind of future the executor hands back. `dask_client` starts a local Dask cluster of worker processes or
-connects to a running scheduler; Dask is the optional extra `headcoop[dist]`.
+connects to a running scheduler; Dask is the optional extra `headcoop[dist]`. Ray has no
+`concurrent.futures` executor of its own; `RayExecutor` is one (each submit a Ray task, its future
+`ObjectRef.future()`), extra `headcoop[ray]`.
 """
 
 from __future__ import annotations
@@ -68,7 +70,8 @@ def lost_worker(error: BaseException) -> bool:
     """Whether `error` says the worker (not the work) failed: a killed Dask worker or a broken pool."""
     names = {type(e).__name__ for e in (error, error.__cause__, error.__context__) if e is not None}
     return bool(names & {"KilledWorker", "BrokenProcessPool", "BrokenExecutor", "CommClosedError",
-                         "CancelledError", "FutureCancelledError"})  # fmt: skip
+                         "CancelledError", "FutureCancelledError", "WorkerCrashedError", "NodeDiedError",
+                         "ObjectLostError", "OwnerDiedError"})  # fmt: skip
 
 
 def dask_client(workers: int | None = None, scheduler: str | None = None):
@@ -93,3 +96,37 @@ def dask_client(workers: int | None = None, scheduler: str | None = None):
 
 def _warm_up() -> None:
     import headcoop  # noqa: F401
+
+
+class RayExecutor:
+    """A `concurrent.futures`-style executor on Ray: `submit(fn, *args)` runs fn as a Ray task (Ray
+    retries a task whose worker process died, `max_retries` times) and returns its
+    `concurrent.futures.Future`. Starts Ray in this process (`ray.init(address=address,
+    num_cpus=num_cpus)`) unless it is running; `shutdown()` stops what it started."""
+
+    def __init__(self, address: str | None = None, num_cpus: int | None = None, max_retries: int = 3):
+        try:
+            import ray
+        except ImportError:
+            raise ImportError('Ray is not installed: pip install "headcoop[ray]" (or pip install ray)') from None
+        self._ray, self._started = ray, False
+        if not ray.is_initialized():
+            ray.init(address=address, num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+            self._started = True
+        self._max_retries = max_retries
+        self._max_workers = int(ray.cluster_resources().get("CPU", 1))
+
+    def submit(self, fn: Callable, *args) -> cf.Future:
+        task = self._ray.remote(num_cpus=1, max_retries=self._max_retries)(fn)
+        return task.remote(*args).future()
+
+    def shutdown(self, wait: bool = True) -> None:
+        if self._started:
+            self._ray.shutdown()
+            self._started = False
+
+    def __enter__(self) -> "RayExecutor":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
