@@ -11,12 +11,12 @@ import torch
 import headcoop as hc
 from headcoop.executors import RayExecutor
 
-ray = pytest.importorskip("ray", reason="the [ray] extra is not installed")
-import ray.cloudpickle  # noqa: E402  (Ray pickles with its own copy of cloudpickle)
+pytest.importorskip("ray", reason="the [ray] extra is not installed")
 import sweep_killer  # noqa: E402
+from ray import cloudpickle as ray_cloudpickle  # noqa: E402  (Ray pickles with its own copy of cloudpickle)
 
 cloudpickle.register_pickle_by_value(sweep_killer)
-ray.cloudpickle.register_pickle_by_value(sweep_killer)
+ray_cloudpickle.register_pickle_by_value(sweep_killer)
 
 TASK = hc.Count01(max_len=6)
 GRID = {"n_heads": [1, 2], "d_model": [4], "d_head": [1]}
