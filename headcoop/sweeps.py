@@ -14,6 +14,8 @@ import dataclasses
 import errno
 import itertools
 import os
+import socket
+import threading
 import time
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
@@ -109,11 +111,26 @@ CLAIMS = ".headcoop-claims"
 
 class Claims:
     """Per-run claim files `OUT/.headcoop-claims/<run>`, created with O_EXCL: the first sweep to create one
-    trains that run. A claim whose process died (on this machine) is taken over."""
+    trains that run. A claim whose process died is taken over: on this machine the process is looked up;
+    a claim from another machine sharing the folder is a lease, renewed (its mtime touched) every
+    lease_s / 4 seconds by a thread of the sweep holding it, and taken over once lease_s pass unrenewed."""
 
-    def __init__(self, out: Path):
+    def __init__(self, out: Path, lease_s: float = 300.0):
         self.folder = out / CLAIMS
         self.held: set[str] = set()
+        self.lease_s = lease_s
+        self._stop = threading.Event()
+        self._renewer: threading.Thread | None = None
+
+    def renew(self) -> None:
+        """Touch every claim this sweep holds (the lease other machines read)."""
+        for name in list(self.held):
+            with contextlib.suppress(FileNotFoundError):
+                os.utime(self.folder / name)
+
+    def _renew_until_stopped(self) -> None:
+        while not self._stop.wait(self.lease_s / 4):
+            self.renew()
 
     def take(self, name: str) -> bool:
         self.folder.mkdir(exist_ok=True)
@@ -134,16 +151,24 @@ class Claims:
             with os.fdopen(fd, "w") as f:
                 f.write(this_owner())
             self.held.add(name)
+            if self._renewer is None:
+                self._renewer = threading.Thread(target=self._renew_until_stopped, daemon=True, name="claim-lease")
+                self._renewer.start()
             return True
         return False
 
     def alive(self, name: str) -> bool:
         """Whether `name` is claimed by a running process (other than a dead one's leftover)."""
+        file = self.folder / name
         try:
-            owner = (self.folder / name).read_text()
+            owner, renewed = file.read_text(), file.stat().st_mtime
         except FileNotFoundError:
             return False
-        return not owner or owner_alive(owner)  # an empty claim is one being written right now
+        if not owner:  # a claim being written right now
+            return True
+        if owner.partition(" ")[0] != socket.gethostname():
+            return time.time() - renewed < self.lease_s
+        return owner_alive(owner)
 
     def clear_stale(self, name: str) -> None:
         """Remove the claim of `name` when its process died (a finished run a killed sweep still claimed)."""
@@ -158,6 +183,9 @@ class Claims:
                 (self.folder / name).unlink()
 
     def release_all(self) -> None:
+        self._stop.set()
+        if self._renewer is not None:
+            self._renewer.join()
         for name in list(self.held):
             self.release(name)
         with contextlib.suppress(OSError):

@@ -289,3 +289,33 @@ def test_sweeps_killed_at_many_points_resume_without_retraining(tmp_path):
     seen = json.loads(proc.stdout.strip().splitlines()[-1])
     assert seen["bad"] == [] and seen["lines"] > 100
     assert seen["kept"] > 0  # some kills came after runs had finished
+
+
+def test_claims_from_another_machine_are_leases(tmp_path):
+    """A claim written by a sweep on another machine sharing the folder counts while its lease is renewed
+    (mtime younger than lease_s) and is taken over once it lapses; a sweep renews the claims it holds."""
+    import time
+
+    out = tmp_path / "out"
+    grid = {"n_heads": [1], "d_model": [4], "d_head": [2]}
+    (name,) = [run_name(hc.Count01(), grid_point, 0) for grid_point in expand_grid(hc.Count01(), grid)]
+    claims = sweep_module.Claims(out, lease_s=300)
+    (out / sweep_module.CLAIMS).mkdir(parents=True)
+    claim = out / sweep_module.CLAIMS / name
+    claim.write_text("another-machine 4242:777")
+    assert claims.alive(name)
+    old = time.time() - 301
+    os.utime(claim, (old, old))
+    assert not claims.alive(name)
+    table = sweep(hc.Count01(), grid, [0], out, **FAST)  # the lapsed claim is taken over and the run trained
+    assert list(table["status"]) == ["trained"]
+    assert not (out / sweep_module.CLAIMS).exists()
+
+    mine = sweep_module.Claims(tmp_path / "other", lease_s=300)
+    (tmp_path / "other").mkdir()
+    assert mine.take("run")
+    os.utime(mine.folder / "run", (old, old))
+    mine.renew()
+    assert time.time() - (mine.folder / "run").stat().st_mtime < 60
+    mine.release_all()
+    assert not mine.folder.exists()
