@@ -31,7 +31,7 @@ from transformer_lens import HookedTransformer, HookedTransformerConfig
 from headcoop.checks import check_device, check_finite
 from headcoop.owners import pid_alive
 from headcoop.tasks import task_from_dict
-from headcoop.tasks.base import Task, build_model
+from headcoop.tasks.base import Task, build_model, hold_entries
 
 WEIGHTS = "weights.safetensors"
 META = "headcoop.json"
@@ -412,6 +412,12 @@ def load(name_or_path: str | os.PathLike, device: str | None = None) -> HookedTr
     if frozen is not None:  # exactly as saved: frozen parameters frozen, every other one trainable
         for name, param in expected.items():
             param.requires_grad_(name not in frozen)
+    if task is not None:  # entries the task holds at zero (Count01's heads-only readout) stay held
+        held = task.held_entries(model)
+        moved = [name for name, mask in held.items() if bool(expected[name].detach()[mask].any())]
+        if moved:
+            raise ValueError(f"checkpoint {path} has non-zero entries in {moved}, which its task holds at zero")
+        hold_entries(expected, held)
     model.task = task
     model.eval()
     model.history = meta.get("history") or []

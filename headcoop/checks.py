@@ -74,6 +74,13 @@ def check_device(device) -> str | None:
         raise ValueError(f"unknown device {device!r}; use 'cpu', 'cuda', 'cuda:1', 'mps', ...") from None
 
 
+def check_choice(name: str, value: str, valid) -> str:
+    """`value` itself, or ValueError listing the valid names."""
+    if value not in valid:
+        raise ValueError(f"unknown {name} {value!r}; valid values are {list(valid)}")
+    return value
+
+
 def usable_device(device) -> str | None:
     """`check_device`, and a device this machine has: RuntimeError for CUDA (or MPS) where torch finds
     none, so nothing falls back to the CPU silently."""

@@ -25,7 +25,7 @@ from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from headcoop.checks import check_finite, check_int, check_seed, usable_device
 from headcoop.fused import attn_scales, check_supported, fused_logits, stack_parameters
-from headcoop.tasks.base import Task, build_model, check_sample_size
+from headcoop.tasks.base import Task, build_model, check_sample_size, hold_entries
 from headcoop.training import (
     TrainConfig, deterministic, make_optimizer, mark_trained, step_seed, trainable_parameters,
 )
@@ -136,6 +136,9 @@ class _Group:
         stacked = stack_parameters(models)
         frozen = {n for n, p in models[0].named_parameters() if not p.requires_grad}
         self.params = {n: t.requires_grad_(n not in frozen) for n, t in stacked.items()}
+        task = getattr(models[0], "task", None)
+        if task is not None:  # entries the task holds fixed stay fixed in the stacked copies too
+            hold_entries(self.params, task.held_entries(models[0]))
         W_pos = self.params["pos_embed.W_pos"]
         self.positional = W_pos.requires_grad or bool(W_pos.any())
         identity = stream_rows == list(range(n_streams))  # this group reads every stream, in order

@@ -10,6 +10,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens import ActivationCache, HookedTransformer
 
+from headcoop.checks import check_choice  # noqa: F401  (analyses import it from here)
 from headcoop.tasks.base import Batch, Task
 
 
@@ -117,13 +118,6 @@ def check_head(model: HookedTransformer, head: int) -> int:
     if not -n <= head < n:
         raise IndexError(f"head {head!r} is out of range: this model has heads 0..{n - 1}")
     return head % n
-
-
-def check_choice(name: str, value: str, valid) -> str:
-    """`value` itself, or ValueError listing the valid names."""
-    if value not in valid:
-        raise ValueError(f"unknown {name} {value!r}; valid values are {list(valid)}")
-    return value
 
 
 def layers_of(model: HookedTransformer, layer: int | None) -> list[int]:

@@ -77,6 +77,19 @@ class Batch:
         return Batch(**{name: torch.cat([getattr(b, name) for b in batches]) for name in names}, vocab=batches[0].vocab)
 
 
+def hold_entries(params: dict[str, Tensor], held: dict[str, Tensor]) -> None:
+    """Zero the held entries of `params` (name -> tensor, a model's parameters or train_many's stacked
+    ones, whose trailing dims match the masks) and mask their gradients, so that no optimizer step moves
+    them: AdamW's update of an entry whose gradient is always 0 is 0, and weight decay keeps 0 at 0."""
+    for name, mask in held.items():
+        param = params[name]
+        keep = (~mask).to(param.dtype).to(param.device)
+        with torch.no_grad():
+            param.mul_(keep)
+        if param.requires_grad:
+            param.register_hook(lambda grad, keep=keep: grad * keep)
+
+
 def build_model(cfg: HookedTransformerConfig, seed: int) -> HookedTransformer:
     """A freshly initialised HookedTransformer whose weights depend on `seed` only.
 
@@ -300,6 +313,12 @@ class Task(ABC):
     def frozen_parameters(self) -> list[str]:
         """Names of parameters this task holds fixed during training."""
         return []
+
+    def held_entries(self, model: HookedTransformer) -> dict[str, Tensor]:
+        """Parameters of which this task holds some entries fixed (at zero) while the rest train: name ->
+        bool mask of the parameter's shape, True where held. `prepare` zeroes them and `hold_entries` keeps
+        every training path (`hc.train`, `train_many`) from moving them."""
+        return {}
 
     # --- persistence -----------------------------------------------------------------
     @abstractmethod

@@ -6,18 +6,20 @@ than 0s, else '4'. Batches are right-padded with [EOS] to width max_len + 4.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, get_args
 
 import torch
 from jaxtyping import Int
 from torch import Tensor
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
-from headcoop.checks import check_device, check_bool, check_int
-from headcoop.tasks.base import Batch, Task, check_ids, check_sample_size, generator
+from headcoop.checks import check_bool, check_choice, check_device, check_int
+from headcoop.tasks.base import Batch, Task, check_ids, check_sample_size, generator, hold_entries
 
 ZERO, ONE, TWO, EQ, FOUR, FIVE, EOS, BOS = range(8)
 MAX_LEN = 4096  # longer strings would need contexts no toy model here is built for
+Readout = Literal["residual", "heads"]
+READOUTS: tuple[str, ...] = get_args(Readout)
 
 
 class Count01(Task):
@@ -27,21 +29,33 @@ class Count01(Task):
     include_ties:     keep strings with as many 1s as 0s (answer '4'); excluded by default.
     positional:       learn a positional embedding; by default W_pos is held at zero so
                       attention depends on token identity only.
+    readout:          "residual" (default): the unembedding reads the whole residual stream, embedding
+                      and biases included. "heads": the logits are a linear map of the concatenated head
+                      outputs and nothing else (the reading of the paper's "head outputs are concatenated
+                      and projected to logits"): the residual stream is d_model embedding dimensions plus
+                      n_heads * d_head head dimensions; W_E (and W_pos) write only the former, every W_O
+                      only the latter, W_U reads only the latter, b_O and b_U are held at zero. Still a
+                      HookedTransformer, so every analysis runs on it.
     """
 
     name = "count01"
     vocab = ["0", "1", "2", "=", "4", "5", "[EOS]", "[BOS]"]
 
-    def __init__(self, min_len: int = 1, max_len: int = 20, include_ties: bool = False, positional: bool = False):
+    def __init__(self, min_len: int = 1, max_len: int = 20, include_ties: bool = False, positional: bool = False,
+                 readout: Readout = "residual"):  # fmt: skip
         self.max_len = check_int("max_len", max_len, 1, MAX_LEN)
         self.min_len = check_int("min_len", min_len, 1)
         if self.min_len > self.max_len:
             raise ValueError(f"need min_len <= max_len, got min_len={min_len}, max_len={max_len}")
         self.include_ties = check_bool("include_ties", include_ties)
         self.positional = check_bool("positional", positional)
+        self.readout = check_choice("readout", readout, READOUTS)
 
     def params(self) -> dict[str, Any]:
-        return dict(min_len=self.min_len, max_len=self.max_len, include_ties=self.include_ties, positional=self.positional)
+        out = dict(min_len=self.min_len, max_len=self.max_len, include_ties=self.include_ties, positional=self.positional)
+        if self.readout != "residual":  # (checkpoints of the default setup keep their task JSON)
+            out["readout"] = self.readout
+        return out
 
     @property
     def n_ctx(self) -> int:
@@ -177,9 +191,10 @@ class Count01(Task):
         for key, value in dict(n_heads=n_heads, d_model=d_model, d_head=d_head, n_layers=n_layers).items():
             check_int(key, value, 1)
         device = check_device(device)
+        heads = self.readout == "heads"
         return HookedTransformerConfig(
             n_layers=n_layers,
-            d_model=d_model,
+            d_model=d_model + n_heads * d_head if heads else d_model,
             d_head=d_head,
             n_heads=n_heads,
             n_ctx=self.n_ctx,
@@ -188,19 +203,48 @@ class Count01(Task):
             normalization_type=None,
             positional_embedding_type="standard",
             default_prepend_bos=False,
-            model_name=f"count01-L{n_layers}-H{n_heads}-d{d_model}-dh{d_head}",
+            model_name=f"count01-L{n_layers}-H{n_heads}-d{d_model}-dh{d_head}" + ("-heads" if heads else ""),
             device=device,
         )
 
     def frozen_parameters(self) -> list[str]:
-        return [] if self.positional else ["pos_embed.W_pos"]
+        frozen = [] if self.positional else ["pos_embed.W_pos"]
+        if self.readout == "heads":
+            frozen += ["unembed.b_U"]  # (and every b_O: see prepare)
+        return frozen
+
+    def held_entries(self, model: HookedTransformer) -> dict[str, Tensor]:
+        """With readout "heads": the embedding writes, W_O writes and W_U reads of the wrong subspace."""
+        if self.readout != "heads":
+            return {}
+        cfg = model.cfg
+        head_dims = torch.arange(cfg.d_model) >= cfg.d_model - cfg.n_heads * cfg.d_head  # [d_model]
+        held = {"embed.W_E": head_dims.expand(cfg.d_vocab, -1), "unembed.W_U": (~head_dims)[:, None].expand(-1, cfg.d_vocab_out)}
+        if self.positional:
+            held["pos_embed.W_pos"] = head_dims.expand(cfg.n_ctx, -1)
+        for layer in range(cfg.n_layers):
+            held[f"blocks.{layer}.attn.W_O"] = (~head_dims).expand(cfg.n_heads, cfg.d_head, -1)
+        return held
 
     def prepare(self, model: HookedTransformer) -> HookedTransformer:
-        """Hold W_pos at zero unless positional (a model without W_pos, e.g. rotary, has none to hold),
-        and attach the task."""
+        """Hold W_pos at zero unless positional (a model without W_pos, e.g. rotary, has none to hold); with
+        readout "heads", hold b_O and b_U at zero and the entries of `held_entries`; attach the task."""
         if not self.positional and hasattr(model, "pos_embed"):
             with torch.no_grad():
                 model.pos_embed.W_pos.zero_()
             model.pos_embed.W_pos.requires_grad_(False)
+        if self.readout == "heads":
+            cfg = model.cfg
+            d_embed = cfg.d_model - cfg.n_heads * cfg.d_head
+            if d_embed < 1 or cfg.model_name != self.config(cfg.n_heads, d_embed, cfg.d_head, cfg.n_layers).model_name:
+                raise ValueError(f"readout='heads' needs a model built by this task's config (its residual stream "
+                                 f"holds d_model + n_heads * d_head dimensions), got {cfg.model_name!r} with d_model "
+                                 f"{cfg.d_model}")  # fmt: skip
+            biases = [model.unembed.b_U] + [block.attn.b_O for block in model.blocks]
+            with torch.no_grad():
+                for bias in biases:
+                    bias.zero_()
+                    bias.requires_grad_(False)
+            hold_entries(dict(model.named_parameters()), self.held_entries(model))
         model.task = self
         return model

@@ -9,20 +9,24 @@ Noise example: every token uniform over 5..11, target uniform over 5..11.
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from typing import Any, Literal, get_args
 
 import torch
-from jaxtyping import Int
+import torch.nn.functional as F
+from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
-from headcoop.checks import check_device, check_float, check_int
+from headcoop.checks import check_choice, check_device, check_float, check_int
 from headcoop.tasks.base import Batch, Task, check_sample_size, generator
 
 READ_OFF = 0
 SIGNAL = (1, 2, 3, 4)
 NOISE = tuple(range(5, 12))
 MAX_SEQ_LEN = 4096
+UNIFORM_NOISE = -1  # a target that stands for the uniform distribution over the noise tokens
+LossPositions = Literal["read_off", "all"]
+LOSS_POSITIONS: tuple[str, ...] = get_args(LossPositions)
 PAIRS: list[tuple[int, int]] = list(itertools.combinations_with_replacement(SIGNAL, 2))
 
 # An injection from the 10 unordered pairs to 10 distinct completions, containing
@@ -44,16 +48,24 @@ class SkipPair(Task):
     seq_len:         tokens per example, the read-off token included (default 10).
     signal_fraction: share of signal examples in `sample` (default 0.5).
     mapping:         {(a, b): completion} over the 10 sorted pairs of 1..4, an injection.
+    loss_positions:  "read_off" (default): training's cross-entropy is taken at the last position only.
+                     "all": at every position, the last with its target and every earlier one against
+                     the uniform distribution over the noise tokens 5..11 (our reading of the post's
+                     comment thread: a language-model loss on sequences whose next token is noise),
+                     averaged over positions. Evaluation (accuracies, noise loss) reads the last position
+                     either way.
     """
 
     name = "skip-pair"
     vocab = [str(i) for i in range(12)]
 
-    def __init__(self, seq_len: int = 10, signal_fraction: float = 0.5, mapping: dict | None = None):
+    def __init__(self, seq_len: int = 10, signal_fraction: float = 0.5, mapping: dict | None = None,
+                 loss_positions: LossPositions = "read_off"):  # fmt: skip
         # seq_len >= 3: two signal tokens and the read-off
         self.seq_len = check_int("seq_len", seq_len, 3, MAX_SEQ_LEN)
         self.signal_fraction = check_float("signal_fraction", signal_fraction, 0.0, 1.0)
         self.mapping = self._check_mapping(DEFAULT_MAPPING if mapping is None else mapping)
+        self.loss_positions = check_choice("loss_positions", loss_positions, LOSS_POSITIONS)
         table = torch.full((5, 5), -1, dtype=torch.long)
         for (a, b), c in self.mapping.items():
             table[a, b] = table[b, a] = c
@@ -86,7 +98,10 @@ class SkipPair(Task):
 
     def params(self) -> dict[str, Any]:
         mapping = {f"{a},{b}": c for (a, b), c in self.mapping.items()}
-        return dict(seq_len=self.seq_len, signal_fraction=self.signal_fraction, mapping=mapping)
+        out = dict(seq_len=self.seq_len, signal_fraction=self.signal_fraction, mapping=mapping)
+        if self.loss_positions != "read_off":  # (checkpoints of the default setup keep their task JSON)
+            out["loss_positions"] = self.loss_positions
+        return out
 
     @property
     def n_ctx(self) -> int:
@@ -155,10 +170,15 @@ class SkipPair(Task):
         wrong = torch.where(is_signal, self._table[_next_signal(a_first), other], noise_target)
         labels = torch.where(is_signal, self._pair_index[a, b], -1)
         last = torch.full((n,), L - 1, dtype=torch.long)
+        loss_pos, targets = last[:, None].clone(), answer[:, None].clone()
+        if self.loss_positions == "all":  # every position; UNIFORM_NOISE marks the uniform-over-noise targets
+            loss_pos = torch.arange(L).expand(n, L).clone()
+            targets = torch.full((n, L), UNIFORM_NOISE, dtype=torch.long)
+            targets[:, -1] = answer
         return Batch(
             tokens=tokens,
-            loss_pos=last[:, None].clone(),
-            targets=answer[:, None].clone(),
+            loss_pos=loss_pos,
+            targets=targets,
             answer_pos=last,
             answer=answer,
             wrong=wrong,
@@ -200,6 +220,22 @@ class SkipPair(Task):
         return clean, self.corrupt(clean)
 
     # --- scoring ---------------------------------------------------------------------
+    def row_loss(self, row_logits: Float[Tensor, "*copies batch n_loss vocab"], batch: Batch) -> Float[Tensor, "*copies"]:
+        """Cross-entropy at the loss positions; with loss_positions "all", positions whose target is
+        UNIFORM_NOISE are scored against the uniform distribution over 5..11 (class docstring)."""
+        if self.loss_positions == "read_off":
+            return super().row_loss(row_logits, batch)
+        logp = row_logits.log_softmax(-1)
+        targets = batch.targets.to(row_logits.device).expand(row_logits.shape[:-1])
+        hard = -logp.gather(-1, targets.clamp(min=0)[..., None])[..., 0]
+        soft = -logp[..., NOISE[0] : NOISE[-1] + 1].mean(-1)
+        return torch.where(targets == UNIFORM_NOISE, soft, hard).flatten(-2).mean(-1)
+
+    def row_correct(self, row_logits: Float[Tensor, "*copies batch n_loss vocab"], batch: Batch) -> Tensor:
+        """Whether the prediction at the read-off position is right ([*copies, batch, 1])."""
+        targets = batch.targets.to(row_logits.device)
+        return row_logits[..., -1:, :].argmax(-1) == targets[..., -1:]
+
     @torch.no_grad()
     def evaluate(self, model: HookedTransformer, n: int = 256, seed: int = 10_000) -> dict[str, float]:
         """Accuracy on each of the 10 signal pair types (`n` random contexts each, both orders),
@@ -214,7 +250,10 @@ class SkipPair(Task):
             total += acc
         noise = self.sample(4 * n, seed=seed + 100, signal_fraction=0.0).to(device)
         result["signal_acc"] = total / len(PAIRS)
-        result["noise_loss"] = self.loss(model(noise.tokens), noise).item()
+        if self.loss_positions == "read_off":
+            result["noise_loss"] = self.loss(model(noise.tokens), noise).item()
+        else:  # the read-off position's cross-entropy, as in the default setup
+            result["noise_loss"] = F.cross_entropy(model(noise.tokens)[:, -1], noise.answer).item()
         result["noise_loss_optimum"] = float(torch.log(torch.tensor(float(len(NOISE)))))
         return result
 
