@@ -137,8 +137,9 @@ class Details:
 
 @dataclasses.dataclass(frozen=True)
 class Claim:
-    """One claim of a source beside what was measured: `source` is the source's words (or our summary of
-    them), `measured` the numbers, `verdict` the reading, `section` where the page shows the evidence."""
+    """One claim of a source beside what was measured: `source` is the source's words, quoted exactly (a
+    verdict tests no more than they say), `measured` the numbers, `verdict` the reading, `section` where the
+    page shows the evidence."""
 
     section: str
     source: str

@@ -22,6 +22,26 @@ from headcoop.pages import Claim, FigureFile, Section, Table, Text, render
 HERE = Path(__file__).resolve().parent
 PAPER_R = 0.72
 
+# The source's words, quoted exactly from ../shared/seeds/count01-paper-summary.md (a summary of the paper:
+# text inside its quotation marks is the paper's own; the rest is the summary's). Each verdict below tests
+# no more than the quoted sentence says.
+QUOTES = {
+    "half": "About half of the heads are highly successful at linearly separating inputs (high s-acc)",
+    "w01": "Successful heads have w01 ≈ 1, i.e., the head attends roughly equally to the '0' and '1' tokens",
+    "w02": "Successful heads have w02 > 10",
+    "band": "Manually set attention to '2' tokens to zero and sweep w01 from 0.001 to 1000. Confirm that s-acc "
+            "remains high for 0.1 < w01 < 10, as shown in Figure 8.",
+    "r": "Pearson correlation coefficient of the two values is 0.72",
+    "joint": "Heads trained jointly perform slightly worse than heads trained in isolation (Table 1)",
+    "bias": "heads are typically biased toward one out of '4' or '5'",
+    "tip": "the ordering of the logits is about fixed, but the balance between the logits tips toward '[EOS]' when "
+           "we move from '=' to '4' or '5'",
+    "minimal": "Minimal solution (d=1, d'=1, 1 head) exists",
+    "reach": "but is difficult to reach via gradient descent from random initialization",
+    "aggregate": "their outputs need to be aggregated in a non-uniform manner in order to create an encoding that "
+                 "conforms to the syntax",
+}
+
 
 class Tables:
     def __init__(self, out: Path):
@@ -138,11 +158,11 @@ def section_primary(t: Tables, rel: str) -> Section:
             "(the d_head = 1 minimal solution in section 8 does the same with w02 = 1)."
             if w02_ok < 0.5 else f"{pct(w02_ok)} of the successful heads have w02 > 10, in line with the paper.")
     lines[-1] += msg
-    claims.append(Claim("2", "about half the heads successful", f"{pct(share)} successful (s_acc >= 0.95)",
+    claims.append(Claim("2", QUOTES["half"], f"{pct(share)} successful (s_acc >= 0.95)",
           "agrees" if half else "differs (more)" if share > 0.65 else "differs (fewer)"))
-    claims.append(Claim("2", "successful heads have w01 ~ 1", f"{pct(w01_wide)} within 0.1..10, {pct(w01_ok)} within 0.5..2",
+    claims.append(Claim("2", QUOTES["w01"], f"{pct(w01_wide)} within 0.1..10, {pct(w01_ok)} within 0.5..2",
           "agrees" if w01_wide >= 0.75 else "partly"))
-    claims.append(Claim("2", "successful heads have w02 > 10", f"{pct(w02_ok)} of them (median {fmt(v('successful: median w02'))})",
+    claims.append(Claim("2", QUOTES["w02"], f"{pct(w02_ok)} of them (median {fmt(v('successful: median w02'))})",
           "agrees" if w02_ok >= 0.5 else "does not reproduce"))
     return _section(lines, claims)
 
@@ -224,7 +244,7 @@ def section_intervention(t: Tables, rel: str) -> Section:
                    f"(mean s_acc {fmt(at(0.1))} at w01 = 0.1 and {fmt(at(10))} at w01 = 10).")
     else:
         verdict = "The curve does not show the paper's pattern (see the numbers above)."
-    claims.append(Claim("4", "s_acc high for 0.1 < w01 < 10 under the intervention",
+    claims.append(Claim("4", QUOTES["band"],
           f"mean s_acc >= 0.95 for w01 in {fmt(lo)}..{fmt(hi)} (others=model)",
           "agrees" if lo <= 0.1 and hi >= 10 and shape else "same shape, narrower band" if shape else "differs"))
     zero = sm[sm.others == "0.0"]
@@ -278,7 +298,7 @@ def section_ensemble(t: Tables, rel: str) -> Section:
         inside = m.fisher_lo <= PAPER_R <= m.fisher_hi
         prim = others[(others.models != "all models") & (others.y == "answer_acc")]
         primary_inside = bool(((prim.fisher_lo <= PAPER_R) & (PAPER_R <= prim.fisher_hi)).any())
-        claims.append(Claim("5", f"weighted head s_acc vs model accuracy: r = {PAPER_R}",
+        claims.append(Claim("5", QUOTES["r"],
               f"r = {fmt(m.r)} ({fmt(m.fisher_lo)}..{fmt(m.fisher_hi)}) over all {int(m.n)} models"
               + "".join(f"; {fmt(r.r)} ({fmt(r.fisher_lo)}..{fmt(r.fisher_hi)}) over the {int(r.n)} primary-size models"
                         for _, r in others[(others.models != "all models") & (others.y == "answer_acc")].iterrows()),
@@ -331,7 +351,7 @@ def section_table1(t: Tables, s: Settings) -> Section:
                      if diff < -0.005 else
                      "The difference in separability is negligible here. "))
     la = tab[tab.metric == "l_acc"].iloc[0]
-    claims.append(Claim("6", "jointly trained heads slightly worse than isolated",
+    claims.append(Claim("6", QUOTES["joint"],
           f"isolated - joint: s_acc {fmt(diff)}, l_acc {fmt(la.isolated_minus_joint)}",
           "agrees" if diff > 0.005 and la.isolated_minus_joint > 0.005 else
           "mixed (joint better by s_acc, isolated by l_acc)" if diff < -0.005 and la.isolated_minus_joint > 0.005 else
@@ -391,10 +411,10 @@ def section_logits(t: Tables, rel: str) -> Section:
 
     eq_text, ans_text = orders_text(eq_rows), orders_text(ans_rows)
     lean = heads.bias_45.abs() > 0.2 * heads.signal_45.abs()
-    claims.append(Claim("7", "heads typically biased toward '4' or '5'",
+    claims.append(Claim("7", QUOTES["bias"],
           f"{int(lean.sum())} of {len(heads)} heads with abs(bias_45) > abs(signal_45) / 5",
           "agrees" if lean.mean() >= 0.5 else "weakly"))
-    claims.append(Claim("7", "logits tip toward [EOS] from '=' to the answer",
+    claims.append(Claim("7", QUOTES["tip"],
           "[EOS] on top at the answer" if ans_ok else "[EOS] not always on top",
           "agrees" if ans_ok and eq_ok else "differs"))
     lines[-1] += (
@@ -457,9 +477,9 @@ def section_minimal(t: Tables) -> Section:
     lines[-1] += (("The hand-written model solves the task (" + ", ".join(f"{fmt(a)}" for a in hand.both_acc)
                    + " on the samples above). ") if ok else "The hand-written model does not reach 99%. ")
     share = trained.solved_99.sum() / total
-    claims.append(Claim("8", "a d=1, d'=1, one-head solution exists", f"hand-written weights: {fmt(hand.both_acc.min())} accuracy",
+    claims.append(Claim("8", QUOTES["minimal"], f"hand-written weights: {fmt(hand.both_acc.min())} accuracy",
           "agrees" if ok else "differs"))
-    claims.append(Claim("8", "training rarely finds it", f"{int(trained.solved_99.sum())} of {total} runs reach >= 99%",
+    claims.append(Claim("8", QUOTES["reach"], f"{int(trained.solved_99.sum())} of {total} runs reach >= 99%",
           "agrees" if share <= 0.25 else "does not reproduce"))
     lines[-1] += (f"Training found a >= 99% solution in {int(trained.solved_99.sum())} of {total} runs "
                   f"({pct(share)}), "
@@ -489,8 +509,9 @@ def section_ablation(t: Tables, s: Settings, rel: str) -> Section:
     lines = [
         "## 9. Past the paper: ablating and amplifying heads",
         "",
-        "The paper's claim that the output layer must aggregate heads **non-uniformly** is correlational; its proposed "
-        "next check is to disable or amplify heads. All through `hc.ablate` on the shipped model (z of the chosen "
+        "The paper's claim that the output layer must aggregate heads **non-uniformly** rests on correlations. "
+        "Disabling or amplifying heads is our own next step, not a check the paper proposes (the summary's 'Next "
+        "Checks' lists it). All through `hc.ablate` on the shipped model (z of the chosen "
         "heads replaced: `zero`, `mean` over 512 reference strings, or `scale` by a factor), accuracy on "
         f"{s.n_ablation} fresh strings (`ablation_*.csv`). Unablated: answer accuracy "
         f"{fmt(base.answer_acc)}, `[EOS]` accuracy {fmt(base.eos_acc)}.",
@@ -512,9 +533,10 @@ def section_ablation(t: Tables, s: Settings, rel: str) -> Section:
         "**Reading**: ",
     ]
     nonuni = uni.answer_acc < base.answer_acc - 0.01 or uni.eos_acc < base.eos_acc - 0.01
-    claims.append(Claim("9", "non-uniform aggregation needed (causal test, past the paper)",
+    claims.append(Claim("9", QUOTES["aggregate"],
           f"uniform readout: answer {fmt(uni.answer_acc)}, [EOS] {fmt(uni.eos_acc)}",
-          "supported" if nonuni else "not needed on the shipped model"))
+          "supported by our own causal test (the paper's evidence is correlational)" if nonuni
+          else "not needed on the shipped model (our own causal test)"))
     k_big = cum[(cum.order == "largest readout first") & (cum.answer_acc < 0.99)]
     lines[-1] += (
         (f"uniform weighting drops the answer accuracy to {fmt(uni.answer_acc)} and `[EOS]` to {fmt(uni.eos_acc)}: "
@@ -538,7 +560,7 @@ def section_two_layer(t: Tables, rel: str) -> Section:
     lines = [
         "## 10. Past the paper: a two-layer attention-only model",
         "",
-        "The paper's proposed multi-layer check: the same analysis on two attention-only layers of the primary width "
+        "Our own next step, which the paper does not propose (the summary's 'Next Checks' lists it): the same analysis on two attention-only layers of the primary width "
         f"(d_model 32, {per_layer} heads per layer, d_head 2), {n_seeds} seeds, the recipe above. Layer-1 heads "
         "read a residual "
         "that already holds layer-0 outputs, so their w01/w02 come from their actual scores (no QK-table shortcut), "
@@ -616,8 +638,10 @@ def build(out: Path = DEFAULT_OUT.parent, quick: bool = False, tables: Path | No
         title='Count01: "Do Attention Heads Compete or Cooperate during Counting?" reproduced',
         source_name="paper",
         claims=[c for part in parts for c in part.claims],
-        claims_note="One row per claim of the paper that a section below tests; the verdict is computed from the "
-        "tables by the rules in `experiments/count01/page.py`.",
+        claims_note="One row per claim of the paper that a section below tests. The middle column quotes, word for "
+        "word, the summary of the paper this project works from (`count01-paper-summary.md`; text it puts in "
+        "quotation marks is the paper's own). The verdict tests no more than the quoted words and is computed from "
+        "the tables by the rules in `experiments/count01/page.py`.",
         sections=parts,
         s=Settings.quick_settings(tables) if quick else Settings(out=tables),
         shipped_steps=hc.load("count01").checkpoint_meta["train"]["steps"],

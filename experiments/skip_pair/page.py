@@ -23,6 +23,24 @@ PAIR_KEYS = [f"{a}{b}" for a, b in PAIRS]
 # the section of this page that holds the evidence for each claim, in the order of claim_verdicts
 CLAIM_SECTIONS = ("1", "1", "2", "2", "5", "3", "3", "4", "3")
 
+# The post's words, quoted exactly from ../shared/seeds/ov-coherent-skip-pair-post.md, one per row of the
+# claims table (in CLAIM_SECTIONS' order). Each verdict tests no more than the quoted sentence says.
+QUOTES = {
+    "perfect": "Here, we focus on a 2-head model which solves the task with perfect accuracy",
+    "dhead1": "we were surprised by how limited we could make this model while achieving perfect accuracy on a "
+              "signal-only test set. We were particularly surprised by the model’s capability for d_head = 1",
+    "strict": "Both heads learn a strict “preference ordering” over signal tokens",
+    "reversed": "with the ordering generally reversed between the two heads",
+    "split": "the model sometimes learned a “split attention” scheme during training, in which the heads would "
+             "attend to the same tokens to varying degree. Notably, we only saw split attention for d_head < 3",
+    "conditional": "as they run through their preferences, the heads successively write strongly to the logits of "
+                   "one fewer completion",
+    "only_correct": "In contexts where both heads write to multiple outputs, they will only constructively "
+                    "interfere on the correct token.",
+    "one_head": "We were also surprised that this problem can be solved with one head, as long as d_head >= 4.",
+    "caption": "for any given pair of inputs they will constructively interfere on the correct answer",
+}
+
 
 def _cell(value) -> str:
     if isinstance(value, float):
@@ -121,8 +139,8 @@ def _share(n: int, d: int) -> str:
     return "all" if n == d else "none" if n == 0 else "most" if n > d / 2 else "some"
 
 
-def claim_verdicts(main5: pd.DataFrame, main1: pd.DataFrame, two_large: pd.DataFrame, iff_verdict: str,
-                   iff_holds: bool) -> list[str]:  # fmt: skip
+def claim_verdicts(main5: pd.DataFrame, main1: pd.DataFrame, two_large: pd.DataFrame,
+                   one_head_verdict: str) -> list[str]:  # fmt: skip
     """One verdict per row of the claims table, in its order, from counts over seeds."""
     n5, n1 = len(main5), len(main1)
     solved5, solved1 = int(main5.signal_all.sum()), int(main1.signal_all.sum())
@@ -142,12 +160,16 @@ def claim_verdicts(main5: pd.DataFrame, main1: pd.DataFrame, two_large: pd.DataF
         "the less-preferred token of some pair > 10% of the pair's attention",
         (f"confirmed for d_head 5 ({_share(rev5, n5)} seeds)" if rev5 > n5 / 2 else "not confirmed for d_head 5")
         + ("; also for d_head 1" if rev1 > n1 / 2 else f"; {_share(rev1, n1)} d_head 1 seeds"),
-        "not confirmed under this measure: splits occur at every d_head" if split_large else "confirmed",
+        ("not confirmed under this measure: splits occur at every d_head" if split_large else "consistent")
+        + " (measured per head after training; the post's scheme is both heads on the same tokens, during training: "
+        "not measured yet)",
         (f"confirmed for d_head 5 ({spec5:.0%} of rows)" if spec5 > 0.5 else f"weak at d_head 5 ({spec5:.0%} of rows)")
         + (f"; also d_head 1 ({spec1:.0%})" if spec1 > 0.5 else f"; not at d_head 1 ({spec1:.0%})"),
         "confirmed" if only5 == 10 else
-        f"partly: the correct completion is the only one both heads push up in a median {only5:g} of 10 pair types",
-        "confirmed" if iff_holds else f"not as stated: {iff_verdict}",
+        f"partly: the correct completion is the only one both heads push up in a median {only5:g} of 10 pair types"
+        " (counted over all pair types, not only those where both heads write to several outputs as the post "
+        "says: a stronger claim than the post's)",
+        one_head_verdict,
         f"confirmed at d_head 5 (median {up5:g}/10 pair types)" if up5 > 5 else "not confirmed",
     ]
 
@@ -170,12 +192,12 @@ def write(
     one_small += int(long_runs.signal_all.sum())
     only_if_fails = one_small > 0  # a head with d_head < 4 solved the task
     if_fails = len(one_large) == 0 or bool((one_large["sum"] == 0).any())  # some d_head >= 4 never solved it
-    iff_holds = not only_if_fails and not if_fails
-    iff_verdict = "consistent with the claim" if iff_holds else "; ".join(
-        part for part, bad in (("the 'only if' half fails (a head with d_head < 4 solved it)", only_if_fails),
-                               ("the 'if' half fails (some d_head >= 4 never solved it)", if_fails)) if bad
-    )  # fmt: skip
     large_text = f"{int(one_large['sum'].sum())}/{int(one_large['count'].sum())}"
+    # The post claims sufficiency ("can be solved with one head, as long as d_head >= 4"), nothing about
+    # smaller heads: the verdict is about d_head >= 4; what smaller heads did is reported beside it.
+    one_head_verdict = (("holds" if not if_fails else "fails") + f": one head with d_head >= 4 solved it in "
+                        f"{large_text} seeds" + ("; smaller heads sometimes did too (the post does not say they "
+                                                 "cannot)" if only_if_fails else ""))
     long_one = long_runs.groupby("d_head").signal_all.agg(["sum", "count"])
     long_text = ", ".join(f"d_head {d}: {int(r['sum'])}/{int(r['count'])}" for d, r in long_one.iterrows())
     long_steps = timing.get("long_steps")
@@ -247,38 +269,37 @@ def write(
 
     n5, n1 = len(main5), len(main1)
     claims = [
-        ("A 2-head, d_head 5 model solves the task with perfect accuracy",
+        (QUOTES["perfect"],
          f"{frac(int(main5.signal_all.sum()), n5)} seeds right on every signal input; mean signal accuracy "
          f"{main5.signal_acc.mean():.4f}; {noise_line(main5)}"),
-        ("Two heads with d_head = 1 still reach 100% on signal",
+        (QUOTES["dhead1"],
          f"{frac(int(main1.signal_all.sum()), n1)} seeds right on every signal input; mean signal accuracy "
          f"{main1.signal_acc.mean():.4f}; {noise_line(main1)}"),
-        ("Both heads learn a strict preference ordering over the signal tokens (QK from `0`)",
+        (QUOTES["strict"],
          f"d_head 5: {frac(int((main5.split_heads == 0).sum()), n5)} seeds have both heads strict (every pair of "
          f"signal tokens gets at most {SPLIT_THRESHOLD:.0%} / at least {1 - SPLIT_THRESHOLD:.0%} of the pair's "
          f"attention); d_head 1: {frac(int((main1.split_heads == 0).sum()), n1)}"),
-        ("The two heads' orderings are generally reversed",
+        (QUOTES["reversed"],
          f"d_head 5: {relation_text(main5)}; d_head 1: {relation_text(main1)}"),
-        ("Split attention is seen only for d_head < 3",
+        (QUOTES["split"],
          f"2-head models, d_head < 3: {split_text(two_small)}; d_head >= 3: {split_text(two_large)} "
          f"(split = the less-attended of two signal tokens gets > {SPLIT_THRESHOLD:.0%} of the two's attention)"),
-        ("Conditional OV: attending to its k-th favourite token, a head writes to the 5-k completions consistent "
-         "with its ordering",
+        (QUOTES["conditional"],
          f"(head, attended token) rows whose top OV completions are exactly the consistent set: d_head 5 "
          f"{spec(main5)}, d_head 1 {spec(main1)}"),
-        ("The heads interfere constructively only on the correct completion",
+        (QUOTES["only_correct"],
          f"pair types whose completion is the only one pushed up by both heads, per seed: d_head 5 "
          f"{cons(main5, 'constructive_centered')} (centered), {cons(main5, 'constructive_raw')} (raw > 0); "
          f"d_head 1 {cons(main1, 'constructive_centered')} (centered)"),
-        ("One head suffices iff d_head >= 4",
+        (QUOTES["one_head"],
          f"1-head seeds right on every signal input: {one_text} ({timing['recipe']['steps']} steps); trained "
          f"{long_steps} steps: {long_text} (section 4)"),
-        ("(weaker reading of the same claim) Both heads push the correct completion up",
+        (QUOTES["caption"],
          f"pair types whose completion is pushed up (centered) by both heads, per seed: d_head 5 "
          f"{cons(main5, 'correct_up_both')}; pair types that only the sum of the heads gets right (neither head's "
          f"own top completion is right): d_head 5 {cons(main5, 'needs_both')}, d_head 1 {cons(main1, 'needs_both')}"),
     ]
-    verdicts = claim_verdicts(main5, main1, two_large, iff_verdict, iff_holds)
+    verdicts = claim_verdicts(main5, main1, two_large, one_head_verdict)
     records = [Claim(where, c, m, v) for where, (c, m), v in zip(CLAIM_SECTIONS, claims, verdicts)]
 
     section("1. Accuracy per signal pair type")
@@ -345,8 +366,8 @@ def write(
       f"{long_runs.d_head.min()}..{long_runs.d_head.max()}, trained {long_steps} steps "
       f"(same recipe otherwise, seeds {long_runs.seed.min()}..{long_runs.seed.max()}): {long_text}; mean signal "
       f"accuracy " + ", ".join(f"d_head {d} {g.signal_acc.mean():.3f}" for d, g in long_runs.groupby("d_head"))
-      + f". Verdict: {iff_verdict}. One head with d_head >= 4 was right on every signal input in {large_text} seeds."
-      + "\n")
+      + f". Verdict on the post's sufficiency claim (\"{QUOTES['one_head']}\"): {one_head_verdict}. The post states "
+      "no converse, so heads with d_head < 4 that solve it do not contradict it.\n")
 
     section("5. Split attention")
     w("*Split*: for a head and two distinct signal tokens a, b in the context, min(p_a, p_b) / (p_a + p_b) of its "

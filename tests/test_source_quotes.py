@@ -1,0 +1,31 @@
+"""The claims tables quote their sources word for word: every `the ... says` entry of the Count01 and
+SkipPair pages appears verbatim in the source document the project works from (../shared/seeds, beside
+the repository; the check is skipped where that folder is absent, e.g. in a clone elsewhere)."""
+
+from pathlib import Path
+
+import pytest
+
+from experiments.cooperation.page import ENSEMBLE, INTERFERE
+from experiments.count01.page import QUOTES as COUNT01
+from experiments.skip_pair.page import QUOTES as SKIP_PAIR
+
+SEEDS = Path(__file__).resolve().parents[2] / "shared" / "seeds"
+RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
+
+
+@pytest.mark.skipif(not SEEDS.is_dir(), reason=f"the source documents are not at {SEEDS}")
+@pytest.mark.parametrize(("quotes", "source"), [
+    (COUNT01, "count01-paper-summary.md"), (SKIP_PAIR, "ov-coherent-skip-pair-post.md"),
+    ({"ensemble": ENSEMBLE}, "count01-paper-summary.md"), ({"interfere": INTERFERE}, "ov-coherent-skip-pair-post.md"),
+])  # fmt: skip
+def test_every_quote_is_in_its_source(quotes, source):
+    text = " ".join((SEEDS / source).read_text(encoding="utf-8").split())
+    missing = [key for key, quote in quotes.items() if " ".join(quote.split()) not in text]
+    assert not missing, f"not verbatim in {source}: {missing}"
+
+
+@pytest.mark.parametrize(("quotes", "page"), [(COUNT01, "count01.md"), (SKIP_PAIR, "skip_pair.md")])
+def test_the_pages_show_the_quotes(quotes, page):
+    text = (RESULTS / page).read_text(encoding="utf-8")
+    assert all(quote in text for quote in quotes.values())
