@@ -644,7 +644,7 @@ def build(out: Path = DEFAULT_OUT.parent, quick: bool = False, tables: Path | No
         "the tables by the rules in `experiments/count01/page.py`.",
         sections=parts,
         s=Settings.quick_settings(tables) if quick else Settings(out=tables),
-        shipped_steps=hc.load("count01").checkpoint_meta["train"]["steps"],
+        shipped=hc.load("count01").checkpoint_meta["train"],
     )  # fmt: skip
     target = out / "count01.md"
     target.write_text(page, encoding="utf-8")
