@@ -29,3 +29,19 @@ def test_every_quote_is_in_its_source(quotes, source):
 def test_the_pages_show_the_quotes(quotes, page):
     text = (RESULTS / page).read_text(encoding="utf-8")
     assert all(quote in text for quote in quotes.values())
+
+
+@pytest.mark.skipif(not SEEDS.is_dir(), reason=f"the source documents are not at {SEEDS}")
+@pytest.mark.parametrize(("page", "source"), [("count01.md", "count01-paper-summary.md"),
+                                              ("skip_pair.md", "ov-coherent-skip-pair-post.md")])  # fmt: skip
+def test_setup_tables_quote_their_sources(page, source):
+    import re
+
+    text = (RESULTS / page).read_text(encoding="utf-8")
+    table = text.split("## Setup at a glance", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[-2] for line in table.splitlines() if line.startswith("| ") and "---" not in line]
+    quotes = [q for row in rows[1:] for q in re.findall(r'"([^"]+)"', row)]
+    assert len(quotes) >= 3
+    source_text = " ".join((SEEDS / source).read_text(encoding="utf-8").split())
+    missing = [q for q in quotes if q not in source_text]
+    assert not missing, f"not verbatim in {source}: {missing}"

@@ -420,6 +420,8 @@ def write(
         claims_note="Verdicts are computed from the same tables by the rules in `experiments/skip_pair/page.py` "
         "(`claim_verdicts`); *most* means more than half of the seeds.",
         sections=[Section(title, tuple(blocks)) for title, blocks in sections],
+        task=task,
+        recipe=timing["recipe"],
     )  # fmt: skip
     path = out / "skip_pair.md"
     path.write_text(page, encoding="utf-8")
