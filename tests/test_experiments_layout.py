@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-TASKS = ("count01", "skip_pair", "cooperation")
+TASKS = ("count01", "skip_pair", "cooperation", "robustness")
 
 
 @pytest.mark.parametrize("task", TASKS)

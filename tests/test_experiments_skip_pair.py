@@ -113,7 +113,8 @@ def test_doc_is_generated_from_the_tables(tmp_path):
     timing = json.loads((TABLES / "timing.json").read_text())
     tables = {n: pd.read_csv(TABLES / f"{n}.csv") for n in ("runs", "runs_long", "shipped", "typical_seeds")}
     written = page.write(tmp_path, tables["runs"], tables["runs_long"], tables["shipped"], tables["typical_seeds"],
-                           dict(timing, total_s=timing["doc_total_s"]), common.FULL)  # fmt: skip
+                           dict(timing, total_s=timing["doc_total_s"]), common.FULL,
+                           robustness=RESULTS / "robustness")  # fmt: skip
     assert written.read_text(encoding="utf-8") == (RESULTS / "skip_pair.md").read_text(encoding="utf-8")
 
 

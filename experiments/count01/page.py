@@ -633,6 +633,10 @@ def build(out: Path = DEFAULT_OUT.parent, quick: bool = False, tables: Path | No
 
     tables = out / "count01" if tables is None else tables
     parts = sections(tables, quick)
+    from experiments.robustness.page import across_setups  # (that page imports this one's quotes)
+
+    robustness = across_setups(tables.parent / "robustness", "count01")
+    parts = parts + ([robustness] if robustness is not None else [])
     page = render(
         "page.md.j2", HERE,
         title='Count01: "Do Attention Heads Compete or Cooperate during Counting?" reproduced',

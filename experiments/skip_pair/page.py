@@ -174,12 +174,22 @@ def claim_verdicts(main5: pd.DataFrame, main1: pd.DataFrame, two_large: pd.DataF
     ]
 
 
+def _across(robustness: Path | None) -> list[Section]:
+    if robustness is None:
+        return []
+    from experiments.robustness.page import across_setups  # (that page imports this one's quotes)
+
+    section = across_setups(robustness, "skip_pair")
+    return [] if section is None else [section]
+
+
 def write(
     out: Path, runs: pd.DataFrame, long_runs: pd.DataFrame, shipped: pd.DataFrame, typical: pd.DataFrame,
-    timing: dict, setup: dict, png: bool = True,
+    timing: dict, setup: dict, png: bool = True, robustness: Path | None = None,
 ) -> Path:
     """Write OUT/skip_pair.md from the tables; returns its path. png: the figures were exported as PNG
-    (run_all --no-png: link the interactive HTML only)."""
+    (run_all --no-png: link the interactive HTML only). robustness: the folder of the robustness grid's
+    tables, whose verdicts across setups the page adds (None, or a folder without them: left out)."""
     task = hc.SkipPair()
     t = lambda h, d: shape(runs, h, d)  # noqa: E731
     main5, main1 = t(2, 5), t(2, 1)
@@ -419,7 +429,7 @@ def write(
         claims=records,
         claims_note="Verdicts are computed from the same tables by the rules in `experiments/skip_pair/page.py` "
         "(`claim_verdicts`); *most* means more than half of the seeds.",
-        sections=[Section(title, tuple(blocks)) for title, blocks in sections],
+        sections=[Section(title, tuple(blocks)) for title, blocks in sections] + _across(robustness),
         task=task,
         recipe=timing["recipe"],
     )  # fmt: skip

@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         cores=os.cpu_count(), load_start=round(load_start, 2), load_end=round(os.getloadavg()[0], 2),
     )  # fmt: skip
     timing["total_s"] = timing["doc_total_s"] = round(time.time() - start, 1)  # the doc states the time so far
-    page.write(out, table, long_table, shipped, typical, timing, grid, png=not args.no_png)
+    page.write(out, table, long_table, shipped, typical, timing, grid, png=not args.no_png, robustness=out / "robustness")
     timing["total_s"] = round(time.time() - start, 1)
     (tables / "timing.json").write_text(json.dumps(timing, indent=1))
     print(f"{timing['n_models']} models; trained and measured in {timing['train_and_measure_s']} s; "

@@ -1,0 +1,77 @@
+"""Recompute cells of the robustness grid from scratch, independently of exp_grid: train the model of a
+table row alone (seeds decide everything, so it gets the same weights as in the grid's batch) and
+measure it again with headcoop's public API.
+
+    python -m experiments.robustness.check_cells [--sample 4] [--out FOLDER]
+
+Prints each checked row beside its recomputation and exits 1 when any number differs.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pandas as pd
+
+import headcoop as hc
+from experiments.robustness.common import (
+    COUNT01_VARIANTS, DEFAULT_OUT, MINIMAL, PRIMARY, SKIP_PAIR_SHAPES, SKIP_PAIR_VARIANTS, Settings, setup,
+)
+
+
+def recompute_skip_pair(row: pd.Series, s: Settings) -> dict:
+    task = hc.SkipPair(**SKIP_PAIR_VARIANTS[row.variant])
+    (model,) = hc.train_many(task, [SKIP_PAIR_SHAPES[row["shape"]]], seeds=[int(row.seed)], steps=int(row.steps),
+                             warmup=s.warmup(int(row.steps)), progress=False, **s.recipe)  # fmt: skip
+    ev = hc.evaluate(model, n=s.n_pair)
+    return {"signal_acc": ev["signal_acc"], "noise_loss": ev["noise_loss"]}
+
+
+def recompute_count01(row: pd.Series, s: Settings) -> dict:
+    task = hc.Count01(**COUNT01_VARIANTS[row.variant])
+    shape = PRIMARY if row.kind == "primary" else MINIMAL
+    (model,) = hc.train_many(task, [shape], seeds=[int(row.seed)], steps=int(row.steps), warmup=s.warmup(int(row.steps)),
+                             progress=False, **s.recipe)  # fmt: skip
+    ev = task.evaluate(model, n=s.n_eval)
+    out = {"answer_acc": ev["answer_acc"], "both_acc": ev["both_acc"], "loss": ev["loss"]}
+    if row.kind == "primary":
+        heads = hc.head_metrics(model, n=s.n_metrics, seed=1).to_dataframe()
+        out["successful"] = int((heads.s_acc >= 0.95).sum())
+    return out
+
+
+def check(rows: pd.DataFrame, recompute, s: Settings) -> bool:
+    ok = True
+    for _, row in rows.iterrows():
+        again = recompute(row, s)
+        for key, value in again.items():
+            same = abs(float(row[key]) - float(value)) <= 1e-6 * max(1.0, abs(float(value)))
+            ok &= same
+            print(f"{row.variant}, {row.steps} steps, seed {row.seed}: {key} table {row[key]} recomputed {value}"
+                  f"{'' if same else '  DIFFERS'}")  # fmt: skip
+    return ok
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sample", type=int, default=4, help="rows of each table to recompute (default 4)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="results folder (default docs/results)")
+    parser.add_argument("--quick", action="store_true", help="the tables were written by run_all --quick")
+    parser.add_argument("--only", choices=("count01", "skip_pair"), default=None)
+    args = parser.parse_args(argv)
+    setup()
+    folder = args.out / "robustness"
+    s = Settings.quick_settings(folder) if args.quick else Settings(out=folder)
+    ok = True
+    if args.only in (None, "skip_pair"):
+        table = pd.read_csv(folder / "skip_pair_grid.csv")
+        ok &= check(table.sample(min(args.sample, len(table)), random_state=0), recompute_skip_pair, s)
+    if args.only in (None, "count01"):
+        table = pd.read_csv(folder / "count01_grid.csv")
+        ok &= check(table.sample(min(args.sample, len(table)), random_state=0), recompute_count01, s)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,83 @@
+"""Shared settings of the robustness grid: the setups the sources leave open, training lengths, seeds."""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from headcoop.pages import Table
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_OUT = REPO / "docs" / "results"
+
+# One change at a time from our default setup (the first entry), as task options.
+COUNT01_VARIANTS: dict[str, dict] = {
+    "default": {},
+    "positional embedding": dict(positional=True),
+    "strings up to 100": dict(max_len=100),
+    "ties included": dict(include_ties=True),
+    "heads-only readout": dict(readout="heads"),
+}
+SKIP_PAIR_VARIANTS: dict[str, dict] = {
+    "default": {},
+    "context 20": dict(seq_len=20),
+    "context 50": dict(seq_len=50),
+    "signal fraction 0.1": dict(signal_fraction=0.1),
+    "signal fraction 0.9": dict(signal_fraction=0.9),
+    "loss at every position": dict(loss_positions="all"),
+}
+PRIMARY = dict(n_heads=16, d_model=32, d_head=2)
+MINIMAL = dict(n_heads=1, d_model=1, d_head=1)
+SKIP_PAIR_SHAPES = {"2 heads, d_head 5": dict(n_heads=2, d_head=5), "2 heads, d_head 1": dict(n_heads=2, d_head=1),
+                    "1 head, d_head 4": dict(n_heads=1, d_head=4)}  # fmt: skip
+
+
+@dataclass
+class Settings:
+    """Sizes of the grid; `quick_settings()` shrinks them for the smoke test."""
+
+    out: Path = DEFAULT_OUT / "robustness"
+    quick: bool = False
+    count01_steps: tuple = (300, 1000)  # short, and the Count01 page's full recipe (the loss's last-tenth drop is a column)
+    skip_pair_steps: tuple = (1000, 3000)  # short, and the SkipPair page's full recipe
+    seeds: tuple = (0, 1, 2)
+    skip_pair_seeds: tuple = (0, 1, 2, 3)
+    minimal_seeds: tuple = tuple(range(8))
+    n_metrics: int = 1024  # strings per head_metrics call
+    n_eval: int = 2048  # Count01 strings per accuracy evaluation
+    n_pair: int = 256  # SkipPair contexts per signal pair type in the evaluation
+    recipe: dict = field(default_factory=lambda: dict(batch_size=256, lr=1e-2, weight_decay=0.0))
+
+    @staticmethod
+    def quick_settings(out: Path) -> "Settings":
+        return Settings(out=out, quick=True, count01_steps=(10, 20), skip_pair_steps=(10, 20), seeds=(0,),
+                        skip_pair_seeds=(0,), minimal_seeds=(0, 1), n_metrics=128, n_eval=128, n_pair=16)  # fmt: skip
+
+    def warmup(self, steps: int) -> int:
+        return max(1, steps // 10)
+
+
+def setup() -> None:
+    torch.set_num_threads(1)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+
+
+def plateau(history: list[dict]) -> float:
+    """Relative drop of the logged training loss over the last tenth of the run (0: flat)."""
+    losses = [h["loss"] for h in history]
+    if len(losses) < 3:
+        return float("nan")
+    before = losses[max(0, int(len(losses) * 0.9) - 1)]
+    return (before - losses[-1]) / before if before > 0 else 0.0
+
+
+def write_table(df: pd.DataFrame, out: Path, name: str) -> pd.DataFrame:
+    """out/name.csv and out/name.md (a markdown table); returns df."""
+    out.mkdir(parents=True, exist_ok=True)
+    df.to_csv(out / f"{name}.csv", index=False)
+    (out / f"{name}.md").write_text(Table(df, digits=4).markdown() + "\n")
+    return df
