@@ -14,7 +14,7 @@ import contextlib
 import dataclasses
 import io
 import inspect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -192,6 +192,8 @@ def train_many(
     log_every: int = 50,
     config: TrainConfig | None = None,
     device: str | None = None,
+    on_checkpoint: Callable[[int, list[HookedTransformer]], None] | None = None,
+    checkpoint_every: int | None = None,
 ) -> list[HookedTransformer]:
     """Train K models on `task` in one vectorised computation; returns K HookedTransformers in input order.
 
@@ -205,6 +207,9 @@ def train_many(
     progress: a bool, or a tqdm bar to advance by K model-steps per step.
     config: a TrainConfig (steps .. warm-up and schedule; its seed is replaced by each model's own);
     the keywords steps .. warmup override single fields of it.
+    on_checkpoint, checkpoint_every: call on_checkpoint(step, models) after every `checkpoint_every`
+    optimizer steps (step counts those done), with the models' weights as they are then (training
+    continues on its own copy; the callback may read them, e.g. to measure a checkpoint, not train them).
     device: where configs and dicts are built and every model trains ("cpu", "cuda", "cuda:1"); None:
     the given models' device, else the CPU. One device for all: models elsewhere are a ValueError, a
     device this machine lacks a RuntimeError (no silent CPU fallback).
@@ -215,6 +220,12 @@ def train_many(
                               warmup=warmup)  # fmt: skip
     steps, batch_size = cfg.steps, cfg.batch_size
     check_int("log_every", log_every, 1)
+    if (on_checkpoint is None) != (checkpoint_every is None):
+        raise ValueError("pass on_checkpoint and checkpoint_every together (a callable and a step count)")
+    if on_checkpoint is not None:
+        check_int("checkpoint_every", checkpoint_every, 1)
+        if not callable(on_checkpoint):
+            raise TypeError(f"on_checkpoint must be callable, got {type(on_checkpoint).__name__}")
     check_sample_size(batch_size, task.n_ctx)
     if not isinstance(progress, bool) and not hasattr(progress, "update"):
         raise TypeError(f"progress must be True, False or a tqdm bar, got {progress!r}")
@@ -272,6 +283,11 @@ def train_many(
                 _fill_missing_grads(optimizer)
             optimizer.step()
             bar.update(1 if own_bar else len(models))
+            if on_checkpoint is not None and (step + 1) % checkpoint_every == 0:
+                for g in groups:
+                    g.write_back()
+                with torch.no_grad():
+                    on_checkpoint(step + 1, models)
             if logged and own_bar:
                 bar.set_postfix(loss=f"{sum(x.detach().sum().item() for x in losses) / len(models):.4f}")
     if own_bar:

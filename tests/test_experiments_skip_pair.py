@@ -111,10 +111,12 @@ def test_doc_is_generated_from_the_tables(tmp_path):
     from experiments.skip_pair import common, page
 
     timing = json.loads((TABLES / "timing.json").read_text())
-    tables = {n: pd.read_csv(TABLES / f"{n}.csv") for n in ("runs", "runs_long", "shipped", "typical_seeds")}
+    tables = {n: pd.read_csv(TABLES / f"{n}.csv") for n in ("runs", "runs_long", "shipped", "typical_seeds",
+                                                            "dynamics", "interference")}  # fmt: skip
     written = page.write(tmp_path, tables["runs"], tables["runs_long"], tables["shipped"], tables["typical_seeds"],
                            dict(timing, total_s=timing["doc_total_s"]), common.FULL,
-                           robustness=RESULTS / "robustness")  # fmt: skip
+                           robustness=RESULTS / "robustness", dynamics=tables["dynamics"],
+                           interference=tables["interference"])  # fmt: skip
     assert written.read_text(encoding="utf-8") == (RESULTS / "skip_pair.md").read_text(encoding="utf-8")
 
 
@@ -140,3 +142,9 @@ def test_quick_mode(tmp_path):
     assert re.search(r"\| We were also surprised that this problem can be solved with one head, as long as d_head >= 4\. +\|",
                      page)  # fmt: skip
     assert not re.search(r"\biff\b", page)
+    dynamics = pd.read_csv(tmp_path / "skip_pair" / "dynamics.csv")
+    assert sorted(dynamics.step.unique()) == [20, 40] and len(dynamics) == 2 * 2  # 2 models x 2 checkpoints
+    assert (dynamics.model_split_pairs <= dynamics.head_split_pairs).all()
+    interference = pd.read_csv(tmp_path / "skip_pair" / "interference.csv")
+    assert ((interference.only_correct <= interference.qualifying) & (interference.qualifying <= 10)).all()
+    assert "During training, as the post describes it" in page and "As the post states it" in page

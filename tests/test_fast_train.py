@@ -178,3 +178,25 @@ def test_a_task_with_its_own_objective_trains_the_same_with_train_and_train_many
         if not name.endswith("b_K"):
             torch.testing.assert_close(many_params[name], param, atol=1e-5, rtol=0, msg=name)
     assert (many_params["blocks.0.attn.W_O"] - standard_params["blocks.0.attn.W_O"]).abs().max() > 1e-3
+
+
+def test_checkpoint_callback_sees_the_weights_and_changes_nothing():
+    task = hc.Count01(max_len=6)
+    items = [dict(n_heads=2, d_model=4, d_head=2), dict(n_heads=1, d_model=4, d_head=2)]
+    seen = []
+
+    def record(step, models):
+        seen.append((step, [m.W_Q.detach().clone() for m in models]))
+
+    with_cb = hc.train_many(task, items, seeds=[0, 1], steps=30, batch_size=16, progress=False, on_checkpoint=record,
+                            checkpoint_every=10)  # fmt: skip
+    plain = hc.train_many(task, items, seeds=[0, 1], steps=30, batch_size=16, progress=False)
+    assert [step for step, _ in seen] == [10, 20, 30]
+    for a, b in zip(with_cb, plain):
+        assert all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters()))
+    assert all(torch.equal(w, m.W_Q) for w, m in zip(seen[-1][1], with_cb))
+    assert not torch.equal(seen[0][1][0], seen[-1][1][0])
+    with pytest.raises(ValueError, match="together"):
+        hc.train_many(task, items, steps=2, progress=False, on_checkpoint=record)
+    with pytest.raises(ValueError, match="checkpoint_every"):
+        hc.train_many(task, items, steps=2, progress=False, on_checkpoint=record, checkpoint_every=0)

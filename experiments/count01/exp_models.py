@@ -17,6 +17,13 @@ from headcoop.plot import TEMPLATE
 HEAD_PARAMS = ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V")
 
 
+def loss_drop(history: list[dict]) -> float:
+    """How much the logged training loss fell over the last tenth of a run, in nats (about 0: a plateau;
+    absolute, since a relative drop of a loss near zero says nothing)."""
+    losses = [h["loss"] for h in history]
+    return losses[max(0, int(len(losses) * 0.9) - 1)] - losses[-1]
+
+
 def isolated_copy(joint_init, head: int, seed: int):
     """A one-head model holding head `head` of `joint_init` and its embedding, unembedding and b_O."""
     single = hc.Count01().model(seed=seed, n_heads=1, d_model=PRIMARY["d_model"], d_head=PRIMARY["d_head"])
@@ -39,20 +46,22 @@ def isolation(s: Settings) -> pd.DataFrame:
         singles = [isolated_copy(init, h, seed) for h in range(PRIMARY["n_heads"])]
         # the joint model and the 16 one-head models see the same data stream (seed) and recipe
         trained = hc.train_many(task, [task.model(seed=seed, **PRIMARY)] + singles, seeds=[seed] * (1 + len(singles)),
-                                **s.recipe())  # fmt: skip
+                                **s.recipe(s.isolation_steps))  # fmt: skip
         joint, singles = trained[0], trained[1:]
         jm = hc.head_metrics(joint, n=s.n_metrics, seed=1).to_dataframe()
         for h, single in enumerate(singles):
             sm = hc.head_metrics(single, n=s.n_metrics, seed=1).to_dataframe().iloc[0]
             ev = task.evaluate(single, n=s.n_eval)
             j = jm.iloc[h]
-            rows.append(dict(seed=seed, head=h, joint_s_acc=j.s_acc, isolated_s_acc=sm.s_acc, joint_l_acc=j.l_acc,
+            rows.append(dict(seed=seed, head=h, joint_s_acc=j.s_acc, isolated_s_acc=sm.s_acc,
+                             joint_l_acc_head=j.l_acc_head, isolated_l_acc_head=sm.l_acc_head, joint_l_acc=j.l_acc,
                              isolated_l_acc=sm.l_acc, joint_roc_auc=j.roc_auc, isolated_roc_auc=sm.roc_auc,
                              joint_w01=j.w01, isolated_w01=sm.w01, joint_w02=j.w02, isolated_w02=sm.w02,
-                             isolated_model_answer_acc=ev["answer_acc"]))  # fmt: skip
+                             isolated_model_answer_acc=ev["answer_acc"], joint_plateau=loss_drop(joint.history),
+                             isolated_plateau=loss_drop(single.history)))  # fmt: skip
     heads = write_table(pd.DataFrame(rows), s.out, "table1_heads")
     table = []
-    for metric in ("s_acc", "l_acc", "roc_auc"):
+    for metric in ("s_acc", "l_acc_head", "l_acc", "roc_auc"):
         j, i = heads[f"joint_{metric}"], heads[f"isolated_{metric}"]
         table.append(dict(metric=metric, joint_mean=j.mean(), joint_std=j.std(ddof=0), isolated_mean=i.mean(),
                           isolated_std=i.std(ddof=0), isolated_minus_joint=float((i - j).mean()),

@@ -76,12 +76,22 @@ def main(argv=None) -> int:
         timed("two-layer model", exp_models.two_layer, s)
     total = time.perf_counter() - start
     timings.append(dict(step="total", seconds=total, cpu_seconds=cpu_seconds() - cpu_start))
-    if set(args.only) == set(PARTS):
-        table = pd.DataFrame(timings)
-        table["cpu_cores"] = os.cpu_count()
-        table["torch_threads"] = 1
-        table["load_avg_1min_at_start"] = load_at_start
-        table["load_avg_1min_at_end"] = os.getloadavg()[0]
+    table = pd.DataFrame(timings)
+    table["cpu_cores"] = os.cpu_count()
+    table["torch_threads"] = 1
+    table["load_avg_1min_at_start"] = load_at_start
+    table["load_avg_1min_at_end"] = os.getloadavg()[0]
+    if set(args.only) != set(PARTS) and (out / "timing.csv").exists():
+        # a partial run replaces the rows of the steps it ran; the total is the sum of every step's row
+        old = pd.read_csv(out / "timing.csv")
+        steps = table[table.step != "total"]
+        kept = old[~old.step.isin(steps.step) & (old.step != "total")]
+        merged = pd.concat([kept, steps]).set_index("step").reindex(
+            [n for n in old.step if n != "total"] + [n for n in steps.step if n not in set(old.step)]).reset_index()
+        summed = merged[["seconds", "cpu_seconds"]].sum()
+        table = pd.concat([merged, pd.DataFrame([{**merged.iloc[-1].to_dict(), "step": "total",
+                                                  "seconds": summed.seconds, "cpu_seconds": summed.cpu_seconds}])])
+    if set(args.only) == set(PARTS) or (out / "timing.csv").exists():
         write_table(table, out, "timing")
     doc = page.build(results, quick=args.quick)
     print(f"[count01] done in {total:.1f} s; doc: {doc}")

@@ -67,12 +67,12 @@ def setup() -> None:
 
 
 def plateau(history: list[dict]) -> float:
-    """Relative drop of the logged training loss over the last tenth of the run (0: flat)."""
+    """How much the logged training loss fell over the last tenth of the run, in nats (about 0: flat;
+    absolute, since a relative drop of a loss near zero says nothing)."""
     losses = [h["loss"] for h in history]
     if len(losses) < 3:
         return float("nan")
-    before = losses[max(0, int(len(losses) * 0.9) - 1)]
-    return (before - losses[-1]) / before if before > 0 else 0.0
+    return losses[max(0, int(len(losses) * 0.9) - 1)] - losses[-1]
 
 
 def write_table(df: pd.DataFrame, out: Path, name: str) -> pd.DataFrame:

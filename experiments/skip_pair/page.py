@@ -139,8 +139,41 @@ def _share(n: int, d: int) -> str:
     return "all" if n == d else "none" if n == 0 else "most" if n > d / 2 else "some"
 
 
+def split_during_training(dynamics: pd.DataFrame) -> pd.DataFrame:
+    """Per d_head: models, models learnt at some checkpoint, and models split (both heads on the same two
+    signal tokens) at a checkpoint where they had learnt the task."""
+    learnt = dynamics[dynamics.learnt]
+    rows = []
+    for d, g in dynamics.groupby("d_head"):
+        lg = learnt[learnt.d_head == d]
+        split_models = lg[lg.model_split_pairs > 0].seed.nunique()
+        rows.append({"d_head": int(d), "models": g.seed.nunique(), "learnt at some checkpoint": lg.seed.nunique(),
+                     "split while learnt": int(split_models),
+                     "learnt checkpoints split": f"{int((lg.model_split_pairs > 0).sum())}/{len(lg)}"})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def _split_verdict(table: pd.DataFrame) -> str:
+    small, large = table[table.d_head < 3], table[table.d_head >= 3]
+    n_small, n_large = int(small["split while learnt"].sum()), int(large["split while learnt"].sum())
+    seen = (f"{n_small}/{int(small.models.sum())} models with d_head < 3 and {n_large}/{int(large.models.sum())} "
+            "with d_head >= 3 split while learnt")
+    if n_large == 0:
+        return f"holds: {seen}" + ("" if n_small else " (none at all: 'sometimes' not seen)")
+    return f"not confirmed: {seen}"
+
+
+def _interference_verdict(table: pd.DataFrame) -> str:
+    t5 = table[table.d_head == 5]
+    q, ok = int(t5.qualifying.sum()), int(t5.only_correct.sum())
+    word = "holds" if q and ok == q else "mostly" if q and ok > q / 2 else "not confirmed"
+    return (f"{word}: at d_head 5, in {ok} of the {q} pair types (over {len(t5)} seeds) where both heads push "
+            "several completions above zero, the correct one is the only one both push up (raw contributions)")
+
+
 def claim_verdicts(main5: pd.DataFrame, main1: pd.DataFrame, two_large: pd.DataFrame,
-                   one_head_verdict: str) -> list[str]:  # fmt: skip
+                   one_head_verdict: str, split_table_: pd.DataFrame | None = None,
+                   interference: pd.DataFrame | None = None) -> list[str]:  # fmt: skip
     """One verdict per row of the claims table, in its order, from counts over seeds."""
     n5, n1 = len(main5), len(main1)
     solved5, solved1 = int(main5.signal_all.sum()), int(main1.signal_all.sum())
@@ -160,12 +193,14 @@ def claim_verdicts(main5: pd.DataFrame, main1: pd.DataFrame, two_large: pd.DataF
         "the less-preferred token of some pair > 10% of the pair's attention",
         (f"confirmed for d_head 5 ({_share(rev5, n5)} seeds)" if rev5 > n5 / 2 else "not confirmed for d_head 5")
         + ("; also for d_head 1" if rev1 > n1 / 2 else f"; {_share(rev1, n1)} d_head 1 seeds"),
+        _split_verdict(split_table_) if split_table_ is not None else
         ("not confirmed under this measure: splits occur at every d_head" if split_large else "consistent")
         + " (measured per head after training; the post's scheme is both heads on the same tokens, during training: "
         "not measured yet)",
         (f"confirmed for d_head 5 ({spec5:.0%} of rows)" if spec5 > 0.5 else f"weak at d_head 5 ({spec5:.0%} of rows)")
         + (f"; also d_head 1 ({spec1:.0%})" if spec1 > 0.5 else f"; not at d_head 1 ({spec1:.0%})"),
         "confirmed" if only5 == 10 else
+        _interference_verdict(interference) if interference is not None else
         f"partly: the correct completion is the only one both heads push up in a median {only5:g} of 10 pair types"
         " (counted over all pair types, not only those where both heads write to several outputs as the post "
         "says: a stronger claim than the post's)",
@@ -186,10 +221,13 @@ def _across(robustness: Path | None) -> list[Section]:
 def write(
     out: Path, runs: pd.DataFrame, long_runs: pd.DataFrame, shipped: pd.DataFrame, typical: pd.DataFrame,
     timing: dict, setup: dict, png: bool = True, robustness: Path | None = None,
+    dynamics: pd.DataFrame | None = None, interference: pd.DataFrame | None = None,
 ) -> Path:
     """Write OUT/skip_pair.md from the tables; returns its path. png: the figures were exported as PNG
     (run_all --no-png: link the interactive HTML only). robustness: the folder of the robustness grid's
-    tables, whose verdicts across setups the page adds (None, or a folder without them: left out)."""
+    tables, whose verdicts across setups the page adds (None, or a folder without them: left out).
+    dynamics, interference: the tables of `exp_dynamics.dynamics` (split attention at training checkpoints;
+    constructive interference where both heads write to several outputs)."""
     task = hc.SkipPair()
     t = lambda h, d: shape(runs, h, d)  # noqa: E731
     main5, main1 = t(2, 5), t(2, 1)
@@ -278,6 +316,7 @@ def write(
       "`hc.evaluate`); *noise loss* = expected cross-entropy on noise examples.\n")
 
     n5, n1 = len(main5), len(main1)
+    split_dyn = split_during_training(dynamics) if dynamics is not None else None
     claims = [
         (QUOTES["perfect"],
          f"{frac(int(main5.signal_all.sum()), n5)} seeds right on every signal input; mean signal accuracy "
@@ -293,14 +332,22 @@ def write(
          f"d_head 5: {relation_text(main5)}; d_head 1: {relation_text(main1)}"),
         (QUOTES["split"],
          f"2-head models, d_head < 3: {split_text(two_small)}; d_head >= 3: {split_text(two_large)} "
-         f"(split = the less-attended of two signal tokens gets > {SPLIT_THRESHOLD:.0%} of the two's attention)"),
+         f"(split = the less-attended of two signal tokens gets > {SPLIT_THRESHOLD:.0%} of the two's attention)"
+         + ("; during training (section 5): " + "; ".join(f"d_head {r['d_head']}: {r['split while learnt']}/"
+                                                          f"{r['models']} models split while learnt"
+                                                          for _, r in split_dyn.iterrows())
+            if split_dyn is not None else "")),
         (QUOTES["conditional"],
          f"(head, attended token) rows whose top OV completions are exactly the consistent set: d_head 5 "
          f"{spec(main5)}, d_head 1 {spec(main1)}"),
         (QUOTES["only_correct"],
          f"pair types whose completion is the only one pushed up by both heads, per seed: d_head 5 "
          f"{cons(main5, 'constructive_centered')} (centered), {cons(main5, 'constructive_raw')} (raw > 0); "
-         f"d_head 1 {cons(main1, 'constructive_centered')} (centered)"),
+         f"d_head 1 {cons(main1, 'constructive_centered')} (centered)"
+         + (f"; where both heads write to several outputs (raw, section 3): d_head 5 "
+            f"{int(interference[interference.d_head == 5].only_correct.sum())}/"
+            f"{int(interference[interference.d_head == 5].qualifying.sum())} pair types"
+            if interference is not None else "")),
         (QUOTES["one_head"],
          f"1-head seeds right on every signal input: {one_text} ({timing['recipe']['steps']} steps); trained "
          f"{long_steps} steps: {long_text} (section 4)"),
@@ -309,7 +356,7 @@ def write(
          f"{cons(main5, 'correct_up_both')}; pair types that only the sum of the heads gets right (neither head's "
          f"own top completion is right): d_head 5 {cons(main5, 'needs_both')}, d_head 1 {cons(main1, 'needs_both')}"),
     ]
-    verdicts = claim_verdicts(main5, main1, two_large, one_head_verdict)
+    verdicts = claim_verdicts(main5, main1, two_large, one_head_verdict, split_dyn, interference)
     records = [Claim(where, c, m, v) for where, (c, m), v in zip(CLAIM_SECTIONS, claims, verdicts)]
 
     section("1. Accuracy per signal pair type")
@@ -364,7 +411,14 @@ def write(
       f"Correct completion pushed up (centered) by both heads: d_head 5 {cons(main5, 'correct_up_both')}, "
       f"d_head 1 {cons(main1, 'correct_up_both')}. OV matches ordering: d_head 5 {spec(main5)} rows, "
       f"d_head 1 {spec(main1)} rows.\n")
-
+    if interference is not None:
+        w("**As the post states it**: \"In contexts where both heads write to multiple outputs, they will only "
+          "constructively interfere on the correct token.\" With *raw* contributions (as the post's figure shows), "
+          "a pair type qualifies when each head pushes at least two completions above zero; of those, we count the "
+          "ones whose correct completion is the only one both heads push above zero (2-head models of section 5's "
+          f"training runs, seeds {interference.seed.min()}..{interference.seed.max()}, `interference.csv`):\n")
+        w(table(interference.groupby("d_head")[["qualifying", "only_correct", "only_correct_all_pairs"]].sum()
+                .reset_index()))
     section("4. Capacity map")
     w(f"n_heads 1..4 x d_head 1..6, seeds {grid_seeds[0]}..{grid_seeds[-1]} per cell (the 2-head d_head 1 and 5 "
       "cells also hold the extra seeds). Fraction of seeds right on every signal input:\n")
@@ -397,6 +451,16 @@ def write(
              "signal tokens through separate directions)." if one_big.split_pairs.mean() > 5 else "."))
     w("")
     w(figure("split_attention", "split attention"))
+    if dynamics is not None:
+        steps = sorted(dynamics.step.unique())
+        w("**During training, as the post describes it** (a model-level scheme in which \"the heads would attend to "
+          "the same tokens to varying degree\"): 2-head models of every d_head, one run each per seed, measured at "
+          f"checkpoints every {steps[0]} steps (`hc.train_many(..., on_checkpoint=...)`, `dynamics.csv`). A pair "
+          f"{{a, b}} is *split by the model* at a checkpoint when both heads give the less-attended of a and b more "
+          f"than {SPLIT_THRESHOLD:.0%} of the two's attention; a checkpoint counts once the model has learnt the "
+          "task there (sampled signal accuracy >= 0.9), since at initialisation every head attends almost "
+          "uniformly.\n")
+        w(table(split_dyn))
 
     section("6. Shipped checkpoints")
     for name in typ.index:

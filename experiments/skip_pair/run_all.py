@@ -22,7 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 import headcoop as hc
-from experiments.skip_pair import figures, page
+from experiments.skip_pair import exp_dynamics, figures, page
 from experiments.skip_pair.common import DEFAULT_OUT, FULL, QUICK, RECIPE, SHIPPED, setup
 from experiments.skip_pair.exp_runs import plan, shipped_rows, train_and_measure, typical_seed
 
@@ -54,6 +54,11 @@ def main(argv: list[str] | None = None) -> int:
     long_runs = [(h, d, s) for h in long["heads"] for d in long["d_heads"] for s in long["seeds"]]
     long_table = train_and_measure(task, long_runs, dict(recipe, steps=long["steps"]))
     long_table.to_csv(tables / "runs_long.csv", index=False)
+    # split attention at training checkpoints; constructive interference as the post words it
+    dyn = grid["dynamics"]
+    dynamics, interference = exp_dynamics.dynamics(task, dyn["d_heads"], dyn["seeds"], recipe, dyn["every"])
+    dynamics.to_csv(tables / "dynamics.csv", index=False)
+    interference.to_csv(tables / "interference.csv", index=False)
     trained = time.time()
 
     shipped = shipped_rows()
@@ -68,13 +73,14 @@ def main(argv: list[str] | None = None) -> int:
     figures.PNG = not args.no_png
     figures.write_all(tables, table, shipped)
     timing = dict(
-        quick=args.quick, threads=args.threads, n_models=len(runs) + len(long_runs), recipe=recipe,
+        quick=args.quick, threads=args.threads, n_models=len(runs) + len(long_runs) + len(dyn["d_heads"]) * len(dyn["seeds"]), recipe=recipe,
         long_steps=long["steps"],
         train_and_measure_s=round(trained - start, 1), total_s=None,
         cores=os.cpu_count(), load_start=round(load_start, 2), load_end=round(os.getloadavg()[0], 2),
     )  # fmt: skip
     timing["total_s"] = timing["doc_total_s"] = round(time.time() - start, 1)  # the doc states the time so far
-    page.write(out, table, long_table, shipped, typical, timing, grid, png=not args.no_png, robustness=out / "robustness")
+    page.write(out, table, long_table, shipped, typical, timing, grid, png=not args.no_png, robustness=out / "robustness",
+               dynamics=dynamics, interference=interference)
     timing["total_s"] = round(time.time() - start, 1)
     (tables / "timing.json").write_text(json.dumps(timing, indent=1))
     print(f"{timing['n_models']} models; trained and measured in {timing['train_and_measure_s']} s; "
