@@ -23,7 +23,7 @@ from experiments.robustness.common import (
 def recompute_skip_pair(row: pd.Series, s: Settings) -> dict:
     task = hc.SkipPair(**SKIP_PAIR_VARIANTS[row.variant])
     (model,) = hc.train_many(task, [SKIP_PAIR_SHAPES[row["shape"]]], seeds=[int(row.seed)], steps=int(row.steps),
-                             warmup=s.warmup(int(row.steps)), progress=False, **s.recipe)  # fmt: skip
+                             warmup=s.warmup(int(row.steps), "skip_pair"), progress=False, **s.recipe)  # fmt: skip
     ev = hc.evaluate(model, n=s.n_pair)
     return {"signal_acc": ev["signal_acc"], "noise_loss": ev["noise_loss"]}
 

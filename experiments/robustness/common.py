@@ -50,15 +50,18 @@ class Settings:
     n_metrics: int = 1024  # strings per head_metrics call
     n_eval: int = 2048  # Count01 strings per accuracy evaluation
     n_pair: int = 256  # SkipPair contexts per signal pair type in the evaluation
+    n_checkpoint: int = 32  # SkipPair contexts per pair type at each training checkpoint
     recipe: dict = field(default_factory=lambda: dict(batch_size=256, lr=1e-2, weight_decay=0.0))
 
     @staticmethod
     def quick_settings(out: Path) -> "Settings":
         return Settings(out=out, quick=True, count01_steps=(10, 20), skip_pair_steps=(10, 20), seeds=(0,),
-                        skip_pair_seeds=(0,), minimal_seeds=(0, 1), n_metrics=128, n_eval=128, n_pair=16)  # fmt: skip
+                        skip_pair_seeds=(0,), minimal_seeds=(0, 1), n_metrics=128, n_eval=128, n_pair=16, n_checkpoint=8)  # fmt: skip
 
-    def warmup(self, steps: int) -> int:
-        return max(1, steps // 10)
+    def warmup(self, steps: int, task: str = "count01") -> int:
+        """Each page's own recipe: Count01 warms up over a tenth of the steps (count01.md), SkipPair over 100
+        steps (skip_pair.md; at most a tenth in the quick settings)."""
+        return max(1, steps // 10) if task == "count01" else max(1, min(100, steps // 10))
 
 
 def setup() -> None:

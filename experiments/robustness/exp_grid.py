@@ -12,6 +12,7 @@ from experiments.robustness.common import (
 from headcoop.studies.skip_pair import compare_orderings, preferences, split_attention
 
 SPLIT = 0.1  # a head splits a pair when the less-attended token gets more than this share of the two's attention
+LEARNT = 0.9  # sampled signal accuracy from which a checkpoint counts as having learnt the task
 
 
 def _train(task, shapes: list[dict], seeds: list[int], steps: int, s: Settings):
@@ -50,8 +51,22 @@ def skip_pair_grid(s: Settings) -> pd.DataFrame:
         task = hc.SkipPair(**options)
         for steps in s.skip_pair_steps:
             items = [(name, shape, seed) for name, shape in SKIP_PAIR_SHAPES.items() for seed in s.skip_pair_seeds]
-            models = _train(task, [shape for _, shape, _ in items], [seed for _, _, seed in items], steps, s)
-            for (name, shape, seed), model in zip(items, models):
+            # split attention during training: at 12 checkpoints, is a pair split by both heads of a 2-head model
+            # that has learnt the task there (sampled signal accuracy >= LEARNT)?
+            during = {i: [0, 0] for i in range(len(items))}  # item -> [learnt checkpoints, of them split]
+
+            def measure(step: int, models, items=items, task=task, during=during) -> None:
+                for i, ((_, shape, _), model) in enumerate(zip(items, models)):
+                    if shape["n_heads"] != 2:
+                        continue
+                    if task.evaluate(model, n=s.n_checkpoint, seed=20_000)["signal_acc"] >= LEARNT:
+                        during[i][0] += 1
+                        during[i][1] += int((split_attention(model) > SPLIT).all(0).any())
+
+            models = hc.train_many(task, [shape for _, shape, _ in items], seeds=[seed for _, _, seed in items],
+                                   steps=steps, warmup=s.warmup(steps, "skip_pair"), progress=False, on_checkpoint=measure,
+                                   checkpoint_every=max(1, steps // 12), **s.recipe)  # fmt: skip
+            for i, ((name, shape, seed), model) in enumerate(zip(items, models)):
                 ev = task.evaluate(model, n=s.n_pair)
                 prefs = preferences(model)
                 split = split_attention(model)  # [head, 6]
@@ -59,7 +74,8 @@ def skip_pair_grid(s: Settings) -> pd.DataFrame:
                            signal_all=bool(ev["signal_acc"] == 1.0), noise_loss=ev["noise_loss"],
                            plateau=plateau(model.history), strict_heads=int((split.max(1).values <= SPLIT).sum()),
                            heads=shape["n_heads"], orderings=" | ".join(">".join(map(str, o)) for o in prefs.orderings),
-                           relation=compare_orderings(*prefs.orderings) if shape["n_heads"] == 2 else "")  # fmt: skip
+                           relation=compare_orderings(*prefs.orderings) if shape["n_heads"] == 2 else "",
+                           learnt_checkpoints=during[i][0], split_while_learnt=during[i][1])  # fmt: skip
                 rows.append(row)
             print(f"  skip-pair {variant}, {steps} steps: done", flush=True)
     return write_table(pd.DataFrame(rows), s.out, "skip_pair_grid")

@@ -40,6 +40,18 @@ def _share(part: float, whole: float) -> tuple[float, str]:
     return (part / whole if whole else float("nan")), f"{int(part)}/{int(whole)}"
 
 
+def _split_value(rows: pd.DataFrame) -> tuple[float, str]:
+    """(share of d_head 5 models split while learnt, text with both d_heads)."""
+    parts, share = [], float("nan")
+    for d in (5, 1):
+        r = rows[rows["shape"] == f"2 heads, d_head {d}"]
+        split = int((r.split_while_learnt > 0).sum())
+        parts.append(f"d_head {d}: {split}/{len(r)}")
+        if d == 5:
+            share = split / len(r) if len(r) else float("nan")
+    return share, ", ".join(parts)
+
+
 COUNT01_RULES = (
     Rule("half", COUNT01_QUOTES["half"], "share of the primary models' heads with s_acc >= 0.95 in 0.35..0.65",
          lambda t: t[t.kind == "primary"], lambda r: _share(r.successful.sum(), r.heads.sum()),
@@ -71,6 +83,11 @@ SKIP_PAIR_RULES = (
     Rule("reversed", SKIP_PAIR_QUOTES["reversed"], "in most 2-head, d_head 5 seeds the two orderings are exact reverses",
          lambda t: t[t["shape"] == "2 heads, d_head 5"], lambda r: _share((r.relation == "reversed").sum(), len(r)),
          lambda v: v > 0.5),
+    Rule("split", SKIP_PAIR_QUOTES["split"], "no 2-head, d_head 5 model has a pair of signal tokens split by both "
+         "heads (each gives the less-attended one more than 10% of the two's attention) at any of 12 training "
+         "checkpoints where it has learnt the task (sampled signal accuracy >= 0.9); the d_head 1 count is shown "
+         "beside it",
+         lambda t: t[t["shape"].isin(["2 heads, d_head 5", "2 heads, d_head 1"])], _split_value, lambda v: v == 0),
     Rule("one_head", SKIP_PAIR_QUOTES["one_head"], "every 1-head, d_head 4 seed right on every sampled signal input",
          lambda t: t[t["shape"] == "1 head, d_head 4"], lambda r: _share(r.signal_all.sum(), len(r)),
          lambda v: v == 1.0),
