@@ -386,8 +386,16 @@ def train_chunk(job: ChunkJob) -> dict[str, tuple[dict, str]]:
     """Train the runs of `job` not yet saved in `job.out` (an earlier attempt of a chunk whose worker
     died may have saved some) with `train_many`, and save each atomically; returns {run name: (metrics,
     status)}. Runs in a worker process (any executor) or in the sweep's own."""
+    before = torch.get_num_threads()
     if job.threads is not None:
         torch.set_num_threads(job.threads)
+    try:
+        return _train_chunk(job)
+    finally:
+        torch.set_num_threads(before)  # (a serial sweep runs this in the caller's own process)
+
+
+def _train_chunk(job: ChunkJob) -> dict[str, tuple[dict, str]]:
     out, results, todo = Path(job.out), {}, []
     for point, seed, name in job.runs:
         clean_leftovers(out / name)  # a temporary folder of a killed attempt (its writer is gone)

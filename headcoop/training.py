@@ -111,6 +111,16 @@ def trainable_parameters(model: HookedTransformer) -> list[torch.Tensor]:
     return params
 
 
+def loss_drop(history: list[dict]) -> float:
+    """How much the logged training loss (`model.history`) fell over the last tenth of the run, in nats:
+    about 0 on a plateau. Absolute, since a relative drop of a loss near zero says nothing; NaN for a
+    history of fewer than two entries."""
+    losses = [h["loss"] for h in history]
+    if len(losses) < 2:
+        return float("nan")
+    return losses[max(0, int(len(losses) * 0.9) - 1)] - losses[-1]
+
+
 @contextlib.contextmanager
 def deterministic(device: torch.device) -> Iterator[None]:
     """Deterministic kernels for the length of a `with` block on the CPU, restored afterwards.

@@ -176,3 +176,29 @@ def test_result_protocol_and_bad_input():
         hc.interactions(model, method="fast")
     with pytest.raises(IndexError, match="heads 0..2"):
         hc.interactions(model, heads=[0, 5])
+
+
+def test_coalition_values_honour_hooks_installed_after_the_game_was_built():
+    """A game built outside hc.ablate and evaluated inside it sees the outer ablation, as a forward pass does."""
+    model = attn_only_2l_like(attn_only=False, d_mlp=16, act_fn="gelu")
+    gen = torch.Generator().manual_seed(3)
+    ids = torch.randint(0, model.cfg.d_vocab, (12, 8), generator=gen)
+    tokens = hc.contrast(ids, ids.flip(0), ids[:, 1], ids[:, 2]).clean
+    rows = torch.arange(len(tokens))
+    players = [(0, 1), (1, 0), (1, 3)]
+    game = CoalitionGame(model, players, tokens=tokens, metric="logit_diff", how="zero")
+    assert game.layered
+
+    def logit_diff(logits):
+        at = logits[rows, tokens.answer_pos]
+        return (at[rows, tokens.answer] - at[rows, tokens.wrong]).double().mean()
+
+    masks = all_masks(len(players))
+    reference = torch.randint(0, model.cfg.d_vocab, (10, 8), generator=gen)
+    with hc.ablate(model, heads="L1H2", how="mean", reference=reference):
+        got = game.values(masks)
+        want = torch.tensor([brute_value(model, players, m.tolist(), tokens.tokens, logit_diff, "zero", None)
+                             for m in masks], dtype=torch.float64)  # fmt: skip
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-6)
+    assert "hooks installed" in game.method
+    assert not torch.allclose(got, game.values(masks))  # outside the ablation the values differ

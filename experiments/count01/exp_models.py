@@ -11,17 +11,11 @@ import torch
 
 import headcoop as hc
 from experiments.count01.common import PRIMARY, Settings, save_figure, write_table
+from headcoop.training import loss_drop
 from headcoop.tasks.count01 import BOS, EOS, EQ, FIVE, FOUR, ONE, TWO, ZERO
 from headcoop.plot import TEMPLATE
 
 HEAD_PARAMS = ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V")
-
-
-def loss_drop(history: list[dict]) -> float:
-    """How much the logged training loss fell over the last tenth of a run, in nats (about 0: a plateau;
-    absolute, since a relative drop of a loss near zero says nothing)."""
-    losses = [h["loss"] for h in history]
-    return losses[max(0, int(len(losses) * 0.9) - 1)] - losses[-1]
 
 
 def isolated_copy(joint_init, head: int, seed: int):

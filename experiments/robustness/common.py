@@ -69,15 +69,6 @@ def setup() -> None:
     warnings.filterwarnings("ignore", category=DeprecationWarning)
 
 
-def plateau(history: list[dict]) -> float:
-    """How much the logged training loss fell over the last tenth of the run, in nats (about 0: flat;
-    absolute, since a relative drop of a loss near zero says nothing)."""
-    losses = [h["loss"] for h in history]
-    if len(losses) < 3:
-        return float("nan")
-    return losses[max(0, int(len(losses) * 0.9) - 1)] - losses[-1]
-
-
 def write_table(df: pd.DataFrame, out: Path, name: str) -> pd.DataFrame:
     """out/name.csv and out/name.md (a markdown table); returns df."""
     out.mkdir(parents=True, exist_ok=True)

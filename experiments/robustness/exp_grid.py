@@ -7,12 +7,11 @@ import pandas as pd
 
 import headcoop as hc
 from experiments.robustness.common import (
-    COUNT01_VARIANTS, MINIMAL, PRIMARY, SKIP_PAIR_SHAPES, SKIP_PAIR_VARIANTS, Settings, plateau, write_table,
+    COUNT01_VARIANTS, MINIMAL, PRIMARY, SKIP_PAIR_SHAPES, SKIP_PAIR_VARIANTS, Settings, write_table,
 )
+from experiments.skip_pair.exp_dynamics import LEARNT, SPLIT  # the split and learnt thresholds of skip_pair.md
 from headcoop.studies.skip_pair import compare_orderings, preferences, split_attention
-
-SPLIT = 0.1  # a head splits a pair when the less-attended token gets more than this share of the two's attention
-LEARNT = 0.9  # sampled signal accuracy from which a checkpoint counts as having learnt the task
+from headcoop.training import loss_drop
 
 
 def _train(task, shapes: list[dict], seeds: list[int], steps: int, s: Settings):
@@ -33,7 +32,7 @@ def count01_grid(s: Settings) -> pd.DataFrame:
                 ev = task.evaluate(model, n=s.n_eval)
                 row = dict(variant=variant, steps=steps, kind=kind, seed=seed, answer_acc=ev["answer_acc"],
                            eos_acc=ev["eos_acc"], both_acc=ev["both_acc"], loss=ev["loss"],
-                           plateau=plateau(model.history))  # fmt: skip
+                           plateau=loss_drop(model.history))  # fmt: skip
                 if kind == "primary":
                     heads = hc.head_metrics(model, n=s.n_metrics, seed=1).to_dataframe()
                     good = heads[heads.s_acc >= 0.95]
@@ -72,7 +71,7 @@ def skip_pair_grid(s: Settings) -> pd.DataFrame:
                 split = split_attention(model)  # [head, 6]
                 row = dict(variant=variant, steps=steps, shape=name, seed=seed, signal_acc=ev["signal_acc"],
                            signal_all=bool(ev["signal_acc"] == 1.0), noise_loss=ev["noise_loss"],
-                           plateau=plateau(model.history), strict_heads=int((split.max(1).values <= SPLIT).sum()),
+                           plateau=loss_drop(model.history), strict_heads=int((split.max(1).values <= SPLIT).sum()),
                            heads=shape["n_heads"], orderings=" | ".join(">".join(map(str, o)) for o in prefs.orderings),
                            relation=compare_orderings(*prefs.orderings) if shape["n_heads"] == 2 else "",
                            learnt_checkpoints=during[i][0], split_while_learnt=during[i][1])  # fmt: skip

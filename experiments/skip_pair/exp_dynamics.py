@@ -18,11 +18,10 @@ import pandas as pd
 import torch
 
 import headcoop as hc
+from experiments.skip_pair.exp_runs import SPLIT_THRESHOLD as SPLIT
 from headcoop.studies.skip_pair import PAIRS, pair_contributions, split_attention
 
-from experiments.skip_pair.exp_runs import SPLIT_THRESHOLD as SPLIT  # noqa: E402
-
-LEARNT = 0.9
+LEARNT = 0.9  # sampled signal accuracy from which a checkpoint counts as having learnt the task
 
 
 def dynamics(task: hc.SkipPair, d_heads: list[int], seeds: list[int], recipe: dict, every: int,

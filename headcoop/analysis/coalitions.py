@@ -159,6 +159,9 @@ class CoalitionGame:
         masks = torch.as_tensor(masks, dtype=torch.bool, device=self.tokens.device)
         if masks.ndim != 2 or masks.shape[1] != len(self.players):
             raise ValueError(f"masks must be [coalition, {len(self.players)}] booleans, got {tuple(masks.shape)}")
+        if installed_hooks(self.model):  # (perhaps installed since the game was built) every shortcut would bypass them
+            self.method = "stacked forward passes with hooks on z, one coalition per pass (hooks installed)"
+            return self._values_stacked(masks)
         if self.linear:
             return self._values_linear(masks)
         if self.layered:
@@ -183,28 +186,11 @@ class CoalitionGame:
         per_sequence = (2 * cfg.n_layers * width * (4 * cfg.d_model + 3 * cfg.n_heads * width + (cfg.d_mlp or 0))
                         + 2 * width * cfg.d_vocab_out) * 4  # fmt: skip
         per_chunk = 1 if installed_hooks(model) else max(1, int(self.memory_budget_mb * 2**20 // (per_sequence * n)))
-        by_layer: dict[int, list[int]] = {}
-        for i, (lay, _) in enumerate(self.players):
-            by_layer.setdefault(lay, []).append(i)
         out = []
         for start in range(0, len(masks), per_chunk):
             chunk = masks[start : start + per_chunk]
             c = len(chunk)
-
-            def make_hook(lay: int, idx: list[int], chunk=chunk, c=c):
-                heads = [self.players[i][1] for i in idx]
-                source = torch.stack([self.replacement[self.players[i]] for i in idx], 2)  # [batch, pos, k, d]
-                off = ~chunk[:, idx]  # [c, k]
-
-                def hook(z: Tensor, hook) -> Tensor:
-                    z = z.view(c, n, width, *z.shape[2:]).clone()
-                    current = z[:, :, :, heads]  # [c, batch, pos, k, d]
-                    z[:, :, :, heads] = torch.where(off[:, None, None, :, None], source.to(z), current)
-                    return z.view(c * n, width, *z.shape[3:])
-
-                return hook
-
-            hooks = [(get_act_name("z", lay), make_hook(lay, idx)) for lay, idx in by_layer.items()]
+            hooks = [(get_act_name("z", lay), self._z_hook(lay, chunk, n)) for lay in sorted({p[0] for p in self.players})]
             logits = model.run_with_hooks(self.tokens.repeat(c, 1), fwd_hooks=hooks).view(c, n, width, -1)
             if isinstance(self.metric, str):
                 at = logits[:, rows, self.pos].double()  # [c, batch, vocab]
