@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from pathlib import Path
 
 
@@ -37,10 +38,14 @@ def this_owner() -> str:
     return f"{socket.gethostname()} {process_id(os.getpid())}"
 
 
-def owner_alive(owner: str) -> bool:
-    """Whether the process an owner string names still runs (owners on other machines count as alive)."""
+def owner_alive(owner: str, renewed: float | None = None, lease_s: float | None = None) -> bool:
+    """Whether the process an owner string names still runs. An owner on another machine cannot be asked:
+    it counts as alive, or, given when its claim was last `renewed` (a time.time()) and a `lease_s`, while
+    that lease has not run out."""
     host, _, proc = owner.partition(" ")
-    if host != socket.gethostname() or not proc:
+    if host != socket.gethostname():
+        return True if renewed is None or lease_s is None else time.time() - renewed < lease_s
+    if not proc:
         return True
     pid = int(proc.split(":")[0])
     return pid_alive(pid) and process_id(pid) == proc

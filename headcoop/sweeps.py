@@ -14,7 +14,6 @@ import dataclasses
 import errno
 import itertools
 import os
-import socket
 import threading
 import time
 import warnings
@@ -166,9 +165,7 @@ class Claims:
             return False
         if not owner:  # a claim being written right now
             return True
-        if owner.partition(" ")[0] != socket.gethostname():
-            return time.time() - renewed < self.lease_s
-        return owner_alive(owner)
+        return owner_alive(owner, renewed, self.lease_s)
 
     def clear_stale(self, name: str) -> None:
         """Remove the claim of `name` when its process died (a finished run a killed sweep still claimed)."""

@@ -73,3 +73,22 @@ def test_doc_is_rendered_from_the_tables(tmp_path):
 
     written = page.build(tmp_path, tables=RESULTS)
     assert written.read_text(encoding="utf-8") == (REPO / "docs" / "results" / "count01.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("options", [{}, {"positional": True}, {"readout": "heads"}, {"readout": "heads", "positional": True}])
+def test_isolated_copy_starts_as_the_joint_models_head(options):
+    """Table 1's one-head model computes, at initialisation, what head h contributes in the joint model plus the
+    paths every forward pass has (embeddings, biases): so 'the same head' trained alone starts where it did."""
+    from experiments.count01.exp_models import isolated_copy
+
+    task = hc.Count01(**options)
+    joint = task.model(seed=3, n_heads=4, d_model=8, d_head=2)
+    batch = task.sample(64, seed=0)
+    parts = hc.dla(joint, batch, pos=batch.answer_pos)
+    for h in (0, 3):
+        single = isolated_copy(task, joint, h, seed=3)
+        want = parts.heads()[:, 0, h] + parts.total() - parts.heads()[:, 0].sum(1)  # the other heads removed
+        got = single(batch.tokens)[torch.arange(len(batch)), batch.answer_pos]
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+        if options.get("readout") == "heads":
+            assert single.cfg.d_model == 8 + 2

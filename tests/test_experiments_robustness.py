@@ -22,16 +22,17 @@ def test_quick_run_writes_both_grids_and_the_page(tmp_path):
         capture_output=True, text=True, timeout=300, cwd=REPO,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    for name in ("count01_grid", "skip_pair_grid"):
+    for name in ("count01_grid", "count01_band", "count01_ensemble", "count01_table1", "skip_pair_grid"):
         assert (tmp_path / "robustness" / f"{name}.csv").exists(), name
     page = (tmp_path / "robustness.md").read_text(encoding="utf-8")
     assert "## Setup at a glance" in page and "holds in" in page and "heads-only readout" in page
     again = subprocess.run(
-        [sys.executable, "-m", "experiments.robustness.check_cells", "--quick", "--out", str(tmp_path), "--sample", "2"],
+        [sys.executable, "-m", "experiments.robustness.check_cells", "--quick", "--out", str(tmp_path), "--sample", "6"],
         capture_output=True, text=True, timeout=300, cwd=REPO,
     )  # fmt: skip
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert "DIFFERS" not in again.stdout and again.stdout.count("recomputed") >= 4
+    assert "only_correct table" in again.stdout and "band_mean_s_acc_at_1 table" in again.stdout
 
 
 @COMMITTED
@@ -59,3 +60,44 @@ def test_notebook_executes():
     NotebookClient(nb, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(FOLDER)}}).execute()
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
     assert not errors
+
+
+def test_rules_judge_what_their_words_say():
+    """The rules that read the new tables, on tables built by hand: they hold and fail where they should."""
+    import numpy as np
+    import pandas as pd
+
+    from experiments.robustness.page import COUNT01_RULES, SKIP_PAIR_RULES, judge
+
+    rules = {r.key: r for r in COUNT01_RULES + SKIP_PAIR_RULES}
+    w01s = np.logspace(-3, 3, 13)
+    high = pd.DataFrame([dict(variant="default", steps=300, seed=0, head=h, w01=w,
+                              s_acc=1.0 if 0.1 - 1e-9 <= w <= 10 + 1e-9 else 0.6) for w in w01s for h in range(2)])  # fmt: skip
+    narrow = high.assign(s_acc=np.where(high.w01 > 5, 0.9, high.s_acc))
+    band = pd.concat([high, narrow.assign(variant="narrow")])
+    _, held = judge({"band": band}, rules["band"], ["default", "narrow"])
+    assert held == {"default": [300], "narrow": []}
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=400)
+    y = 0.72 * x + np.sqrt(1 - 0.72**2) * rng.normal(size=400)  # r close to 0.72
+    ens = pd.concat([pd.DataFrame(dict(variant="default", steps=300, weighted_s_acc=x, answer_acc=y, answer_45_acc=x)),
+                     pd.DataFrame(dict(variant="none", steps=300, weighted_s_acc=x, answer_acc=rng.normal(size=400),
+                                       answer_45_acc=x))])  # fmt: skip
+    cells, held = judge({"ensemble": ens}, rules["r"], ["default", "none"])
+    assert held["default"] == ["every training length"] and held["none"] == []
+    assert judge({"ensemble": ens}, rules["r45"], ["default"])[1] == {"default": []}  # r = 1 is not 0.72
+
+    t1 = pd.DataFrame(dict(variant="default", steps=1000, seed=0, head=range(4), joint_s_acc=0.9, isolated_s_acc=0.95,
+                           joint_l_acc_head=0.8, isolated_l_acc_head=[0.7, 0.9, 0.9, 0.9], joint_l_acc=0.8,
+                           isolated_l_acc=0.8))  # fmt: skip
+    value, text = rules["joint"].value(t1)
+    assert value == pytest.approx(0.05) and "l_acc_head +0.050" in text
+    assert not rules["joint"].holds(rules["joint"].value(t1.assign(isolated_s_acc=0.9))[0])
+
+    grid = pd.DataFrame(dict(variant="default", steps=3000, shape="2 heads, d_head 5", seed=range(3),
+                             qualifying=[4, 3, 0], only_correct=[4, 2, 0], specific_rows=[8, 8, 2],
+                             specific_total=8, correct_up_both=[9, 3, 7]))  # fmt: skip
+    assert rules["only_correct"].value(grid)[1] == "6/7" and not rules["only_correct"].holds(6 / 7)
+    assert rules["conditional"].holds(rules["conditional"].value(grid)[0])  # 18/24
+    assert rules["caption"].value(grid)[0] == 7 and rules["caption"].holds(7)

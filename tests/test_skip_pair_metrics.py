@@ -210,3 +210,28 @@ def test_bad_input(model10):
         moved.W_pos[3, 0] = 1.0
     with pytest.raises(ValueError, match="W_pos"):
         M.pair_contributions(moved)
+
+
+def test_sampled_pair_contributions_average_dla_over_the_sampled_contexts(short):
+    task, model = short
+    got = M.pair_contributions(model, n=64, seed=5)
+    cols = [task.mapping[p] for p in PAIRS]
+    for i, pair in enumerate(PAIRS):
+        batch = task.sample(64, seed=5 + i, pair=pair)
+        _, cache = model.run_with_cache(batch.tokens)
+        z = cache[get_act_name("z", 0)][:, -1]
+        want = torch.einsum("nhd,hdm,mv->nhv", z, model.blocks[0].attn.W_O, model.W_U)[..., cols].mean(0)
+        torch.testing.assert_close(got[i], want, atol=1e-4, rtol=1e-4)
+    # a Monte Carlo estimate of the exact average: close with many samples
+    torch.testing.assert_close(M.pair_contributions(model, n=4096), M.pair_contributions(model), atol=0.05, rtol=0.05)
+    with pytest.raises(ValueError, match="n"):
+        M.pair_contributions(model, n=0)
+
+
+def test_sampled_pair_contributions_work_where_enumeration_cannot():
+    task = hc.SkipPair(seq_len=50)
+    model = task.model(seed=0, n_heads=2, d_head=2)
+    with pytest.raises(ValueError):
+        M.pair_contributions(moved := task.model(seed=1, n_layers=2, n_heads=2, d_head=2))
+    assert M.pair_contributions(moved, n=8).shape == (10, 2, 10)
+    assert M.pair_contributions(model, n=8).isfinite().all()

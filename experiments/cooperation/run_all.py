@@ -8,23 +8,15 @@ Run from the repository root. OUT (default docs/results) receives cooperation.md
 
 from __future__ import annotations
 
-import argparse
 import time
-from pathlib import Path
 
+from experiments import cli
 from experiments.cooperation import exp_games, page
 from experiments.cooperation.common import DEFAULT_OUT, Settings, setup
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="tiny sizes, for the smoke test")
-    parser.add_argument("--out", type=Path, default=None, help=f"results folder (default {DEFAULT_OUT})")
-    parser.add_argument("--no-png", action="store_true", help="accepted for symmetry with the other experiments "
-                        "(this page has no figures)")
-    args = parser.parse_args(argv)
-    if args.quick and args.out is None:
-        parser.error("--quick needs --out (the quick tables must not overwrite docs/results)")
+    args = cli.parse(cli.parser(__doc__, DEFAULT_OUT, png_help="accepted for symmetry with the other experiments (this page has no figures)"), argv)
     setup()
     results = args.out or DEFAULT_OUT
     s = Settings.quick_settings(results / "cooperation") if args.quick else Settings(out=results / "cooperation")

@@ -18,42 +18,71 @@ from headcoop.plot import TEMPLATE
 HEAD_PARAMS = ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V")
 
 
-def isolated_copy(joint_init, head: int, seed: int):
-    """A one-head model holding head `head` of `joint_init` and its embedding, unembedding and b_O."""
-    single = hc.Count01().model(seed=seed, n_heads=1, d_model=PRIMARY["d_model"], d_head=PRIMARY["d_head"])
+def isolated_copy(task: hc.Count01, joint_init, head: int, seed: int):
+    """A one-head model holding head `head` of `joint_init` with its embeddings, unembedding and b_O.
+
+    With the heads-only readout (`Count01(readout="heads")`) the one-head model's residual stream has a
+    d_head-wide head subspace where the joint model's has n_heads * d_head dimensions, so the copy keeps
+    the head's initial function, not its parameters: W_O writes the identity into that subspace and W_U
+    reads it through the joint head's W_O[head] @ W_U (its initial logit map)."""
+    cfg = joint_init.cfg
+    heads_only = task.readout == "heads"
+    d_embed = cfg.d_model - cfg.n_heads * cfg.d_head if heads_only else cfg.d_model
+    single = task.model(seed=seed, n_heads=1, d_model=d_embed, d_head=cfg.d_head)
     with torch.no_grad():
-        for name in ("W_E", "W_U", "b_U"):
-            getattr(single, name).copy_(getattr(joint_init, name))
         a, b = single.blocks[0].attn, joint_init.blocks[0].attn
-        for p in HEAD_PARAMS:
+        if not heads_only:
+            for name in ("W_E", "W_pos", "W_U", "b_U"):
+                getattr(single, name).copy_(getattr(joint_init, name))
+            for p in HEAD_PARAMS:
+                getattr(a, p)[0].copy_(getattr(b, p)[head])
+            a.b_O.copy_(b.b_O)
+            return single
+        single.W_E[:, :d_embed].copy_(joint_init.W_E[:, :d_embed])
+        single.W_pos[:, :d_embed].copy_(joint_init.W_pos[:, :d_embed])
+        for p in ("W_Q", "W_K", "W_V"):  # only the embedding rows are read (the head subspace is 0 at layer 0)
+            getattr(a, p)[0].zero_()
+            getattr(a, p)[0, :d_embed].copy_(getattr(b, p)[head, :d_embed])
+        for p in ("b_Q", "b_K", "b_V"):
             getattr(a, p)[0].copy_(getattr(b, p)[head])
-        a.b_O.copy_(b.b_O)
+        a.W_O.zero_()
+        a.W_O[0, :, d_embed:].copy_(torch.eye(cfg.d_head))
+        single.W_U.zero_()
+        single.W_U[d_embed:].copy_(b.W_O[head, :, d_embed:] @ joint_init.W_U[d_embed:])
     return single
+
+
+def isolation_heads(task: hc.Count01, seed: int, recipe: dict, n_metrics: int, n_eval: int) -> pd.DataFrame:
+    """Each head of a primary-shape model trained with the others (joint) and alone, from the same initial
+    weights (`isolated_copy`), data stream and recipe (keyword arguments of `hc.train_many`): one row per
+    head with both versions' metrics (`hc.head_metrics` on n_metrics strings; the one-head model's answer
+    accuracy on n_eval)."""
+    init = task.model(seed=seed, **PRIMARY)
+    singles = [isolated_copy(task, init, h, seed) for h in range(PRIMARY["n_heads"])]
+    trained = hc.train_many(task, [task.model(seed=seed, **PRIMARY)] + singles, seeds=[seed] * (1 + len(singles)),
+                            **recipe)  # fmt: skip
+    joint, singles = trained[0], trained[1:]
+    jm = hc.head_metrics(joint, n=n_metrics, seed=1).to_dataframe()
+    rows = []
+    for h, single in enumerate(singles):
+        sm = hc.head_metrics(single, n=n_metrics, seed=1).to_dataframe().iloc[0]
+        ev = task.evaluate(single, n=n_eval)
+        j = jm.iloc[h]
+        rows.append(dict(seed=seed, head=h, joint_s_acc=j.s_acc, isolated_s_acc=sm.s_acc,
+                         joint_l_acc_head=j.l_acc_head, isolated_l_acc_head=sm.l_acc_head, joint_l_acc=j.l_acc,
+                         isolated_l_acc=sm.l_acc, joint_roc_auc=j.roc_auc, isolated_roc_auc=sm.roc_auc,
+                         joint_w01=j.w01, isolated_w01=sm.w01, joint_w02=j.w02, isolated_w02=sm.w02,
+                         isolated_model_answer_acc=ev["answer_acc"], joint_plateau=loss_drop(joint.history),
+                         isolated_plateau=loss_drop(single.history)))  # fmt: skip
+    return pd.DataFrame(rows)
 
 
 def isolation(s: Settings) -> pd.DataFrame:
     """Table 1: each head of a primary-configuration model, trained with the others (joint) and alone."""
     task = hc.Count01()
-    rows = []
-    for seed in s.isolation_seeds:
-        init = task.model(seed=seed, **PRIMARY)
-        singles = [isolated_copy(init, h, seed) for h in range(PRIMARY["n_heads"])]
-        # the joint model and the 16 one-head models see the same data stream (seed) and recipe
-        trained = hc.train_many(task, [task.model(seed=seed, **PRIMARY)] + singles, seeds=[seed] * (1 + len(singles)),
-                                **s.recipe(s.isolation_steps))  # fmt: skip
-        joint, singles = trained[0], trained[1:]
-        jm = hc.head_metrics(joint, n=s.n_metrics, seed=1).to_dataframe()
-        for h, single in enumerate(singles):
-            sm = hc.head_metrics(single, n=s.n_metrics, seed=1).to_dataframe().iloc[0]
-            ev = task.evaluate(single, n=s.n_eval)
-            j = jm.iloc[h]
-            rows.append(dict(seed=seed, head=h, joint_s_acc=j.s_acc, isolated_s_acc=sm.s_acc,
-                             joint_l_acc_head=j.l_acc_head, isolated_l_acc_head=sm.l_acc_head, joint_l_acc=j.l_acc,
-                             isolated_l_acc=sm.l_acc, joint_roc_auc=j.roc_auc, isolated_roc_auc=sm.roc_auc,
-                             joint_w01=j.w01, isolated_w01=sm.w01, joint_w02=j.w02, isolated_w02=sm.w02,
-                             isolated_model_answer_acc=ev["answer_acc"], joint_plateau=loss_drop(joint.history),
-                             isolated_plateau=loss_drop(single.history)))  # fmt: skip
-    heads = write_table(pd.DataFrame(rows), s.out, "table1_heads")
+    rows = pd.concat([isolation_heads(task, seed, s.recipe(s.isolation_steps), s.n_metrics, s.n_eval)
+                      for seed in s.isolation_seeds], ignore_index=True)
+    heads = write_table(rows, s.out, "table1_heads")
     table = []
     for metric in ("s_acc", "l_acc_head", "l_acc", "roc_auc"):
         j, i = heads[f"joint_{metric}"], heads[f"isolated_{metric}"]

@@ -34,20 +34,28 @@ def head_map(s: Settings) -> pd.DataFrame:
 
 
 @torch.no_grad()
+def intervention_rows(model, batch, w01s, modes=("model", 0.0)) -> pd.DataFrame:
+    """Every head's held-out s_acc (and ROC AUC) with attention to '2' set to 0 and w01 imposed at every
+    query (`hc.set_attention`, all heads at once: heads of one layer do not interact), one row per
+    (others, w01, head); `others` is what the keys [BOS] and '=' get ("model": their own attention)."""
+    heads = list(range(model.cfg.n_heads))
+    rows = []
+    for others in modes:
+        for w in w01s:
+            with hc.set_attention(model, head=heads, tokens={"2": 0.0, "0": float(w), "1": 1.0}, others=others):
+                fit = hc.probe(model, batch, site="z")
+            rows += [dict(others=str(others), w01=float(w), head=h, s_acc=fit.acc[h].item(),
+                          roc_auc=fit.roc_auc[h].item()) for h in heads]  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+@torch.no_grad()
 def intervention(s: Settings) -> pd.DataFrame:
     """Attention to '2' set to 0 and w01 imposed on every head at '='-and-everywhere; s_acc per head."""
     model = hc.load("count01")
     batch = hc.Count01().sample(s.n_metrics, seed=1)
     heads = list(range(model.cfg.n_heads))
-    rows = []
-    for others in ("model", 0.0):
-        for w in np.logspace(-3, 3, s.w01_grid):
-            with hc.set_attention(model, head=heads, tokens={"2": 0.0, "0": float(w), "1": 1.0}, others=others):
-                fit = hc.probe(model, batch, site="z")
-            for h in heads:
-                rows.append(dict(others=str(others), w01=float(w), head=h, s_acc=fit.acc[h].item(),
-                                 roc_auc=fit.roc_auc[h].item()))  # fmt: skip
-    df = write_table(pd.DataFrame(rows), s.out, "intervention_heads")
+    df = write_table(intervention_rows(model, batch, np.logspace(-3, 3, s.w01_grid)), s.out, "intervention_heads")
     summary = (
         df.groupby(["others", "w01"], as_index=False)
         .agg(mean_s_acc=("s_acc", "mean"), min_s_acc=("s_acc", "min"),
@@ -77,11 +85,11 @@ def intervention(s: Settings) -> pd.DataFrame:
 
 
 @torch.no_grad()
-def logits(s: Settings) -> pd.DataFrame:
-    """Each head's push toward '4' / '5', and the order of the [EOS], '4', '5' logits at '=' and at the answer."""
-    model = hc.load("count01")
-    task = hc.Count01()
-    batch = task.sample(2 * s.n_metrics, seed=2)
+def logit_orders(model, batch) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """The logits of '4', '5' and [EOS] at '=' and at the answer position, per true answer: (mean logits,
+    the share of strings with each ordering of the three, and `kept`: per true answer the share with
+    '5' > '4' at each position, the share keeping that 4/5 order and the share with [EOS] on top at the
+    answer)."""
     out = model(batch.tokens)
     rows = torch.arange(len(batch))
     names = {FOUR: "4", FIVE: "5", EOS: "[EOS]"}
@@ -97,7 +105,6 @@ def logits(s: Settings) -> pd.DataFrame:
             counts = pd.Series(order).value_counts(normalize=True)
             for o, share in counts.items():
                 orders.append({"position": where, "true answer": answer, "order": o, "share": float(share)})
-    write_table(pd.DataFrame(table), s.out, "logit_means")
     at_eq_logits, at_ans_logits = out[rows, batch.answer_pos], out[rows, batch.answer_pos + 1]
     five_over_four_eq = at_eq_logits[:, FIVE] > at_eq_logits[:, FOUR]
     five_over_four_ans = at_ans_logits[:, FIVE] > at_ans_logits[:, FOUR]
@@ -111,8 +118,18 @@ def logits(s: Settings) -> pd.DataFrame:
          "share with [EOS] on top at the answer": eos_top_ans[batch.labels == label].float().mean().item()}
         for label, answer in ((0, "4"), (1, "5"))
     ]  # fmt: skip
-    write_table(pd.DataFrame(kept), s.out, "logit_order_kept")
-    write_table(pd.DataFrame(orders), s.out, "logit_orders")
+    return pd.DataFrame(table), pd.DataFrame(orders), pd.DataFrame(kept)
+
+
+@torch.no_grad()
+def logits(s: Settings) -> pd.DataFrame:
+    """Each head's push toward '4' / '5', and the order of the [EOS], '4', '5' logits at '=' and at the answer."""
+    model = hc.load("count01")
+    batch = hc.Count01().sample(2 * s.n_metrics, seed=2)
+    means, orders, kept = logit_orders(model, batch)
+    write_table(means, s.out, "logit_means")
+    write_table(kept, s.out, "logit_order_kept")
+    write_table(orders, s.out, "logit_orders")
 
     # each head's direct push on logit(5) - logit(4) at '=' and on logit([EOS]) - logit(answer) at the answer
     at_eq = hc.dla(model, batch)

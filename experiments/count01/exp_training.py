@@ -111,6 +111,26 @@ def primary(s: Settings) -> tuple[list, pd.DataFrame]:
     return models, heads
 
 
+def ensemble_measures(task: hc.Count01, model, n_metrics: int, n_eval: int) -> dict[str, float]:
+    """What the ensemble correlation needs of one model: answer accuracy two ways (`answer_acc`, the argmax
+    over all logits at '='; `answer_45_acc`, whether logit(5) > logit(4) matches the answer), both_acc, and
+    its heads' s_acc averaged with readout weights ||W_O[h](W_U[5] - W_U[4])|| (weighted_s_acc), with the
+    spread of each head's push (effective_s_acc), plainly (mean_s_acc), and the best head's (max_s_acc)."""
+    df = hc.head_metrics(model, n=n_metrics, seed=1).to_dataframe()
+    ev = task.evaluate(model, n=n_eval)
+    batch45 = task.sample(n_eval, seed=10_000)
+    with torch.no_grad():
+        at_eq = model(batch45.tokens)[torch.arange(len(batch45)), batch45.answer_pos]
+    acc45 = ((at_eq[:, FIVE] > at_eq[:, FOUR]) == (batch45.labels == 1)).float().mean().item()
+    w, e = df.readout_45.to_numpy(), df.push_std_45.to_numpy()
+    return dict(
+        answer_acc=ev["answer_acc"], answer_45_acc=acc45, both_acc=ev["both_acc"],
+        weighted_s_acc=float((w * df.s_acc).sum() / w.sum()) if w.sum() > 0 else float("nan"),
+        effective_s_acc=float((e * df.s_acc).sum() / e.sum()) if e.sum() > 0 else float("nan"),
+        mean_s_acc=float(df.s_acc.mean()), max_s_acc=float(df.s_acc.max()),
+    )  # fmt: skip
+
+
 def ensemble(s: Settings, sweep_models: list, primary_models: list) -> pd.DataFrame:
     """Output-layer-weighted mean head s_acc against model accuracy, across models and training lengths."""
     task = hc.Count01()
@@ -122,24 +142,10 @@ def ensemble(s: Settings, sweep_models: list, primary_models: list) -> pd.DataFr
     entries += [("primary", m, m.train_settings["steps"], m.train_settings["seed"]) for m in primary_models]
     entries += [("primary-short", m, steps, seed) for m, (steps, seed) in zip(early, early_items)]
     rows = []
-    batch45 = task.sample(s.n_eval, seed=10_000)
     for group, model, steps, seed in entries:
-        df = hc.head_metrics(model, n=s.n_ensemble, seed=1).to_dataframe()
-        ev = task.evaluate(model, n=s.n_eval)
-        with torch.no_grad():
-            at_eq = model(batch45.tokens)[torch.arange(len(batch45)), batch45.answer_pos]
-        acc45 = ((at_eq[:, FIVE] > at_eq[:, FOUR]) == (batch45.labels == 1)).float().mean().item()
         cfg = model.cfg
-        w, e = df.readout_45.to_numpy(), df.push_std_45.to_numpy()
-        rows.append(
-            dict(
-                group=group, d_model=cfg.d_model, n_heads=cfg.n_heads, d_head=cfg.d_head, steps=steps, seed=seed,
-                answer_acc=ev["answer_acc"], answer_45_acc=acc45, both_acc=ev["both_acc"],
-                weighted_s_acc=float((w * df.s_acc).sum() / w.sum()) if w.sum() > 0 else float("nan"),
-                effective_s_acc=float((e * df.s_acc).sum() / e.sum()) if e.sum() > 0 else float("nan"),
-                mean_s_acc=float(df.s_acc.mean()), max_s_acc=float(df.s_acc.max()),
-            )  # fmt: skip
-        )
+        rows.append(dict(group=group, d_model=cfg.d_model, n_heads=cfg.n_heads, d_head=cfg.d_head, steps=steps,
+                         seed=seed, **ensemble_measures(task, model, s.n_ensemble, s.n_eval)))  # fmt: skip
     models_df = write_table(pd.DataFrame(rows), s.out, "ensemble_models")
     corr = []
     for x in ("weighted_s_acc", "effective_s_acc", "mean_s_acc", "max_s_acc"):

@@ -433,9 +433,15 @@ def section_logits(t: Tables, rel: str) -> Section:
     claims.append(Claim("7", QUOTES["bias"],
           f"{int(lean.sum())} of {len(heads)} heads with abs(bias_45) > abs(signal_45) / 5",
           "agrees" if lean.mean() >= 0.5 else "weakly"))
+    kept_min = float(kept["share keeping the 4/5 order"].min()) if kept is not None else float("nan")
+    fixed = kept_min >= 0.9
     claims.append(Claim("7", QUOTES["tip"],
-          "[EOS] on top at the answer" if ans_ok else "[EOS] not always on top",
-          "agrees" if ans_ok and eq_ok else "differs"))
+          ("[EOS] on top at the answer" if ans_ok else "[EOS] not always on top")
+          + (f"; the 4/5 order kept from '=' to the answer in {pct(kept_min)} of strings or more per true answer"
+             if kept is not None else ""),
+          ("agrees" if fixed else f"partly: the balance tips toward [EOS] as said; by our reading of 'about fixed' (the "
+           f"4/5 order kept per string) it is kept in only {pct(kept_min)} of the strings of one answer")
+          if ans_ok and eq_ok else "differs"))
     lines[-1] += (
         f"Every head's push is asymmetric between the two answers (bias_45 != 0); for {int(lean.sum())} of "
         f"{len(heads)} heads the bias exceeds a fifth of the class signal |signal_45| (median ratio {fmt(ratio)}), "

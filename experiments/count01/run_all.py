@@ -10,14 +10,13 @@ Run from the repository root. OUT (default docs/results) receives count01.md and
 
 from __future__ import annotations
 
-import argparse
 import os
 import resource
 import time
-from pathlib import Path
 
 import pandas as pd
 
+from experiments import cli
 from experiments.count01 import exp_models, exp_shipped, exp_training, page
 from experiments.count01.common import DEFAULT_OUT, Settings, setup, write_table
 
@@ -31,16 +30,11 @@ PARTS = ("training", "shipped", "isolation", "minimal", "two_layer")
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="tiny sizes, for the smoke test")
-    parser.add_argument("--out", type=Path, default=None, help=f"results folder (default {DEFAULT_OUT.parent})")
+    parser = cli.parser(__doc__, DEFAULT_OUT.parent)
     parser.add_argument("--only", nargs="+", choices=PARTS, default=list(PARTS))
-    parser.add_argument("--no-png", action="store_true", help="write HTML figures only")
-    args = parser.parse_args(argv)
+    args = cli.parse(parser, argv)
     results = args.out or DEFAULT_OUT.parent
     out = results / "count01"  # the tables and figures
-    if args.quick and args.out is None:
-        parser.error("--quick needs --out (the quick tables must not overwrite docs/results)")
     if args.no_png:
         os.environ["COUNT01_NO_PNG"] = "1"
     setup()

@@ -13,11 +13,13 @@ import argparse
 from pathlib import Path
 
 import pandas as pd
+import torch
 
 import headcoop as hc
 from experiments.robustness.common import (
     COUNT01_VARIANTS, DEFAULT_OUT, MINIMAL, PRIMARY, SKIP_PAIR_SHAPES, SKIP_PAIR_VARIANTS, Settings, setup,
 )
+from headcoop.tasks.skip_pair import PAIRS
 
 
 def recompute_skip_pair(row: pd.Series, s: Settings) -> dict:
@@ -25,7 +27,20 @@ def recompute_skip_pair(row: pd.Series, s: Settings) -> dict:
     (model,) = hc.train_many(task, [SKIP_PAIR_SHAPES[row["shape"]]], seeds=[int(row.seed)], steps=int(row.steps),
                              warmup=s.warmup(int(row.steps), "skip_pair"), progress=False, **s.recipe)  # fmt: skip
     ev = hc.evaluate(model, n=s.n_pair)
-    return {"signal_acc": ev["signal_acc"], "noise_loss": ev["noise_loss"]}
+    out = {"signal_acc": ev["signal_acc"], "noise_loss": ev["noise_loss"]}
+    if model.cfg.n_heads == 2:
+        # each head's direct contribution z W_O W_U at the read-off, from the cache, on the grid's sampled contexts
+        raw = []
+        for i, pair in enumerate(PAIRS):
+            batch = task.sample(s.n_pair, seed=30_000 + i, pair=pair)
+            _, cache = model.run_with_cache(batch.tokens)
+            z = cache["blocks.0.attn.hook_z"][:, -1]  # [n, head, d_head]
+            per_head = torch.einsum("nhd,hdm,mv->hv", z, model.blocks[0].attn.W_O, model.W_U) / len(batch)
+            raw.append(per_head[:, [task.mapping[p] for p in PAIRS]] > 0)  # [head, 10]
+        qualifying = [i for i, r in enumerate(raw) if all(int(r[h].sum()) >= 2 for h in range(2))]
+        only = [i for i in qualifying if raw[i].all(0).nonzero().flatten().tolist() == [i]]
+        out.update(qualifying=len(qualifying), only_correct=len(only))
+    return out
 
 
 def recompute_count01(row: pd.Series, s: Settings) -> dict:
@@ -38,7 +53,20 @@ def recompute_count01(row: pd.Series, s: Settings) -> dict:
     if row.kind == "primary":
         heads = hc.head_metrics(model, n=s.n_metrics, seed=1).to_dataframe()
         out["successful"] = int((heads.s_acc >= 0.95).sum())
+        out["biased"] = int((heads.bias_45.abs() > heads.signal_45.abs() / 5).sum())
+        # the intervention at w01 = 1: every head's s_acc with '2' unattended and '0', '1' weighted equally
+        batch = task.sample(s.n_metrics, seed=1)
+        with hc.set_attention(model, head=list(range(model.cfg.n_heads)), tokens={"2": 0.0, "0": 1.0, "1": 1.0},
+                              others="model"):  # fmt: skip
+            out["band_mean_s_acc_at_1"] = hc.probe(model, batch, site="z").acc.mean().item()
     return out
+
+
+def with_band(table: pd.DataFrame, band: pd.DataFrame) -> pd.DataFrame:
+    """The grid's primary rows gain band_mean_s_acc_at_1: the band table's mean s_acc over heads at w01 = 1."""
+    at_1 = band[(band.w01 - 1.0).abs() < 1e-9].groupby(["variant", "steps", "seed"], as_index=False).s_acc.mean()
+    at_1 = at_1.rename(columns={"s_acc": "band_mean_s_acc_at_1"}).assign(kind="primary")
+    return table.merge(at_1, on=["variant", "steps", "seed", "kind"], how="left")
 
 
 def check(rows: pd.DataFrame, recompute, s: Settings) -> bool:
@@ -68,7 +96,7 @@ def main(argv=None) -> int:
         table = pd.read_csv(folder / "skip_pair_grid.csv")
         ok &= check(table.sample(min(args.sample, len(table)), random_state=0), recompute_skip_pair, s)
     if args.only in (None, "count01"):
-        table = pd.read_csv(folder / "count01_grid.csv")
+        table = with_band(pd.read_csv(folder / "count01_grid.csv"), pd.read_csv(folder / "count01_band.csv"))
         ok &= check(table.sample(min(args.sample, len(table)), random_state=0), recompute_count01, s)
     return 0 if ok else 1
 

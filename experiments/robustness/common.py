@@ -6,6 +6,7 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -51,12 +52,19 @@ class Settings:
     n_eval: int = 2048  # Count01 strings per accuracy evaluation
     n_pair: int = 256  # SkipPair contexts per signal pair type in the evaluation
     n_checkpoint: int = 32  # SkipPair contexts per pair type at each training checkpoint
+    w01s: tuple = tuple(float(w) for w in np.logspace(-3, 3, 13))  # imposed w01 of the intervention (2 per decade)
+    early_steps: tuple = (10, 20, 40, 80, 160)  # extra short primary runs of the ensemble correlation's model set
+    early_seeds: tuple = (0, 1)
+    table1_steps: tuple = (1000, 5000)  # short, and to a loss plateau (count01.md's Table 1 recipe)
+    table1_seeds: tuple = (0, 1)
     recipe: dict = field(default_factory=lambda: dict(batch_size=256, lr=1e-2, weight_decay=0.0))
 
     @staticmethod
     def quick_settings(out: Path) -> "Settings":
         return Settings(out=out, quick=True, count01_steps=(10, 20), skip_pair_steps=(10, 20), seeds=(0,),
-                        skip_pair_seeds=(0,), minimal_seeds=(0, 1), n_metrics=128, n_eval=128, n_pair=16, n_checkpoint=8)  # fmt: skip
+                        skip_pair_seeds=(0,), minimal_seeds=(0, 1), n_metrics=128, n_eval=128, n_pair=16, n_checkpoint=8,
+                        w01s=(0.1, 1.0, 10.0), early_steps=(5,), early_seeds=(0,), table1_steps=(10, 20),
+                        table1_seeds=(0,))  # fmt: skip
 
     def warmup(self, steps: int, task: str = "count01") -> int:
         """Each page's own recipe: Count01 warms up over a tenth of the steps (count01.md), SkipPair over 100

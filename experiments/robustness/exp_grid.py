@@ -1,5 +1,6 @@
 """Train every setup variant at two training lengths over seeds and measure, per model, what the claims
-need (tables count01_grid.csv and skip_pair_grid.csv). Verdicts are drawn from them in page.py."""
+need (tables count01_grid, count01_band, count01_ensemble, count01_table1 and skip_pair_grid). Verdicts
+are drawn from them in page.py."""
 
 from __future__ import annotations
 
@@ -9,8 +10,12 @@ import headcoop as hc
 from experiments.robustness.common import (
     COUNT01_VARIANTS, MINIMAL, PRIMARY, SKIP_PAIR_SHAPES, SKIP_PAIR_VARIANTS, Settings, write_table,
 )
-from experiments.skip_pair.exp_dynamics import LEARNT, SPLIT  # the split and learnt thresholds of skip_pair.md
-from headcoop.studies.skip_pair import compare_orderings, preferences, split_attention
+from experiments.count01.exp_models import isolation_heads
+from experiments.count01.exp_shipped import intervention_rows, logit_orders
+from experiments.count01.exp_training import ensemble_measures
+from experiments.skip_pair.exp_dynamics import LEARNT, SPLIT, interference  # the thresholds of skip_pair.md
+from experiments.skip_pair.exp_runs import correct_up_both, specificity
+from headcoop.studies.skip_pair import compare_orderings, pair_contributions, preferences, split_attention
 from headcoop.training import loss_drop
 
 
@@ -19,63 +24,137 @@ def _train(task, shapes: list[dict], seeds: list[int], steps: int, s: Settings):
                          **s.recipe)  # fmt: skip
 
 
-def count01_grid(s: Settings) -> pd.DataFrame:
+def _tip(model, task: hc.Count01, n: int) -> dict:
+    """The [EOS] claim per model, from `logit_orders` on n fresh strings: for both true answers, is the most
+    frequent ordering of '4', '5', [EOS] led by the answer at '=' and by [EOS] at the answer position, and
+    the smallest share of strings that keep their 4/5 order from '=' to the answer."""
+    _, orders, kept = logit_orders(model, task.sample(n, seed=2))
+    top = orders.sort_values("share", ascending=False).groupby(["position", "true answer"], as_index=False).first()
+    eq, ans = top[top.position == "'='"], top[top.position == "answer"]
+    return dict(eq_answer_top=bool(all(r.order.startswith(r["true answer"]) for _, r in eq.iterrows())),
+                ans_eos_top=bool(all(r.order.startswith("[EOS]") for _, r in ans.iterrows())),
+                kept_45_min=float(kept["share keeping the 4/5 order"].min()))  # fmt: skip
+
+
+def count01_grid(s: Settings, variant: str) -> dict[str, pd.DataFrame]:
+    """One Count01 variant at every training length: primary and minimal models (count01_grid: accuracy, head
+    metrics, the [EOS] ordering), the attention intervention on the primary models (count01_band: s_acc per
+    head and imposed w01, with [BOS] and '=' keeping the model's attention), and the ensemble correlation's
+    measures of every model, with short primary runs added (count01_ensemble)."""
+    rows, band, ensemble = [], [], []
+    task = hc.Count01(**COUNT01_VARIANTS[variant])
+    for steps in s.count01_steps:
+        seeds, minimal_seeds = list(s.seeds), list(s.minimal_seeds)
+        models = _train(task, [PRIMARY] * len(seeds) + [MINIMAL] * len(minimal_seeds), seeds + minimal_seeds,
+                        steps, s)  # fmt: skip
+        kinds = ["primary"] * len(seeds) + ["minimal"] * len(minimal_seeds)
+        for model, seed, kind in zip(models, seeds + minimal_seeds, kinds):
+            ev = task.evaluate(model, n=s.n_eval)
+            row = dict(variant=variant, steps=steps, kind=kind, seed=seed, answer_acc=ev["answer_acc"],
+                       eos_acc=ev["eos_acc"], both_acc=ev["both_acc"], loss=ev["loss"],
+                       plateau=loss_drop(model.history))  # fmt: skip
+            if kind == "primary":
+                heads = hc.head_metrics(model, n=s.n_metrics, seed=1).to_dataframe()
+                good = heads[heads.s_acc >= 0.95]
+                row.update(heads=len(heads), successful=len(good),
+                           successful_w01_in_0_1_10=int(((good.w01 > 0.1) & (good.w01 < 10)).sum()),
+                           successful_w02_gt_10=int((good.w02 > 10).sum()),
+                           biased=int((heads.bias_45.abs() > heads.signal_45.abs() / 5).sum()),
+                           **_tip(model, task, s.n_eval))  # fmt: skip
+                curve = intervention_rows(model, task.sample(s.n_metrics, seed=1), s.w01s, modes=("model",))
+                band.append(curve.drop(columns="others").assign(variant=variant, steps=steps, seed=seed))
+            rows.append(row)
+            ensemble.append(dict(variant=variant, steps=steps, kind=kind, seed=seed,
+                                 **ensemble_measures(task, model, s.n_metrics, s.n_eval)))  # fmt: skip
+        print(f"  count01 {variant}, {steps} steps: done", flush=True)
+    for steps in s.early_steps:
+        for model, seed in zip(_train(task, [PRIMARY] * len(s.early_seeds), list(s.early_seeds), steps, s), s.early_seeds):
+            ensemble.append(dict(variant=variant, steps=steps, kind="primary-short", seed=seed,
+                                 **ensemble_measures(task, model, s.n_metrics, s.n_eval)))  # fmt: skip
+    band = pd.concat(band, ignore_index=True)[["variant", "steps", "seed", "w01", "head", "s_acc", "roc_auc"]]
+    return {"count01_grid": pd.DataFrame(rows), "count01_band": band, "count01_ensemble": pd.DataFrame(ensemble)}
+
+
+def count01_table1(s: Settings, variant: str) -> dict[str, pd.DataFrame]:
+    """Table 1 for one Count01 variant at every training length: each head of a primary-shape model trained
+    jointly and alone from the same initial weights (`isolation_heads`), one row per head (count01_table1)."""
+    frames = []
+    task = hc.Count01(**COUNT01_VARIANTS[variant])
+    for steps in s.table1_steps:
+        recipe = dict(s.recipe, steps=steps, warmup=s.warmup(steps), progress=False)
+        for seed in s.table1_seeds:
+            frames.append(isolation_heads(task, seed, recipe, s.n_metrics, s.n_eval).assign(variant=variant, steps=steps))
+        print(f"  count01 Table 1 {variant}, {steps} steps: done", flush=True)
+    return {"count01_table1": pd.concat(frames, ignore_index=True)}
+
+
+def skip_pair_grid(s: Settings, variant: str) -> dict[str, pd.DataFrame]:
+    """One SkipPair variant at every training length, every shape and seed: accuracy, orderings, splits (also
+    at training checkpoints) and, for 2-head models, conditional OV specificity and interference
+    (skip_pair_grid)."""
     rows = []
-    for variant, options in COUNT01_VARIANTS.items():
-        task = hc.Count01(**options)
-        for steps in s.count01_steps:
-            seeds, minimal_seeds = list(s.seeds), list(s.minimal_seeds)
-            models = _train(task, [PRIMARY] * len(seeds) + [MINIMAL] * len(minimal_seeds), seeds + minimal_seeds,
-                            steps, s)  # fmt: skip
-            kinds = ["primary"] * len(seeds) + ["minimal"] * len(minimal_seeds)
-            for model, seed, kind in zip(models, seeds + minimal_seeds, kinds):
-                ev = task.evaluate(model, n=s.n_eval)
-                row = dict(variant=variant, steps=steps, kind=kind, seed=seed, answer_acc=ev["answer_acc"],
-                           eos_acc=ev["eos_acc"], both_acc=ev["both_acc"], loss=ev["loss"],
-                           plateau=loss_drop(model.history))  # fmt: skip
-                if kind == "primary":
-                    heads = hc.head_metrics(model, n=s.n_metrics, seed=1).to_dataframe()
-                    good = heads[heads.s_acc >= 0.95]
-                    row.update(heads=len(heads), successful=len(good),
-                               successful_w01_in_0_1_10=int(((good.w01 > 0.1) & (good.w01 < 10)).sum()),
-                               successful_w02_gt_10=int((good.w02 > 10).sum()))  # fmt: skip
-                rows.append(row)
-            print(f"  count01 {variant}, {steps} steps: done", flush=True)
-    return write_table(pd.DataFrame(rows), s.out, "count01_grid")
+    task = hc.SkipPair(**SKIP_PAIR_VARIANTS[variant])
+    for steps in s.skip_pair_steps:
+        items = [(name, shape, seed) for name, shape in SKIP_PAIR_SHAPES.items() for seed in s.skip_pair_seeds]
+        # split attention during training: at 12 checkpoints, is a pair split by both heads of a 2-head model
+        # that has learnt the task there (sampled signal accuracy >= LEARNT)?
+        during = {i: [0, 0] for i in range(len(items))}  # item -> [learnt checkpoints, of them split]
+
+        def measure(step: int, models, items=items, task=task, during=during) -> None:
+            for i, ((_, shape, _), model) in enumerate(zip(items, models)):
+                if shape["n_heads"] != 2:
+                    continue
+                if task.evaluate(model, n=s.n_checkpoint, seed=20_000)["signal_acc"] >= LEARNT:
+                    during[i][0] += 1
+                    during[i][1] += int((split_attention(model) > SPLIT).all(0).any())
+
+        models = hc.train_many(task, [shape for _, shape, _ in items], seeds=[seed for _, _, seed in items],
+                               steps=steps, warmup=s.warmup(steps, "skip_pair"), progress=False, on_checkpoint=measure,
+                               checkpoint_every=max(1, steps // 12), **s.recipe)  # fmt: skip
+        for i, ((name, shape, seed), model) in enumerate(zip(items, models)):
+            ev = task.evaluate(model, n=s.n_pair)
+            prefs = preferences(model)
+            split = split_attention(model)  # [head, 6]
+            row = dict(variant=variant, steps=steps, shape=name, seed=seed, signal_acc=ev["signal_acc"],
+                       signal_all=bool(ev["signal_acc"] == 1.0), noise_loss=ev["noise_loss"],
+                       plateau=loss_drop(model.history), strict_heads=int((split.max(1).values <= SPLIT).sum()),
+                       heads=shape["n_heads"], orderings=" | ".join(">".join(map(str, o)) for o in prefs.orderings),
+                       relation=compare_orderings(*prefs.orderings) if shape["n_heads"] == 2 else "",
+                       learnt_checkpoints=during[i][0], split_while_learnt=during[i][1])  # fmt: skip
+            if shape["n_heads"] == 2:
+                # OV and interference: conditional contributions need no contexts; the pair contributions
+                # are sampled (n_pair contexts per pair type), since long contexts cannot be enumerated
+                contrib = pair_contributions(model, n=s.n_pair, seed=30_000)
+                hits, total = specificity(model, list(prefs.orderings))
+                row.update(specific_rows=hits, specific_total=total, correct_up_both=correct_up_both(contrib),
+                           **interference(contrib))  # fmt: skip
+            rows.append(row)
+        print(f"  skip-pair {variant}, {steps} steps: done", flush=True)
+    return {"skip_pair_grid": pd.DataFrame(rows)}
 
 
-def skip_pair_grid(s: Settings) -> pd.DataFrame:
-    rows = []
-    for variant, options in SKIP_PAIR_VARIANTS.items():
-        task = hc.SkipPair(**options)
-        for steps in s.skip_pair_steps:
-            items = [(name, shape, seed) for name, shape in SKIP_PAIR_SHAPES.items() for seed in s.skip_pair_seeds]
-            # split attention during training: at 12 checkpoints, is a pair split by both heads of a 2-head model
-            # that has learnt the task there (sampled signal accuracy >= LEARNT)?
-            during = {i: [0, 0] for i in range(len(items))}  # item -> [learnt checkpoints, of them split]
+# every job of the grid: (function name, variant); run_all sends each to a worker and joins the tables
+JOBS = ([("count01_grid", v) for v in COUNT01_VARIANTS] + [("count01_table1", v) for v in COUNT01_VARIANTS]
+        + [("skip_pair_grid", v) for v in SKIP_PAIR_VARIANTS])  # fmt: skip
+ORDER = {"count01": list(COUNT01_VARIANTS), "skip_pair": list(SKIP_PAIR_VARIANTS)}
 
-            def measure(step: int, models, items=items, task=task, during=during) -> None:
-                for i, ((_, shape, _), model) in enumerate(zip(items, models)):
-                    if shape["n_heads"] != 2:
-                        continue
-                    if task.evaluate(model, n=s.n_checkpoint, seed=20_000)["signal_acc"] >= LEARNT:
-                        during[i][0] += 1
-                        during[i][1] += int((split_attention(model) > SPLIT).all(0).any())
 
-            models = hc.train_many(task, [shape for _, shape, _ in items], seeds=[seed for _, _, seed in items],
-                                   steps=steps, warmup=s.warmup(steps, "skip_pair"), progress=False, on_checkpoint=measure,
-                                   checkpoint_every=max(1, steps // 12), **s.recipe)  # fmt: skip
-            for i, ((name, shape, seed), model) in enumerate(zip(items, models)):
-                ev = task.evaluate(model, n=s.n_pair)
-                prefs = preferences(model)
-                split = split_attention(model)  # [head, 6]
-                row = dict(variant=variant, steps=steps, shape=name, seed=seed, signal_acc=ev["signal_acc"],
-                           signal_all=bool(ev["signal_acc"] == 1.0), noise_loss=ev["noise_loss"],
-                           plateau=loss_drop(model.history), strict_heads=int((split.max(1).values <= SPLIT).sum()),
-                           heads=shape["n_heads"], orderings=" | ".join(">".join(map(str, o)) for o in prefs.orderings),
-                           relation=compare_orderings(*prefs.orderings) if shape["n_heads"] == 2 else "",
-                           learnt_checkpoints=during[i][0], split_while_learnt=during[i][1])  # fmt: skip
-                rows.append(row)
-            print(f"  skip-pair {variant}, {steps} steps: done", flush=True)
-    return write_table(pd.DataFrame(rows), s.out, "skip_pair_grid")
+def run_job(job: tuple[str, str], s: Settings) -> dict[str, pd.DataFrame]:
+    """Run one job of JOBS: its tables, keyed by name."""
+    step, variant = job
+    return {"count01_grid": count01_grid, "count01_table1": count01_table1, "skip_pair_grid": skip_pair_grid}[step](s, variant)
+
+
+def write_tables(parts: list[dict[str, pd.DataFrame]], s: Settings) -> list[str]:
+    """Join the jobs' tables (rows in variant order, whatever order the jobs finished in) and write each as
+    s.out/<name>.csv and .md; the names written."""
+    joined: dict[str, list[pd.DataFrame]] = {}
+    for part in parts:
+        for name, frame in part.items():
+            joined.setdefault(name, []).append(frame)
+    for name, frames in joined.items():
+        order = ORDER["count01" if name.startswith("count01") else "skip_pair"]
+        frames.sort(key=lambda f: order.index(f.variant.iloc[0]))
+        write_table(pd.concat(frames, ignore_index=True), s.out, name)
+    return sorted(joined)
 

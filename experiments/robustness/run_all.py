@@ -4,52 +4,67 @@ the sources leave open, at two training lengths, over seeds.
     python -m experiments.robustness.run_all                            # everything (fixed seeds)
     python -m experiments.robustness.run_all --quick --out /tmp/results  # tiny sizes: a smoke test
 
-Run from the repository root. The Count01 and SkipPair grids run in two worker processes at once (one
-torch thread each); seeds decide every number, so the tables do not depend on the order they finish in.
+Run from the repository root. The grid is 16 jobs (each task variant's models, and Count01's Table 1 per
+variant), run in worker processes (two by default, one torch thread each) or on a Dask cluster
+(--scheduler); seeds decide every number, and the tables are joined in variant order, so they do not
+depend on where or in which order the jobs ran.
 """
 
 from __future__ import annotations
 
-import argparse
+import contextlib
+import functools
 import json
 import multiprocessing
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor
-from pathlib import Path
 
+from tqdm.auto import tqdm
+
+import headcoop as hc
+from experiments import cli
 from experiments.robustness import exp_grid, page
 from experiments.robustness.common import DEFAULT_OUT, Settings, setup
+from headcoop.executors import as_executor, each_result
 
 
-def _run(step: str, s: Settings) -> float:
+def _run(job: tuple[str, str], s: Settings) -> tuple[dict, float]:
     setup()
     start = time.perf_counter()
-    getattr(exp_grid, step)(s)
-    return time.perf_counter() - start
+    tables = exp_grid.run_job(job, s)
+    return tables, time.perf_counter() - start
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="tiny sizes, for the smoke test")
-    parser.add_argument("--out", type=Path, default=None, help=f"results folder (default {DEFAULT_OUT})")
-    parser.add_argument("--no-png", action="store_true", help="accepted for symmetry with the other experiments "
-                        "(this page has no figures)")
-    parser.add_argument("--workers", type=int, default=2, help="processes for the two grids (default 2)")
-    args = parser.parse_args(argv)
-    if args.quick and args.out is None:
-        parser.error("--quick needs --out (the quick tables must not overwrite docs/results)")
+    parser = cli.parser(__doc__, DEFAULT_OUT, png_help="accepted for symmetry with the other experiments (this page has no figures)")
+    parser.add_argument("--workers", type=int, default=2, help="local worker processes (default 2)")
+    parser.add_argument("--scheduler", default=None, help="a running Dask scheduler's address (tcp://host:8786) to "
+                        "send the jobs to instead; its workers must run from this repository's root")
+    args = cli.parse(parser, argv)
     setup()
     results = args.out or DEFAULT_OUT
     s = Settings.quick_settings(results / "robustness") if args.quick else Settings(out=results / "robustness")
     start = time.perf_counter()
-    steps = ("count01_grid", "skip_pair_grid")
-    with ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        took = dict(zip(steps, pool.map(_run, steps, [s] * len(steps))))
+    parts, took = [], {}
+    with contextlib.ExitStack() as stack:
+        if args.scheduler:
+            executor = as_executor(stack.enter_context(hc.dask_client(scheduler=args.scheduler)))
+        else:
+            executor = stack.enter_context(ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("spawn")))
+        jobs = exp_grid.JOBS
+        for job, result, error in tqdm(each_result(executor, functools.partial(_run, s=s), jobs), total=len(jobs),
+                                       desc="robustness grid", unit="job"):  # fmt: skip
+            if error is not None:
+                raise RuntimeError(f"robustness job {job} failed: {error!r}") from error
+            tables, seconds = result
+            parts.append(tables)
+            took[job[0]] = took.get(job[0], 0.0) + seconds
     total = time.perf_counter() - start
-    s.out.mkdir(parents=True, exist_ok=True)
+    exp_grid.write_tables(parts, s)
     (s.out / "timing.json").write_text(json.dumps(
-        {"quick": args.quick, "workers": args.workers, "cores": os.cpu_count(), "total_s": round(total, 1),
+        {"quick": args.quick, "workers": args.workers if not args.scheduler else "dask", "cores": os.cpu_count(),
+         "jobs": len(exp_grid.JOBS), "total_s": round(total, 1),
          **{f"{k}_s": round(v, 1) for k, v in took.items()}}, indent=1) + "\n")  # fmt: skip
     doc = page.build(results)
     print(f"[robustness] done in {total:.1f} s; doc: {doc}")

@@ -39,13 +39,18 @@ def dynamics(task: hc.SkipPair, d_heads: list[int], seeds: list[int], recipe: di
 
     models = hc.train_many(task, [dict(n_heads=2, d_head=d) for d, _ in items], seeds=[s for _, s in items],
                            progress=False, on_checkpoint=measure, checkpoint_every=every, **recipe)  # fmt: skip
-    final = []
-    own = torch.eye(len(PAIRS), dtype=torch.bool)
-    for (d, seed), model in zip(items, models):
-        raw = pair_contributions(model) > 0  # [pair, head, completion]: pushed above zero
-        qualifying = (raw.sum(-1) >= 2).all(-1)  # [pair]: both heads write to several outputs
-        only_correct = (raw.all(1) == own).all(-1)  # [pair]
-        final.append(dict(d_head=d, seed=seed, signal_acc=task.evaluate(model, n=n_eval, seed=20_000)["signal_acc"],
-                          qualifying=int(qualifying.sum()), only_correct=int((qualifying & only_correct).sum()),
-                          only_correct_all_pairs=int(only_correct.sum())))  # fmt: skip
+    final = [dict(d_head=d, seed=seed, signal_acc=task.evaluate(model, n=n_eval, seed=20_000)["signal_acc"],
+                  **interference(pair_contributions(model)))
+             for (d, seed), model in zip(items, models)]  # fmt: skip
     return pd.DataFrame(rows), pd.DataFrame(final)
+
+
+def interference(contrib: torch.Tensor) -> dict[str, int]:
+    """From raw pair contributions [pair, head, 10]: `qualifying`, the pair types where every head pushes at
+    least two completions above zero; `only_correct`, those of them whose correct completion is the only one
+    every head pushes above zero; `only_correct_all_pairs`, the latter over all 10 pair types."""
+    raw = contrib > 0  # [pair, head, completion]: pushed above zero
+    qualifying = (raw.sum(-1) >= 2).all(-1)  # [pair]
+    only_correct = (raw.all(1) == torch.eye(len(PAIRS), dtype=torch.bool)).all(-1)  # [pair]
+    return dict(qualifying=int(qualifying.sum()), only_correct=int((qualifying & only_correct).sum()),
+                only_correct_all_pairs=int(only_correct.sum()))  # fmt: skip

@@ -32,6 +32,13 @@ def specificity(model: HookedTransformer, orders: list[tuple[int, ...]]) -> tupl
     return hits, len(orders) * len(SIGNAL)
 
 
+def correct_up_both(contrib: torch.Tensor) -> int:
+    """Pair types whose correct completion every head pushes up (centered: above the head's mean over the 10
+    completions), from pair contributions [pair, head, 10]."""
+    own = torch.arange(len(PAIRS))
+    return int(M.pushed_up(contrib, centered=True)[own, :, own].all(1).sum())
+
+
 def measure(model: HookedTransformer, n_heads: int, d_head: int, seed: int) -> dict:
     """Exact accuracy, noise loss, QK orderings, split attention and (2 heads) interference for one model."""
     row = dict(n_heads=n_heads, d_head=d_head, seed=seed)
@@ -57,10 +64,8 @@ def measure(model: HookedTransformer, n_heads: int, d_head: int, seed: int) -> d
         contrib = M.pair_contributions(model)
         row["constructive_centered"] = int(M.constructive_pairs(contrib, centered=True).sum())
         row["constructive_raw"] = int(M.constructive_pairs(contrib, centered=False).sum())
-        # the correct completion gets a positive (centered) push from at least one head / from both
-        up = M.pushed_up(contrib, centered=True)  # [pair, head, 10]
+        row["correct_up_both"] = correct_up_both(contrib)
         own = torch.arange(len(PAIRS))
-        row["correct_up_both"] = int(up[own, :, own].all(1).sum())
         # pair types whose completion tops the heads' summed contribution but neither head's own
         top_alone = contrib.argmax(-1) == own[:, None]  # [pair, head]
         row["needs_both"] = int(((contrib.sum(1).argmax(-1) == own) & ~top_alone.any(1)).sum())

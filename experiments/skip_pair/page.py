@@ -7,6 +7,7 @@ verdicts from `claim_verdicts`; the page is rendered from `page.md.j2` (extendin
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -500,3 +501,25 @@ def write(
     path = out / "skip_pair.md"
     path.write_text(page, encoding="utf-8")
     return path
+
+
+def rebuild(tables: Path, out: Path) -> Path:
+    """Rewrite OUT/skip_pair.md from the tables run_all saved in TABLES (and OUT/robustness's grid, when
+    there): what run_all writes last, without training anything."""
+    from experiments.skip_pair import common
+
+    timing = json.loads((tables / "timing.json").read_text())
+    saved = {n: pd.read_csv(tables / f"{n}.csv") for n in ("runs", "runs_long", "shipped", "typical_seeds",
+                                                           "dynamics", "interference")}  # fmt: skip
+    return write(out, saved["runs"], saved["runs_long"], saved["shipped"], saved["typical_seeds"],
+                 dict(timing, total_s=timing["doc_total_s"]), common.QUICK if timing.get("quick") else common.FULL,
+                 robustness=out / "robustness", dynamics=saved["dynamics"], interference=saved["interference"])  # fmt: skip
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Rewrite docs/results/skip_pair.md from its saved tables.")
+    parser.add_argument("--out", type=Path, default=HERE.parents[1] / "docs" / "results", help="results folder")
+    args = parser.parse_args()
+    print(rebuild(args.out / "skip_pair", args.out))

@@ -13,28 +13,22 @@ shipped checkpoints hc.load("skip-pair") / hc.load("skip-pair-dhead1") are measu
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import time
-from pathlib import Path
 
 import pandas as pd
 
 import headcoop as hc
+from experiments import cli
 from experiments.skip_pair import exp_dynamics, figures, page
 from experiments.skip_pair.common import DEFAULT_OUT, FULL, QUICK, RECIPE, SHIPPED, setup
 from experiments.skip_pair.exp_runs import plan, shipped_rows, train_and_measure, typical_seed
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="tiny grid, few steps (smoke test)")
-    parser.add_argument("--out", type=Path, default=None, help=f"results folder (default {DEFAULT_OUT})")
-    parser.add_argument("--no-png", action="store_true", help="write HTML figures only (skip kaleido)")
+    parser = cli.parser(__doc__, DEFAULT_OUT, png_help="write HTML figures only (skip kaleido)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1: fastest for tiny models)")
-    args = parser.parse_args(argv)
-    if args.quick and args.out is None:
-        parser.error("--quick needs --out (the quick tables must not overwrite docs/results)")
+    args = cli.parse(parser, argv)
     setup(args.threads)
     start = time.time()
     load_start = os.getloadavg()[0]

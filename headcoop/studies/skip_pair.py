@@ -30,7 +30,7 @@ from transformer_lens import HookedTransformer
 from headcoop.analysis.circuits import ov, qk
 from headcoop.analysis.common import check_choice, check_head, check_layer, model_device, require_task
 from headcoop.analysis.dla import dla
-from headcoop.checks import installed_hooks
+from headcoop.checks import check_int, installed_hooks
 from headcoop.fused import check_supported, fused_logits, stack_parameters
 from headcoop.plot import Displayed
 from headcoop.studies import Study, StudySection
@@ -305,14 +305,29 @@ def consistent_completions(order: tuple[int, ...], token: int) -> list[int]:
 
 
 @torch.no_grad()
-def pair_contributions(model: HookedTransformer, layer: int = 0) -> Float[Tensor, "pair head 10"]:
-    """Each head's direct contribution (`hc.dla`) to every completion, averaged exactly over all the
-    contexts of each signal pair type (rows, `SkipPair.pairs` order) with their probabilities."""
+def pair_contributions(
+    model: HookedTransformer, layer: int = 0, n: int | None = None, seed: int = 0
+) -> Float[Tensor, "pair head 10"]:
+    """Each head's direct contribution (`hc.dla`) to every completion, averaged over the contexts of each
+    signal pair type (rows, `SkipPair.pairs` order).
+
+    n=None: exactly, over every context with its probability (one-layer models with zero W_pos only).
+    n=k: a Monte Carlo estimate from k sampled contexts per pair type (`task.sample(k, seed=seed + i,
+    pair=...)`), for any model and context length; the caller states that it is sampled."""
     task = skip_pair_task(model)
     layer = check_layer(model, layer)
+    cols = completions(task)
+    if n is not None:
+        n = check_int("n", n, 1)
+        out = torch.zeros(len(PAIRS), model.cfg.n_heads, len(PAIRS), dtype=torch.float64)
+        for i, pair in enumerate(PAIRS):
+            batch = task.sample(n, seed=seed + i, pair=pair)
+            values = dla(model, batch.tokens, pos=batch.answer_pos).heads()[:, layer][..., cols]  # [n, head, 10]
+            out[i] = values.double().cpu().mean(0)
+        return out.float()
     _check_enumerable(model)
     ctx = contexts(task, "signal")
-    values = dla(model, ctx.tokens, pos=-1).heads()[:, layer][..., completions(task)].double().cpu()  # [n, head, 10]
+    values = dla(model, ctx.tokens, pos=-1).heads()[:, layer][..., cols].double().cpu()  # [n, head, 10]
     out = torch.zeros(len(PAIRS), model.cfg.n_heads, len(PAIRS), dtype=torch.float64)
     out.index_add_(0, ctx.pair, values * ctx.weight[:, None, None])
     return out.float()
