@@ -101,3 +101,22 @@ def test_rules_judge_what_their_words_say():
     assert rules["only_correct"].value(grid)[1] == "6/7" and not rules["only_correct"].holds(6 / 7)
     assert rules["conditional"].holds(rules["conditional"].value(grid)[0])  # 18/24
     assert rules["caption"].value(grid)[0] == 7 and rules["caption"].holds(7)
+
+
+def test_a_grid_job_on_a_dask_worker_gives_the_tables_of_an_in_process_run(tmp_path):
+    """run_all --scheduler sends jobs to Dask workers: one job there equals the same job run here."""
+    import functools
+
+    pytest.importorskip("dask.distributed")
+    import headcoop as hc
+    from experiments.robustness import exp_grid, run_all
+    from experiments.robustness.common import Settings
+    from headcoop.executors import as_executor, each_result
+
+    s = Settings.quick_settings(tmp_path)
+    job = ("skip_pair_grid", "context 20")
+    with hc.dask_client(workers=1) as client:
+        ((_, result, error),) = list(each_result(as_executor(client), functools.partial(run_all._run, s=s), [job]))
+    assert error is None
+    remote, here = result[0]["skip_pair_grid"], exp_grid.run_job(job, s)["skip_pair_grid"]
+    assert len(remote) == 6 and remote.equals(here)  # 3 shapes x 2 lengths x 1 seed
