@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pandas as pd
-import torch
 
-from headcoop.pages import Table
+
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = REPO / "docs" / "results"
@@ -33,16 +30,3 @@ class Settings:
     def quick_settings(out: Path) -> "Settings":
         return Settings(out=out, quick=True, n_inputs=64, count01_seeds=(0,), count01_steps=20,
                         skip_pair_seeds=(0, 1), skip_pair_steps=20, two_layer_seeds=(0,))  # fmt: skip
-
-
-def setup() -> None:
-    torch.set_num_threads(1)
-    warnings.filterwarnings("ignore", category=DeprecationWarning)
-
-
-def write_table(df: pd.DataFrame, out: Path, name: str) -> pd.DataFrame:
-    """out/name.csv and out/name.md (a markdown table); returns df."""
-    out.mkdir(parents=True, exist_ok=True)
-    df.to_csv(out / f"{name}.csv", index=False)
-    (out / f"{name}.md").write_text(Table(df, digits=4).markdown() + "\n")
-    return df

@@ -7,7 +7,8 @@ import pandas as pd
 import torch
 
 import headcoop as hc
-from experiments.cooperation.common import Settings, write_table
+from experiments.cooperation.common import Settings
+from experiments.shared import write_table
 
 PRIMARY = dict(n_heads=16, d_model=32, d_head=2)
 

@@ -12,7 +12,8 @@ import time
 
 from experiments import cli
 from experiments.cooperation import exp_games, page
-from experiments.cooperation.common import DEFAULT_OUT, Settings, setup
+from experiments.cooperation.common import DEFAULT_OUT, Settings
+from experiments.shared import setup
 
 
 def main(argv=None) -> int:

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import torch
 
+from experiments import shared
+from experiments.shared import setup  # noqa: F401  (the run_all scripts' process setup)
 from headcoop import plot
-from headcoop.pages import Table, fmt  # noqa: F401  (fmt: the experiments' number format)
+from headcoop.pages import fmt  # noqa: F401  (the experiments' number format)
 
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 
@@ -74,17 +75,9 @@ def d_head_for(d_model: int, n_heads: int) -> int:
     return max(1, d_model // n_heads)
 
 
-def setup() -> None:
-    torch.set_num_threads(1)
-    warnings.filterwarnings("ignore", category=DeprecationWarning)
-
-
 def write_table(df: pd.DataFrame, out: Path, name: str, digits: int = 3) -> pd.DataFrame:
-    """Write `df` as out/name.csv and out/name.md (a markdown table); returns df."""
-    out.mkdir(parents=True, exist_ok=True)
-    df.to_csv(out / f"{name}.csv", index=False)
-    (out / f"{name}.md").write_text(Table(df, digits).markdown() + "\n")
-    return df
+    """`experiments.shared.write_table` with this page's 3 digits."""
+    return shared.write_table(df, out, name, digits)
 
 
 def save_figure(fig, out: Path, name: str) -> list[str]:

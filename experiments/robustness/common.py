@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
-import torch
 
-from headcoop.pages import Table
+
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = REPO / "docs" / "results"
@@ -70,16 +67,3 @@ class Settings:
         """Each page's own recipe: Count01 warms up over a tenth of the steps (count01.md), SkipPair over 100
         steps (skip_pair.md; at most a tenth in the quick settings)."""
         return max(1, steps // 10) if task == "count01" else max(1, min(100, steps // 10))
-
-
-def setup() -> None:
-    torch.set_num_threads(1)
-    warnings.filterwarnings("ignore", category=DeprecationWarning)
-
-
-def write_table(df: pd.DataFrame, out: Path, name: str) -> pd.DataFrame:
-    """out/name.csv and out/name.md (a markdown table); returns df."""
-    out.mkdir(parents=True, exist_ok=True)
-    df.to_csv(out / f"{name}.csv", index=False)
-    (out / f"{name}.md").write_text(Table(df, digits=4).markdown() + "\n")
-    return df

@@ -8,12 +8,13 @@ import pandas as pd
 
 import headcoop as hc
 from experiments.robustness.common import (
-    COUNT01_VARIANTS, MINIMAL, PRIMARY, SKIP_PAIR_SHAPES, SKIP_PAIR_VARIANTS, Settings, write_table,
+    COUNT01_VARIANTS, MINIMAL, PRIMARY, SKIP_PAIR_SHAPES, SKIP_PAIR_VARIANTS, Settings,
 )
 from experiments.count01.exp_models import isolation_heads
 from experiments.count01.exp_shipped import intervention_rows, logit_orders
 from experiments.count01.exp_training import ensemble_measures
 from experiments.skip_pair.exp_dynamics import LEARNT, SPLIT, interference  # the thresholds of skip_pair.md
+from experiments.shared import write_table
 from experiments.skip_pair.exp_runs import correct_up_both, specificity
 from headcoop.studies.skip_pair import compare_orderings, pair_contributions, preferences, split_attention
 from headcoop.training import loss_drop

@@ -25,7 +25,8 @@ from tqdm.auto import tqdm
 import headcoop as hc
 from experiments import cli
 from experiments.robustness import exp_grid, page
-from experiments.robustness.common import DEFAULT_OUT, Settings, setup
+from experiments.robustness.common import DEFAULT_OUT, Settings
+from experiments.shared import setup
 from headcoop.executors import as_executor, each_result
 
 

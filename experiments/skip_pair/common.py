@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 
-import torch
+from experiments.shared import setup  # noqa: F401  (run_all's process setup)
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = REPO / "docs" / "results"
@@ -17,8 +16,3 @@ QUICK = dict(heads=[1, 2], d_heads=[1, 5], grid_seeds=[0], main_seeds=[0, 1], st
              long=dict(heads=[1], d_heads=[2], seeds=[0], steps=60), dynamics=dict(d_heads=[1, 5], seeds=[0], every=20))
 MAIN_SHAPES = [(2, 5), (2, 1)]  # the post's model and its d_head 1 variant
 SHIPPED = {"skip-pair": (2, 5), "skip-pair-dhead1": (2, 1)}
-
-
-def setup(threads: int = 1) -> None:
-    torch.set_num_threads(threads)
-    warnings.filterwarnings("ignore", category=DeprecationWarning)
