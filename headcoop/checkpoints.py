@@ -6,7 +6,9 @@ checkpoints shipped inside the package; anything else is a path.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import dataclasses
 import errno
 import functools
 import hashlib
@@ -24,12 +26,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from headcoop.checks import check_device, check_finite
-from headcoop.owners import pid_alive
+from headcoop.owners import pid_alive, this_owner
 from headcoop.tasks import task_from_dict
 from headcoop.tasks.base import Task, build_model, hold_entries
 
@@ -80,12 +82,46 @@ def _leftover_pattern(name: str) -> re.Pattern:
     return re.compile(r"^\.%s\.(tmp|old)-([0-9a-f]{8})-(\d+)-[A-Za-z0-9_]+$" % re.escape(name))
 
 
+MARKER = ".headcoop-save"  # written first into every temporary folder: its writer's owner string
+
+
+def _made_by_headcoop(folder: Path) -> bool:
+    """Whether `folder` (a real folder, no symlink) is one a save made: empty (just created), holding the
+    temporary-folder marker, or holding nothing but a headcoop checkpoint's regular files with a valid
+    format field. A user's folder that only happens to match the name pattern is none of these."""
+    if folder.is_symlink() or not folder.is_dir():
+        return False
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return False
+    names = {e.name for e in entries}
+    if not names <= {META, WEIGHTS, MARKER} or any(e.is_symlink() or not e.is_file() for e in entries):
+        return False
+    return not names or MARKER in names or (META in names and is_checkpoint_meta(folder / META))
+
+
+def is_checkpoint_meta(file: Path) -> bool:
+    """Whether `file` is a regular file holding a headcoop checkpoint's JSON (an integer `format` field and a
+    `config` object): the mark of a folder `hc.save` wrote, which it may replace."""
+    if file.is_symlink() or not file.is_file():
+        return False
+    try:
+        meta = json.loads(file.read_text())
+    except (OSError, ValueError):
+        return False
+    fmt = meta.get("format") if isinstance(meta, dict) else None
+    return isinstance(fmt, int) and not isinstance(fmt, bool) and isinstance(meta.get("config"), dict)
+
+
 def clean_leftovers(path: str | os.PathLike) -> list[Path]:
     """Tidy what a killed save of `path` left beside it; returns the folders removed or restored.
 
     A temporary folder whose writer (a process on this machine) is gone is deleted; an old checkpoint
-    moved aside by a killed swap is moved back when `path` is missing, else deleted. Folders of writers
-    still running, or on another machine sharing the disk, are left alone.
+    moved aside by a killed swap is moved back when `path` is missing, else deleted. Only folders a save
+    made are touched (`_made_by_headcoop`: a marker file, empty, or a checkpoint's files); a user's folder
+    that matches the name pattern, folders of writers still running, or of another machine sharing the
+    disk, are left alone.
     """
     path = Path(os.path.abspath(path))
     if not path.parent.is_dir():
@@ -95,6 +131,8 @@ def clean_leftovers(path: str | os.PathLike) -> list[Path]:
         match = pattern.match(entry.name)
         if not match or match.group(2) != _HOST or pid_alive(int(match.group(3))):
             continue
+        if not _made_by_headcoop(entry):
+            continue
         if match.group(1) == "old" and not path.exists():
             os.rename(entry, path)
         else:
@@ -103,25 +141,57 @@ def clean_leftovers(path: str | os.PathLike) -> list[Path]:
     return touched
 
 
+def _writable(folder: Path, path: Path, role: str) -> None:
+    """PermissionError, before anything is written, when this process cannot create or remove entries in
+    `folder` (a read-only folder, or one of another user)."""
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise PermissionError(
+            f"cannot save to {str(path)!r}: {role} {str(folder)!r} is not writable by this user; nothing was written"
+        )
+
+
 def _replaceable(path: Path) -> bool:
-    """False for a missing folder, True for an empty one or one holding only a headcoop checkpoint's files;
-    ValueError naming what is in the way otherwise (a file, or a folder with other files)."""
-    if not path.exists() and not path.is_symlink():
+    """False for a missing folder, True for an empty one or one holding only a headcoop checkpoint's files
+    (regular files, the JSON with its format field); ValueError naming what is in the way otherwise (a
+    file, a symlink, a folder with other files, or files of these names that headcoop did not write);
+    PermissionError where the folder or its parent cannot be written."""
+    if path.is_symlink():
+        raise ValueError(
+            f"cannot save to {str(path)!r}: it is a symbolic link (to {os.readlink(path)!r}); hc.save replaces only "
+            "folders it made itself: give the real folder or a new name"
+        )
+    if not path.exists():
         for parent in path.parents:
             if parent.exists():
                 if not parent.is_dir():
                     raise ValueError(f"cannot save to {str(path)!r}: {str(parent)!r} is a file, not a folder")
+                _writable(parent, path, "the folder")
                 break
         return False
     if not path.is_dir():
-        raise ValueError(f"cannot save to {str(path)!r}: it is a file; give a new folder name")
-    others = sorted(e.name for e in path.iterdir() if e.name not in (META, WEIGHTS))
+        raise ValueError(f"cannot save to {str(path)!r}: it is a file, not a folder; give a new folder name")
+    entries = list(path.iterdir())
+    others = sorted(e.name for e in entries if e.name not in (META, WEIGHTS))
     if others:
         shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
         raise ValueError(
             f"cannot save to {str(path)!r}: the folder holds files that are not a headcoop checkpoint ({shown}); "
             "hc.save writes only into a new folder, an empty one, or one holding a checkpoint and nothing else"
         )
+    odd = [e.name for e in entries if e.is_symlink() or not e.is_file()]
+    if odd:
+        raise ValueError(
+            f"cannot save to {str(path)!r}: {', '.join(sorted(odd))} there is not a regular file (a folder, a link or a "
+            "special file), so it is not a checkpoint hc.save wrote; nothing was written"
+        )
+    if entries and not is_checkpoint_meta(path / META):
+        why = "is not a headcoop checkpoint's JSON" if (path / META).exists() else f"is missing beside {WEIGHTS}"
+        raise ValueError(
+            f"cannot save to {str(path)!r}: its {META} {why}, so the folder is not a checkpoint hc.save wrote; "
+            "nothing was written (move your files or choose a new folder)"
+        )
+    _writable(path, path, "the checkpoint folder")
+    _writable(path.parent, path, "the folder")
     return True
 
 
@@ -163,14 +233,34 @@ def _install(tmp: Path, path: Path, replace: bool) -> None:
         tmp.rmdir()
         return
     if _exchange(tmp, path):
-        shutil.rmtree(tmp)
+        try:
+            _remove_checkpoint(tmp)  # now the old checkpoint
+        except OSError:
+            _exchange(tmp, path)  # the old one back where it was; the caller removes the new one in tmp
+            raise
         return
     # No atomic swap on this system: move the old checkpoint aside first. A kill between the two
     # renames leaves it at `.NAME.old-...`, and the next save or load of `path` moves it back.
     old = path.with_name(tmp.name.replace(".tmp-", ".old-", 1))
     os.rename(path, old)
     os.rename(tmp, path)
-    shutil.rmtree(old, ignore_errors=True)
+    try:
+        _remove_checkpoint(old)
+    except OSError:
+        os.rename(path, tmp)
+        os.rename(old, path)
+        raise
+
+
+def _remove_checkpoint(folder: Path) -> None:
+    """Delete a checkpoint folder's own files, then the folder: an OSError (a read-only folder) leaves it whole
+    enough to put back, and nothing but a checkpoint's files is ever deleted."""
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise PermissionError(errno.EACCES, f"{str(folder)!r} is not writable by this user")
+    for name in (MARKER, WEIGHTS, META):  # the JSON last: a leftover of a kill here is still marked as ours
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(folder / name)
+    folder.rmdir()
 
 
 def _umask() -> int:
@@ -220,7 +310,7 @@ def _metadata(model: HookedTransformer, metrics: dict | None, extra: dict[str, A
         "format": FORMAT,
         "headcoop_version": _version(),
         "config": config_to_dict(model.cfg),
-        "dtype": str(model.cfg.dtype).removeprefix("torch."),
+        "dtype": str(_weights_dtype(model)).removeprefix("torch."),
         "task": task.to_dict() if task is not None else None,
         "frozen": [n for n, p in model.named_parameters() if not p.requires_grad],
         "train": getattr(model, "train_settings", None),
@@ -234,8 +324,19 @@ def _metadata(model: HookedTransformer, metrics: dict | None, extra: dict[str, A
         except (TypeError, ValueError) as err:
             raise TypeError(f"hc.save: {key}={value!r} cannot be written as JSON ({err})") from None
     if meta["dtype"] not in _DTYPES:
-        raise ValueError(f"hc.save: dtype {model.cfg.dtype} is not one headcoop can restore ({sorted(_DTYPES)})")
+        raise ValueError(f"hc.save: dtype {meta['dtype']} is not one headcoop can restore ({sorted(_DTYPES)})")
     return meta
+
+
+def _weights_dtype(model: HookedTransformer) -> torch.dtype:
+    """The dtype the weights have (after `model.double()`, say, whatever `cfg.dtype` still claims); ValueError
+    for a model whose parameters mix dtypes, which a checkpoint cannot restore."""
+    dtypes = {name: p.dtype for name, p in model.named_parameters()}
+    kinds = sorted({str(d) for d in dtypes.values()})
+    if len(kinds) > 1:
+        first = {kind: next(n for n, d in dtypes.items() if str(d) == kind) for kind in kinds}
+        raise ValueError(f"hc.save: the model's parameters mix dtypes ({first}); cast it with model.to(dtype) first")
+    return next(iter(dtypes.values()), model.cfg.dtype)
 
 
 def save(model: HookedTransformer, path: str | os.PathLike, metrics: dict | None = None, **extra: Any) -> Path:
@@ -257,22 +358,40 @@ def save(model: HookedTransformer, path: str | os.PathLike, metrics: dict | None
     replace = _replaceable(path)
     meta = _metadata(model, metrics, extra)
     weights = {n: p.detach().to("cpu").contiguous() for n, p in model.named_parameters()}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    prefix = f".{path.name}.tmp-{_HOST}-{os.getpid()}-"
-    tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=path.parent))
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise OSError(err.errno, f"cannot save to {str(path)!r}: cannot create its folder ({err.strerror}); "
+                                 "nothing was written") from None  # fmt: skip
+    prefix = f".{path.name}.tmp-{_HOST}-{os.getpid()}-"
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=path.parent))
+    except OSError as err:
+        raise OSError(err.errno, f"cannot save to {str(path)!r}: {err.strerror} in {str(path.parent)!r}; "
+                                 "nothing was written") from None  # fmt: skip
+    try:
+        (tmp / MARKER).write_text(this_owner())  # first: a temporary folder headcoop made is marked as such
         os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; a checkpoint is shared like any folder
         save_file(weights, str(tmp / WEIGHTS))
         meta["weights_sha256"] = sha256_of(tmp / WEIGHTS)
         (tmp / META).write_text(json.dumps(meta, indent=1))
         for name in (WEIGHTS, META):
             os.chmod(tmp / name, 0o666 & ~_umask())
-        _install(tmp, path, replace)
+        os.unlink(tmp / MARKER)  # (a complete checkpoint is marked by its JSON's format field)
+        try:
+            _install(tmp, path, replace)
+        except OSError as err:
+            if replace or err.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+            # Another process made the first save into this new folder at the same moment: replace its
+            # checkpoint (the last writer wins; both are whole) or, if something else appeared, refuse.
+            _install(tmp, path, _replaceable(path))
     except OSError as err:
         shutil.rmtree(tmp, ignore_errors=True)
         if err.errno == errno.ENOSPC:
             raise OSError(errno.ENOSPC, f"no space left on the device to save {path}; nothing was replaced") from None
-        raise
+        raise OSError(err.errno, f"cannot save to {str(path)!r}: {err.strerror or err}; the folder holds what it "
+                                 "held before") from None  # fmt: skip
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -353,6 +472,81 @@ def _verify_weights(path: Path, meta: dict[str, Any]) -> None:
         )
 
 
+# --- what load accepts: the config checked against the weights before anything is built ---------------
+
+_FIELD_TYPES = {f.name: str(f.type) for f in dataclasses.fields(HookedTransformerConfig)}
+_MASK_BYTES = 4 << 30  # TransformerLens builds an n_ctx x n_ctx causal mask per layer: at most 4 GiB of them
+
+
+def check_config_fields(config: dict[str, Any], where: str) -> None:
+    """ValueError naming a config field of the wrong type or value: an int field holding a string, a float
+    or a bool ("d_model": "8"), a number field holding NaN or inf, an unknown field. `where` opens the
+    message ("checkpoint config in X is invalid")."""
+    unknown = sorted(set(config) - set(_FIELD_TYPES))
+    if unknown:
+        raise ValueError(f"{where}: unknown config fields {unknown}")
+    for key, value in config.items():
+        kind = _FIELD_TYPES[key]
+        if value is None and kind.startswith("Optional"):
+            continue
+        if kind.removeprefix("Optional[").rstrip("]") == "int":
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"{where}: config field {key!r} must be an int, got {value!r} ({type(value).__name__})")
+            if value < 0:
+                raise ValueError(f"{where}: config field {key!r} must be >= 0, got {value!r}")
+        elif kind in ("float", "Optional[float]", "Union[float, int]", "Optional[Union[float, int]]"):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"{where}: config field {key!r} must be a number, got {value!r} ({type(value).__name__})")
+            if not math.isfinite(value):
+                raise ValueError(f"{where}: config field {key!r} must be finite, got {value!r}")
+        elif kind == "bool" and not isinstance(value, bool):
+            raise ValueError(f"{where}: config field {key!r} must be true or false, got {value!r}")
+        elif kind == "str" and not isinstance(value, str):
+            raise ValueError(f"{where}: config field {key!r} must be a string, got {value!r}")
+
+
+def check_config_shapes(config: dict[str, Any], shapes: dict[str, tuple[int, ...]], where: str) -> None:
+    """ValueError, before any model is built, where the config's sizes disagree with the weights' shapes
+    (`shapes`: parameter name -> shape, as the weights file's header gives them): the number of layers,
+    d_model, d_vocab, d_vocab_out, n_ctx, n_heads and d_head. A config of n_layers 10^6 or d_vocab 10^9
+    beside small weights would otherwise hang or try to allocate tens of GB."""
+    def need(field: str, actual: int, source: str) -> None:
+        if config.get(field) != actual:
+            raise ValueError(f"{where}: the weights do not match its config: the config says {field}="
+                             f"{config.get(field)!r}, but the weights' {source} gives {actual}")  # fmt: skip
+
+    blocks = {int(m.group(1)) for name in shapes if (m := re.match(r"blocks\.(\d+)\.", name))}
+    need("n_layers", len(blocks), "number of blocks")
+    if "embed.W_E" in shapes:
+        need("d_vocab", shapes["embed.W_E"][0], "embed.W_E")
+        need("d_model", shapes["embed.W_E"][1], "embed.W_E")
+    if "unembed.W_U" in shapes:
+        d_vocab_out = config.get("d_vocab_out", -1)
+        if d_vocab_out not in (-1, shapes["unembed.W_U"][1]):
+            need("d_vocab_out", shapes["unembed.W_U"][1], "unembed.W_U")
+    if "pos_embed.W_pos" in shapes:
+        need("n_ctx", shapes["pos_embed.W_pos"][0], "pos_embed.W_pos")
+    elif isinstance(config.get("n_ctx"), int) and config["n_ctx"] ** 2 * max(1, len(blocks)) > _MASK_BYTES:
+        raise ValueError(f"{where}: the config's n_ctx={config['n_ctx']} would need causal masks of "
+                         f"{config['n_ctx'] ** 2 * len(blocks) / 2**30:.0f} GiB; the weights hold no positional "
+                         "embedding to check it against, and headcoop loads models up to 4 GiB of masks")  # fmt: skip
+    if "blocks.0.attn.W_Q" in shapes and len(shapes["blocks.0.attn.W_Q"]) == 3:
+        need("n_heads", shapes["blocks.0.attn.W_Q"][0], "blocks.0.attn.W_Q")
+        need("d_head", shapes["blocks.0.attn.W_Q"][2], "blocks.0.attn.W_Q")
+
+
+def weight_shapes(file: Path) -> dict[str, tuple[int, ...]]:
+    """Parameter name -> shape from a safetensors file's header, reading no tensor; ValueError for a
+    damaged file, PermissionError for one this user cannot read."""
+    try:
+        with safe_open(str(file), framework="pt") as f:
+            return {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}
+    except PermissionError:
+        raise PermissionError(errno.EACCES, f"cannot read {str(file)!r}: permission denied") from None
+    except (SafetensorError, OSError, ValueError) as err:
+        raise ValueError(f"damaged weights file {file}: it is not a safetensors file ({err})") from None
+
+
 def load(name_or_path: str | os.PathLike, device: str | None = None) -> HookedTransformer:
     """Restore a saved model exactly (values and dtype), its task attached as `model.task` (when it had one).
 
@@ -362,11 +556,17 @@ def load(name_or_path: str | os.PathLike, device: str | None = None) -> HookedTr
     """
     device = check_device(device)
     path = resolve(name_or_path)
+    for name in (META, WEIGHTS):
+        if not os.access(path / name, os.R_OK):
+            raise PermissionError(errno.EACCES, f"cannot read the checkpoint file {str(path / name)!r}: "
+                                                "permission denied for this user")  # fmt: skip
     meta = _read_meta(path)
     _verify_weights(path, meta)
     dtype_name = meta.get("dtype", "float32")
     if dtype_name not in _DTYPES:
         raise ValueError(f"checkpoint {path} has dtype {dtype_name!r}; known dtypes are {sorted(_DTYPES)}")
+    check_config_fields(meta["config"], f"checkpoint config in {path / META} is invalid")
+    check_config_shapes(meta["config"], weight_shapes(path / WEIGHTS), f"checkpoint {path}")
     try:
         cfg = HookedTransformerConfig(**meta["config"], device=device, dtype=_DTYPES[dtype_name])
     except (TypeError, ValueError, AssertionError) as err:

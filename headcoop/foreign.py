@@ -21,13 +21,16 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
+import reprlib
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
-from headcoop.checkpoints import _DTYPES, META, config_to_dict
+from headcoop.checkpoints import _DTYPES, META, check_config_fields, check_config_shapes, config_to_dict
 from headcoop.checks import check_out_folder
 from headcoop.tasks.base import build_model
 from headcoop.tasks.contrast import Contrast
@@ -67,18 +70,34 @@ def load_model(folder: str | os.PathLike) -> HookedTransformer:
         )
     try:
         config = json.loads((folder / CONFIG).read_text(encoding="utf-8"))
-        dtype = _DTYPES[config.pop("dtype", "float32")]
-        config.pop("device", None)
-        cfg = HookedTransformerConfig(**config, dtype=dtype)
+    except (OSError, ValueError) as err:
+        raise ValueError(f"cannot read {folder / CONFIG} as JSON: {err}") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{folder / CONFIG} must hold a JSON object of HookedTransformerConfig fields, got "
+                         f"{type(config).__name__}")  # fmt: skip
+    dtype_name = config.pop("dtype", "float32")
+    if dtype_name not in _DTYPES:
+        raise ValueError(f"{folder / CONFIG}: dtype {dtype_name!r} is not one of {sorted(_DTYPES)}")
+    config.pop("device", None)
+    check_config_fields(config, str(folder / CONFIG))
+    state = _read_state(folder)
+    check_config_shapes(config, {k: tuple(v.shape) for k, v in state.items()}, f"the export in {str(folder)!r}")
+    try:
+        cfg = HookedTransformerConfig(**config, dtype=_DTYPES[dtype_name])
     except (ValueError, TypeError, KeyError, AssertionError) as err:
         raise ValueError(f"{folder / CONFIG} is not a HookedTransformerConfig: {err}") from None
-    if (folder / SAFETENSORS).is_file():
-        state = load_file(str(folder / SAFETENSORS))
-    elif (folder / PICKLE).is_file():
-        state = torch.load(folder / PICKLE, map_location="cpu", weights_only=True)
-    else:
-        raise FileNotFoundError(f"{folder} has {CONFIG} but no weights ({SAFETENSORS} or {PICKLE})")
+    not_float = {k: str(v.dtype).removeprefix("torch.") for k, v in state.items() if not v.is_floating_point()
+                 and not k.endswith(("mask", "IGNORE"))}  # fmt: skip
+    if not_float:
+        shown = ", ".join(f"{k} ({d})" for k, d in list(not_float.items())[:4])
+        raise ValueError(f"the weights in {folder} are not floating point: {shown}; headcoop does not load quantized "
+                         "weights (casting them to float would silently change the model): export the float model")  # fmt: skip
     model = build_model(cfg, seed=0)
+    params = dict(model.named_parameters())
+    mixed = [k for k, v in state.items() if k in params and v.dtype != cfg.dtype]
+    if mixed:
+        raise ValueError(f"the weights in {folder} are not all {dtype_name} as {CONFIG} says: {mixed[:4]} are "
+                         f"{state[mixed[0]].dtype}; set \"dtype\" in {CONFIG} to the weights' dtype")  # fmt: skip
     try:
         missing, unexpected = model.load_state_dict(state, strict=False)
     except RuntimeError as err:  # shapes that do not fit the config
@@ -89,15 +108,54 @@ def load_model(folder: str | os.PathLike) -> HookedTransformer:
     return model.eval()
 
 
+def _read_state(folder: Path) -> dict[str, torch.Tensor]:
+    """The state dict of an export: model.safetensors, else model.pt read with `weights_only=True`;
+    ValueError naming the file when it is damaged or holds pickled objects beyond tensors."""
+    if (folder / SAFETENSORS).is_file():
+        try:
+            return load_file(str(folder / SAFETENSORS))
+        except (SafetensorError, OSError, ValueError) as err:
+            raise ValueError(f"{folder / SAFETENSORS} is not a readable safetensors file (truncated or damaged?): "
+                             f"{err}") from None  # fmt: skip
+    if (folder / PICKLE).is_file():
+        try:
+            state = torch.load(folder / PICKLE, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError:
+            raise ValueError(f"{folder / PICKLE} holds Python objects beyond tensors; headcoop reads .pt files with "
+                             "weights_only=True and runs no pickled code: save the plain state_dict, or "
+                             f"{SAFETENSORS}") from None  # fmt: skip
+        except (RuntimeError, OSError, EOFError, ValueError) as err:
+            raise ValueError(f"{folder / PICKLE} is not a readable torch file (truncated or damaged?): {err}") from None
+        if not isinstance(state, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
+                                                  for k, v in state.items()):  # fmt: skip
+            raise ValueError(f"{folder / PICKLE} must hold a state_dict (parameter name -> tensor), got "
+                             f"{type(state).__name__}")  # fmt: skip
+        return state
+    raise FileNotFoundError(f"{folder} has {CONFIG} but no weights ({SAFETENSORS} or {PICKLE})")
+
+
 def word_tokenizer(words: list[str], pad: str | None = None):
-    """A Hugging Face fast tokenizer that splits on whitespace and maps each word to its index in `words`
-    (built locally: nothing is downloaded). `pad` (default: the first word) pads and stands for unknowns."""
+    """A Hugging Face fast tokenizer that splits on whitespace only ("[BOS] 0 1" is three words) and maps each
+    word to its index in `words` (built locally: nothing is downloaded). `pad` (default: the first word) is
+    the padding token. A word not in `words` is an error when encoded, never a stand-in id: the tokenizer
+    has no unknown token."""
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
+    if isinstance(words, str) or not isinstance(words, (list, tuple)) or not all(isinstance(w, str) for w in words):
+        raise TypeError(f"words must be a list of token strings, got {reprlib.repr(words)}")
+    if not words:
+        raise ValueError("words is empty; give the model's tokens, one string per id")
+    twice = sorted({w for w in words if words.count(w) > 1})
+    spaced = [w for w in words if not w or len(w.split()) != 1 or w != w.strip()]
+    if twice or spaced:
+        raise ValueError(f"words must be distinct and hold no whitespace: repeated {twice[:5]}, with spaces {spaced[:5]}")
     pad = words[0] if pad is None else pad
-    core = Tokenizer(models.WordLevel(vocab={w: i for i, w in enumerate(words)}, unk_token=pad))
-    core.pre_tokenizer = pre_tokenizers.Whitespace()
+    if pad not in words:
+        raise ValueError(f"pad {pad!r} is not one of the words")
+    missing = "\x00<not a word>"  # an unknown word makes encode() raise (no such entry), never maps to a real id
+    core = Tokenizer(models.WordLevel(vocab={w: i for i, w in enumerate(words)}, unk_token=missing))
+    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     return PreTrainedTokenizerFast(tokenizer_object=core, pad_token=pad)
 
 

@@ -29,10 +29,10 @@ SHAPES = {
 VOCAB, N_CTX = 11, 8
 
 
-def build(shape: str, dtype=torch.float32) -> HookedTransformer:
+def build(shape: str, dtype=torch.float32, **changes) -> HookedTransformer:
     cfg = dict(n_layers=2, d_model=16, d_head=4, n_heads=4, n_ctx=N_CTX, d_vocab=VOCAB, act_fn="gelu",
                attn_only=True, normalization_type=None, seed=0, dtype=dtype)  # fmt: skip
-    cfg.update(SHAPES[shape])
+    cfg.update(SHAPES[shape], **changes)
     model = HookedTransformer(HookedTransformerConfig(**cfg))
     gen = torch.Generator().manual_seed(1)
     with torch.no_grad():  # biases and norm weights away from their 0 / 1 initialisation

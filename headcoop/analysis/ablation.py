@@ -12,6 +12,8 @@ the block ends, also on an exception.
 
 from __future__ import annotations
 
+import math
+
 import contextlib
 from collections.abc import Callable, Iterator
 from typing import Literal, get_args
@@ -91,6 +93,8 @@ def ablate(
     if how == "scale":
         if factor is None or isinstance(factor, bool) or not isinstance(factor, (int, float)):
             raise ValueError(f'how="scale" needs a numeric factor=, e.g. factor=2.0; got {factor!r}')
+        if not math.isfinite(factor):
+            raise ValueError(f'how="scale" needs a finite factor=, got {factor!r} (it would make every output NaN or inf)')
     elif factor is not None:
         raise ValueError(f'factor= only applies to how="scale", not how={how!r}')
     if how in ("zero", "scale") and reference is not None:

@@ -38,7 +38,7 @@ from transformer_lens.utilities import apply_softcap, get_act_name
 from headcoop.analysis.ablation import _reference_z
 from headcoop.analysis.common import as_tokens, check_choice, check_positions, require_task, task_of
 from headcoop.analysis.suffix import finish_block, supported
-from headcoop.checks import installed_hooks
+from headcoop.checks import check_metric_value, installed_hooks
 from headcoop.tasks.base import Batch, generator
 
 MetricName = Literal["logit_diff", "accuracy", "loss", "prob"]
@@ -161,12 +161,21 @@ class CoalitionGame:
             raise ValueError(f"masks must be [coalition, {len(self.players)}] booleans, got {tuple(masks.shape)}")
         if installed_hooks(self.model):  # (perhaps installed since the game was built) every shortcut would bypass them
             self.method = "stacked forward passes with hooks on z, one coalition per pass (hooks installed)"
-            return self._values_stacked(masks)
-        if self.linear:
-            return self._values_linear(masks)
-        if self.layered:
-            return self._values_layered(masks)
-        return self._values_stacked(masks)
+            values = self._values_stacked(masks)
+        elif self.linear:
+            values = self._values_linear(masks)
+        elif self.layered:
+            values = self._values_layered(masks)
+        else:
+            values = self._values_stacked(masks)
+        bad = (~torch.isfinite(values)).nonzero().flatten()
+        if len(bad):
+            active = [i for i, on in enumerate(masks[int(bad[0])].tolist()) if on]
+            raise ValueError(
+                f"the metric is {float(values[bad[0]])} for {len(bad)} of {len(values)} coalitions (first: the "
+                f"players {active} active); Shapley values and verdicts need a finite number for every coalition"
+            )
+        return values
 
     def _values_linear(self, masks: Tensor) -> Tensor:
         n, vocab = self.full.shape
@@ -315,7 +324,7 @@ class CoalitionGame:
             if not row_only:
                 logits = logits[:, torch.arange(len(self.tokens), device=logits.device), self.pos]
             return named_metric(self.metric, logits.double(), self.answer, self.wrong)
-        return torch.stack([torch.as_tensor(self.metric(copy)).double().reshape(()) for copy in logits])
+        return torch.stack([check_metric_value(self.metric(copy), "metric").double() for copy in logits])
 
 
 def all_masks(n: int, device=None) -> Bool[Tensor, "coalition player"]:

@@ -204,13 +204,19 @@ def head_names(model: HookedTransformer) -> list[str]:
     return [f"L{layer}H{head}" for layer in range(cfg.n_layers) for head in range(cfg.n_heads)]
 
 
+def task_symbols(model: HookedTransformer) -> list[str] | None:
+    """The attached task's token strings when it names every id of the model's vocabulary, else None (a
+    contrast built from token ids has none; a task of another vocabulary size names other ids)."""
+    task = task_of(model)
+    vocab = getattr(task, "vocab", None) if task is not None else None
+    return list(vocab) if vocab and len(vocab) == model.cfg.d_vocab else None
+
+
 def token_labels(model: HookedTransformer, ids) -> list[str]:
     """Strings for a [pos] sequence of ids: the task's symbols, else the ids themselves."""
-    task = task_of(model)
+    symbols = task_symbols(model)
     ids = torch.as_tensor(ids).tolist()
-    if task is not None and task.d_vocab == model.cfg.d_vocab:
-        return [task.vocab[i] for i in ids]
-    return [str(i) for i in ids]
+    return [symbols[i] if symbols else str(i) for i in ids]
 
 
 def vocab_labels(model: HookedTransformer) -> list[str]:

@@ -274,6 +274,11 @@ def dla(model: HookedTransformer, tokens=None, pos=None, answer=None, wrong=None
             wrong = batch.wrong
         answer = None if answer is None else token_ids(labels, answer, n, "answer")
         wrong = None if wrong is None else token_ids(labels, wrong, n, "wrong")
+    elif answer is not None or wrong is not None:
+        raise ValueError(
+            f"dla: answer= and wrong= choose logits, but at={at!r} decomposes layer {layer}'s {site} input, which has "
+            "no tokens to compare; leave them out (or drop at= to decompose the logits)"
+        )
     else:
         answer = wrong = None
 

@@ -43,7 +43,7 @@ from transformer_lens import HookedTransformer
 
 from headcoop.analysis.coalitions import AblationHow, CoalitionGame, all_masks, shapley_weights
 from headcoop.analysis.common import parse_heads, require_model
-from headcoop.checks import check_finite, check_float, check_int
+from headcoop.checks import check_finite, check_float, check_int, check_seed
 from headcoop.plot import Displayed
 from headcoop.tasks.base import generator
 
@@ -239,6 +239,10 @@ def interactions(
     check_finite(model, "hc.interactions")
     check_int("max_exact", max_exact, 1, 24)
     check_float("threshold", threshold, 0.0)
+    check_float("target_se", target_se, 0.0)
+    check_int("max_permutations", max_permutations, 2)
+    check_int("pair_samples", pair_samples, 1)
+    check_seed(seed)
     players = [(lay, h) for lay in range(model.cfg.n_layers) for h in range(model.cfg.n_heads)] if heads is None \
         else parse_heads(model, heads)  # fmt: skip
     n = len(players)

@@ -65,7 +65,7 @@ from transformer_lens.utilities import get_act_name
 
 from headcoop.plot import Displayed
 from headcoop.analysis import suffix
-from headcoop.analysis.common import as_tokens, check_choice, check_layer, head_selection, model_device, task_of
+from headcoop.analysis.common import as_tokens, check_choice, check_layer, head_selection, model_device, task_of, task_symbols
 from headcoop.checks import check_bool, check_finite, check_float, check_metric_value, installed_hooks
 from headcoop.tasks.base import Batch
 
@@ -205,11 +205,10 @@ def _resolve_inputs(model: HookedTransformer, clean, corrupt, metric) -> tuple[T
 
 def _pos_labels(model: HookedTransformer, tokens: Int[Tensor, "batch pos"]) -> list[str]:
     """'p tok' where every row holds the task symbol tok at position p, else 'p'."""
-    task = task_of(model)
+    symbols = task_symbols(model)
     same = (tokens == tokens[:1]).all(0).tolist()
     first = tokens[0].tolist()
-    named = task is not None and task.d_vocab == model.cfg.d_vocab
-    return [f"{p} {task.vocab[first[p]]}" if named and same[p] else str(p) for p in range(tokens.shape[1])]
+    return [f"{p} {symbols[first[p]]}" if symbols and same[p] else str(p) for p in range(tokens.shape[1])]
 
 
 # --- the patch grid -----------------------------------------------------------------------------------

@@ -12,7 +12,10 @@ with its target scale frozen.
 
 Directions as `hc.patch`: "denoise" runs the corrupt input with clean sender outputs, "noise" the reverse.
 Edges of one receiver layer run stacked (one pass over many copies of the target batch, started at that
-layer); the tests compare every edge with a slow reference that hooks one forward pass per edge.
+layer). The slow reference beside it (`method="reference"`: `reference_edge`, `reference_direct`) runs one
+forward pass per edge through TransformerLens's split q/k/v inputs with the receiver's scale hooked; it is
+also the path taken whenever any hook is installed on the model (the user's own, `hc.ablate`'s, ...), so
+the patch is applied at the receiver's input and every hook acts on what follows, as in the reference.
 """
 
 from __future__ import annotations
@@ -33,11 +36,13 @@ from headcoop.analysis.norms import norm_kind
 from headcoop.analysis.patching import (
     DIRECTIONS, Direction, _continuation, _copies, _repeat, _resolve_inputs, _rows_read, _softmax, _stacked_metric,
 )
-from headcoop.checks import check_finite, installed_hooks
+from headcoop.checks import check_finite, check_metric_value, installed_hooks
 from headcoop.plot import Displayed
 
 Via = Literal["q", "k", "v"]
 VIAS = ("q", "k", "v")
+PathMethod = Literal["auto", "stacked", "reference"]
+PATH_METHODS = ("auto", "stacked", "reference")
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
@@ -50,6 +55,7 @@ class PathPatchResult(Displayed):
     corrupt_value: float
     direction: str
     assumptions: tuple[str, ...] = ()
+    method: str = "stacked"
 
     def to_dataframe(self) -> pd.DataFrame:
         """One row per edge: sender, receiver, via, value (the metric), normalized ((value - corrupt) /
@@ -83,7 +89,7 @@ class PathPatchResult(Displayed):
         top = frame.reindex(frame.normalized.abs().sort_values(ascending=False).index).head(3)
         shown = "; ".join(f"{r.sender}->{r.receiver} ({r.via}) {r.normalized:.3f}" for _, r in top.iterrows())
         return (f"PathPatchResult({len(frame)} edges, {self.direction}, clean={self.clean_value:.4g}, "
-                f"corrupt={self.corrupt_value:.4g}; strongest: {shown})")  # fmt: skip
+                f"corrupt={self.corrupt_value:.4g}; strongest: {shown}; method: {self.method})")  # fmt: skip
 
 
 def _frozen_norm(module, x: Tensor, scale: Tensor) -> Tensor:
@@ -170,6 +176,50 @@ def _last_layer_rows(model, layer, q, k, v, heads, target_cache, target_logits, 
     return out.view(n * batch, n_pos, -1)
 
 
+@torch.no_grad()
+def reference_edge(model: HookedTransformer, target_tokens, target_cache, delta: Tensor, receiver, via: str,
+                   metric) -> float:  # fmt: skip
+    """The slow, obviously-correct value of one edge: one forward pass of the target tokens with
+    TransformerLens's split q/k/v inputs, the receiver head's `via` input set to the target's resid_pre plus
+    the sender's change `delta` [batch, pos, d_model], and its ln1 scale held at the target run's. Every
+    hook installed on the model acts as in any forward pass."""
+    layer, head = receiver
+    resid = target_cache[get_act_name("resid_pre", layer)]
+
+    def add(x, hook):
+        x = x.clone()
+        x[:, :, head] = resid + delta
+        return x
+
+    hooks = [(f"blocks.{layer}.hook_{via}_input", add)]
+    scale = target_cache.cache_dict.get(f"blocks.{layer}.ln1.hook_scale")
+    if scale is not None:
+        def frozen(s, hook):
+            s = s.clone()
+            s[:, :, head] = scale
+            return s
+
+        hooks.append((f"blocks.{layer}.ln1.hook_scale", frozen))
+    split = model.cfg.use_split_qkv_input
+    model.set_use_split_qkv_input(True)
+    try:
+        return float(check_metric_value(metric(model.run_with_hooks(target_tokens, fwd_hooks=hooks)), "metric"))
+    finally:
+        model.set_use_split_qkv_input(split)
+
+
+@torch.no_grad()
+def reference_direct(model: HookedTransformer, target_tokens, target_cache, delta: Tensor, metric) -> float:
+    """The slow value of a sender's direct path: one forward pass of the target tokens with `delta` added to
+    the last layer's output and the final norm's scale held at the target run's."""
+    last = model.cfg.n_layers - 1
+    hooks = [(get_act_name("resid_post", last), lambda x, hook: x + delta)]
+    scale = target_cache.cache_dict.get("ln_final.hook_scale")
+    if scale is not None:
+        hooks.append(("ln_final.hook_scale", lambda s, hook: scale))
+    return float(check_metric_value(metric(model.run_with_hooks(target_tokens, fwd_hooks=hooks)), "metric"))
+
+
 def _check_model(model: HookedTransformer) -> None:
     cfg = model.cfg
     if not suffix.supported(model) and cfg.positional_embedding_type != "rotary":
@@ -193,19 +243,26 @@ def path_patch(
     direction: Direction = "denoise",
     direct: bool = True,
     memory_budget_mb: float = 256,
+    method: PathMethod = "auto",
 ) -> PathPatchResult:
     """Path patching of every sender -> receiver edge through q, k and v, and each sender's direct path to
     the logits (module docstring).
 
     senders, receivers: heads in any form `hc.ablate` takes (default every head); only pairs with the
-    receiver in a later layer are edges. via: any of "q", "k", "v". clean, corrupt, metric, direction:
-    as `hc.patch`. Returns a PathPatchResult (`.to_dataframe()`: sender, receiver, via, value).
+    receiver in a later layer are edges (ValueError when the heads given make none). via: one or more of
+    "q", "k", "v". clean, corrupt, metric, direction: as `hc.patch`. method: "auto" (stacked, or the
+    reference whenever a hook is installed on the model), "stacked" or "reference" (one forward pass per
+    edge, `reference_edge`). Returns a PathPatchResult (`.to_dataframe()`: sender, receiver, via, value;
+    `.method`: the path taken).
     """
     require_model(model, "path_patch")
     check_finite(model, "hc.path_patch")
     _check_model(model)
     check_choice("direction", direction, DIRECTIONS)
+    check_choice("method", method, PATH_METHODS)
     via = (via,) if isinstance(via, str) else tuple(via)
+    if not via:
+        raise ValueError('via is empty: give one or more of "q", "k", "v" (each sender\'s direct path needs direct=True)')
     for v in via:
         check_choice("via", v, VIAS)
     cfg = model.cfg
@@ -218,7 +275,8 @@ def path_patch(
     names = {get_act_name("z", lay) for lay in sender_layers}
     source_logits, source_cache = model.run_with_cache(source_tokens, names_filter=lambda n: n in names)
     target_logits, target_cache = model.run_with_cache(target_tokens)
-    values_sc = float(metric(source_logits)), float(metric(target_logits))
+    values_sc = (float(check_metric_value(metric(source_logits), "metric")),
+                 float(check_metric_value(metric(target_logits), "metric")))  # fmt: skip
     clean_value, corrupt_value = values_sc if direction == "denoise" else values_sc[::-1]
     extras = _continuation(model, target_tokens)
     batch, n_pos = target_tokens.shape
@@ -230,13 +288,29 @@ def path_patch(
 
     deltas = {s: delta(*s) for s in senders}
     edges = [(s, r, v) for r in receivers for s in senders if s[0] < r[0] for v in via]
+    if not edges and (cfg.n_layers > 1 or not direct):
+        last_sender, first_receiver = max(lay for lay, _ in senders), min(lay for lay, _ in receivers)
+        raise ValueError(
+            f"no edge to patch: every receiver (first in layer {first_receiver}) must sit in a later layer than a "
+            f"sender (last in layer {last_sender}); a head cannot path-patch a head of its own or an earlier layer"
+        )
     out: dict = {}
+    hooked = installed_hooks(model)
+    if method == "reference" or (method == "auto" and hooked):
+        for sender, receiver, v in edges:
+            value = reference_edge(model, target_tokens, target_cache, deltas[sender], receiver, v, metric)
+            out[(f"L{sender[0]}H{sender[1]}", f"L{receiver[0]}H{receiver[1]}", v)] = value
+        if direct:
+            for sender in senders:
+                value = reference_direct(model, target_tokens, target_cache, deltas[sender], metric)
+                out[(f"L{sender[0]}H{sender[1]}", "logits", "direct")] = value
+        why = f"hooks installed at {hooked[:3]}" if hooked and method == "auto" else "method='reference'"
+        return PathPatchResult(values=out, clean_value=clean_value, corrupt_value=corrupt_value, direction=direction,
+                               assumptions=_assumptions(cfg),
+                               method=f"reference: one forward pass per edge ({why})")  # fmt: skip
     per_chunk = max(1, int(memory_budget_mb * 2**20 // max(1, batch * n_pos * cfg.d_model * 4 * 4 * cfg.n_layers)))
-    from_tokens = bool(installed_hooks(model))  # hooks may depend on the batch or act on earlier layers
-    if from_tokens:
-        per_chunk = 1
     # the receiver-only shortcut scores from the cached q and k, which a rotary model rotates afterwards
-    local = not from_tokens and suffix.supported(model) and cfg.positional_embedding_type != "rotary"
+    local = suffix.supported(model) and cfg.positional_embedding_type != "rotary"
     if local:
         needed = _rows_read(metric, target_logits, clean_tokens, stacked)
         target = (target_logits, extras["shortformer_pos_embed"], needed)
@@ -280,11 +354,8 @@ def path_patch(
                     return act.view(n * batch, *act.shape[2:])
 
                 hooks.append((get_act_name(v, lay), hook))
-            if from_tokens:
-                logits = model.run_with_hooks(target_tokens.repeat(n, 1), fwd_hooks=hooks)
-            else:
-                logits = model.run_with_hooks(resid.repeat(n, 1, 1), start_at_layer=lay, fwd_hooks=hooks,
-                                              **_repeat(extras, n))  # fmt: skip
+            logits = model.run_with_hooks(resid.repeat(n, 1, 1), start_at_layer=lay, fwd_hooks=hooks,
+                                          **_repeat(extras, n))  # fmt: skip
             scores = _stacked_metric(logits.view(n, batch, *logits.shape[1:]), metric, stacked)
             for (sender, receiver, v), value in zip(chunk, scores.tolist()):
                 out[(f"L{sender[0]}H{sender[1]}", f"L{receiver[0]}H{receiver[1]}", v)] = value
@@ -295,10 +366,15 @@ def path_patch(
             x = final + deltas[sender]
             if final_scale is not None:
                 x = _frozen_norm(model.ln_final, x, final_scale)
-            out[(f"L{sender[0]}H{sender[1]}", "logits", "direct")] = float(metric(model.unembed(x)))
-    assumptions = ("receiver and final norm scales frozen at the target run's",) if cfg.normalization_type else ()
+            value = check_metric_value(metric(model.unembed(x)), "metric")
+            out[(f"L{sender[0]}H{sender[1]}", "logits", "direct")] = float(value)
+    how = "stacked copies from the receiver's layer" + (" (receiver head only)" if local else "")
     return PathPatchResult(values=out, clean_value=clean_value, corrupt_value=corrupt_value, direction=direction,
-                           assumptions=assumptions)  # fmt: skip
+                           assumptions=_assumptions(cfg), method=how)  # fmt: skip
 
 
-__all__ = ["path_patch", "PathPatchResult"]
+def _assumptions(cfg) -> tuple[str, ...]:
+    return ("receiver and final norm scales frozen at the target run's",) if cfg.normalization_type else ()
+
+
+__all__ = ["path_patch", "PathPatchResult", "reference_edge", "reference_direct"]

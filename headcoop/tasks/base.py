@@ -7,6 +7,7 @@ the loss applies, plus the `HookedTransformerConfig` of the models that solve it
 from __future__ import annotations
 
 import dataclasses
+import reprlib
 import warnings
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
@@ -134,7 +135,8 @@ def check_ids(ids, d_vocab: int, what: str = "token ids") -> Tensor:
     try:
         ids = torch.as_tensor(ids)
     except (TypeError, ValueError, RuntimeError) as err:
-        raise TypeError(f"{what} must be integer ids, got {ids!r} ({err})") from None
+        why = "rows of different lengths" if "expected sequence of length" in str(err) else str(err)
+        raise TypeError(f"{what} must be integer ids, got {reprlib.repr(ids)} ({why})") from None
     if ids.dtype == torch.bool or ids.is_floating_point() or ids.is_complex():
         raise TypeError(f"{what} must be integer ids, got dtype {ids.dtype}")
     if ids.numel() and (ids.min() < 0 or ids.max() >= d_vocab):

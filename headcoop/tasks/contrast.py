@@ -19,6 +19,7 @@ A contrast builds no models and is not saved with a checkpoint.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,6 +28,7 @@ from jaxtyping import Int
 from torch import Tensor
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
+from headcoop.checks import check_int, check_seed
 from headcoop.tasks.base import Batch, Task, check_ids
 
 
@@ -38,6 +40,9 @@ class Contrast(Task):
     def __init__(self, clean, corrupt, answer, wrong, labels=None, vocab=None, pad_id: int = 0):
         self._tokenizer = vocab if _is_tokenizer(vocab) else None
         self.vocab = _token_strings(vocab)
+        pad_id = check_int("pad_id", pad_id, 0)
+        if self.vocab and pad_id >= len(self.vocab):
+            raise ValueError(f"pad_id {pad_id} is outside the vocabulary 0..{len(self.vocab) - 1}")
         clean_ids, clean_len = self._prompts(clean, "clean")
         corrupt_ids, corrupt_len = self._prompts(corrupt, "corrupt")
         n = len(clean_ids)
@@ -56,6 +61,15 @@ class Contrast(Task):
             tokens[i, : len(a)], bad[i, : len(b)] = a, b
         answer_pos = torch.tensor(clean_len) - 1
         answer_ids, wrong_ids = self._answers(answer, n, "answer"), self._answers(wrong, n, "wrong")
+        same = (answer_ids == wrong_ids).nonzero().flatten().tolist()
+        if len(same) == n:
+            raise ValueError(
+                "answer and wrong are the same token for every prompt: the logit difference is 0 whatever the model "
+                "does, so no measurement on this contrast could show anything; give each prompt another alternative"
+            )
+        if same:
+            warnings.warn(f"answer and wrong are the same token at prompt(s) {same[:8]}{' ...' if len(same) > 8 else ''}"
+                          ": their logit difference is 0 whatever the model does", stacklevel=3)  # fmt: skip
         if labels is None:
             labels = torch.zeros(n, dtype=torch.long)
         try:
@@ -77,8 +91,19 @@ class Contrast(Task):
     # --- inputs --------------------------------------------------------------------------
     def _encode_text(self, text: str, what: str) -> list[int]:
         if self._tokenizer is not None:
-            ids = self._tokenizer.encode(text)
-            return list(ids.tolist() if hasattr(ids, "tolist") else ids)
+            tok = self._tokenizer
+            try:
+                ids = tok.encode(text)
+            except Exception as err:  # noqa: BLE001 - a tokenizer's own error, e.g. an unknown word
+                raise ValueError(f"{what}: the tokenizer cannot encode {text!r} ({err})") from None
+            ids = list(ids.tolist() if hasattr(ids, "tolist") else ids)
+            unk, unk_text = getattr(tok, "unk_token_id", None), getattr(tok, "unk_token", None)
+            if unk is not None and unk in ids and (unk_text is None or unk_text not in text):
+                raise ValueError(
+                    f"{what}: the tokenizer does not know a word of {text!r}: it encodes to its unknown token "
+                    f"{unk_text!r} (id {unk}), a real token to the model"
+                )
+            return ids
         if self.vocab:
             index = {t: i for i, t in enumerate(self.vocab)}
             unknown = [t for t in text.split() if t not in index]
@@ -92,6 +117,13 @@ class Contrast(Task):
             prompts = [prompts]
         if isinstance(prompts, Sequence) and prompts and all(isinstance(p, str) for p in prompts):
             rows = [torch.tensor(self._encode_text(p, what), dtype=torch.long) for p in prompts]
+        elif isinstance(prompts, Sequence) and prompts and all(
+            isinstance(p, Sequence) and not isinstance(p, (str, bytes)) for p in prompts
+        ):  # a list of token-id lists, maybe of different lengths: each row on its own
+            rows = [check_ids(p, 2**62, f"{what} prompt {i}") for i, p in enumerate(prompts)]
+            bad = next((i for i, r in enumerate(rows) if r.ndim != 1), None)
+            if bad is not None:
+                raise ValueError(f"{what} prompt {bad} must be a list of token ids, got shape {tuple(rows[bad].shape)}")
         else:
             ids = check_ids(prompts, 2**62, what)
             ids = ids[None] if ids.ndim == 1 else ids
@@ -154,17 +186,34 @@ class Contrast(Task):
 
     def sample(self, n: int, seed: int = 0) -> Batch:
         """The first min(n, batch) clean prompts: a contrast holds fixed inputs and draws nothing."""
-        return self.clean[: max(1, int(n))]
+        check_int("n", n, 1)
+        check_seed(seed)
+        return self.clean[:n]
 
     def corrupt(self, batch: Batch) -> Batch:
-        """The corrupt prompts of the clean rows in `batch` (found by their tokens)."""
+        """The corrupt prompts of the clean rows in `batch`, found by their tokens, answer, alternative and
+        label; where several clean prompts are identical in all of these, the k-th such row of `batch` is the
+        k-th such clean prompt (so `corrupt(sample(n))` pairs every row with its own corrupt prompt)."""
+        if not isinstance(batch, Batch):
+            raise TypeError(f"corrupt() takes a Batch of the contrast's clean prompts, got {type(batch).__name__}")
+        keys = [self._row_key(self.clean, i) for i in range(len(self.clean))]
+        used: dict[tuple, int] = {}
         rows = []
-        for tokens in batch.tokens.cpu():
-            match = (self.clean.tokens == tokens).all(1).nonzero().flatten()
-            if len(match) == 0:
-                raise ValueError("corrupt() takes rows of the contrast's clean prompts; this row is not one of them")
-            rows.append(int(match[0]))
+        for i in range(len(batch)):
+            key = self._row_key(batch, i)
+            matches = [j for j, k in enumerate(keys) if k == key]
+            if not matches:
+                raise ValueError(f"corrupt() takes rows of the contrast's clean prompts; row {i} is not one of them")
+            k = used.get(key, 0)
+            rows.append(matches[k % len(matches)])
+            used[key] = k + 1
         return self.corrupted[torch.tensor(rows)].to(batch.tokens.device)
+
+    def _row_key(self, batch: Batch, i: int) -> tuple:
+        width = self.clean.tokens.shape[1]
+        tokens = batch.tokens[i].cpu().tolist()
+        return (tuple(tokens + [self.pad_id] * (width - len(tokens))), int(batch.answer[i]), int(batch.wrong[i]),
+                int(batch.labels[i]))  # fmt: skip
 
     def patching_inputs(self, n: int = 256, seed: int = 0) -> tuple[Batch, Batch]:
         """Every clean prompt and its corrupt prompt (n and seed are ignored: the prompts are fixed)."""
@@ -225,5 +274,11 @@ def _token_strings(vocab) -> list[str]:
             return [str(t) for t in vocab.convert_ids_to_tokens(list(range(size)))]
         return [vocab.decode([i]) for i in range(size)]
     if isinstance(vocab, Sequence) and not isinstance(vocab, str) and all(isinstance(t, str) for t in vocab):
+        twice = sorted({t for t in vocab if list(vocab).count(t) > 1})
+        if twice:
+            raise ValueError(f"vocab lists these tokens more than once: {twice[:8]}; each token string needs one id")
+        bad = [t for t in vocab if not t or t != t.strip() or len(t.split()) != 1]
+        if bad:
+            raise ValueError(f"vocab tokens must be non-empty words without spaces (texts are split on spaces), got {bad[:4]}")
         return list(vocab)
     raise TypeError(f"vocab must be a tokenizer (encode/decode) or a list of token strings, got {type(vocab).__name__}")
