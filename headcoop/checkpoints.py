@@ -354,6 +354,7 @@ def save(model: HookedTransformer, path: str | os.PathLike, metrics: dict | None
         raise TypeError(f"hc.save takes a HookedTransformer, got {type(model).__name__}")
     path = _check_path_arg(path)
     check_finite(model, "hc.save")
+    _weights_dtype(model)  # mixed dtypes: refused before anything runs
     clean_leftovers(path)
     replace = _replaceable(path)
     meta = _metadata(model, metrics, extra)

@@ -55,7 +55,11 @@ def each_result(executor: Any, fn: Callable, jobs: list) -> Iterator[tuple[Any, 
     with cf.ThreadPoolExecutor(max_workers=max(1, len(jobs))) as waiters:
         futures = {}
         for job in jobs:
-            future = executor.submit(fn, job)
+            try:
+                future = executor.submit(fn, job)
+            except Exception as err:  # noqa: BLE001 - e.g. a process pool broken by a killed worker
+                yield job, None, err
+                continue
             if not isinstance(future, cf.Future):
                 future = waiters.submit(future.result)
             futures[future] = job
@@ -74,10 +78,21 @@ def lost_worker(error: BaseException) -> bool:
                          "ObjectLostError", "OwnerDiedError"})  # fmt: skip
 
 
-def dask_client(workers: int | None = None, scheduler: str | None = None):
+def renewed(executor: Any) -> Any:
+    """A working stand-in for `executor` after one of its workers died: a new `ProcessPoolExecutor` of the
+    same size, start method and initializer for a pool that the death broke (a broken pool takes no more
+    work); `executor` itself otherwise (Dask and Ray replace dead workers themselves)."""
+    if isinstance(executor, cf.ProcessPoolExecutor) and getattr(executor, "_broken", False):
+        return cf.ProcessPoolExecutor(max_workers=executor._max_workers, mp_context=executor._mp_context,
+                                      initializer=executor._initializer, initargs=executor._initargs)  # fmt: skip
+    return executor
+
+
+def dask_client(workers: int | None = None, scheduler: str | None = None, timeout_s: float = 10.0):
     """A `dask.distributed.Client`: on a new local cluster of `workers` processes (one thread each), or
-    connected to the scheduler at `scheduler` ("tcp://host:8786"). ImportError naming the extra to
-    install when Dask is missing."""
+    connected to the scheduler at `scheduler` ("tcp://host:8786"), waiting at most `timeout_s` seconds
+    for it (OSError naming the address when none answers). ImportError naming the extra to install when
+    Dask is missing."""
     try:
         from dask.distributed import Client, LocalCluster
     except ImportError:
@@ -85,7 +100,14 @@ def dask_client(workers: int | None = None, scheduler: str | None = None):
     if (workers is None) == (scheduler is None):
         raise ValueError("pass exactly one of workers= (a local cluster) or scheduler= (an address)")
     if scheduler is not None:
-        return Client(scheduler)
+        if not isinstance(scheduler, str) or not scheduler.strip():
+            raise ValueError(f"scheduler must be an address such as 'tcp://10.0.0.5:8786', got {scheduler!r}")
+        try:
+            return Client(scheduler, timeout=f"{timeout_s}s")
+        except (OSError, TimeoutError) as err:
+            raise OSError(f"no Dask scheduler answered at {scheduler!r} within {timeout_s:g} s ({type(err).__name__}); "
+                          "start one with `dask scheduler` (and workers with `dask worker ADDRESS`), or check the "
+                          "address") from None  # fmt: skip
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be an int >= 1, got {workers!r}")
     cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0")

@@ -160,10 +160,16 @@ def word_tokenizer(words: list[str], pad: str | None = None):
 
 
 def load_tokenizer(path: str | os.PathLike):
-    """A Hugging Face fast tokenizer from a tokenizer.json file."""
+    """A Hugging Face fast tokenizer from a tokenizer.json file; ValueError naming the file when it is missing
+    or not a `tokenizers` JSON file."""
     from transformers import PreTrainedTokenizerFast
 
-    return PreTrainedTokenizerFast(tokenizer_file=str(path))
+    if not Path(path).is_file():
+        raise ValueError(f"the tokenizer file {str(path)!r} does not exist (--tokenizer takes a tokenizer.json)")
+    try:
+        return PreTrainedTokenizerFast(tokenizer_file=str(path))
+    except Exception as err:  # noqa: BLE001 - the tokenizers library raises a bare Exception
+        raise ValueError(f"{str(path)!r} is not a Hugging Face tokenizer.json ({' '.join(str(err).split())[:120]})") from None
 
 
 def read_prompts(path: str | os.PathLike, tokenizer=None) -> Contrast:
@@ -173,11 +179,24 @@ def read_prompts(path: str | os.PathLike, tokenizer=None) -> Contrast:
         spec = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         raise ValueError(f"cannot read the prompts file {path}: {err}") from None
+    shape = ('a JSON object of lists, one entry per prompt: {"clean": [...], "corrupt": [...], "answer": [...], '
+             '"wrong": [...]} (and optionally "labels"); prompts are texts or lists of token ids')
+    if not isinstance(spec, dict):
+        raise ValueError(f"the prompts file {path} holds {json.dumps(spec)[:40]}; it must hold {shape}")
     missing = [k for k in ("clean", "corrupt", "answer", "wrong") if k not in spec]
-    if not isinstance(spec, dict) or missing:
-        raise ValueError(f"the prompts file {path} needs the lists clean, corrupt, answer and wrong; missing {missing}")
+    if missing:
+        raise ValueError(f"the prompts file {path} lacks {missing}; it must hold {shape}")
     unknown = sorted(set(spec) - {"clean", "corrupt", "answer", "wrong", "labels"})
     if unknown:
-        raise ValueError(f"the prompts file {path} has unknown fields {unknown}")
+        raise ValueError(f"the prompts file {path} has unknown fields {unknown}; it must hold {shape}")
+    for key, value in spec.items():
+        if key == "labels" and value is None:
+            continue
+        if not isinstance(value, list) or not value:
+            raise ValueError(f"the prompts file {path}: {key!r} is {json.dumps(value)[:40]}, not a non-empty list; "
+                             f"it must hold {shape}")  # fmt: skip
+    lengths = {key: len(value) for key, value in spec.items() if isinstance(value, list)}
+    if len(set(lengths.values())) > 1:
+        raise ValueError(f"the prompts file {path} gives lists of different lengths {lengths}; one entry per prompt")
     return Contrast(spec["clean"], spec["corrupt"], spec["answer"], spec["wrong"], labels=spec.get("labels"),
                     vocab=tokenizer)  # fmt: skip

@@ -8,6 +8,7 @@ reference lines). circuitsvis attention views live in `headcoop.views`.
 from __future__ import annotations
 
 import os
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -35,7 +36,21 @@ class Displayed:
         frame = self.to_dataframe()
         shown = frame.head(self.display_rows).to_html(float_format=lambda v: f"{v:.4g}", max_cols=12)
         more = f"<p>{len(frame)} rows; <code>.to_dataframe()</code> has them all</p>" if len(frame) > self.display_rows else ""
-        return f"<div><pre>{html.escape(repr(self))}</pre>{shown}{more}{self.plot()._repr_html_()}</div>"
+        return f"<div><pre>{html.escape(repr(self))}</pre>{shown}{more}{figure_html(self.plot())}</div>"
+
+
+_PLOTLY_SENT = False  # whether this process has already handed plotly.js to the notebook page
+
+
+def figure_html(fig: go.Figure) -> str:
+    """A figure as an HTML fragment that needs no network: the first one this process displays carries
+    plotly.js inline (about 3.6 MB, once per kernel, as plotly's own offline notebook mode does); later ones
+    use the `Plotly` that it defined on the page. Plotly's default notebook output would fetch plotly.js
+    from a CDN and stay blank offline."""
+    global _PLOTLY_SENT
+    include = not _PLOTLY_SENT
+    _PLOTLY_SENT = True
+    return fig.to_html(full_html=False, include_plotlyjs=include, default_height=f"{fig.layout.height or 500}px")
 
 
 def _to_numpy(values) -> np.ndarray:
@@ -72,7 +87,8 @@ def heatmap(
     # Reversed colour scale so positive is red, negative is blue.
     trace = go.Heatmap(z=z, x=x, y=y, colorscale=colorscale, reversescale=colorscale == "RdBu", zmid=zmid)
     fig = go.Figure(trace)
-    fig.update_layout(title=title, xaxis_title=xlabel, yaxis_title=ylabel, template=TEMPLATE)
+    title, top = wrapped_title(title)
+    fig.update_layout(title=title, xaxis_title=xlabel, yaxis_title=ylabel, template=TEMPLATE, margin=dict(t=top))
     fig.update_xaxes(type="category")
     fig.update_yaxes(type="category", autorange="reversed")
     return fig
@@ -110,6 +126,16 @@ def save_figure(
     except Exception as error:  # kaleido missing or no browser: HTML only
         print(f"  (PNG export of {name} failed: {type(error).__name__}: {str(error)[:120]}; HTML only)")
     return written
+
+
+def wrapped_title(title: str, width: int = 70) -> tuple[str, int]:
+    """`title` with its `<sup>` subtitle (the stated assumptions) broken into lines of at most `width`
+    characters, and the top margin in pixels those lines need, so no line is cut off or overlaps the plot."""
+    head, sep, sub = title.partition("<br><sup>")
+    if not sep:
+        return title, 80
+    lines = textwrap.wrap(sub.removesuffix("</sup>"), width) or [""]
+    return head + "".join(f"<br><sup>{line}</sup>" for line in lines), 80 + 18 * len(lines)
 
 
 def _unique(labels: list[str]) -> list[str]:

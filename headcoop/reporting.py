@@ -151,8 +151,11 @@ def _section_heads(ctx: _Context) -> tuple:
         "the answer position, mean and std over the same inputs (<code>hc.dla</code>).",
     ]
     study = study_for(task)
-    if study.generic_probes and len(task.patching_inputs(n=1024, seed=1)[0].labels.unique()) > 1:
-        probe_batch = task.patching_inputs(n=1024, seed=1)[0]
+    probe_batch = task.patching_inputs(n=1024, seed=1)[0]
+    if study.generic_probes and len(probe_batch.labels.unique()) > 1 and len(probe_batch) < 8:
+        notes.append(f"<b>probes</b>: left out: {len(probe_batch)} inputs are too few to train a probe and hold "
+                     "some out (at least 8 are needed).")  # fmt: skip
+    elif study.generic_probes and len(probe_batch.labels.unique()) > 1:
         probes = hc.probe(model, probe_batch, probe_batch.labels, site="z", layer=None)
         table["probe acc"] = probes.acc.numpy()
         table["probe ROC AUC"] = probes.roc_auc.numpy()
@@ -293,10 +296,20 @@ def _section_circuits(ctx: _Context) -> tuple:
     for i, name in enumerate(head_names(model)):
         layer, head = divmod(i, model.cfg.n_heads)
         try:
-            figures = (hc.qk(model, head=head, layer=layer).plot(), hc.ov(model, head=head, layer=layer).plot())
+            qk = hc.qk(model, head=head, layer=layer)
+            # a positional table (rotary, learned positions) has (token x position)^2 cells: draw the token x
+            # token slice with query and key at the last position, say so once
+            last = qk.scores.shape[1] - 1 if qk.positional else None
+            figures = (qk.plot(q_pos=last, k_pos=last), hc.ov(model, head=head, layer=layer).plot())
         except ValueError as err:  # a model the tables do not model: say so once, draw nothing
             blocks.append(_note(html.escape(str(err))))
             break
+        if i == 0 and last is not None:
+            blocks.append(_note(
+                "These QK scores depend on positions too: each drawing is the token &times; token slice with the "
+                f"query and the key at position {last}; <code>hc.qk(model, head, layer).to_dataframe()</code> "
+                "holds every (token, position) pair."
+            ))  # fmt: skip
         # inside a closed <details> a figure has no width to fill: give it one
         squares = tuple(Figure(f, height=_square(f), width=_square(f) + 120) for f in figures)
         blocks.append(Details(name, squares, open=i == 0))
@@ -450,8 +463,13 @@ def report(
     )
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_name(f".{out.name}.{os.getpid()}.partial")
-    partial.write_text(page, encoding="utf-8")
-    os.replace(partial, out)  # a killed report never leaves half a page
+    try:
+        partial.write_text(page, encoding="utf-8")
+        out = check_out_file(out, "report")  # still a regular file (or absent) now that the page is ready
+        os.replace(partial, out)  # a killed report never leaves half a page
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
     return out
 
 
@@ -466,9 +484,19 @@ def _cmd_report(args: argparse.Namespace) -> int:
         if tokenizer_file is None and (Path(args.model) / TOKENIZER).is_file():
             tokenizer_file = Path(args.model) / TOKENIZER
         tokenizer = load_tokenizer(tokenizer_file) if tokenizer_file is not None else None
-        task = read_prompts(args.prompts, tokenizer)
+        try:
+            task = read_prompts(args.prompts, tokenizer)
+        except ValueError as err:
+            if "needs vocab=" not in str(err):
+                raise
+            raise ValueError(f"the prompts in {args.prompts} are texts, and there is no tokenizer to encode them: pass "
+                             f"--tokenizer FILE (a tokenizer.json), or put tokenizer.json in {args.model}") from None  # fmt: skip
     elif args.tokenizer is not None:
         raise ValueError("--tokenizer encodes the texts of --prompts; pass --prompts too")
+    if args.examples < 1:
+        raise ValueError(f"--examples must be 1 or more, got {args.examples}")
+    if not args.out.strip():
+        raise ValueError("--out is empty; give a file name such as report.html")
     path = report(args.model, out=args.out, examples=args.examples, progress=not args.no_progress, task=task)
     size = path.stat().st_size / 2**20
     print(f"wrote {path} ({size:.1f} MB) in {time.perf_counter() - start:.1f} s; open it in a browser (works offline)")

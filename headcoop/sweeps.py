@@ -15,6 +15,7 @@ import errno
 import itertools
 import os
 import threading
+import sys
 import time
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
@@ -25,9 +26,9 @@ import pandas as pd
 import torch
 from headcoop.progress import tqdm
 
-from headcoop.checkpoints import clean_leftovers, load, read_meta, save
+from headcoop.checkpoints import check_save_target, clean_leftovers, load, read_meta, save
 from headcoop.checks import check_float, check_int, check_out_folder, check_seed, usable_device
-from headcoop.executors import as_executor, chunk_size, each_result, lost_worker
+from headcoop.executors import as_executor, chunk_size, each_result, lost_worker, renewed
 from headcoop.fast_train import model_settings, train_many
 from headcoop.owners import owner_alive, this_owner
 from headcoop.tasks.base import Task, check_sample_size
@@ -218,7 +219,10 @@ def sweep(
     wait for it (polling every `poll_s` seconds; a claim whose process died is taken over).
     Training follows `config` (a TrainConfig; the keywords steps .. warmup override single fields), each
     run with its own seed from `seeds`. Returns one row per run: the grid settings, seed, metrics, name,
-    path and `status` ("trained", "finished before", or "trained by another sweep").
+    path and `status` ("trained", "finished before", "trained by another sweep", or "failed" with a
+    `reason` column: a run whose worker died once more than `retries` allows, or whose checkpoint does not
+    load; a warning names them, and running the same sweep again trains them). A run is "trained" only once
+    its saved checkpoint loads.
 
     executor: None trains in this process. Otherwise chunks of runs of one shape go to
     `executor.submit`: a `concurrent.futures.ProcessPoolExecutor`, a `dask.distributed.Client` (or its
@@ -228,7 +232,10 @@ def sweep(
     worker died is sent again (at most `retries` times; runs it already saved are not retrained), and
     weights are bit-identical to a serial sweep's (seeds decide everything; see `deterministic`).
     device: where models train ("cpu", "cuda"); RuntimeError where the machine has no such device.
-    threads: torch threads per worker (None: as the worker is set up; Dask's local workers use one).
+    threads: torch threads per chunk (None: one with an executor, where workers run side by side and more
+    threads each would oversubscribe the cores; in this process, its own setting).
+    A process pool broken by a killed worker is replaced by a new pool of the same size (shut down at the
+    end) and the lost chunks are sent there.
     """
     cfg = TrainConfig.resolve(config, steps=steps, batch_size=batch_size, lr=lr, weight_decay=weight_decay,
                               warmup=warmup)  # fmt: skip
@@ -240,6 +247,8 @@ def sweep(
     device = usable_device(device)
     if executor is not None:
         executor = as_executor(executor)
+        if threads is None:  # workers run side by side: torch's default (every core each) oversubscribes 30-70x
+            threads = 1
     if not isinstance(task, Task):
         raise TypeError(f"task must be a headcoop Task such as hc.Count01(), got {type(task).__name__}")
     points, seeds = expand_grid(task, grid), _check_seeds(seeds)
@@ -263,6 +272,8 @@ def sweep(
         if metrics[name] is not None:
             status[name] = "finished before"
     pending = [run for run in runs if metrics[run[2]] is None]
+    for _, _, name in pending:  # a folder in the way that headcoop did not write: refused before any training
+        check_save_target(out / name)
     bar = tqdm(total=len(pending) * cfg.steps, desc=f"sweep {task.name}", unit="model-step", disable=not progress)
     work = SweepWork(task, out, cfg, chunk, claims, metrics, status, bar, executor, device, threads, retries)
     try:
@@ -276,11 +287,18 @@ def sweep(
     finally:
         claims.release_all()
         bar.close()
+        for pool in work.owned:
+            pool.shutdown(wait=False, cancel_futures=True)
 
-    return pd.DataFrame(
-        [{**point, "seed": seed, **metrics[name], "name": name, "path": str(out / name), "status": status[name]}
+    table = pd.DataFrame(
+        [{**point, "seed": seed, **(metrics[name] or {}), "name": name, "path": str(out / name),
+          "status": status[name], **({"reason": work.reasons[name]} if name in work.reasons else {})}
          for point, seed, name in runs]
     )  # fmt: skip
+    if work.reasons:
+        warnings.warn(f"sweep: {len(work.reasons)} run(s) failed: {sorted(work.reasons)[:4]}; see the table's "
+                      "'reason' column and run the same sweep again to resume", stacklevel=2)  # fmt: skip
+    return table
 
 
 @dataclasses.dataclass
@@ -299,6 +317,8 @@ class SweepWork:
     device: str | None = None
     threads: int | None = None
     retries: int = 2
+    reasons: dict = dataclasses.field(default_factory=dict)  # run name -> why it failed
+    owned: list = dataclasses.field(default_factory=list)  # executors this sweep started (replacement pools)
 
     def finished(self, seed: int, name: str) -> dict | None:
         return finished_metrics(self.out / name, self.task, dataclasses.replace(self.cfg, seed=seed))
@@ -319,12 +339,29 @@ class SweepWork:
             self.bar.update(self.cfg.steps)
         return mine
 
-    def record(self, results: dict, advance: bool = True) -> None:
+    def record(self, results: dict, advance: bool = True, runs: list | None = None) -> None:
+        """Note each run's metrics and status. With `runs` (a chunk that came back from a worker), a run
+        counts as "trained" only once its checkpoint loads here; otherwise it is "failed", with the reason."""
+        seeds = {name: seed for _, seed, name in runs or []}
         for name, (metrics, status) in results.items():
+            if runs is not None and self.finished(seeds[name], name) is None:
+                metrics, status = None, "failed"
+                self.reasons[name] = "the worker reported it trained, but its checkpoint does not load here"
             self.metrics[name], self.status[name] = metrics, status
             self.claims.release(name)
             if advance:  # (a chunk trained here has advanced the bar step by step)
                 self.bar.update(self.cfg.steps)
+
+    def fail(self, runs: list, reason: str) -> None:
+        """Mark runs "failed" with `reason`: what one can resume by running the same sweep again."""
+        for _, seed, name in runs:
+            done = self.finished(seed, name)  # the worker may have saved some before it died
+            if done is not None:
+                self.metrics[name], self.status[name] = done, "trained"
+            else:
+                self.metrics[name], self.status[name], self.reasons[name] = None, "failed", reason
+            self.claims.release(name)
+            self.bar.update(self.cfg.steps)
 
     def train(self, runs: list) -> None:
         """Train every run of `runs` that no other live sweep has claimed."""
@@ -344,9 +381,12 @@ class SweepWork:
             failed = []
             for job, results, error in each_result(self.executor, train_chunk, jobs):
                 if error is None:
-                    self.record(results)
+                    self.record(results, runs=job.runs)
                 elif lost_worker(error) and attempt < self.retries:
                     failed.append(job)
+                elif lost_worker(error):
+                    self.fail(job.runs, f"its worker died ({type(error).__name__}) and the chunk was sent "
+                                        f"{self.retries + 1} time(s); run the same sweep again to resume")  # fmt: skip
                 else:
                     names = [name for _, _, name in job.runs]
                     raise RuntimeError(
@@ -356,6 +396,10 @@ class SweepWork:
             if not failed:
                 return
             jobs = failed
+            fresh = renewed(self.executor)  # a process pool broken by the death takes no more work
+            if fresh is not self.executor:
+                self.owned.append(fresh)
+                self.executor = fresh
 
 
 def _chunks_of_one_shape(runs: list, size: int) -> list[list]:
@@ -415,7 +459,7 @@ def _wait_for_others(work: SweepWork, pending: list, poll_s: float) -> None:
     """Wait for the runs other sweeps claimed; train any whose claimer died without finishing it."""
     metrics = work.metrics
     while True:
-        missing = [run for run in pending if metrics[run[2]] is None]
+        missing = [run for run in pending if metrics[run[2]] is None and work.status.get(run[2]) != "failed"]
         if not missing:
             return
         for point, seed, name in missing:
@@ -455,4 +499,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     table.to_csv(csv, index=False)
     print(table.drop(columns=["path"]).to_string(index=False, float_format=lambda x: f"{x:.4f}"))
     print(f"{len(table)} runs in {args.out} (table: {csv})")
-    return 0
+    failed = table[table.status == "failed"]
+    for _, row in failed.iterrows():
+        print(f"failed: {row['name']}: {row['reason']}", file=sys.stderr)
+    return 1 if len(failed) else 0

@@ -37,3 +37,27 @@ class Killing:
 
     def submit(self, fn, job):
         return self.inner.submit(die_after_first_save, job, self.marker)
+
+
+def arm(marker: str) -> None:
+    """A process pool's initializer: in this worker, `headcoop.sweeps.save` kills the process right after the
+    first save anywhere (the one that creates `marker`, recording as `die_after_first_save` does); every
+    later save, in this worker or a replacement, just saves."""
+    from headcoop import sweeps
+    from headcoop.checkpoints import WEIGHTS
+
+    real_save = sweeps.save
+
+    def save_maybe_die(model, path, **kwargs):
+        real_save(model, path, **kwargs)
+        try:
+            fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            return
+        stat = os.stat(os.path.join(path, WEIGHTS))
+        os.write(fd, json.dumps({"name": os.path.basename(path), "inode": stat.st_ino,
+                                 "mtime_ns": stat.st_mtime_ns, "pid": os.getpid()}).encode())  # fmt: skip
+        os.close(fd)
+        os._exit(1)
+
+    sweeps.save = save_maybe_die

@@ -258,7 +258,7 @@ def test_train_many_is_bit_identical_at_two_threads(two_threads):
         (["train", "count01", "--lr", "1e12", "--steps", "40", "--heads", "2", "--d-model", "4", "--batch-size", "8",
           "--out", "{new}"], "training diverged"),
         (["report", "count01", "--out", "{project}"], "is a folder"),
-        (["report", "count01", "--out", ""], "empty string"),
+        (["report", "count01", "--out", ""], "--out is empty"),
         (["report", "count01", "--out", "{file}/r.html"], "is a file, not a folder"),
         (["eval", "{project}"], "no headcoop checkpoint"),
         (["sweep", "count01", "--out", "{file}", "--steps", "2"], "is a file, not a folder"),

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
 import cloudpickle
 import pytest
@@ -87,6 +88,63 @@ def test_a_worker_killed_mid_chunk_loses_only_that_chunk(client, serial, tmp_pat
     assert (stat.st_ino, stat.st_mtime_ns) == (killed["inode"], killed["mtime_ns"])  # saved once, not retrained
     assert all(same_weights(serial_out / n, out / n) for n in table["name"])
     assert sorted(p.name for p in out.iterdir()) == sorted(table["name"])
+
+
+def test_a_process_pool_survives_a_killed_worker(serial, tmp_path):
+    """A ProcessPoolExecutor breaks when a worker dies: the sweep sends the lost chunks to a new pool of the
+    same size, keeps the run the dead worker had saved, and ends bit-identical to the serial sweep."""
+    serial_out, _ = serial
+    out, marker = tmp_path / "out", tmp_path / "killed.json"
+    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn"), initializer=sweep_killer.arm,
+                             initargs=(str(marker),)) as pool:  # fmt: skip
+        table = hc.sweep(TASK, GRID, SEEDS, out, executor=pool, chunk=2, **TRAIN)
+    killed = json.loads(marker.read_text())
+    assert list(table["status"]) == ["trained"] * 8
+    stat = os.stat(out / killed["name"] / hc.checkpoints.WEIGHTS)
+    assert (stat.st_ino, stat.st_mtime_ns) == (killed["inode"], killed["mtime_ns"])  # saved once, not retrained
+    assert all(same_weights(serial_out / n, out / n) for n in table["name"])
+    assert sorted(p.name for p in out.iterdir()) == sorted(table["name"])
+
+
+def test_with_no_retries_left_the_lost_runs_are_failed_with_the_reason(tmp_path):
+    """retries=0 and a killed worker: the runs it had not saved are "failed" with the reason, never
+    "trained"; every run called trained loads; the next sweep trains what failed."""
+    out, marker = tmp_path / "out", tmp_path / "killed.json"
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=sweep_killer.arm,
+                             initargs=(str(marker),)) as pool:  # fmt: skip
+        with pytest.warns(UserWarning, match="run\\(s\\) failed"):
+            table = hc.sweep(TASK, GRID, SEEDS, out, executor=pool, chunk=2, retries=0, **TRAIN)
+    failed = table[table.status == "failed"]
+    assert len(failed) >= 1 and all("its worker died" in r for r in failed.reason)
+    for _, row in table[table.status == "trained"].iterrows():
+        hc.load(row.path)
+    again = hc.sweep(TASK, GRID, SEEDS, out, **TRAIN)
+    assert set(again.status) <= {"finished before", "trained"} and "failed" not in set(again.status)
+
+
+class LyingExecutor:
+    """A real thread pool whose chunks report their runs trained but delete one's weights afterwards."""
+
+    def __init__(self, pool):
+        self.pool = pool
+
+    def submit(self, fn, job):
+        def lie():
+            results = fn(job)
+            (Path(job.out) / job.runs[0][2] / hc.checkpoints.WEIGHTS).unlink()
+            return results
+
+        return self.pool.submit(lie)
+
+
+def test_a_run_is_trained_only_if_its_checkpoint_loads(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as pool, pytest.warns(UserWarning, match="failed"):
+        table = hc.sweep(TASK, {"n_heads": [1], "d_model": [4], "d_head": [1]}, [0, 1], tmp_path,
+                         executor=LyingExecutor(pool), chunk=2, **TRAIN)  # fmt: skip
+    assert list(table.status) == ["failed", "trained"]
+    assert "does not load" in table.reason[0]
 
 
 def test_a_failing_chunk_is_one_error_naming_its_runs(client, tmp_path):

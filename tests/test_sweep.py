@@ -112,20 +112,34 @@ def test_half_written_checkpoints_do_not_count(tmp_path, monkeypatch):
     dead.wait()
     leftover = tmp_path / f".{NAMES[0]}.tmp-{checkpoints._HOST}-{dead.pid}-k1ll3d"  # what a killed save leaves
     leftover.mkdir()
+    (leftover / checkpoints.MARKER).write_text(f"host {dead.pid}")
     (leftover / WEIGHTS).write_bytes(b"\x00" * 10)
-    partial = tmp_path / NAMES[1]  # a folder without weights
+    partial = tmp_path / NAMES[1]  # a folder of the run holding only an empty one of its files
     partial.mkdir()
-    (partial / META).write_text("{not json")
+    (partial / WEIGHTS).write_bytes(b"")
     unrelated = tmp_path / ".keep.me"
     unrelated.mkdir()
     counter = Counter()
     monkeypatch.setattr(sweep_module, "train_many", counter)
+    with pytest.raises(ValueError, match=f"{NAMES[1]}.*headcoop.json is missing beside weights.safetensors"):
+        sweep(task, grid, SEEDS, tmp_path, **FAST)  # not provably headcoop's: refused before any training
+    assert counter.calls == []
+    (partial / WEIGHTS).unlink()
     table = sweep(task, grid, SEEDS, tmp_path, **FAST)
     assert counter.calls == [[(1, 0), (1, 1)]]
     assert not leftover.exists() and unrelated.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*NAMES[:2], ".keep.me"])
     assert len(table) == 2
     hc.load(partial)
+
+
+def test_a_run_folder_holding_a_users_file_is_never_replaced(tmp_path):
+    task = hc.Count01()
+    (tmp_path / NAMES[0]).mkdir()
+    (tmp_path / NAMES[0] / META).write_text("{my notes, not json")
+    with pytest.raises(ValueError, match=f"{NAMES[0]}.*not a headcoop checkpoint's JSON"):
+        sweep(task, [{"n_heads": 1, "d_model": 4, "d_head": 2}], SEEDS, tmp_path, **FAST)
+    assert (tmp_path / NAMES[0] / META).read_text() == "{my notes, not json"
 
 
 def test_settings_mismatch_and_bad_input(tmp_path):

@@ -141,7 +141,7 @@ def test_plot_is_a_rendering_leaf():
         imported |= {node.module.split(".")[0] for node in ast.walk(tree)
                      if isinstance(node, ast.ImportFrom) and node.module}  # fmt: skip
         third_party = imported - {"__future__", "os", "collections", "pathlib", "html", "json", "uuid", "tempfile",
-                                  "webbrowser", "IPython", "dataclasses", "math", "re", "typing"}  # fmt: skip
+                                  "webbrowser", "IPython", "dataclasses", "math", "re", "typing", "textwrap"}  # fmt: skip
         assert third_party <= allowed, (leaf, third_party)
 
 

@@ -59,11 +59,13 @@ class CompositionScores(Displayed):
         modes = list(self.scores)
         fig = make_subplots(rows=1, cols=len(modes), subplot_titles=[f"{m}-composition" for m in modes])
         frame = self.to_dataframe()
-        for col, mode in enumerate(modes, 1):
+        top = float(frame.score.max()) if len(frame) else 1.0
+        for col, mode in enumerate(modes, 1):  # one colour scale for every panel: equal colours, equal scores
             part = frame[frame["mode"] == mode].pivot(index="sender", columns="receiver", values="score")
-            fig.add_heatmap(z=part.to_numpy(), x=list(part.columns), y=list(part.index), colorscale="Viridis",
-                            zmin=0, showscale=col == 1, row=1, col=col)  # fmt: skip
+            fig.add_heatmap(z=part.to_numpy(), x=list(part.columns), y=list(part.index), coloraxis="coloraxis",
+                            row=1, col=col)  # fmt: skip
             fig.update_yaxes(autorange="reversed", row=1, col=col)
+        fig.update_layout(coloraxis=dict(colorscale="Viridis", cmin=0, cmax=top or 1.0, colorbar=dict(title="score")))
         held = "<br><sup>" + "; ".join(self.assumptions) + "</sup>" if self.assumptions else ""
         fig.update_layout(title=(title or "Composition scores (weights only)") + held, template=TEMPLATE)
         return fig
@@ -74,6 +76,19 @@ class CompositionScores(Displayed):
         shown = "; ".join(f"{r.sender}->{r.receiver} {r['mode']} {r.score:.3f}" for _, r in top.iterrows())
         held = f"; {'; '.join(self.assumptions)}" if self.assumptions else ""
         return f"CompositionScores({len(frame)} pairs x modes; strongest: {shown or 'none (one layer)'}{held})"
+
+
+def _refuse_silent_heads(model: HookedTransformer) -> None:
+    """ValueError naming heads whose OV or QK circuit is zero: their composition scores divide by a zero norm
+    (NaN), so no score could say anything about them."""
+    ov = model.OV.AB.flatten(-2).norm(dim=-1)  # [layer, head]
+    qk = model.QK.AB.flatten(-2).norm(dim=-1)
+    silent = [f"L{a}H{b}" for a, b in ((ov == 0) | (qk == 0)).nonzero().tolist()]
+    if silent:
+        raise ValueError(
+            f"composition: heads {silent} have a zero OV or QK circuit (W_V W_O or W_Q W_K^T is all zeros), so "
+            "their composition scores are 0/0; remove those heads' zeroing, or compare the other heads' weights directly"
+        )
 
 
 @torch.no_grad()
@@ -92,6 +107,7 @@ def composition(model: HookedTransformer, mode: Mode | None = None) -> Compositi
         assumptions.append("each input's norm scale left out")
     if model.cfg.positional_embedding_type == "rotary":
         assumptions.append("rotary rotation of q and k left out")
+    _refuse_silent_heads(scored)
     scores = {m: scored.all_composition_scores(m).detach().float().cpu() for m in modes}
     return CompositionScores(scores=scores, n_layers=model.cfg.n_layers, n_heads=model.cfg.n_heads,
                              assumptions=tuple(assumptions))  # fmt: skip

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 import torch
@@ -74,11 +75,14 @@ class PathPatchResult(Displayed):
         frame = self.to_dataframe()
         vias = [v for v in (*VIAS, "direct") if v in set(frame.via)]
         fig = make_subplots(rows=1, cols=len(vias), subplot_titles=[f"via {v}" for v in vias])
-        for col, via in enumerate(vias, 1):
+        bound = float(np.nanmax(np.abs(frame.normalized.to_numpy()), initial=0.0)) or 1.0
+        for col, via in enumerate(vias, 1):  # one colour scale for every panel: equal colours, equal values
             part = frame[frame.via == via].pivot(index="sender", columns="receiver", values="normalized")
-            fig.add_heatmap(z=part.to_numpy(), x=list(part.columns), y=list(part.index), colorscale="RdBu",
-                            reversescale=True, zmid=0, showscale=col == 1, row=1, col=col)  # fmt: skip
+            fig.add_heatmap(z=part.to_numpy(), x=list(part.columns), y=list(part.index), coloraxis="coloraxis",
+                            row=1, col=col)  # fmt: skip
             fig.update_yaxes(autorange="reversed", row=1, col=col)
+        fig.update_layout(coloraxis=dict(colorscale="RdBu", reversescale=True, cmin=-bound, cmax=bound,
+                                         colorbar=dict(title="share of gap")))  # fmt: skip
         held = "<br><sup>" + "; ".join(self.assumptions) + "</sup>" if self.assumptions else ""
         fig.update_layout(title=(title or f"Path patching ({self.direction}): share of the gap restored") + held,
                           template=TEMPLATE)  # fmt: skip

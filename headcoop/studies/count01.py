@@ -297,6 +297,20 @@ class Count01Study(Study):
         table = head_table if "w01" in head_table else report_head_metrics(model, task)
         note = (
             "The paper's picture: heads that solve the task attend to '0' and '1' alike (w01 &asymp; 1, dotted "
-            "vertical line) and ignore '2' (w02 &gt; 10, above the dotted horizontal line)."
+            "vertical line) and ignore '2' (w02 &gt; 10, above the dotted horizontal line). " + map_agreement(table)
         )
         return StudySection(notes=(note,), figure=head_map_figure(table), figure_height=520)
+
+
+def map_agreement(table: pd.DataFrame) -> str:
+    """What this model's head map shows beside the paper's picture, counted: how many successful heads
+    (s_acc >= 0.95) sit at w01 within a factor 2 of 1, and how many at w02 > 10 (HTML)."""
+    good = table[table["s_acc"] >= 0.95]
+    if not len(good):
+        return "<b>This model:</b> no head reaches s_acc &ge; 0.95, so the picture cannot be checked here."
+    near = int(((good["w01"] >= 0.5) & (good["w01"] <= 2.0)).sum())
+    above = int((good["w02"] > 10).sum())
+    verdict = ("matches the picture" if near == above == len(good) else
+               "<b>does not match the picture</b> for the heads counted short of it")  # fmt: skip
+    return (f"<b>This model</b> {verdict}: of its {len(good)} successful heads (s_acc &ge; 0.95), {near} have "
+            f"w01 within a factor 2 of 1 and {above} have w02 &gt; 10 (median w02 {float(good['w02'].median()):.3g}).")
