@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import warnings
 
@@ -186,6 +187,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# The Python names that checks deep inside headcoop use, and the flags a command-line user typed instead.
+FLAGS = {"steps": "--steps", "batch_size": "--batch-size", "lr": "--lr", "weight_decay": "--weight-decay",
+         "warmup": "--warmup", "schedule": "--schedule", "seed": "--seed", "each seed": "each of --seeds",
+         "seeds": "--seeds", "n_heads": "--heads", "d_model": "--d-model", "d_head": "--d-head",
+         "n_layers": "--layers", "chunk": "--chunk", "threads": "--threads", "workers": "--workers",
+         "scheduler": "--scheduler", "device": "--device", "examples": "--examples", "out": "--out",
+         "vocab=": "--tokenizer"}  # fmt: skip
+
+
+def as_flags(message: str) -> str:
+    """`message` with the Python argument names it opens with ("batch_size must be >= 1") spoken as the
+    flags of the command line ("--batch-size must be >= 1"); "vocab=" becomes --tokenizer."""
+    for name, flag in FLAGS.items():
+        if name.endswith("="):
+            message = message.replace(name, flag)
+            continue
+        message = re.sub(rf"(^|: )(report: |sweep: |train: )?{re.escape(name)} (must|is|repeat)\b",
+                         lambda m: f"{m.group(1)}{m.group(2) or ''}{flag} {m.group(3)}", message)  # fmt: skip
+    return message
+
+
 def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message="HookedTransformer is deprecated", category=DeprecationWarning)
     parser = build_parser()
@@ -196,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except (OSError, ValueError, TypeError, IndexError, ImportError, RuntimeError) as err:
-        message = " ".join(str(err).split())  # one line, whatever the message holds
+        message = as_flags(" ".join(str(err).split()))  # one line, whatever the message holds
         print(f"headcoop {args.command}: error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

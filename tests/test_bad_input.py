@@ -254,7 +254,7 @@ def test_train_many_is_bit_identical_at_two_threads(two_threads):
         (["train", "count01", "--out", "{project}"], "not a headcoop checkpoint"),
         (["train", "count01", "--lr", "inf", "--out", "{new}"], "lr must be finite"),
         (["train", "count01", "--seed", "-1", "--out", "{new}"], "seed must be in"),
-        (["train", "count01", "--heads", "0", "--out", "{new}"], "n_heads must be >= 1"),
+        (["train", "count01", "--heads", "0", "--out", "{new}"], "--heads must be >= 1"),
         (["train", "count01", "--lr", "1e12", "--steps", "40", "--heads", "2", "--d-model", "4", "--batch-size", "8",
           "--out", "{new}"], "training diverged"),
         (["report", "count01", "--out", "{project}"], "is a folder"),

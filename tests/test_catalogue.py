@@ -267,6 +267,10 @@ CATALOGUE = [
                    t / "r.html"), (ValueError, "is not a Hugging Face tokenizer.json")),  # fmt: skip
     ("headcoop report", "count01 --prompts ids.json",
      lambda t: cli("report", "count01", "--prompts", id_prompts(t), "--out", t / "r.html", "--no-progress"), "ok"),
+    ("headcoop train", "--batch-size 0 speaks the flag",
+     lambda t: cli("train", "count01", "--batch-size", "0", "--out", t / "m"), (ValueError, "--batch-size must be >= 1")),
+    ("headcoop sweep", "--seeds 0 0 speaks the flag",
+     lambda t: cli("sweep", "count01", "--seeds", "0", "0", "--out", t / "m"), (ValueError, "--seeds repeat")),
     ("hc.dask_client", "no scheduler at the address",
      lambda t: hc.dask_client(scheduler="tcp://127.0.0.1:1", timeout_s=1), (OSError, "no Dask scheduler answered")),
 ]
