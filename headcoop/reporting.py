@@ -370,7 +370,8 @@ class _PlotlyDivs:
         div_id = f"hc-fig-{self.count}"
         self.count += 1
         fig, height, width = block.figure, block.height, block.width
-        fig.update_layout(height=height, width=width, margin=dict(t=60, b=50, l=60, r=30))
+        top = max(60, (fig.layout.margin.t or 0) if fig.layout.margin else 0)  # room for wrapped subtitles
+        fig.update_layout(height=height, width=width, margin=dict(t=top, b=50, l=60, r=30))
         return Markup(fig.to_html(
             full_html=False, include_plotlyjs=False, div_id=div_id, default_height=f"{height}px",
             default_width="100%" if width is None else f"{width}px",

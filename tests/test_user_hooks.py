@@ -18,7 +18,7 @@ from headcoop.analysis.coalitions import CoalitionGame
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
-SHAPES = ["LN", "gelu-LN", "rotary-partial", "LN-3layer"]
+SHAPES = ["LN", "gelu-LN", "shortformer-LN", "rotary-partial", "rotary-RMS-gqa-mlp", "LN-3layer"]
 FAST_PATHS = ["patch z each", "patch q all", "patch pattern each", "path_patch", "coalitions", "dla"]
 
 
@@ -43,8 +43,8 @@ def nudge(x, hook):
 
 def inputs(model):
     gen = torch.Generator().manual_seed(4)
-    tokens = torch.randint(0, model.cfg.d_vocab, (3, 4), generator=gen)
-    corrupt = torch.randint(0, model.cfg.d_vocab, (3, 4), generator=gen)
+    tokens = torch.randint(0, model.cfg.d_vocab, (2, 4), generator=gen)
+    corrupt = torch.randint(0, model.cfg.d_vocab, (2, 4), generator=gen)
     return tokens, corrupt
 
 
@@ -86,6 +86,9 @@ def test_fast_paths_are_exact_with_a_user_hook_anywhere(shape, point, fast_path)
             if component == "pattern":  # TransformerLens: [layer, head, dest_pos]
                 theirs = theirs.transpose(1, 2)
             torch.testing.assert_close(ours.values.cpu(), theirs.cpu(), atol=2e-5, rtol=2e-5)
+        elif fast_path == "path_patch" and model.cfg.n_key_value_heads is not None:
+            with pytest.raises(ValueError, match="grouped-query"):
+                hc.path_patch(model, clean=clean, corrupt=corrupt, metric=metric)
         elif fast_path == "path_patch":
             senders, receivers = ["L0H1"], [f"L{model.cfg.n_layers - 1}H2"]
             ours = hc.path_patch(model, clean=clean, corrupt=corrupt, metric=metric, senders=senders,
@@ -111,7 +114,8 @@ def test_fast_paths_are_exact_with_a_user_hook_anywhere(shape, point, fast_path)
                 assert float(value) == pytest.approx(want, abs=2e-5, rel=2e-5), mask.tolist()
         else:  # dla: the components sum to the hooked forward pass's logits, or it refuses by name
             try:
-                result = hc.dla(model, clean, answer=torch.ones(3, dtype=torch.long), wrong=torch.zeros(3, dtype=torch.long))
+                result = hc.dla(model, clean, answer=torch.ones(len(clean), dtype=torch.long),
+                                wrong=torch.zeros(len(clean), dtype=torch.long))
             except ValueError as err:
                 assert "hooks installed" in str(err)
             else:

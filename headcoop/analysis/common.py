@@ -60,7 +60,9 @@ def as_tokens(model: HookedTransformer, tokens) -> Int[Tensor, "batch pos"]:
         try:
             tokens = torch.as_tensor(tokens)
         except (TypeError, ValueError, RuntimeError) as err:
-            raise TypeError(f"tokens must be a Batch, text(s) or integer ids, got {type(tokens).__name__} ({err})") from None
+            hint = "; pass its inputs, e.g. task.clean or task.sample(256)" if hasattr(tokens, "patching_inputs") else ""
+            raise TypeError(f"tokens must be a Batch, text(s) or integer ids, got {type(tokens).__name__}{hint} "
+                            f"({err})") from None  # fmt: skip
     if tokens.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
         raise ValueError(f"tokens must be integer ids, got dtype {tokens.dtype}")
     if tokens.ndim == 1:
