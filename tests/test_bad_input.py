@@ -223,6 +223,7 @@ def two_threads():
     torch.set_num_threads(before)
 
 
+@pytest.mark.slow
 def test_train_is_bit_identical_at_two_threads(two_threads):
     """The W_E gradient of the embedding lookup used to be summed in a thread-dependent order."""
     task = hc.Count01()
@@ -235,6 +236,7 @@ def test_train_is_bit_identical_at_two_threads(two_threads):
         assert torch.equal(p, q), name
 
 
+@pytest.mark.slow
 def test_train_many_is_bit_identical_at_two_threads(two_threads):
     task = hc.Count01()
     runs = [hc.train_many(task, [dict(n_heads=4, d_model=8, d_head=2)] * 2, steps=60, batch_size=256, progress=False)

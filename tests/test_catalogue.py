@@ -359,6 +359,7 @@ UNPRIVILEGED = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_as_an_unprivileged_user_a_read_only_checkpoint_survives_a_save(tmp_path):
     """As a user without root's override of file permissions (root runs it with those capabilities dropped):
     saving over a read-only checkpoint is refused before anything moves, and the old one loads where it was,
@@ -415,7 +416,7 @@ def test_report_never_replaces_a_special_file(tmp_path):
 def test_report_through_a_link_writes_the_file_and_keeps_the_link(tmp_path):
     (tmp_path / "page.html").write_text("old")
     os.symlink(tmp_path / "page.html", tmp_path / "link.html")
-    hc.report("count01", tmp_path / "link.html", progress=False)
+    hc.report(plain_model(), tmp_path / "link.html", task=ids_contrast(), progress=False)
     assert os.path.islink(tmp_path / "link.html") and "<html" in (tmp_path / "page.html").read_text()
 
 
@@ -452,6 +453,7 @@ def test_multi_panel_figures_share_one_colour_scale():
     assert {trace.coloraxis for trace in fig.data} == {"coloraxis"}
 
 
+@pytest.mark.slow
 def test_notebook_figures_carry_plotly_inline_once():
     """The first figure a process displays carries plotly.js itself (offline); none loads it from a CDN."""
     code = textwrap.dedent(

@@ -108,6 +108,7 @@ def test_a_model_with_a_contrast_is_not_saved_with_it(setup, tmp_path):
         hc.save(model, tmp_path / "ckpt")
 
 
+@pytest.mark.slow
 def test_headcoop_report_on_an_exported_model_with_a_prompts_file(tmp_path):
     """The command line: a plain TransformerLens export (config.json, model.safetensors, tokenizer.json)
     and a JSON prompts file make a report; a .pt state_dict works too; missing --prompts is one line."""
@@ -133,13 +134,13 @@ def test_headcoop_report_on_an_exported_model_with_a_prompts_file(tmp_path):
     out = tmp_path / "report.html"
     done = subprocess.run(
         [sys.executable, "-m", "headcoop.cli", "report", str(folder), "--prompts", str(prompts), "--out", str(out),
-         "--examples", "1", "--no-progress"], capture_output=True, text=True, timeout=300,
+         "--examples", "1", "--no-progress"], capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     page = out.read_text(encoding="utf-8")
     assert "hc-sec-patching" in page and f"Contrast({len(clean)} prompts" in page
     bare = subprocess.run([sys.executable, "-m", "headcoop.cli", "report", str(folder), "--out", str(out)],
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+                          capture_output=True, text=True, timeout=900)  # fmt: skip
     assert bare.returncode == 2 and "pass task=" in bare.stderr and len(bare.stderr.strip().splitlines()) == 1
 
 

@@ -20,6 +20,8 @@ from headcoop.executors import dask_client
 distributed = pytest.importorskip("distributed", reason="the [dist] extra (Dask) is not installed")
 import sweep_killer  # noqa: E402
 
+pytestmark = pytest.mark.slow  # the slow tier: `pytest -m "not slow"` leaves it out while working
+
 cloudpickle.register_pickle_by_value(sweep_killer)
 
 TASK = hc.Count01(max_len=6)
@@ -183,7 +185,7 @@ def test_a_dask_sweep_and_a_serial_sweep_into_one_folder_at_once(tmp_path, seria
         proc.stdin.flush()
     statuses = []
     for proc in procs:
-        stdout, _ = proc.communicate(timeout=300)
+        stdout, _ = proc.communicate(timeout=900)
         assert proc.returncode == 0
         statuses.append(json.loads(stdout.strip().splitlines()[-1]))
     for name in statuses[0]:

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import headcoop as hc
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,13 +33,14 @@ print("ran", i + 1, "blocks")
 """
 
 
+@pytest.mark.slow
 def test_guide_runs_as_written(tmp_path):
     """In a fresh interpreter, as a reader would run it (other tests' imports cannot leak in)."""
     blocks = _python_blocks(GUIDE)
     assert len(blocks) >= 20
     done = subprocess.run(
         [sys.executable, "-c", RUNNER, str(DOCS / "guide.md")], cwd=tmp_path, capture_output=True, text=True,
-        timeout=300,
+        timeout=900,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-4000:]
     assert f"ran {len(blocks)} blocks" in done.stdout

@@ -26,6 +26,7 @@ def test_no_sys_path_edits():
             assert "sys.path" not in path.read_text(encoding="utf-8"), path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", TASKS)
 def test_runs_as_a_module_with_the_same_flags(task):
     done = subprocess.run(

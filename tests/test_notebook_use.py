@@ -1,8 +1,11 @@
 """headcoop in a real Jupyter kernel: importing it and training with a progress bar print no warnings, and
 a Batch's repr is short."""
 
+import pytest
 import nbformat
 from nbclient import NotebookClient
+
+pytestmark = pytest.mark.slow  # the slow tier: `pytest -m "not slow"` leaves it out while working
 
 
 def test_import_and_train_in_a_kernel_print_no_warning(tmp_path):
@@ -16,7 +19,7 @@ def test_import_and_train_in_a_kernel_print_no_warning(tmp_path):
         "skip_pair.exact_evaluate(hc.SkipPair(seq_len=4).model(seed=0, n_heads=2, d_head=2))",
     ]
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
-    NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
     streams = [out.get("text", "") for cell in nb.cells for out in cell.outputs if out.output_type == "stream"]
     assert not any("IProgress" in text or "Warning" in text for text in streams), streams
     (result,) = [out for out in nb.cells[1].outputs if out.output_type == "execute_result"]

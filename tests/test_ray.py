@@ -15,6 +15,8 @@ pytest.importorskip("ray", reason="the [ray] extra is not installed")
 import sweep_killer  # noqa: E402
 from ray import cloudpickle as ray_cloudpickle  # noqa: E402  (Ray pickles with its own copy of cloudpickle)
 
+pytestmark = pytest.mark.slow  # the slow tier: `pytest -m "not slow"` leaves it out while working
+
 cloudpickle.register_pickle_by_value(sweep_killer)
 ray_cloudpickle.register_pickle_by_value(sweep_killer)
 

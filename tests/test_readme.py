@@ -3,6 +3,8 @@
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 
@@ -20,6 +22,7 @@ def test_quick_start_is_two_commands_and_ci_runs_the_test_command():
     assert commands[1] in ci.splitlines()
 
 
+@pytest.mark.slow
 def test_api_tour_runs_as_written(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tour,) = _blocks("python")

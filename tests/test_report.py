@@ -222,6 +222,7 @@ def _segments(dom: str) -> dict[str, str]:
     return {name: dom[start:end] for (start, name), end in zip(marks, ends)}
 
 
+@pytest.mark.slow
 def test_page_draws_in_headless_chromium(pages, tmp_path):
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:

@@ -135,6 +135,7 @@ KILLER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stage", ["writing", "swapping"])
 def test_a_save_killed_midway_leaves_the_old_checkpoint(tiny, tmp_path, stage):
     """SIGKILL inside save: while writing the new files, or between the renames of the fallback swap."""
@@ -188,6 +189,7 @@ FORK_KILLER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["exchange", "fallback"])
 def test_kills_at_many_points_of_save_always_leave_the_old_or_the_new_checkpoint(tmp_path, mode):
     """A forked save is SIGKILLed at every 17th line headcoop.checkpoints executes while replacing a checkpoint
@@ -198,7 +200,7 @@ def test_kills_at_many_points_of_save_always_leave_the_old_or_the_new_checkpoint
     root = tmp_path / "root"
     root.mkdir()
     proc = subprocess.run([sys.executable, str(script), str(root), mode, "17"], capture_output=True, text=True,
-                          timeout=300, env=dict(os.environ, PYTHONPATH=os.path.dirname(__file__)))  # fmt: skip
+                          timeout=900, env=dict(os.environ, PYTHONPATH=os.path.dirname(__file__)))  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     seen = json.loads(proc.stdout.strip().splitlines()[-1])
     assert seen["lines"] > 100 and seen["bad"] == []

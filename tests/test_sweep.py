@@ -209,12 +209,13 @@ def _start_workers(tmp_path, out, modes):
     return procs
 
 
+@pytest.mark.slow
 def test_two_sweeps_into_one_folder_train_each_run_once(tmp_path):
     out = tmp_path / "out"
     procs = _start_workers(tmp_path, out, ["normal", "normal"])
     statuses = []
     for proc in procs:
-        stdout, _ = proc.communicate(timeout=300)
+        stdout, _ = proc.communicate(timeout=900)
         assert proc.returncode == 0
         statuses.append(json.loads(stdout.strip().splitlines()[-1]))
     names = sorted(statuses[0])
@@ -226,10 +227,11 @@ def test_two_sweeps_into_one_folder_train_each_run_once(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == names  # no claims, no temporary folders
 
 
+@pytest.mark.slow
 def test_a_killed_sweeps_claims_are_taken_over(tmp_path):
     out = tmp_path / "out"
     (proc,) = _start_workers(tmp_path, out, ["die-after-first-save"])
-    proc.communicate(timeout=300)
+    proc.communicate(timeout=900)
     assert proc.returncode == -9
     claims = sorted(p.name for p in (out / sweep_module.CLAIMS).iterdir())
     assert len(claims) == 1  # the killed sweep held the claim of the run it was training next
@@ -292,13 +294,14 @@ print(json.dumps(seen))
 """
 
 
+@pytest.mark.slow
 def test_sweeps_killed_at_many_points_resume_without_retraining(tmp_path):
     """A forked sweep is SIGKILLed at 8 points spread over the lines headcoop.sweeps and headcoop.checkpoints
     execute; the rerun loads only whole checkpoints, keeps every finished run and trains the rest."""
     script = tmp_path / "sweep_killer.py"
     script.write_text(SWEEP_FORK_KILLER)
     proc = subprocess.run([sys.executable, str(script), str(tmp_path), "8"], capture_output=True, text=True,
-                          timeout=300, env=dict(os.environ, PYTHONPATH=os.path.dirname(__file__)))  # fmt: skip
+                          timeout=900, env=dict(os.environ, PYTHONPATH=os.path.dirname(__file__)))  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     seen = json.loads(proc.stdout.strip().splitlines()[-1])
     assert seen["bad"] == [] and seen["lines"] > 100

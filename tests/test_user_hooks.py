@@ -16,7 +16,7 @@ from transformer_lens import patching
 import headcoop as hc
 from headcoop.analysis.coalitions import CoalitionGame
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.mark.slow]
 
 SHAPES = ["LN", "gelu-LN", "shortformer-LN", "rotary-partial", "rotary-RMS-gqa-mlp", "LN-3layer"]
 FAST_PATHS = ["patch z each", "patch q all", "patch pattern each", "path_patch", "coalitions", "dla"]
