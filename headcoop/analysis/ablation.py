@@ -16,7 +16,6 @@ import math
 
 import contextlib
 from collections.abc import Callable, Iterator
-from typing import Literal, get_args
 
 import torch
 from jaxtyping import Float
@@ -25,15 +24,14 @@ from transformer_lens import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
 from headcoop.analysis.common import as_tokens, check_choice, parse_heads, require_task
+from headcoop.analysis.vocabulary import HOWS, How
 from headcoop.tasks.base import generator
 
-How = Literal["zero", "mean", "resample", "scale"]
-HOWS: tuple[str, ...] = get_args(How)
 
 
 
 @contextlib.contextmanager
-def installed_hooks(model: HookedTransformer, hooks: list[tuple[str, Callable]]) -> Iterator[HookedTransformer]:
+def hooks_added(model: HookedTransformer, hooks: list[tuple[str, Callable]]) -> Iterator[HookedTransformer]:
     """Add forward hooks (name, fn(activation, hook)) for the length of a `with` block.
 
     They are permanent TransformerLens hooks (surviving `reset_hooks()` and `run_with_hooks`); on exit,
@@ -142,5 +140,5 @@ def ablate(
         return hook
 
     hooks = [(get_act_name("z", lay), make_hook(lay, hs)) for lay, hs in sorted(by_layer.items())]
-    with installed_hooks(model, hooks):
+    with hooks_added(model, hooks):
         yield model

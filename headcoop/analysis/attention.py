@@ -9,7 +9,8 @@ import torch
 from transformer_lens import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
-from headcoop.analysis.common import as_tokens, layers_of, head_names, require_task, token_labels
+from headcoop.analysis.common import as_tokens, layers_of, require_task, token_labels
+from headcoop.analysis.vocabulary import head_name
 from headcoop.tasks.base import Batch
 from headcoop.views import AttentionView, attention_view
 
@@ -50,7 +51,7 @@ def attention_data(
     views = []
     for name, lay in wanted.items():
         patterns = cache[name]  # [example, head, q_pos, k_pos]
-        names = [h for h in head_names(model) if h.startswith(f"L{lay}H")]
+        names = [head_name(lay, h) for h in range(model.cfg.n_heads)]
         for i, (row, end) in enumerate(zip(rows, ends)):
             labels = token_labels(model, ids[row, :end])
             props = dict(

@@ -37,6 +37,7 @@ from headcoop.plot import Displayed
 from headcoop.analysis.common import one_head, vocab_labels
 from headcoop.analysis.dla import check_decomposable, output_labels
 from headcoop.analysis.norms import norm_kind
+from headcoop.analysis.vocabulary import head_name
 from headcoop.tasks.base import check_ids
 
 MAX_TABLE_ENTRIES = 2**27  # a dense table beyond this (0.5 GB of float32) is refused
@@ -100,7 +101,7 @@ def _check_size(what: str, *sizes: int) -> None:
 
 
 def _name(layer: int, head: int) -> str:
-    return f"L{layer}H{head}"
+    return head_name(layer, head)
 
 
 def _table_ids(tokens, d_vocab: int) -> Tensor:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Literal, get_args
 
 import torch
 import torch.nn.functional as F
@@ -38,13 +37,10 @@ from transformer_lens.utilities import apply_softcap, get_act_name
 from headcoop.analysis.ablation import _reference_z
 from headcoop.analysis.common import as_tokens, check_choice, check_positions, require_task, task_of
 from headcoop.analysis.suffix import finish_block, supported
+from headcoop.analysis.vocabulary import ABLATION_HOWS, METRIC_NAMES, AblationHow, MetricName  # noqa: F401
 from headcoop.checks import check_metric_value, installed_hooks
 from headcoop.tasks.base import Batch, generator
 
-MetricName = Literal["logit_diff", "accuracy", "loss", "prob"]
-METRIC_NAMES: tuple[str, ...] = get_args(MetricName)
-AblationHow = Literal["zero", "mean", "resample"]
-HOWS: tuple[str, ...] = get_args(AblationHow)
 
 
 def named_metric(name: str, logits: Float[Tensor, "*copy batch vocab"], answer: Tensor, wrong: Tensor | None) -> Tensor:
@@ -69,7 +65,7 @@ class CoalitionGame:
         how: AblationHow = "mean", reference=None, seed: int = 0, answer=None, wrong=None, pos=None,
         memory_budget_mb: float = 256,
     ):  # fmt: skip
-        check_choice("how", how, HOWS)
+        check_choice("how", how, ABLATION_HOWS)
         if how == "zero" and reference is not None:
             raise ValueError('reference= only applies to how="mean" or "resample", not how=\'zero\'')
         self.model, self.players, self.how = model, list(players), how

@@ -10,6 +10,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens import ActivationCache, HookedTransformer
 
+from headcoop.analysis.vocabulary import head_name
 from headcoop.checks import check_choice  # noqa: F401  (analyses import it from here)
 from headcoop.tasks.base import Batch, Task
 
@@ -192,7 +193,7 @@ def one_head(model: HookedTransformer, head, layer: int | None = None) -> tuple[
     one head), a (layer, head) pair or a name "L0H3". ValueError when the arguments name several heads."""
     pairs = parse_heads(model, head, layer)
     if len(pairs) != 1:
-        names = ", ".join(f"L{lay}H{h}" for lay, h in pairs)
+        names = ", ".join(head_name(lay, h) for lay, h in pairs)
         raise ValueError(
             f"expected one head, but head={head!r} with layer={layer!r} names {len(pairs)} ({names}); "
             "pass layer= or a name like 'L1H3'"
@@ -203,7 +204,7 @@ def one_head(model: HookedTransformer, head, layer: int | None = None) -> tuple[
 def head_names(model: HookedTransformer) -> list[str]:
     """['L0H0', 'L0H1', ...] in (layer, head) order."""
     cfg = require_model(model, "head_names").cfg
-    return [f"L{layer}H{head}" for layer in range(cfg.n_layers) for head in range(cfg.n_heads)]
+    return [head_name(layer, head) for layer in range(cfg.n_layers) for head in range(cfg.n_heads)]
 
 
 def task_symbols(model: HookedTransformer) -> list[str] | None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from typing import Literal, get_args
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -22,10 +21,9 @@ import torch
 from transformer_lens import HookedTransformer
 
 from headcoop.analysis.common import check_choice, require_model
+from headcoop.analysis.vocabulary import MODES, Mode, head_name
 from headcoop.plot import Displayed
 
-Mode = Literal["Q", "K", "V"]
-MODES: tuple[str, ...] = get_args(Mode)
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
@@ -46,7 +44,7 @@ class CompositionScores(Displayed):
                 for b in range(a + 1, self.n_layers):
                     for i in range(self.n_heads):
                         for j in range(self.n_heads):
-                            rows.append(dict(sender=f"L{a}H{i}", receiver=f"L{b}H{j}", mode=mode,
+                            rows.append(dict(sender=head_name(a, i), receiver=head_name(b, j), mode=mode,
                                              score=float(s[a, i, b, j])))  # fmt: skip
         return pd.DataFrame(rows, columns=["sender", "receiver", "mode", "score"])
 
@@ -83,7 +81,7 @@ def _refuse_silent_heads(model: HookedTransformer) -> None:
     (NaN), so no score could say anything about them."""
     ov = model.OV.AB.flatten(-2).norm(dim=-1)  # [layer, head]
     qk = model.QK.AB.flatten(-2).norm(dim=-1)
-    silent = [f"L{a}H{b}" for a, b in ((ov == 0) | (qk == 0)).nonzero().tolist()]
+    silent = [head_name(a, b) for a, b in ((ov == 0) | (qk == 0)).nonzero().tolist()]
     if silent:
         raise ValueError(
             f"composition: heads {silent} have a zero OV or QK circuit (W_V W_O or W_Q W_K^T is all zeros), so "

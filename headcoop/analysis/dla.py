@@ -36,6 +36,7 @@ from torch import Tensor
 from transformer_lens import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
+from headcoop.analysis.vocabulary import layer_name
 from headcoop.plot import Displayed
 from headcoop.analysis.common import (
     as_tokens, check_choice, check_layer, check_positions, head_names, require_model, require_task, vocab_labels,
@@ -79,9 +80,9 @@ def component_names(model: HookedTransformer, upto: int | None = None) -> list[s
     heads = head_names(model)
     n = model.cfg.n_heads
     for layer in range(model.cfg.n_layers if upto is None else upto):
-        names += heads[layer * n : (layer + 1) * n] + [f"L{layer}.b_O"]
+        names += heads[layer * n : (layer + 1) * n] + [f"{layer_name(layer)}.b_O"]
         if not model.cfg.attn_only:
-            names.append(f"L{layer}.mlp")
+            names.append(f"{layer_name(layer)}.mlp")
     return names
 
 

@@ -41,7 +41,8 @@ from jaxtyping import Float
 from torch import Tensor
 from transformer_lens import HookedTransformer
 
-from headcoop.analysis.coalitions import AblationHow, CoalitionGame, all_masks, shapley_weights
+from headcoop.analysis.coalitions import CoalitionGame, all_masks, shapley_weights
+from headcoop.analysis.vocabulary import AblationHow, head_name
 from headcoop.analysis.common import parse_heads, require_model
 from headcoop.checks import check_finite, check_float, check_int, check_seed
 from headcoop.plot import Displayed
@@ -267,7 +268,7 @@ def interactions(
         how_computed = (f"sampled: Shapley from {done} permutations (max se {float(se.max()):.3g}), "
                         f"interactions from {pair_samples} draws per pair; {game.method}")  # fmt: skip
     ablation = _ablation_interaction(game, n)
-    names = tuple(f"L{lay}H{h}" for lay, h in players)
+    names = tuple(head_name(lay, h) for lay, h in players)
     tau = threshold * scale
     verdicts = {}
     for i, j in itertools.combinations(range(n), 2):

@@ -40,7 +40,7 @@ from torch import Tensor
 from transformer_lens import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
-from headcoop.analysis.ablation import installed_hooks
+from headcoop.analysis.ablation import hooks_added
 from headcoop.analysis.common import parse_heads
 from headcoop.analysis.common import check_positions, vocab_labels
 
@@ -198,7 +198,7 @@ def set_attention(
     hooks = [(get_act_name("pattern", lay), make_hook(hs)) for lay, hs in sorted(by_layer.items())]
     handle = model.embed.register_forward_pre_hook(record_tokens) if tokens is not None else None
     try:
-        with installed_hooks(model, hooks):
+        with hooks_added(model, hooks):
             yield model
     finally:
         if handle is not None:

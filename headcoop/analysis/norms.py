@@ -11,14 +11,13 @@ components c_i with sum x map to parts whose sum, plus b, is the norm's output: 
 
 from __future__ import annotations
 
-from typing import Literal
 
 import torch
 from jaxtyping import Float
 from torch import Tensor
 from transformer_lens.components import LayerNorm, LayerNormPre, RMSNorm, RMSNormPre
 
-NormKind = Literal["LN", "LNPre", "RMS", "RMSPre"]
+from headcoop.analysis.vocabulary import NormKind
 
 
 def norm_kind(module: torch.nn.Module | None) -> NormKind | None:

@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Literal, get_args
 
 import einops
 import numpy as np
@@ -67,15 +66,11 @@ from headcoop.plot import Displayed
 from headcoop.analysis import suffix
 from headcoop.analysis.common import as_tokens, check_choice, check_layer, head_selection, model_device, task_of, task_symbols
 from headcoop.checks import check_bool, check_finite, check_float, check_metric_value, installed_hooks
+from headcoop.analysis.vocabulary import (
+    COMPONENTS, DIRECTIONS, HEAD_COMPONENTS, POSITIONS, Component, Direction, Positions, head_name, layer_name,
+)  # fmt: skip
 from headcoop.tasks.base import Batch
 
-Component = Literal["z", "q", "k", "v", "pattern", "resid_pre"]
-Positions = Literal["all", "each"]
-Direction = Literal["denoise", "noise"]
-COMPONENTS: tuple[str, ...] = get_args(Component)
-HEAD_COMPONENTS = COMPONENTS[:-1]
-POSITIONS: tuple[str, ...] = get_args(Positions)
-DIRECTIONS: tuple[str, ...] = get_args(Direction)
 
 Metric = Callable[[Float[Tensor, "batch pos vocab"]], Float[Tensor, ""]]
 
@@ -668,7 +663,7 @@ def _plot(result: PatchResult, normalized: bool, title: str | None):
     values = result.normalized() if normalized else result.values
     title = title or _title(result, normalized)
     layers = result.coords["layer"]
-    layer_names = [f"L{lay}" for lay in layers]
+    layer_names = [layer_name(lay) for lay in layers]
     hover = "%{customdata}<br>value %{z:.4g}<extra></extra>"
     if result.dims == ("layer",):
         fig = heatmap(values[None], x=layer_names, y=["resid_pre"], title=title, xlabel="layer")
@@ -683,7 +678,7 @@ def _plot(result: PatchResult, normalized: bool, title: str | None):
     heads = result.coords["head"]
     if result.dims == ("layer", "head"):
         fig = heatmap(values, x=[f"H{h}" for h in heads], y=layer_names, title=title, xlabel="head", ylabel="layer")
-        names = [[f"L{lay}H{h}" for h in heads] for lay in layers]
+        names = [[head_name(lay, h) for h in heads] for lay in layers]
         fig.data[0].update(customdata=names, hovertemplate=hover)
         return fig
     # (layer, pos|dest_pos, head): one panel per layer, head x position.
@@ -693,7 +688,7 @@ def _plot(result: PatchResult, normalized: bool, title: str | None):
     fig = make_subplots(rows=len(layers), cols=1, subplot_titles=[f"layer {lay}" for lay in layers],
                         vertical_spacing=0.3 / max(1, len(layers)))
     for row, lay in enumerate(layers):
-        names = [f"L{lay}H{h}" for h in heads]
+        names = [head_name(lay, h) for h in heads]
         panel = heatmap(values[row].T, x=labels, y=names)
         trace = panel.data[0]
         trace.update(zmin=-bound, zmax=bound, zmid=None, coloraxis=None, showscale=row == 0,

@@ -21,7 +21,6 @@ the patch is applied at the receiver's input and every hook acts on what follows
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
 
 import numpy as np
 import pandas as pd
@@ -34,16 +33,13 @@ from transformer_lens.utilities import get_act_name
 from headcoop.analysis import suffix
 from headcoop.analysis.common import check_choice, parse_heads, require_model
 from headcoop.analysis.norms import norm_kind
+from headcoop.analysis.vocabulary import DIRECTIONS, PATH_METHODS, VIAS, Direction, PathMethod, Via, head_name
 from headcoop.analysis.patching import (
-    DIRECTIONS, Direction, _continuation, _copies, _repeat, _resolve_inputs, _rows_read, _softmax, _stacked_metric,
+    _continuation, _copies, _repeat, _resolve_inputs, _rows_read, _softmax, _stacked_metric,
 )
 from headcoop.checks import check_finite, check_metric_value, installed_hooks
 from headcoop.plot import Displayed
 
-Via = Literal["q", "k", "v"]
-VIAS = ("q", "k", "v")
-PathMethod = Literal["auto", "stacked", "reference"]
-PATH_METHODS = ("auto", "stacked", "reference")
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
@@ -303,11 +299,11 @@ def path_patch(
     if method == "reference" or (method == "auto" and hooked):
         for sender, receiver, v in edges:
             value = reference_edge(model, target_tokens, target_cache, deltas[sender], receiver, v, metric)
-            out[(f"L{sender[0]}H{sender[1]}", f"L{receiver[0]}H{receiver[1]}", v)] = value
+            out[(head_name(*sender), head_name(*receiver), v)] = value
         if direct:
             for sender in senders:
                 value = reference_direct(model, target_tokens, target_cache, deltas[sender], metric)
-                out[(f"L{sender[0]}H{sender[1]}", "logits", "direct")] = value
+                out[(head_name(*sender), "logits", "direct")] = value
         why = f"hooks installed at {hooked[:3]}" if hooked and method == "auto" else "method='reference'"
         return PathPatchResult(values=out, clean_value=clean_value, corrupt_value=corrupt_value, direction=direction,
                                assumptions=_assumptions(cfg),
@@ -326,7 +322,7 @@ def path_patch(
                 logits = _receiver_local(model, lay, chunk, deltas, target_cache, target)
                 scores = _stacked_metric(_copies(logits, len(chunk), batch), metric, stacked)
                 for (sender, receiver, v), value in zip(chunk, scores.tolist()):
-                    out[(f"L{sender[0]}H{sender[1]}", f"L{receiver[0]}H{receiver[1]}", v)] = value
+                    out[(head_name(*sender), head_name(*receiver), v)] = value
             continue
         block = model.blocks[lay]
         resid = target_cache[get_act_name("resid_pre", lay)]
@@ -362,7 +358,7 @@ def path_patch(
                                           **_repeat(extras, n))  # fmt: skip
             scores = _stacked_metric(logits.view(n, batch, *logits.shape[1:]), metric, stacked)
             for (sender, receiver, v), value in zip(chunk, scores.tolist()):
-                out[(f"L{sender[0]}H{sender[1]}", f"L{receiver[0]}H{receiver[1]}", v)] = value
+                out[(head_name(*sender), head_name(*receiver), v)] = value
     if direct:
         final = target_cache[get_act_name("resid_post", cfg.n_layers - 1)]
         final_scale = target_cache.cache_dict.get("ln_final.hook_scale")
@@ -371,7 +367,7 @@ def path_patch(
             if final_scale is not None:
                 x = _frozen_norm(model.ln_final, x, final_scale)
             value = check_metric_value(metric(model.unembed(x)), "metric")
-            out[(f"L{sender[0]}H{sender[1]}", "logits", "direct")] = float(value)
+            out[(head_name(*sender), "logits", "direct")] = float(value)
     how = "stacked copies from the receiver's layer" + (" (receiver head only)" if local else "")
     return PathPatchResult(values=out, clean_value=clean_value, corrupt_value=corrupt_value, direction=direction,
                            assumptions=_assumptions(cfg), method=how)  # fmt: skip

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from typing import Literal, get_args
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -32,12 +31,10 @@ from transformer_lens.utilities import get_act_name
 
 from headcoop.plot import Displayed
 from headcoop.analysis.common import as_tokens, check_choice, check_positions, layers_of, parse_heads
+from headcoop.analysis.vocabulary import HEAD_SITES, RESID_SITES, SITES, Site, head_name, layer_name
 from headcoop.checks import check_finite
 from headcoop.tasks.base import Batch, generator
 
-Site = Literal["z", "q", "k", "v", "result", "resid_pre", "resid_post", "attn_out", "embed"]
-SITES: tuple[str, ...] = get_args(Site)
-HEAD_SITES, RESID_SITES = SITES[:5], SITES[5:]
 
 
 # --------------------------------------------------------------------------------------------
@@ -94,7 +91,7 @@ def probe_features(
         act = cache[hook_name][rows, pos_index]  # [batch, (head,) d]
         if site in RESID_SITES:
             feats.append(act[:, None])
-            names.append("embed" if site == "embed" else f"L{lay}")
+            names.append("embed" if site == "embed" else layer_name(lay))
             out_layers.append(lay)
             out_heads.append(None)
             continue
@@ -108,7 +105,7 @@ def probe_features(
         if site == "result":
             act = torch.einsum("bhd,hdm->bhm", act, model.blocks[lay].attn.W_O[heads].detach())
         feats.append(act)
-        names += [f"L{lay}H{h}" for h in heads]
+        names += [head_name(lay, h) for h in heads]
         out_layers += [lay] * len(heads)
         out_heads += heads
     return torch.cat(feats, 1), names, out_layers, out_heads

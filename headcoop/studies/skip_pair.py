@@ -28,7 +28,7 @@ from torch import Tensor
 from transformer_lens import HookedTransformer
 
 from headcoop.analysis.circuits import ov, qk
-from headcoop.analysis.common import check_choice, check_head, check_layer, model_device, require_task
+from headcoop.analysis.common import check_choice, check_head, check_layer, head_names, model_device, require_task
 from headcoop.analysis.dla import dla
 from headcoop.checks import check_int, installed_hooks
 from headcoop.fused import check_supported, fused_logits, stack_parameters
@@ -399,7 +399,7 @@ def preferences(model: HookedTransformer) -> Preferences:
     `hook_attn_scores`; layers > 0: direct path)."""
     scores = torch.cat([read_off_scores(model, layer) for layer in range(model.cfg.n_layers)])  # [layer*head, 4]
     orderings = tuple(tuple(SIGNAL[i] for i in row.argsort(descending=True).tolist()) for row in scores)
-    names = tuple(f"L{lay}H{h}" for lay in range(model.cfg.n_layers) for h in range(model.cfg.n_heads))
+    names = tuple(head_names(model))
     return Preferences(scores=scores, names=names, orderings=orderings)
 
 

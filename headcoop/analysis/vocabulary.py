@@ -1,0 +1,61 @@
+"""The analysis layer's vocabulary in one module (as auto-circuit's `types.py`): what a head is and how it is
+named, and every choice an analysis takes, each a `Literal` with the tuple of its values beside it.
+
+Every analysis module imports its choices from here, so a name means one thing everywhere: `How` is what
+`hc.ablate` does to a head (zero, mean, resample or scale), `AblationHow` how a coalition game replaces an
+absent player (zero, mean or resample), and so on. Head names ("L0H3") are built by `head_name` only.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+Head = tuple[int, int]  # (layer, head)
+
+
+def head_name(layer: int, head: int) -> str:
+    """The field's name of a head: 'L{layer}H{head}' ("L0H3")."""
+    return f"L{layer}H{head}"
+
+
+def layer_name(layer: int) -> str:
+    """A layer's name: 'L{layer}' ("L1")."""
+    return f"L{layer}"
+
+
+# hc.ablate: what happens to an ablated head's output z
+How = Literal["zero", "mean", "resample", "scale"]
+HOWS: tuple[str, ...] = get_args(How)
+# coalition games (hc.interactions): how a head outside the coalition is replaced
+AblationHow = Literal["zero", "mean", "resample"]
+ABLATION_HOWS: tuple[str, ...] = get_args(AblationHow)
+# the named metrics of coalition games
+MetricName = Literal["logit_diff", "accuracy", "loss", "prob"]
+METRIC_NAMES: tuple[str, ...] = get_args(MetricName)
+
+# hc.patch: the activation patched, at which positions, in which direction
+Component = Literal["z", "q", "k", "v", "pattern", "resid_pre"]
+COMPONENTS: tuple[str, ...] = get_args(Component)
+HEAD_COMPONENTS: tuple[str, ...] = COMPONENTS[:-1]
+Positions = Literal["all", "each"]
+POSITIONS: tuple[str, ...] = get_args(Positions)
+Direction = Literal["denoise", "noise"]
+DIRECTIONS: tuple[str, ...] = get_args(Direction)
+
+# hc.path_patch: the receiver input an edge goes through, and the path computing it
+Via = Literal["q", "k", "v"]
+VIAS: tuple[str, ...] = get_args(Via)
+PathMethod = Literal["auto", "stacked", "reference"]
+PATH_METHODS: tuple[str, ...] = get_args(PathMethod)
+
+# hc.composition: Q-, K- or V-composition
+Mode = Literal["Q", "K", "V"]
+MODES: tuple[str, ...] = get_args(Mode)
+
+# hc.probe: the activation a probe reads
+Site = Literal["z", "q", "k", "v", "result", "resid_pre", "resid_post", "attn_out", "embed"]
+SITES: tuple[str, ...] = get_args(Site)
+HEAD_SITES, RESID_SITES = SITES[:5], SITES[5:]
+
+# TransformerLens norm modules
+NormKind = Literal["LN", "LNPre", "RMS", "RMSPre"]
