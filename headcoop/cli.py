@@ -31,7 +31,6 @@ def cmd_train(args: argparse.Namespace) -> int:
     import headcoop as hc
     from headcoop.checkpoints import check_save_target
     from headcoop.tasks.base import check_sample_size
-    from headcoop.training import config_from_args, task_from_args
 
     # Every check before the first training step: a bad --out must not cost a training run.
     task = task_from_args(args)
@@ -63,6 +62,24 @@ def cmd_eval(args: argparse.Namespace) -> int:
         print(f"{args.model}: {model.cfg.model_name} on {model.task!r}")
         _print_metrics(metrics)
     return 0
+
+
+# --- what the training flags of `headcoop train` and `headcoop sweep` mean ----------------------------------
+def config_from_args(args: argparse.Namespace, seed: int = 0):
+    """The TrainConfig the flags of `add_training_arguments` describe (checked: errors name the flag's value)."""
+    from headcoop.training import TrainConfig
+
+    return TrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, weight_decay=args.weight_decay,
+                       warmup=args.warmup, schedule=args.schedule, seed=seed)  # fmt: skip
+
+
+def task_from_args(args: argparse.Namespace):
+    """The task named on the command line, with --positional for Count01."""
+    from headcoop.tasks import TASKS
+
+    if args.positional and args.task != "count01":
+        raise ValueError("--positional applies to count01 only")
+    return TASKS[args.task](**({"positional": True} if args.positional else {}))
 
 
 # Parsing imports nothing heavy (no torch, no TransformerLens), so `headcoop --help` answers at once; these
@@ -101,15 +118,69 @@ def add_model_arguments(parser: argparse.ArgumentParser, grid: bool) -> None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from headcoop.sweeps import _cmd_sweep
+    from pathlib import Path
 
-    return _cmd_sweep(args)
+    from headcoop.sweeps import sweep
+
+    task = task_from_args(args)
+    grid = dict(n_heads=args.heads, d_model=args.d_model, d_head=args.d_head, n_layers=args.layers)
+    grid = {key: values for key, values in grid.items() if values is not None}
+    client = None
+    if args.workers is not None or args.scheduler is not None:
+        from headcoop.executors import dask_client
+
+        client = dask_client(workers=args.workers, scheduler=args.scheduler)
+    try:
+        table = sweep(task, grid, args.seeds, args.out, config=config_from_args(args), progress=not args.no_progress,
+                      chunk=args.chunk, executor=client, device=args.device, threads=args.threads)  # fmt: skip
+    finally:
+        if client is not None:
+            cluster = client.cluster if args.workers is not None else None
+            client.close()
+            if cluster is not None:
+                cluster.close()
+    csv = Path(args.out) / "sweep.csv"
+    table.to_csv(csv, index=False)
+    print(table.drop(columns=["path"]).to_string(index=False, float_format=lambda x: f"{x:.4f}"))
+    print(f"{len(table)} runs in {args.out} (table: {csv})")
+    failed = table[table.status == "failed"]
+    for _, row in failed.iterrows():
+        print(f"failed: {row['name']}: {row['reason']}", file=sys.stderr)
+    return 1 if len(failed) else 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from headcoop.reporting import _cmd_report
+    import time
+    from pathlib import Path
 
-    return _cmd_report(args)
+    from headcoop.reporting import report
+
+    start = time.perf_counter()
+    task = None
+    if args.prompts is not None:
+        from headcoop.foreign import TOKENIZER, load_tokenizer, read_prompts
+
+        tokenizer_file = args.tokenizer
+        if tokenizer_file is None and (Path(args.model) / TOKENIZER).is_file():
+            tokenizer_file = Path(args.model) / TOKENIZER
+        tokenizer = load_tokenizer(tokenizer_file) if tokenizer_file is not None else None
+        try:
+            task = read_prompts(args.prompts, tokenizer)
+        except ValueError as err:
+            if "needs vocab=" not in str(err):
+                raise
+            raise ValueError(f"the prompts in {args.prompts} are texts, and there is no tokenizer to encode them: pass "
+                             f"--tokenizer FILE (a tokenizer.json), or put tokenizer.json in {args.model}") from None  # fmt: skip
+    elif args.tokenizer is not None:
+        raise ValueError("--tokenizer encodes the texts of --prompts; pass --prompts too")
+    if args.examples < 1:
+        raise ValueError(f"--examples must be 1 or more, got {args.examples}")
+    if not args.out.strip():
+        raise ValueError("--out is empty; give a file name such as report.html")
+    path = report(args.model, out=args.out, examples=args.examples, progress=not args.no_progress, task=task)
+    size = path.stat().st_size / 2**20
+    print(f"wrote {path} ({size:.1f} MB) in {time.perf_counter() - start:.1f} s; open it in a browser (works offline)")
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:

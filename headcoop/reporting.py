@@ -11,7 +11,6 @@ attention view a circuitsvis `<div id="circuits-vis-...">` (tests check both dra
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import html
 import os
@@ -472,33 +471,3 @@ def report(
         partial.unlink(missing_ok=True)
         raise
     return out
-
-
-# --- command line ---------------------------------------------------------------------------------------
-def _cmd_report(args: argparse.Namespace) -> int:
-    start = time.perf_counter()
-    task = None
-    if args.prompts is not None:
-        from headcoop.foreign import TOKENIZER, load_tokenizer, read_prompts
-
-        tokenizer_file = args.tokenizer
-        if tokenizer_file is None and (Path(args.model) / TOKENIZER).is_file():
-            tokenizer_file = Path(args.model) / TOKENIZER
-        tokenizer = load_tokenizer(tokenizer_file) if tokenizer_file is not None else None
-        try:
-            task = read_prompts(args.prompts, tokenizer)
-        except ValueError as err:
-            if "needs vocab=" not in str(err):
-                raise
-            raise ValueError(f"the prompts in {args.prompts} are texts, and there is no tokenizer to encode them: pass "
-                             f"--tokenizer FILE (a tokenizer.json), or put tokenizer.json in {args.model}") from None  # fmt: skip
-    elif args.tokenizer is not None:
-        raise ValueError("--tokenizer encodes the texts of --prompts; pass --prompts too")
-    if args.examples < 1:
-        raise ValueError(f"--examples must be 1 or more, got {args.examples}")
-    if not args.out.strip():
-        raise ValueError("--out is empty; give a file name such as report.html")
-    path = report(args.model, out=args.out, examples=args.examples, progress=not args.no_progress, task=task)
-    size = path.stat().st_size / 2**20
-    print(f"wrote {path} ({size:.1f} MB) in {time.perf_counter() - start:.1f} s; open it in a browser (works offline)")
-    return 0

@@ -3,36 +3,32 @@
 A run's checkpoint is `OUT/<model name>-s<seed>` (e.g. `count01-L1-H16-d32-dh2-s0`). A run
 is finished when `hc.load` can read its checkpoint, so re-running an interrupted sweep
 trains only what is missing; temporary folders left by a killed save are removed. Sweeps
-started into one folder at once claim runs before training them (see `Claims`).
+started into one folder at once claim runs before training them (see `headcoop.claims`).
 """
 
 from __future__ import annotations
 
-import argparse
-import contextlib
 import dataclasses
 import errno
 import itertools
 import os
-import threading
-import sys
 import time
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pandas as pd
 import torch
 from headcoop.progress import tqdm
 
+from headcoop.claims import Claims
 from headcoop.checkpoints import check_save_target, clean_leftovers, load, read_meta, save
 from headcoop.checks import check_float, check_int, check_out_folder, check_seed, usable_device
 from headcoop.executors import as_executor, chunk_size, each_result, lost_worker, renewed
 from headcoop.fast_train import model_settings, train_many
-from headcoop.owners import owner_alive, this_owner
 from headcoop.tasks.base import Task, check_sample_size
-from headcoop.training import TrainConfig, config_from_args, task_from_args
+from headcoop.training import TrainConfig
 
 Grid = Mapping[str, Sequence[Any]] | Sequence[Mapping[str, Any]]
 
@@ -58,6 +54,14 @@ def expand_grid(task: Task, grid: Grid) -> list[dict[str, Any]]:
         if unknown:
             raise ValueError(f"unknown {task.name} model setting(s) {unknown} in the grid; valid ones are {valid}")
     return points
+
+
+class Run(NamedTuple):
+    """One run of a sweep: its grid point (`task.model` kwargs), its seed, and its folder name."""
+
+    point: dict[str, Any]
+    seed: int
+    name: str
 
 
 def run_name(task: Task, point: Mapping[str, Any], seed: int) -> str:
@@ -102,92 +106,6 @@ def finished_metrics(path: Path, task: Task, config: TrainConfig) -> dict[str, A
     except (FileNotFoundError, ValueError):
         return None
     return dict(meta.get("metrics") or {})
-
-
-# --- claims: two sweeps into one folder never train the same run ------------------------------------
-
-CLAIMS = ".headcoop-claims"
-
-
-class Claims:
-    """Per-run claim files `OUT/.headcoop-claims/<run>`, created with O_EXCL: the first sweep to create one
-    trains that run. A claim whose process died is taken over: on this machine the process is looked up;
-    a claim from another machine sharing the folder is a lease, renewed (its mtime touched) every
-    lease_s / 4 seconds by a thread of the sweep holding it, and taken over once lease_s pass unrenewed."""
-
-    def __init__(self, out: Path, lease_s: float = 300.0):
-        self.folder = out / CLAIMS
-        self.held: set[str] = set()
-        self.lease_s = lease_s
-        self._stop = threading.Event()
-        self._renewer: threading.Thread | None = None
-
-    def renew(self) -> None:
-        """Touch every claim this sweep holds (the lease other machines read)."""
-        for name in list(self.held):
-            with contextlib.suppress(FileNotFoundError):
-                os.utime(self.folder / name)
-
-    def _renew_until_stopped(self) -> None:
-        while not self._stop.wait(self.lease_s / 4):
-            self.renew()
-
-    def take(self, name: str) -> bool:
-        self.folder.mkdir(exist_ok=True)
-        file = self.folder / name
-        for _ in range(2):
-            try:
-                fd = os.open(file, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
-                if self.alive(name):
-                    return False
-                # A dead sweep's claim: move it away under a unique name (only one taker succeeds), retry.
-                try:
-                    os.rename(file, self.folder / f".stale-{name}-{os.getpid()}")
-                    os.unlink(self.folder / f".stale-{name}-{os.getpid()}")
-                except FileNotFoundError:
-                    pass
-                continue
-            with os.fdopen(fd, "w") as f:
-                f.write(this_owner())
-            self.held.add(name)
-            if self._renewer is None:
-                self._renewer = threading.Thread(target=self._renew_until_stopped, daemon=True, name="claim-lease")
-                self._renewer.start()
-            return True
-        return False
-
-    def alive(self, name: str) -> bool:
-        """Whether `name` is claimed by a running process (other than a dead one's leftover)."""
-        file = self.folder / name
-        try:
-            owner, renewed = file.read_text(), file.stat().st_mtime
-        except FileNotFoundError:
-            return False
-        if not owner:  # a claim being written right now
-            return True
-        return owner_alive(owner, renewed, self.lease_s)
-
-    def clear_stale(self, name: str) -> None:
-        """Remove the claim of `name` when its process died (a finished run a killed sweep still claimed)."""
-        if (self.folder / name).exists() and not self.alive(name):
-            with contextlib.suppress(FileNotFoundError):
-                (self.folder / name).unlink()
-
-    def release(self, name: str) -> None:
-        if name in self.held:
-            self.held.discard(name)
-            with contextlib.suppress(FileNotFoundError):
-                (self.folder / name).unlink()
-
-    def release_all(self) -> None:
-        self._stop.set()
-        if self._renewer is not None:
-            self._renewer.join()
-        for name in list(self.held):
-            self.release(name)
-        with contextlib.suppress(OSError):
-            self.folder.rmdir()  # only when empty: other sweeps' claims stay
 
 
 def sweep(
@@ -254,7 +172,7 @@ def sweep(
     points, seeds = expand_grid(task, grid), _check_seeds(seeds)
     check_sample_size(cfg.batch_size, task.n_ctx)
     out = check_out_folder(out, "sweep")
-    runs = [(point, seed, run_name(task, point, seed)) for point in points for seed in seeds]
+    runs = [Run(point, seed, run_name(task, point, seed)) for point in points for seed in seeds]
     names = [name for _, _, name in runs]
     if len(set(names)) != len(names):
         twice = sorted({n for n in names if names.count(n) > 1})
@@ -271,7 +189,7 @@ def sweep(
         metrics[name] = finished_metrics(out / name, task, dataclasses.replace(cfg, seed=seed))
         if metrics[name] is not None:
             status[name] = "finished before"
-    pending = [run for run in runs if metrics[run[2]] is None]
+    pending = [run for run in runs if metrics[run.name] is None]
     for _, _, name in pending:  # a folder in the way that headcoop did not write: refused before any training
         check_save_target(out / name)
     bar = tqdm(total=len(pending) * cfg.steps, desc=f"sweep {task.name}", unit="model-step", disable=not progress)
@@ -406,7 +324,7 @@ def _chunks_of_one_shape(runs: list, size: int) -> list[list]:
     """Runs grouped by grid point (one model shape per chunk), at most `size` per chunk, in run order."""
     by_point: dict[str, list] = {}
     for run in runs:
-        by_point.setdefault(repr(sorted(run[0].items())), []).append(run)
+        by_point.setdefault(repr(sorted(run.point.items())), []).append(run)
     return [group[i : i + size] for group in by_point.values() for i in range(0, len(group), size)]
 
 
@@ -416,7 +334,7 @@ class ChunkJob:
 
     task: Task
     config: TrainConfig
-    runs: list  # [(grid point, seed, run name)]
+    runs: list  # [Run]
     out: str
     device: str | None = None
     threads: int | None = None
@@ -459,7 +377,7 @@ def _wait_for_others(work: SweepWork, pending: list, poll_s: float) -> None:
     """Wait for the runs other sweeps claimed; train any whose claimer died without finishing it."""
     metrics = work.metrics
     while True:
-        missing = [run for run in pending if metrics[run[2]] is None and work.status.get(run[2]) != "failed"]
+        missing = [run for run in pending if metrics[run.name] is None and work.status.get(run.name) != "failed"]
         if not missing:
             return
         for point, seed, name in missing:
@@ -467,39 +385,8 @@ def _wait_for_others(work: SweepWork, pending: list, poll_s: float) -> None:
             if done is not None:
                 metrics[name], work.status[name] = done, "trained by another sweep"
                 work.bar.update(work.cfg.steps)
-        orphans = [run for run in missing if metrics[run[2]] is None and not work.claims.alive(run[2])]
+        orphans = [run for run in missing if metrics[run.name] is None and not work.claims.alive(run.name)]
         if orphans:
             work.train(orphans)
-        elif any(metrics[run[2]] is None for run in missing):
+        elif any(metrics[run.name] is None for run in missing):
             time.sleep(poll_s)
-
-
-# --- command line ------------------------------------------------------------------------
-
-
-def _cmd_sweep(args: argparse.Namespace) -> int:
-    task = task_from_args(args)
-    grid = dict(n_heads=args.heads, d_model=args.d_model, d_head=args.d_head, n_layers=args.layers)
-    grid = {key: values for key, values in grid.items() if values is not None}
-    client = None
-    if args.workers is not None or args.scheduler is not None:
-        from headcoop.executors import dask_client
-
-        client = dask_client(workers=args.workers, scheduler=args.scheduler)
-    try:
-        table = sweep(task, grid, args.seeds, args.out, config=config_from_args(args), progress=not args.no_progress,
-                      chunk=args.chunk, executor=client, device=args.device, threads=args.threads)  # fmt: skip
-    finally:
-        if client is not None:
-            cluster = client.cluster if args.workers is not None else None
-            client.close()
-            if cluster is not None:
-                cluster.close()
-    csv = Path(args.out) / "sweep.csv"
-    table.to_csv(csv, index=False)
-    print(table.drop(columns=["path"]).to_string(index=False, float_format=lambda x: f"{x:.4f}"))
-    print(f"{len(table)} runs in {args.out} (table: {csv})")
-    failed = table[table.status == "failed"]
-    for _, row in failed.iterrows():
-        print(f"failed: {row['name']}: {row['reason']}", file=sys.stderr)
-    return 1 if len(failed) else 0

@@ -228,21 +228,3 @@ def evaluate(model: HookedTransformer, task: Task | None = None, **kwargs) -> di
         raise TypeError(f"task must be a headcoop Task such as hc.Count01(), got {type(task).__name__}")
     model.eval()
     return task.evaluate(model, **kwargs)
-
-
-# --- command line: what the training flags of `headcoop train` and `headcoop sweep` mean ------------------
-
-
-def config_from_args(args, seed: int = 0) -> TrainConfig:
-    """The TrainConfig the flags of `add_training_arguments` describe (checked: errors name the flag's value)."""
-    return TrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, weight_decay=args.weight_decay,
-                       warmup=args.warmup, schedule=args.schedule, seed=seed)  # fmt: skip
-
-
-def task_from_args(args) -> Task:
-    """The task named on the command line, with --positional for Count01."""
-    from headcoop.tasks import TASKS
-
-    if args.positional and args.task != "count01":
-        raise ValueError("--positional applies to count01 only")
-    return TASKS[args.task](**({"positional": True} if args.positional else {}))

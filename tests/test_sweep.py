@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import headcoop as hc
+import headcoop.claims as claims_module
 import headcoop.sweeps as sweep_module
 from headcoop import checkpoints
 from headcoop.checkpoints import META, WEIGHTS
@@ -233,12 +234,12 @@ def test_a_killed_sweeps_claims_are_taken_over(tmp_path):
     (proc,) = _start_workers(tmp_path, out, ["die-after-first-save"])
     proc.communicate(timeout=900)
     assert proc.returncode == -9
-    claims = sorted(p.name for p in (out / sweep_module.CLAIMS).iterdir())
+    claims = sorted(p.name for p in (out / claims_module.CLAIMS).iterdir())
     assert len(claims) == 1  # the killed sweep held the claim of the run it was training next
     table = sweep(hc.Count01(max_len=6), {"n_heads": [1, 2], "d_model": [4], "d_head": [1, 2]}, [0, 1], out,
                   steps=20, batch_size=16, warmup=1, chunk=1, progress=False)
     assert list(table["status"]).count("finished before") == 1 and list(table["status"]).count("trained") == 7
-    assert not (out / sweep_module.CLAIMS).exists()
+    assert not (out / claims_module.CLAIMS).exists()
 
 
 def test_a_full_disk_ends_the_sweep_with_one_clear_error(tmp_path, monkeypatch):
@@ -316,9 +317,9 @@ def test_claims_from_another_machine_are_leases(tmp_path):
     out = tmp_path / "out"
     grid = {"n_heads": [1], "d_model": [4], "d_head": [2]}
     (name,) = [run_name(hc.Count01(), grid_point, 0) for grid_point in expand_grid(hc.Count01(), grid)]
-    claims = sweep_module.Claims(out, lease_s=300)
-    (out / sweep_module.CLAIMS).mkdir(parents=True)
-    claim = out / sweep_module.CLAIMS / name
+    claims = claims_module.Claims(out, lease_s=300)
+    (out / claims_module.CLAIMS).mkdir(parents=True)
+    claim = out / claims_module.CLAIMS / name
     claim.write_text("another-machine 4242:777")
     assert claims.alive(name)
     old = time.time() - 301
@@ -326,9 +327,9 @@ def test_claims_from_another_machine_are_leases(tmp_path):
     assert not claims.alive(name)
     table = sweep(hc.Count01(), grid, [0], out, **FAST)  # the lapsed claim is taken over and the run trained
     assert list(table["status"]) == ["trained"]
-    assert not (out / sweep_module.CLAIMS).exists()
+    assert not (out / claims_module.CLAIMS).exists()
 
-    mine = sweep_module.Claims(tmp_path / "other", lease_s=300)
+    mine = claims_module.Claims(tmp_path / "other", lease_s=300)
     (tmp_path / "other").mkdir()
     assert mine.take("run")
     os.utime(mine.folder / "run", (old, old))

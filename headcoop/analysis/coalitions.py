@@ -37,7 +37,7 @@ from transformer_lens.utilities import apply_softcap, get_act_name
 from headcoop.analysis.ablation import _reference_z
 from headcoop.analysis.common import as_tokens, check_choice, check_positions, require_task, task_of
 from headcoop.analysis.suffix import finish_block, supported
-from headcoop.analysis.vocabulary import ABLATION_HOWS, METRIC_NAMES, AblationHow, MetricName  # noqa: F401
+from headcoop.analysis.vocabulary import ABLATION_HOWS, METRIC_NAMES, AblationHow
 from headcoop.checks import check_metric_value, installed_hooks
 from headcoop.tasks.base import Batch, generator
 

@@ -67,7 +67,7 @@ from headcoop.analysis import suffix
 from headcoop.analysis.common import as_tokens, check_choice, check_layer, head_selection, model_device, task_of, task_symbols
 from headcoop.checks import check_bool, check_finite, check_float, check_metric_value, installed_hooks
 from headcoop.analysis.vocabulary import (
-    COMPONENTS, DIRECTIONS, HEAD_COMPONENTS, POSITIONS, Component, Direction, Positions, head_name, layer_name,
+    COMPONENTS, DIRECTIONS, POSITIONS, Component, Direction, Positions, head_name, layer_name,
 )  # fmt: skip
 from headcoop.tasks.base import Batch
 

@@ -36,7 +36,6 @@ METRIC_NAMES: tuple[str, ...] = get_args(MetricName)
 # hc.patch: the activation patched, at which positions, in which direction
 Component = Literal["z", "q", "k", "v", "pattern", "resid_pre"]
 COMPONENTS: tuple[str, ...] = get_args(Component)
-HEAD_COMPONENTS: tuple[str, ...] = COMPONENTS[:-1]
 Positions = Literal["all", "each"]
 POSITIONS: tuple[str, ...] = get_args(Positions)
 Direction = Literal["denoise", "noise"]
