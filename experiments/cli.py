@@ -1,10 +1,13 @@
 """The command line every experiment's run_all shares: --quick (tiny sizes, for the smoke test), --out (the
-results folder) and --no-png, with the rule that quick tables never overwrite docs/results."""
+results folder) and --no-png, with the rule that quick tables never overwrite docs/results. It imports
+nothing heavy: each run_all parses its arguments (and answers --help) before importing torch."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"  # every experiment's default --out
 
 
 def parser(doc: str | None, default_out: Path, png_help: str = "write HTML figures only") -> argparse.ArgumentParser:

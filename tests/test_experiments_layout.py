@@ -35,3 +35,13 @@ def test_runs_as_a_module_with_the_same_flags(task):
     assert done.returncode == 0, done.stderr
     for flag in ("--quick", "--out", "--no-png"):
         assert flag in done.stdout, (task, flag)
+
+
+@pytest.mark.parametrize("name", ["count01", "skip_pair", "robustness", "cooperation"])
+def test_help_answers_before_torch_is_imported(name):
+    """`python -m experiments.X.run_all --help` parses its arguments first: no torch, no headcoop imported."""
+    code = ("import runpy, sys\nsys.argv = ['run_all', '--help']\ntry:\n"
+            f"    runpy.run_module('experiments.{name}.run_all', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+            "print('IMPORTED', 'torch' in sys.modules, 'headcoop' in sys.modules)")  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert "usage:" in done.stdout and done.stdout.strip().endswith("IMPORTED False False"), done.stdout + done.stderr

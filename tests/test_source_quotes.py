@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from experiments.cooperation.page import ENSEMBLE, INTERFERE
-from experiments.count01.page import QUOTES as COUNT01
-from experiments.skip_pair.page import QUOTES as SKIP_PAIR
+from experiments.count01.quotes import QUOTES as COUNT01
+from experiments.skip_pair.quotes import QUOTES as SKIP_PAIR
 
 SEEDS = Path(__file__).resolve().parents[2] / "shared" / "seeds"
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"

@@ -11,13 +11,14 @@ from __future__ import annotations
 import time
 
 from experiments import cli
-from experiments.cooperation import exp_games, page
-from experiments.cooperation.common import DEFAULT_OUT, Settings
-from experiments.shared import setup
 
 
 def main(argv=None) -> int:
-    args = cli.parse(cli.parser(__doc__, DEFAULT_OUT, png_help="accepted for symmetry with the other experiments (this page has no figures)"), argv)
+    args = cli.parse(cli.parser(__doc__, cli.RESULTS, png_help="accepted for symmetry with the other experiments (this page has no figures)"), argv)
+    from experiments.cooperation import exp_games, page  # (after parsing: --help imports no torch)
+    from experiments.cooperation.common import DEFAULT_OUT, Settings
+    from experiments.shared import setup
+
     setup()
     results = args.out or DEFAULT_OUT
     s = Settings.quick_settings(results / "cooperation") if args.quick else Settings(out=results / "cooperation")

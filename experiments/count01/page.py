@@ -17,30 +17,12 @@ import numpy as np
 import pandas as pd
 
 from experiments.count01.common import DEFAULT_OUT, Settings, fmt
+from experiments.count01.quotes import PAPER_R, QUOTES
+from experiments.robustness.page import across_setups
 from headcoop.pages import Claim, FigureFile, Section, Table, Text, render
 
 HERE = Path(__file__).resolve().parent
-PAPER_R = 0.72
 
-# The source's words, quoted exactly from ../shared/seeds/count01-paper-summary.md (a summary of the paper:
-# text inside its quotation marks is the paper's own; the rest is the summary's). Each verdict below tests
-# no more than the quoted sentence says.
-QUOTES = {
-    "half": "About half of the heads are highly successful at linearly separating inputs (high s-acc)",
-    "w01": "Successful heads have w01 ≈ 1, i.e., the head attends roughly equally to the '0' and '1' tokens",
-    "w02": "Successful heads have w02 > 10",
-    "band": "Manually set attention to '2' tokens to zero and sweep w01 from 0.001 to 1000. Confirm that s-acc "
-            "remains high for 0.1 < w01 < 10, as shown in Figure 8.",
-    "r": "Pearson correlation coefficient of the two values is 0.72",
-    "joint": "Heads trained jointly perform slightly worse than heads trained in isolation (Table 1)",
-    "bias": "heads are typically biased toward one out of '4' or '5'",
-    "tip": "the ordering of the logits is about fixed, but the balance between the logits tips toward '[EOS]' when "
-           "we move from '=' to '4' or '5'",
-    "minimal": "Minimal solution (d=1, d'=1, 1 head) exists",
-    "reach": "but is difficult to reach via gradient descent from random initialization",
-    "aggregate": "their outputs need to be aggregated in a non-uniform manner in order to create an encoding that "
-                 "conforms to the syntax",
-}
 
 
 class Tables:
@@ -658,7 +640,6 @@ def build(out: Path = DEFAULT_OUT.parent, quick: bool = False, tables: Path | No
 
     tables = out / "count01" if tables is None else tables
     parts = sections(tables, quick)
-    from experiments.robustness.page import across_setups  # (that page imports this one's quotes)
 
     robustness = across_setups(tables.parent / "robustness", "count01")
     parts = parts + ([robustness] if robustness is not None else [])

@@ -14,11 +14,8 @@ import os
 import resource
 import time
 
-import pandas as pd
 
 from experiments import cli
-from experiments.count01 import exp_models, exp_shipped, exp_training, page
-from experiments.count01.common import DEFAULT_OUT, Settings, setup, write_table
 
 def cpu_seconds() -> float:
     """CPU time (user + system) of this process and its finished children (kaleido's browser)."""
@@ -30,9 +27,14 @@ PARTS = ("training", "shipped", "isolation", "minimal", "two_layer")
 
 
 def main(argv=None) -> int:
-    parser = cli.parser(__doc__, DEFAULT_OUT.parent)
+    parser = cli.parser(__doc__, cli.RESULTS)
     parser.add_argument("--only", nargs="+", choices=PARTS, default=list(PARTS))
     args = cli.parse(parser, argv)
+    import pandas as pd  # (after parsing: --help imports no torch)
+
+    from experiments.count01 import exp_models, exp_shipped, exp_training, page
+    from experiments.count01.common import DEFAULT_OUT, Settings, setup, write_table
+
     results = args.out or DEFAULT_OUT.parent
     out = results / "count01"  # the tables and figures
     if args.no_png:

@@ -16,10 +16,10 @@ from pathlib import Path
 import pandas as pd
 
 from experiments.count01.common import pearson_ci
-from experiments.count01.page import PAPER_R
-from experiments.count01.page import QUOTES as COUNT01_QUOTES
+from experiments.count01.quotes import PAPER_R
+from experiments.count01.quotes import QUOTES as COUNT01_QUOTES
 from experiments.robustness.common import COUNT01_VARIANTS, DEFAULT_OUT, SKIP_PAIR_VARIANTS, Settings
-from experiments.skip_pair.page import QUOTES as SKIP_PAIR_QUOTES
+from experiments.skip_pair.quotes import QUOTES as SKIP_PAIR_QUOTES
 from headcoop.pages import Claim, Section, Table, Text, render
 
 HERE = Path(__file__).resolve().parent

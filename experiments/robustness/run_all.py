@@ -20,17 +20,15 @@ import os
 import time
 from concurrent.futures import ProcessPoolExecutor
 
-from tqdm.auto import tqdm
 
-import headcoop as hc
 from experiments import cli
-from experiments.robustness import exp_grid, page
-from experiments.robustness.common import DEFAULT_OUT, Settings
-from experiments.shared import setup
-from headcoop.executors import as_executor, each_result
 
 
-def _run(job: tuple[str, str], s: Settings) -> tuple[dict, float]:
+def _run(job: tuple[str, str], s) -> tuple[dict, float]:
+    """One job of the grid in a worker process (s: the run's Settings)."""
+    from experiments.robustness import exp_grid
+    from experiments.shared import setup
+
     setup()
     start = time.perf_counter()
     tables = exp_grid.run_job(job, s)
@@ -38,11 +36,19 @@ def _run(job: tuple[str, str], s: Settings) -> tuple[dict, float]:
 
 
 def main(argv=None) -> int:
-    parser = cli.parser(__doc__, DEFAULT_OUT, png_help="accepted for symmetry with the other experiments (this page has no figures)")
+    parser = cli.parser(__doc__, cli.RESULTS, png_help="accepted for symmetry with the other experiments (this page has no figures)")
     parser.add_argument("--workers", type=int, default=2, help="local worker processes (default 2)")
     parser.add_argument("--scheduler", default=None, help="a running Dask scheduler's address (tcp://host:8786) to "
                         "send the jobs to instead; its workers must run from this repository's root")
     args = cli.parse(parser, argv)
+    from tqdm.auto import tqdm  # (after parsing: --help imports no torch)
+
+    import headcoop as hc
+    from experiments.robustness import exp_grid, page
+    from experiments.robustness.common import DEFAULT_OUT, Settings
+    from experiments.shared import setup
+    from headcoop.executors import as_executor, each_result
+
     setup()
     results = args.out or DEFAULT_OUT
     s = Settings.quick_settings(results / "robustness") if args.quick else Settings(out=results / "robustness")

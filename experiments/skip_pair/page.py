@@ -15,6 +15,8 @@ import pandas as pd
 
 import headcoop as hc
 from experiments.skip_pair.exp_runs import SPLIT_THRESHOLD
+from experiments.skip_pair.quotes import QUOTES
+from experiments.robustness.page import across_setups
 from headcoop.pages import Claim, Details, FigureFile, Section, Table, Text, render
 from headcoop.studies.skip_pair import ORDERING_KINDS
 from headcoop.tasks.skip_pair import NOISE, PAIRS
@@ -24,23 +26,6 @@ PAIR_KEYS = [f"{a}{b}" for a, b in PAIRS]
 # the section of this page that holds the evidence for each claim, in the order of claim_verdicts
 CLAIM_SECTIONS = ("1", "1", "2", "2", "5", "3", "3", "4", "3")
 
-# The post's words, quoted exactly from ../shared/seeds/ov-coherent-skip-pair-post.md, one per row of the
-# claims table (in CLAIM_SECTIONS' order). Each verdict tests no more than the quoted sentence says.
-QUOTES = {
-    "perfect": "Here, we focus on a 2-head model which solves the task with perfect accuracy",
-    "dhead1": "we were surprised by how limited we could make this model while achieving perfect accuracy on a "
-              "signal-only test set. We were particularly surprised by the model’s capability for d_head = 1",
-    "strict": "Both heads learn a strict “preference ordering” over signal tokens",
-    "reversed": "with the ordering generally reversed between the two heads",
-    "split": "the model sometimes learned a “split attention” scheme during training, in which the heads would "
-             "attend to the same tokens to varying degree. Notably, we only saw split attention for d_head < 3",
-    "conditional": "as they run through their preferences, the heads successively write strongly to the logits of "
-                   "one fewer completion",
-    "only_correct": "In contexts where both heads write to multiple outputs, they will only constructively "
-                    "interfere on the correct token.",
-    "one_head": "We were also surprised that this problem can be solved with one head, as long as d_head >= 4.",
-    "caption": "for any given pair of inputs they will constructively interfere on the correct answer",
-}
 
 
 def _cell(value) -> str:
@@ -213,7 +198,6 @@ def claim_verdicts(main5: pd.DataFrame, main1: pd.DataFrame, two_large: pd.DataF
 def _across(robustness: Path | None) -> list[Section]:
     if robustness is None:
         return []
-    from experiments.robustness.page import across_setups  # (that page imports this one's quotes)
 
     section = across_setups(robustness, "skip_pair")
     return [] if section is None else [section]

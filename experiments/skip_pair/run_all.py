@@ -17,18 +17,20 @@ import json
 import os
 import time
 
-import pandas as pd
 
-import headcoop as hc
 from experiments import cli
-from experiments.skip_pair import exp_dynamics, figures, page
-from experiments.skip_pair.common import DEFAULT_OUT, FULL, QUICK, RECIPE, SHIPPED, setup
-from experiments.skip_pair.exp_runs import plan, shipped_rows, train_and_measure, typical_seed
 
 def main(argv: list[str] | None = None) -> int:
-    parser = cli.parser(__doc__, DEFAULT_OUT, png_help="write HTML figures only (skip kaleido)")
+    parser = cli.parser(__doc__, cli.RESULTS, png_help="write HTML figures only (skip kaleido)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1: fastest for tiny models)")
     args = cli.parse(parser, argv)
+    import pandas as pd  # (after parsing: --help imports no torch)
+
+    import headcoop as hc
+    from experiments.skip_pair import exp_dynamics, figures, page
+    from experiments.skip_pair.common import DEFAULT_OUT, FULL, QUICK, RECIPE, SHIPPED, setup
+    from experiments.skip_pair.exp_runs import plan, shipped_rows, train_and_measure, typical_seed
+
     setup(args.threads)
     start = time.time()
     load_start = os.getloadavg()[0]
