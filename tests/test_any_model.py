@@ -269,3 +269,31 @@ def test_patching_with_a_metric_that_returns_a_view_of_the_logits():
         theirs = tl[component](model, corrupt, cache, metric)
         torch.testing.assert_close(ours.values, theirs, atol=1e-5, rtol=1e-5)
         assert len(ours.values.unique()) > 4
+
+
+@pytest.mark.parametrize("component", ["z", "q", "k", "v", "pattern", "resid_pre"])
+def test_patching_equals_its_reference_through_the_method_switch(shaped, component):
+    """method="reference" is the one-pass-per-patch loop in the library; the fast path must equal it."""
+    name, model, tokens, corrupt = shaped
+    metric = lambda logits: logits[:, -1, 1].mean() - logits[:, -1, 0].mean()  # noqa: E731
+    for positions in ("all", "each"):
+        fast = hc.patch(model, clean=tokens, corrupt=corrupt, metric=metric, component=component, positions=positions)
+        slow = hc.patch(model, clean=tokens, corrupt=corrupt, metric=metric, component=component, positions=positions,
+                        method="reference")  # fmt: skip
+        assert slow.method == "one pass per patch (method='reference')" and not fast.method.startswith("one pass")
+        torch.testing.assert_close(fast.values, slow.values, atol=1e-5, rtol=1e-5)
+
+
+def test_path_patching_equals_its_reference_through_the_method_switch(shaped):
+    name, model, tokens, corrupt = shaped
+    metric = lambda logits: logits[:, -1, 1].mean() - logits[:, -1, 0].mean()  # noqa: E731
+    if model.cfg.n_key_value_heads is not None:
+        with pytest.raises(ValueError, match="grouped-query"):
+            hc.path_patch(model, clean=tokens, corrupt=corrupt, metric=metric)
+        return
+    fast = hc.path_patch(model, clean=tokens, corrupt=corrupt, metric=metric)
+    slow = hc.path_patch(model, clean=tokens, corrupt=corrupt, metric=metric, method="reference")
+    assert slow.method.startswith("reference") and fast.method.startswith("stacked")
+    assert fast.values.keys() == slow.values.keys()
+    for key, value in fast.values.items():
+        assert value == pytest.approx(slow.values[key], abs=1e-5, rel=1e-5), key

@@ -67,7 +67,8 @@ from headcoop.analysis import suffix
 from headcoop.analysis.common import as_tokens, check_choice, check_layer, head_selection, model_device, task_of, task_symbols
 from headcoop.checks import check_bool, check_finite, check_float, check_metric_value, installed_hooks
 from headcoop.analysis.vocabulary import (
-    COMPONENTS, DIRECTIONS, POSITIONS, Component, Direction, Positions, head_name, layer_name,
+    COMPONENTS, DIRECTIONS, PATCH_METHODS, POSITIONS, Component, Direction, PatchMethod, Positions, head_name,
+    layer_name,
 )  # fmt: skip
 from headcoop.tasks.base import Batch
 
@@ -361,6 +362,7 @@ def patch(
     direction: Direction = "denoise",
     memory_budget_mb: float = 256,
     head_local: bool = True,
+    method: PatchMethod = "auto",
 ) -> PatchResult:
     """Activation patching of one head or every head (or the residual stream), all patches batched.
 
@@ -383,6 +385,10 @@ def patch(
     head_local:  reuse the target run's activations of the patched layer and recompute only the
                  patched head there (where the model's blocks allow, see the module docstring);
                  False runs every copy through the whole model with hooks.
+    method:      "auto" (head-local where it applies, else stacked; the reference whenever a hook is
+                 installed), "head-local", "stacked", or "reference": the slow, obviously-correct path, one
+                 forward pass from the tokens per patch with a hook on the component, as
+                 `transformer_lens.patching` does. The tests compare the fast paths with it through this switch.
 
     Hooks already on the model (inside `hc.ablate`, `hc.set_attention`, or a user's own) are honoured:
     every shortcut above would bypass them or stack the batch they may depend on, so with any hook
@@ -398,6 +404,7 @@ def patch(
     check_choice("direction", direction, DIRECTIONS)
     check_float("memory_budget_mb", memory_budget_mb, 0.0, low_open=True)
     check_bool("head_local", head_local)
+    check_choice("method", method, PATCH_METHODS)
     if component == "resid_pre" and head is not None:
         raise ValueError("component 'resid_pre' has no head axis; pass head=None (use layer= to pick a layer)")
     layer, picked = head_selection(model, head, layer)
@@ -422,11 +429,16 @@ def patch(
     hooks = installed_hooks(model)
     extras = _continuation(model, target_tokens)
     # the head-local scores use the causal mask alone: not with a padding mask
-    local = head_local and not hooks and _prefix_reusable(model, component) and extras["attention_mask"] is None
+    possible = _prefix_reusable(model, component) and extras["attention_mask"] is None
+    if method == "head-local" and not possible:
+        raise ValueError(f"method='head-local' does not apply to component {component!r} of this model (its "
+                         "blocks or a padding mask need the whole layer recomputed); use 'auto' or 'stacked'")  # fmt: skip
+    reference = method == "reference" or bool(hooks)
+    local = not reference and possible and (method == "head-local" or (method == "auto" and head_local))
     method = "head-local" if local else "stacked"
-    if hooks:
+    if reference:
         shown = ", ".join(hooks[:3]) + (f" and {len(hooks) - 3} more" if len(hooks) > 3 else "")
-        method = f"one pass per patch (hooks at {shown})"
+        method = f"one pass per patch (hooks at {shown})" if hooks else "one pass per patch (method='reference')"
     patched = {get_act_name(component, lay) for lay in layers}
     # The target run supplies each copy's starting point: the residual stream entering the patched layer,
     # and, for the head-local shortcut, that layer's activations the patch leaves alone.
@@ -451,7 +463,7 @@ def patch(
         # Patches are ordered layer first, so this layer's patches are one contiguous run.
         lo, hi = int((grid.layer < lay).sum()), int((grid.layer <= lay).sum())
         per_chunk = patches_per_chunk(model, batch, n_pos, memory_budget_mb, from_layer=lay, head_local=local)
-        if hooks:
+        if reference:
             per_chunk = 1  # hooks may depend on the batch (resampling, per-example patterns): never stack
         for start in range(lo, hi, per_chunk):
             stop = min(start + per_chunk, hi)
@@ -462,7 +474,7 @@ def patch(
                                          target_cache, (target_logits, extras["shortformer_pos_embed"], needed))
             else:
                 logits = _run_hooked(model, component, lay, stop - start, head_index, pos_index, source_cache,
-                                     target_cache, target_tokens, from_tokens=bool(hooks),
+                                     target_cache, target_tokens, from_tokens=reference,
                                      extras=_repeat(extras, stop - start))  # fmt: skip
             results.append(_stacked_metric(_copies(logits, stop - start, batch), metric, stacked))
     values = torch.cat(results).reshape(grid.shape).float().cpu()

@@ -41,6 +41,10 @@ POSITIONS: tuple[str, ...] = get_args(Positions)
 Direction = Literal["denoise", "noise"]
 DIRECTIONS: tuple[str, ...] = get_args(Direction)
 
+# hc.patch: which path computes the patched runs (the reference: one forward pass per patch)
+PatchMethod = Literal["auto", "head-local", "stacked", "reference"]
+PATCH_METHODS: tuple[str, ...] = get_args(PatchMethod)
+
 # hc.path_patch: the receiver input an edge goes through, and the path computing it
 Via = Literal["q", "k", "v"]
 VIAS: tuple[str, ...] = get_args(Via)
