@@ -7,7 +7,9 @@ Shapes: the shipped 1-layer Count01; a 2-layer attention-only model; an attn-onl
 (LayerNorm, shortformer positions, a word-level tokenizer attached); a 2-layer model with MLPs and
 LayerNorm (gelu-2l shape, d_model 64); a 4-layer d_model 256 model with MLPs. Sweeps: every head's z, q, v
 and pattern one position at a time, and z at all positions. Prints the best-of-`repeats` time of each
-side, their ratio, headcoop's method, and the largest relative difference (max |diff| / max(1, |value|)).
+side, their ratio, the exact ceiling of that sweep (`patching_bound.py`: TransformerLens's multiply-adds over
+the least an exact method needs; by-position sweeps only) and the share of it reached, headcoop's method, and
+the largest relative difference (max |diff| / max(1, |value|)).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import transformer_lens.patching as tlp
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 import headcoop as hc
+from patching_bound import SHAPES as BOUND_SHAPES
+from patching_bound import sweep_ratio
 
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 tlp.tqdm = lambda iterable, *args, **kwargs: iterable  # TransformerLens's bar only slows its baseline
@@ -96,7 +100,8 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     torch.set_grad_enabled(False)
     print(f"torch threads {torch.get_num_threads()}")
-    print(f"{'shape':32s} {'sweep':13s} {'patches':>7s} {'TL s':>8s} {'hc s':>8s} {'ratio':>7s}  method      rel diff")
+    print(f"{'shape':32s} {'sweep':13s} {'patches':>7s} {'TL s':>8s} {'hc s':>8s} {'ratio':>7s} {'ceiling':>8s} "
+          f"{'share':>6s}  method      rel diff")  # fmt: skip
     worst = float("inf")
     for name, (model, clean, corrupt, answer_pos, answer, wrong) in shapes().items():
         if args.only and not any(s in name for s in args.only):
@@ -123,8 +128,11 @@ def main() -> None:
                 ref = ref.permute(0, 2, 1)
             rel = ((ours.values - ref).abs() / ref.abs().clamp(min=1)).max().item()
             worst = min(worst, t_tl / t_hc)
-            print(f"{name:32s} {label:13s} {ours.values.numel():7d} {t_tl:8.3f} {t_hc:8.3f} {t_tl / t_hc:6.1f}x  "
-                  f"{ours.method:11s} {rel:.1e}", flush=True)
+            bound = (f"{sweep_ratio(BOUND_SHAPES[name], component):7.1f}x "
+                     f"{t_tl / t_hc / sweep_ratio(BOUND_SHAPES[name], component):6.0%}") if positions == "each" \
+                else f"{'-':>8s} {'-':>6s}"  # fmt: skip
+            print(f"{name:32s} {label:13s} {ours.values.numel():7d} {t_tl:8.3f} {t_hc:8.3f} {t_tl / t_hc:6.1f}x "
+                  f"{bound}  {ours.method:11s} {rel:.1e}", flush=True)
             if rel > 1e-5:
                 raise SystemExit(f"results disagree for {name}, {label}: relative {rel}")
     print(f"slowest ratio: {worst:.1f}x")

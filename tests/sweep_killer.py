@@ -4,12 +4,22 @@ import json
 import os
 
 
+def record_and_die(fd: int, path: str) -> None:
+    """Write the saved run's name, its weights file's inode and mtime, and this pid to `fd`; kill this process."""
+    from headcoop.checkpoints import WEIGHTS
+
+    stat = os.stat(os.path.join(path, WEIGHTS))
+    os.write(fd, json.dumps({"name": os.path.basename(path), "inode": stat.st_ino,
+                             "mtime_ns": stat.st_mtime_ns, "pid": os.getpid()}).encode())  # fmt: skip
+    os.close(fd)
+    os._exit(1)
+
+
 def die_after_first_save(job, marker: str):
     """headcoop's train_chunk, except that the first call anywhere (the one that creates `marker`) kills
     its own process right after saving the chunk's first run; the marker records that run's name and
     its weights file's inode and mtime (a retrained run is saved anew: another inode)."""
     from headcoop import sweeps
-    from headcoop.checkpoints import WEIGHTS
 
     try:
         fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
@@ -19,11 +29,7 @@ def die_after_first_save(job, marker: str):
 
     def save_then_die(model, path, **kwargs):
         real_save(model, path, **kwargs)
-        stat = os.stat(os.path.join(path, WEIGHTS))
-        os.write(fd, json.dumps({"name": os.path.basename(path), "inode": stat.st_ino,
-                                 "mtime_ns": stat.st_mtime_ns, "pid": os.getpid()}).encode())  # fmt: skip
-        os.close(fd)
-        os._exit(1)
+        record_and_die(fd, path)
 
     sweeps.save = save_then_die
     return sweeps.train_chunk(job)
@@ -44,7 +50,6 @@ def arm(marker: str) -> None:
     first save anywhere (the one that creates `marker`, recording as `die_after_first_save` does); every
     later save, in this worker or a replacement, just saves."""
     from headcoop import sweeps
-    from headcoop.checkpoints import WEIGHTS
 
     real_save = sweeps.save
 
@@ -54,10 +59,6 @@ def arm(marker: str) -> None:
             fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
         except FileExistsError:
             return
-        stat = os.stat(os.path.join(path, WEIGHTS))
-        os.write(fd, json.dumps({"name": os.path.basename(path), "inode": stat.st_ino,
-                                 "mtime_ns": stat.st_mtime_ns, "pid": os.getpid()}).encode())  # fmt: skip
-        os.close(fd)
-        os._exit(1)
+        record_and_die(fd, path)
 
     sweeps.save = save_maybe_die
