@@ -493,8 +493,8 @@ def check_config_fields(config: dict[str, Any], where: str) -> None:
         if kind.removeprefix("Optional[").rstrip("]") == "int":
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ValueError(f"{where}: config field {key!r} must be an int, got {value!r} ({type(value).__name__})")
-            if value < 0:
-                raise ValueError(f"{where}: config field {key!r} must be >= 0, got {value!r}")
+            if value < -1:  # (-1 is TransformerLens's "derive it", as in d_vocab_out)
+                raise ValueError(f"{where}: config field {key!r} must be >= -1, got {value!r}")
         elif kind in ("float", "Optional[float]", "Union[float, int]", "Optional[Union[float, int]]"):
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise ValueError(f"{where}: config field {key!r} must be a number, got {value!r} ({type(value).__name__})")
