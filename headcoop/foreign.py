@@ -23,6 +23,7 @@ import json
 import os
 import pickle
 import reprlib
+from collections import Counter
 from pathlib import Path
 
 import torch
@@ -146,7 +147,7 @@ def word_tokenizer(words: list[str], pad: str | None = None):
         raise TypeError(f"words must be a list of token strings, got {reprlib.repr(words)}")
     if not words:
         raise ValueError("words is empty; give the model's tokens, one string per id")
-    twice = sorted({w for w in words if words.count(w) > 1})
+    twice = sorted(w for w, k in Counter(words).items() if k > 1)
     spaced = [w for w in words if not w or len(w.split()) != 1 or w != w.strip()]
     if twice or spaced:
         raise ValueError(f"words must be distinct and hold no whitespace: repeated {twice[:5]}, with spaces {spaced[:5]}")

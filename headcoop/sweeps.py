@@ -22,9 +22,9 @@ import pandas as pd
 import torch
 from headcoop.progress import tqdm
 
-from headcoop.claims import Claims
 from headcoop.checkpoints import check_save_target, clean_leftovers, load, read_meta, save
 from headcoop.checks import check_float, check_int, check_out_folder, check_seed, usable_device
+from headcoop.claims import Claims
 from headcoop.executors import as_executor, chunk_size, each_result, lost_worker, renewed
 from headcoop.fast_train import model_settings, train_many
 from headcoop.tasks.base import Task, check_sample_size

@@ -20,6 +20,7 @@ A contrast builds no models and is not saved with a checkpoint.
 from __future__ import annotations
 
 import warnings
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -196,12 +197,14 @@ class Contrast(Task):
         k-th such clean prompt (so `corrupt(sample(n))` pairs every row with its own corrupt prompt)."""
         if not isinstance(batch, Batch):
             raise TypeError(f"corrupt() takes a Batch of the contrast's clean prompts, got {type(batch).__name__}")
-        keys = [self._row_key(self.clean, i) for i in range(len(self.clean))]
+        rows_of: dict[tuple, list[int]] = {}
+        for j in range(len(self.clean)):
+            rows_of.setdefault(self._row_key(self.clean, j), []).append(j)
         used: dict[tuple, int] = {}
         rows = []
         for i in range(len(batch)):
             key = self._row_key(batch, i)
-            matches = [j for j, k in enumerate(keys) if k == key]
+            matches = rows_of.get(key, [])
             if not matches:
                 raise ValueError(f"corrupt() takes rows of the contrast's clean prompts; row {i} is not one of them")
             k = used.get(key, 0)
@@ -274,7 +277,7 @@ def _token_strings(vocab) -> list[str]:
             return [str(t) for t in vocab.convert_ids_to_tokens(list(range(size)))]
         return [vocab.decode([i]) for i in range(size)]
     if isinstance(vocab, Sequence) and not isinstance(vocab, str) and all(isinstance(t, str) for t in vocab):
-        twice = sorted({t for t in vocab if list(vocab).count(t) > 1})
+        twice = sorted(t for t, k in Counter(vocab).items() if k > 1)
         if twice:
             raise ValueError(f"vocab lists these tokens more than once: {twice[:8]}; each token string needs one id")
         bad = [t for t in vocab if not t or t != t.strip() or len(t.split()) != 1]
