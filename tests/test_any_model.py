@@ -271,6 +271,7 @@ def test_patching_with_a_metric_that_returns_a_view_of_the_logits():
         assert len(ours.values.unique()) > 4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("component", ["z", "q", "k", "v", "pattern", "resid_pre"])
 def test_patching_equals_its_reference_through_the_method_switch(shaped, component):
     """method="reference" is the one-pass-per-patch loop in the library; the fast path must equal it."""
@@ -284,6 +285,7 @@ def test_patching_equals_its_reference_through_the_method_switch(shaped, compone
         torch.testing.assert_close(fast.values, slow.values, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_path_patching_equals_its_reference_through_the_method_switch(shaped):
     name, model, tokens, corrupt = shaped
     metric = lambda logits: logits[:, -1, 1].mean() - logits[:, -1, 0].mean()  # noqa: E731

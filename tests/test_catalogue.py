@@ -434,6 +434,7 @@ def test_duplicate_clean_prompts_keep_their_own_corrupt_prompts():
     torch.testing.assert_close(given.values, from_sample.values)
 
 
+@pytest.mark.slow
 def test_a_head_map_caption_counts_what_this_model_shows():
     from headcoop.studies.count01 import map_agreement, report_head_metrics
 
