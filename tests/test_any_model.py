@@ -249,6 +249,18 @@ def test_coalition_values_on_every_shape(shaped, how):
                                  answer=answer, wrong=wrong, pos=pos, seed=0)  # fmt: skip
             assert game.method.startswith("layer by layer"), game.method
             torch.testing.assert_close(game.values(masks), want, atol=1e-5, rtol=1e-5, msg=f"{name} {chosen}")
+        if metric_name != "logit_diff":
+            continue
+        # every path through the switch against the library's reference (hc.ablate + a forward pass each)
+        kwargs = dict(tokens=tokens, metric=metric_name, how=how, reference=reference, answer=answer, wrong=wrong,
+                      pos=pos, seed=0)  # fmt: skip
+        slow = CoalitionGame(model, players, method="reference", **kwargs)
+        got_reference = slow.values(masks)
+        assert slow.method.startswith("reference: hc.ablate"), slow.method
+        torch.testing.assert_close(got_reference, want, atol=1e-6, rtol=1e-6, msg=f"{name} reference")
+        for method in ("layered", "stacked"):
+            fast = CoalitionGame(model, players, method=method, **kwargs)
+            torch.testing.assert_close(fast.values(masks), got_reference, atol=1e-5, rtol=1e-5, msg=f"{name} {method}")
 
 
 def test_patching_with_a_metric_that_returns_a_view_of_the_logits():

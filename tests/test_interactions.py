@@ -63,6 +63,19 @@ def test_coalition_values_match_ablation(how, shape):
     callable_game = CoalitionGame(model, players, tokens=tokens, metric=logit_diff, how=how, reference=reference)
     assert not callable_game.linear
     torch.testing.assert_close(callable_game.values(masks), want, atol=1e-5, rtol=1e-6)
+    # the in-library reference (hc.ablate + one forward pass per coalition) and every path through the switch
+    methods = ("reference", "layered", "stacked") + (("linear",) if shape == "one-layer" else ())
+    got = {m: CoalitionGame(model, players, tokens=tokens, metric="logit_diff", how=how, reference=reference,
+                            method=m).values(masks) for m in methods}  # fmt: skip
+    torch.testing.assert_close(got["reference"], want, atol=1e-6, rtol=1e-6)
+    for m in methods[1:]:
+        torch.testing.assert_close(got[m], got["reference"], atol=1e-5, rtol=1e-6, msg=m)
+    if shape != "one-layer":
+        with pytest.raises(ValueError, match="method='linear' needs a one-layer"):
+            CoalitionGame(model, players, tokens=tokens, metric="logit_diff", how=how, reference=reference,
+                          method="linear")  # fmt: skip
+    with pytest.raises(ValueError, match="unknown method|method"):
+        CoalitionGame(model, players, tokens=tokens, metric="logit_diff", how=how, reference=reference, method="fast")
 
 
 def brute_shapley(values: dict, n: int) -> tuple[torch.Tensor, torch.Tensor]:

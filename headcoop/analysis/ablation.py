@@ -18,7 +18,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 
 import torch
-from jaxtyping import Float
+from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens import HookedTransformer
 from transformer_lens.utilities import get_act_name
@@ -52,12 +52,39 @@ def hooks_added(model: HookedTransformer, hooks: list[tuple[str, Callable]]) -> 
 
 
 @torch.no_grad()
-def _reference_z(
+def reference_z(
     model: HookedTransformer, reference, layers: set[int]
 ) -> dict[int, Float[Tensor, "ref pos head d_head"]]:
+    """The z of every head of `layers` on the reference inputs, as the model runs now (any installed hook
+    included): {layer: [ref, pos, head, d_head]}."""
     names = {get_act_name("z", lay): lay for lay in layers}
     _, cache = model.run_with_cache(as_tokens(model, reference), names_filter=lambda n: n in names)
     return {lay: cache[name] for name, lay in names.items()}
+
+
+def resample_order(n_ref: int, seed: int) -> Int[Tensor, " ref"]:
+    """The permutation of reference examples that "resample" draws from: example i of any batch takes
+    reference example order[i % n_ref]."""
+    return torch.randperm(n_ref, generator=generator(seed))
+
+
+def replacement(
+    ref_z: Float[Tensor, "ref ref_pos k d_head"], how: str, batch: int, n_pos: int, order: Tensor | None
+) -> Float[Tensor, "batch pos k d_head"]:
+    """What ablated heads write in place of their z, for inputs of [batch, n_pos] (the one definition
+    `hc.ablate` and the coalition games share):
+    "mean": z at position p is the mean over the reference examples of the head's z at p;
+    "resample": example i takes reference example order[i % n_ref] (`resample_order`).
+    ValueError when the inputs are longer than the reference."""
+    n_ref, ref_pos = ref_z.shape[:2]
+    if n_pos > ref_pos:
+        raise ValueError(f"inputs of length {n_pos} are longer than the {how}-ablation reference ({ref_pos} positions)")
+    if how == "mean":
+        return ref_z[:, :n_pos].mean(0).expand(batch, -1, -1, -1)
+    if how == "resample":
+        pick = order[torch.arange(batch) % n_ref]
+        return ref_z[pick.to(ref_z.device), :n_pos]
+    raise ValueError(f"replacement() takes how 'mean' or 'resample', got {how!r}")
 
 
 @contextlib.contextmanager
@@ -106,35 +133,22 @@ def ablate(
     if how in ("mean", "resample"):
         if reference is None:
             reference = require_task(model, f'the reference of how="{how}"').sample(512, seed=0)
-        ref_z = _reference_z(model, reference, set(by_layer))
+        ref_z = reference_z(model, reference, set(by_layer))
     n_ref = next(iter(ref_z.values())).shape[0] if ref_z else 0
-    perm = torch.randperm(n_ref, generator=generator(seed)) if how == "resample" else None
+    order = resample_order(n_ref, seed) if how == "resample" else None
 
     def make_hook(lay: int, hs: list[int]):
         index = torch.tensor(hs)
-        if how == "mean":
-            source = ref_z[lay][:, :, index].mean(0)  # [pos, n_sel, d_head]
-        elif how == "resample":
-            source = ref_z[lay][:, :, index]  # [ref, pos, n_sel, d_head]
+        source = ref_z[lay][:, :, index] if ref_z else None  # [ref, pos, n_sel, d_head]
 
         def hook(z: Float[Tensor, "batch pos head d_head"], hook) -> Tensor:
-            batch, n_pos = z.shape[:2]
             z = z.clone()
             if how == "zero":
                 z[:, :, index] = 0.0
             elif how == "scale":
                 z[:, :, index] = z[:, :, index] * factor
             else:
-                ref_pos = source.shape[-3]
-                if n_pos > ref_pos:
-                    raise ValueError(
-                        f"inputs of length {n_pos} are longer than the {how}-ablation reference ({ref_pos} positions)"
-                    )
-                if how == "mean":
-                    z[:, :, index] = source[:n_pos].to(z)
-                else:
-                    pick = perm[torch.arange(batch) % n_ref]
-                    z[:, :, index] = source[pick.to(source.device), :n_pos].to(z)
+                z[:, :, index] = replacement(source, how, z.shape[0], z.shape[1], order).to(z)
             return z
 
         return hook

@@ -1,30 +1,33 @@
 """Coalition values: v(S), the metric with only the heads in S active and every other player head ablated,
-for many coalitions S per forward pass.
+for many coalitions S per forward pass: a specification on the stacked-copies engine (`copies`), copy i
+being coalition i.
 
 Players are heads (layer, head); heads that are not players stay as they are. An ablated head's z (before
-W_O) is replaced exactly as `hc.ablate` replaces it: "zero", "mean" (the reference inputs' mean z at each
-position) or "resample" (example i takes reference example perm[i % n_ref], perm seeded by `seed`).
+W_O) is replaced as `hc.ablate` replaces it, by the same function (`ablation.replacement`): "zero", "mean"
+(the reference inputs' mean z at each position) or "resample" (example i takes reference example
+perm[i % n_ref], perm seeded by `seed`).
 
 Metrics are read at the answer position of each input: by name "logit_diff" (logit(answer) -
 logit(wrong)), "accuracy" (argmax is the answer), "loss" (cross-entropy of the answer) and "prob" (the
 answer's probability), each a mean over inputs; or a callable on [batch, pos, vocab] logits (the task's
-metric is its default). Two ways to compute, both compared with `hc.ablate` + a forward pass in the tests:
+metric is its default). The paths (`method`), each compared with the reference in the tests:
 
-- one-layer attention-only models without a norm (the logits are linear in every head's z): the logits
-  of any coalition are the full model's minus, for each ablated player, its change of logits, computed
-  once per player; no forward pass per coalition (named metrics only);
-- any other model without hooks of its own: layer by layer. Coalitions that agree on the players of
-  layers 0..l share the residual stream after layer l, so layer l runs once per distinct such prefix (a
-  random order of 32 heads in 4 layers has 33 coalitions but 9 + 17 + 25 + 33 = 84 distinct layer states
-  instead of 132), through TransformerLens's own block with a hook on z; with a named metric, the last
-  layer computes only the row each input is read at (`headcoop.analysis.suffix.supported` models);
-- models with hooks installed: C coalitions at a time stacked along the batch axis through the whole
-  model, one hook per layer setting each copy's ablated heads.
+- "linear": one-layer attention-only models without a norm (the logits are linear in every head's z): the
+  logits of any coalition are the full model's minus, for each ablated player, its change of logits,
+  computed once per player; no forward pass per coalition (named metrics only);
+- "layered": layer by layer. Coalitions that agree on the players of layers 0..l share the residual stream
+  after layer l, so layer l runs once per distinct such prefix (a random order of 32 heads in 4 layers has
+  33 coalitions but 9 + 17 + 25 + 33 = 84 distinct layer states instead of 132), through TransformerLens's
+  own block with a hook on z; with a named metric, the last layer computes only the row each input is read
+  at (`headcoop.analysis.suffix.supported` models);
+- "stacked": the engine's stacked path, C coalitions at a time through the model's blocks from the first
+  player's layer, one hook per layer setting each copy's ablated heads;
+- "reference": `hc.ablate` of the players outside S and one plain forward pass per coalition. It is also
+  the path whenever any hook is installed on the model (every shortcut would bypass it).
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 
 import torch
@@ -34,41 +37,32 @@ from torch import Tensor
 from transformer_lens import HookedTransformer
 from transformer_lens.utilities import apply_softcap, get_act_name
 
-from headcoop.analysis.ablation import _reference_z
+from headcoop.analysis.ablation import ablate, reference_z, replacement, resample_order
 from headcoop.analysis.common import as_tokens, check_choice, check_positions, require_task, task_of
-from headcoop.analysis.suffix import finish_block, supported
-from headcoop.analysis.vocabulary import ABLATION_HOWS, METRIC_NAMES, AblationHow
-from headcoop.checks import check_metric_value, installed_hooks
-from headcoop.tasks.base import Batch, generator
-
-
-
-def named_metric(name: str, logits: Float[Tensor, "*copy batch vocab"], answer: Tensor, wrong: Tensor | None) -> Tensor:
-    """A named metric of logits at the answer positions, one value per leading copy (mean over inputs)."""
-    right = logits.gather(-1, answer.expand(*logits.shape[:-1])[..., None])[..., 0]
-    if name == "logit_diff":
-        if wrong is None:
-            raise ValueError('metric "logit_diff" needs the wrong answers: pass a Batch or wrong=')
-        return (right - logits.gather(-1, wrong.expand(*logits.shape[:-1])[..., None])[..., 0]).mean(-1)
-    if name == "accuracy":
-        return (logits.argmax(-1) == answer).to(logits.dtype).mean(-1)
-    logp = right - logits.logsumexp(-1)
-    return (-logp).mean(-1) if name == "loss" else logp.exp().mean(-1)
+from headcoop.analysis.copies import AtRows, Copies, Score, Target, evaluate, hooks_in_the_way, target_run
+from headcoop.analysis.suffix import finish_block, mask_future, supported
+from headcoop.analysis.vocabulary import ABLATION_HOWS, GAME_METHODS, METRIC_NAMES, AblationHow, GameMethod, head_name
+from headcoop.tasks.base import Batch
 
 
 class CoalitionGame:
     """v(S) for coalitions of `players` on fixed inputs (module docstring). `values(masks)` evaluates any
-    [coalition, player] boolean masks (True: the player is active)."""
+    [coalition, player] boolean masks (True: the player is active).
+
+    method: "auto" (linear where it applies, else layered; the reference whenever a hook is installed),
+    "linear", "layered", "stacked" or "reference" (`hc.ablate` + one forward pass per coalition). `.method`
+    says in words which path ran last."""
 
     def __init__(
         self, model: HookedTransformer, players: list[tuple[int, int]], tokens=None, metric=None,
         how: AblationHow = "mean", reference=None, seed: int = 0, answer=None, wrong=None, pos=None,
-        memory_budget_mb: float = 256,
+        memory_budget_mb: float = 256, method: GameMethod = "auto",
     ):  # fmt: skip
         check_choice("how", how, ABLATION_HOWS)
+        check_choice("method", method, GAME_METHODS)
         if how == "zero" and reference is not None:
             raise ValueError('reference= only applies to how="mean" or "resample", not how=\'zero\'')
-        self.model, self.players, self.how = model, list(players), how
+        self.model, self.players, self.how, self.seed = model, list(players), how, seed
         task = task_of(model)
         if tokens is None:
             tokens = require_task(model, "the inputs of a coalition game").patching_inputs()[0]
@@ -79,8 +73,8 @@ class CoalitionGame:
         if pos is None:
             pos = batch.answer_pos if batch is not None else -1
         self.pos = check_positions(pos, n, width).to(device)
-        self.answer = (batch.answer if answer is None and batch is not None else answer)
-        self.wrong = (batch.wrong if wrong is None and batch is not None else wrong)
+        answer = batch.answer if answer is None and batch is not None else answer
+        wrong = batch.wrong if wrong is None and batch is not None else wrong
         if metric is None:
             if task is None or batch is None:
                 raise ValueError('pass metric= (a name such as "logit_diff", or a callable): the default is the '
@@ -88,34 +82,37 @@ class CoalitionGame:
             metric = lambda logits: task.metric(logits, batch.to(device))  # noqa: E731
         if isinstance(metric, str):
             check_choice("metric", metric, METRIC_NAMES)
-            if self.answer is None:
+            if answer is None:
                 raise ValueError(f"metric {metric!r} needs the right answers: pass a Batch or answer=")
-            self.answer = torch.as_tensor(self.answer).to(device)
-            self.wrong = None if self.wrong is None else torch.as_tensor(self.wrong).to(device)
-        elif not callable(metric):
+            answer = torch.as_tensor(answer).to(device)
+            wrong = None if wrong is None else torch.as_tensor(wrong).to(device)
+            self.score = Score.of_name(metric, answer, wrong, self.pos)
+        elif callable(metric):
+            self.score = Score(metric)
+        else:
             raise TypeError(f"metric must be a name {list(METRIC_NAMES)} or a callable, got {type(metric).__name__}")
         self.metric = metric
         self.memory_budget_mb = memory_budget_mb
-        self._prepare_replacements(reference, seed)
+        self._prepare_replacements(reference)
         cfg = model.cfg
         self.linear = (
             isinstance(metric, str) and cfg.n_layers == 1 and cfg.attn_only and cfg.normalization_type is None
-            and not (cfg.output_logits_soft_cap or 0) > 0 and not installed_hooks(model)
+            and not (cfg.output_logits_soft_cap or 0) > 0 and not hooks_in_the_way(model)
         )  # fmt: skip
-        self.layered = not self.linear and not installed_hooks(model)
-        if self.linear:
-            self.method = "linear (one layer: per-head logit changes, no forward pass per coalition)"
-        elif self.layered:
-            self.method = "layer by layer, shared prefixes computed once, hooks on z"
-        else:
-            self.method = "stacked forward passes with hooks on z"
+        if method == "linear" and not self.linear:
+            raise ValueError("method='linear' needs a one-layer attention-only model without a norm, a named metric "
+                             "and no hooks installed; use 'auto'")  # fmt: skip
+        self.layered = method in ("auto", "layered") and not self.linear and not hooks_in_the_way(model)
+        self.requested = method
+        self.method = self._describe(self._path())
         if self.linear:
             self._prepare_linear()
 
     # --- what an ablated head writes ---------------------------------------------------------------
-    def _prepare_replacements(self, reference, seed: int) -> None:
+    def _prepare_replacements(self, reference) -> None:
         n, width = self.tokens.shape
         layers = sorted({lay for lay, _ in self.players})
+        self.reference = reference
         self.replacement: dict[tuple[int, int], Tensor] = {}  # (layer, head) -> [batch, pos, d_head]
         if self.how == "zero":
             d_head = self.model.cfg.d_head
@@ -123,15 +120,11 @@ class CoalitionGame:
                 self.replacement[player] = torch.zeros(n, width, d_head, device=self.tokens.device)
             return
         if reference is None:
-            reference = require_task(self.model, f'the reference of how="{self.how}"').sample(512, seed=0)
-        ref_z = _reference_z(self.model, reference, set(layers))
-        n_ref, ref_pos = next(iter(ref_z.values())).shape[:2]
-        if width > ref_pos:
-            raise ValueError(f"inputs of length {width} are longer than the {self.how}-ablation reference ({ref_pos} positions)")
-        pick = torch.randperm(n_ref, generator=generator(seed))[torch.arange(n) % n_ref]
+            self.reference = require_task(self.model, f'the reference of how="{self.how}"').sample(512, seed=0)
+        ref_z = reference_z(self.model, self.reference, set(layers))
+        order = resample_order(next(iter(ref_z.values())).shape[0], self.seed)
         for lay, head in self.players:
-            z = ref_z[lay][:, :width, head]  # [ref, pos, d_head]
-            value = z.mean(0).expand(n, -1, -1) if self.how == "mean" else z[pick.to(z.device)]
+            value = replacement(ref_z[lay][:, :, head, None], self.how, n, width, order)[:, :, 0]
             self.replacement[(lay, head)] = value.to(self.tokens.device)
 
     # --- one layer, linear -------------------------------------------------------------------------
@@ -149,21 +142,37 @@ class CoalitionGame:
         self.delta = torch.stack(deltas)  # [player, batch, vocab]: what ablating each player removes
 
     # --- evaluation ---------------------------------------------------------------------------------
+    def _path(self) -> str:
+        if self.requested == "reference" or hooks_in_the_way(self.model):
+            return "reference"
+        if self.linear:
+            return "linear"
+        return "layered" if self.layered else "stacked"
+
+    def _describe(self, path: str) -> str:
+        if path == "reference":
+            hooks = hooks_in_the_way(self.model)
+            why = "hooks installed" if hooks else "method='reference'"
+            return f"reference: hc.ablate and one forward pass per coalition ({why})"
+        return {
+            "linear": "linear (one layer: per-head logit changes, no forward pass per coalition)",
+            "layered": "layer by layer, shared prefixes computed once, hooks on z",
+            "stacked": "stacked forward passes with hooks on z",
+        }[path]
+
     @torch.no_grad()
     def values(self, masks: Bool[Tensor, "coalition player"]) -> Float[Tensor, " coalition"]:
         """v(S) for each row of `masks` (True: active), float64."""
         masks = torch.as_tensor(masks, dtype=torch.bool, device=self.tokens.device)
         if masks.ndim != 2 or masks.shape[1] != len(self.players):
             raise ValueError(f"masks must be [coalition, {len(self.players)}] booleans, got {tuple(masks.shape)}")
-        if installed_hooks(self.model):  # (perhaps installed since the game was built) every shortcut would bypass them
-            self.method = "stacked forward passes with hooks on z, one coalition per pass (hooks installed)"
-            values = self._values_stacked(masks)
-        elif self.linear:
-            values = self._values_linear(masks)
-        elif self.layered:
-            values = self._values_layered(masks)
-        else:
-            values = self._values_stacked(masks)
+        path = self._path()  # hooks may have been installed since the game was built
+        self.method = self._describe(path)
+        first = min(lay for lay, _ in self.players)
+        target = self._target(first if path == "stacked" else None)
+        copies = self._copies(masks, target, first, path)
+        engine_path = {"linear": "local", "layered": "local"}.get(path, path)
+        values = evaluate(target, copies, engine_path, self.memory_budget_mb, head_local=False).double()
         bad = (~torch.isfinite(values)).nonzero().flatten()
         if len(bad):
             active = [i for i, on in enumerate(masks[int(bad[0])].tolist()) if on]
@@ -173,37 +182,47 @@ class CoalitionGame:
             )
         return values
 
-    def _values_linear(self, masks: Tensor) -> Tensor:
+    def _target(self, cached_layer: int | None) -> Target:
+        """The unablated run: tokens and score, with the residual stream entering `cached_layer` cached."""
+        model = self.model
+        if cached_layer is None:
+            logits = torch.zeros(0, device=self.tokens.device)
+            return Target(model, self.tokens, logits, None, self.score, {})
+        name = get_act_name("resid_pre", cached_layer)
+        return target_run(model, self.tokens, self.score, lambda n: n == name)
+
+    def _copies(self, masks: Tensor, target: Target, first: int, path: str) -> Copies:
+        """The engine's specification: copy i is coalition masks[i]."""
+        model, n = self.model, len(self.tokens)
+        player_layers = sorted({lay for lay, _ in self.players})
+        n_layers = model.cfg.n_layers
+        # the layer of a copy sizes its chunks: the layered path holds one layer's activations at a time
+        layer = {"stacked": first, "layered": n_layers - 1, "linear": n_layers}.get(path, first)
+
+        def setter(lo: int, hi: int):
+            chunk = masks[lo:hi]
+            return [(get_act_name("z", lay), self._z_hook(lay, chunk, n)) for lay in player_layers]
+
+        def reference(i: int) -> Tensor:
+            off = [head_name(*p) for p, on in zip(self.players, masks[i].tolist()) if not on]
+            if not off:
+                return model(self.tokens)
+            with ablate(model, heads=off, how=self.how, reference=None if self.how == "zero" else self.reference,
+                        seed=self.seed):  # fmt: skip
+                return model(self.tokens)
+
+        def local(_layer: int, lo: int, hi: int):
+            if path == "linear":
+                return self._linear_chunk(masks[lo:hi])
+            return self._layered_chunk(masks[lo:hi])
+
+        return Copies(layers=[layer] * len(masks), setter=setter, reference=reference, local=local)
+
+    def _linear_chunk(self, masks: Tensor) -> AtRows:
         n, vocab = self.full.shape
-        per_chunk = max(1, int(self.memory_budget_mb * 2**20 // (8 * 3 * n * vocab)))
-        out = []
-        flat = self.delta.reshape(len(self.players), -1)
-        for start in range(0, len(masks), per_chunk):
-            off = (~masks[start : start + per_chunk]).double()
-            logits = self.full - (off @ flat).view(-1, n, vocab)
-            out.append(named_metric(self.metric, logits, self.answer, self.wrong))
-        return torch.cat(out)
-
-    def _values_stacked(self, masks: Tensor) -> Tensor:
-        model, cfg = self.model, self.model.cfg
-        n, width = self.tokens.shape
-        rows = torch.arange(n, device=self.tokens.device)
-        per_sequence = (2 * cfg.n_layers * width * (4 * cfg.d_model + 3 * cfg.n_heads * width + (cfg.d_mlp or 0))
-                        + 2 * width * cfg.d_vocab_out) * 4  # fmt: skip
-        per_chunk = 1 if installed_hooks(model) else max(1, int(self.memory_budget_mb * 2**20 // (per_sequence * n)))
-        out = []
-        for start in range(0, len(masks), per_chunk):
-            chunk = masks[start : start + per_chunk]
-            c = len(chunk)
-            hooks = [(get_act_name("z", lay), self._z_hook(lay, chunk, n)) for lay in sorted({p[0] for p in self.players})]
-            logits = model.run_with_hooks(self.tokens.repeat(c, 1), fwd_hooks=hooks).view(c, n, width, -1)
-            if isinstance(self.metric, str):
-                at = logits[:, rows, self.pos].double()  # [c, batch, vocab]
-                out.append(named_metric(self.metric, at, self.answer, self.wrong))
-            else:
-                out.append(torch.stack([torch.as_tensor(self.metric(copy)).double().reshape(()) for copy in logits]))
-        return torch.cat(out)
-
+        off = (~masks).double()
+        logits = self.full - (off @ self.delta.reshape(len(self.players), -1)).view(-1, n, vocab)
+        return AtRows(logits, self.pos)
 
     # --- layer by layer, prefixes shared ---------------------------------------------------------------
     def _layer_inputs(self) -> tuple[Tensor, Tensor | None, Tensor | None]:
@@ -234,26 +253,17 @@ class CoalitionGame:
 
         return hook
 
-    def _values_layered(self, masks: Tensor) -> Tensor:
-        model, cfg = self.model, self.model.cfg
-        n, width = self.tokens.shape
-        layer_of = torch.tensor([lay for lay, _ in self.players], device=masks.device)
-        row_only = (
-            isinstance(self.metric, str) and supported(model) and cfg.positional_embedding_type != "rotary"
-            and self._layer_inputs()[2] is None
-        )  # fmt: skip
-        per_state = 4 * n * width * (2 * cfg.d_model + 3 * cfg.n_heads * cfg.d_head + 2 * cfg.n_heads * width
-                                     + (cfg.d_mlp or 0))  # fmt: skip
-        per_chunk = max(1, int(self.memory_budget_mb * 2**20 // per_state))
-        out = []
-        for start in range(0, len(masks), per_chunk):
-            out.append(self._layered_chunk(masks[start : start + per_chunk], layer_of, row_only))
-        return torch.cat(out)
-
-    def _layered_chunk(self, masks: Tensor, layer_of: Tensor, row_only: bool) -> Tensor:
+    def _layered_chunk(self, masks: Tensor) -> AtRows | Tensor:
+        """Logits of each coalition of the chunk (module docstring, "layered"): [c, batch, vocab] at each
+        input's read row (AtRows) with a named metric on a supported model, else [c * batch, pos, vocab]."""
         model, cfg = self.model, self.model.cfg
         n, width = self.tokens.shape
         residual, shortformer, attention_mask = self._layer_inputs()
+        row_only = (
+            isinstance(self.metric, str) and supported(model) and cfg.positional_embedding_type != "rotary"
+            and attention_mask is None
+        )  # fmt: skip
+        layer_of = torch.tensor([lay for lay, _ in self.players], device=masks.device)
         states = residual[None]  # [state, batch, pos, d_model]
         parent_of = torch.zeros(len(masks), dtype=torch.long, device=masks.device)  # coalition -> its state
         for layer in range(cfg.n_layers):
@@ -269,10 +279,12 @@ class CoalitionGame:
             extra = None if shortformer is None else shortformer.repeat(len(unique), 1, 1)
             mask = None if attention_mask is None else attention_mask.repeat(len(unique), 1)
             if layer == cfg.n_layers - 1:
-                with model.hooks(fwd_hooks=hooks) if not row_only else contextlib.nullcontext():
-                    logits = (self._last_layer_rows(flat, extra, active) if row_only
-                              else self._last_layer_all(flat, extra, mask))  # fmt: skip
-                return self._metric_of(logits.view(len(unique), n, *logits.shape[1:]), row_only)[inverse]
+                if row_only:
+                    logits = self._last_layer_rows(flat, extra, active).view(len(unique), n, -1)
+                    return AtRows(logits[inverse], self.pos)
+                with model.hooks(fwd_hooks=hooks):
+                    logits = self._last_layer_all(flat, extra, mask)
+                return logits.view(len(unique), n, *logits.shape[1:])[inverse].flatten(0, 1)
             with model.hooks(fwd_hooks=hooks):
                 states = model.blocks[layer](flat, shortformer_pos_embed=extra, attention_mask=mask)
             states = states.view(len(unique), n, width, -1)
@@ -298,8 +310,7 @@ class CoalitionGame:
         qk_in = normed if shortformer is None else normed + shortformer
         q, k, v = attn.calculate_qkv_matrices(qk_in[rows, at][:, None], qk_in, normed)
         scores = attn.calculate_attention_scores(q, k)  # [state*batch, head, 1, key]
-        future = torch.arange(width, device=flat.device)[None, :] > at[:, None]  # [state*batch, key]
-        scores = torch.where(future[:, None, None, :], attn.IGNORE.to(scores.device), scores)
+        scores = mask_future(scores, attn, at, align="copy")  # one query row per [state*batch] entry
         pattern = F.softmax(scores, dim=-1).to(model.cfg.dtype)
         z = attn.calculate_z_scores(v, pattern)  # [state*batch, 1, head, d_head]
         idx = [i for i, (lay, _) in enumerate(self.players) if lay == layer]
@@ -312,15 +323,6 @@ class CoalitionGame:
         out = F.linear(z.reshape(len(z), -1), w.contiguous(), attn.b_O)
         x = finish_block(model, layer, flat[rows, at] + out)
         return model.unembed((model.ln_final(x[:, None]) if model.cfg.normalization_type is not None else x[:, None]))[:, 0]
-
-    def _metric_of(self, logits: Tensor, row_only: bool) -> Tensor:
-        """One value per state from its logits ([state, batch, vocab] at the read rows, or [state, batch,
-        pos, vocab])."""
-        if isinstance(self.metric, str):
-            if not row_only:
-                logits = logits[:, torch.arange(len(self.tokens), device=logits.device), self.pos]
-            return named_metric(self.metric, logits.double(), self.answer, self.wrong)
-        return torch.stack([check_metric_value(self.metric(copy), "metric").double() for copy in logits])
 
 
 def all_masks(n: int, device=None) -> Bool[Tensor, "coalition player"]:

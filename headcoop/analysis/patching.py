@@ -21,11 +21,15 @@ baseline, 1 at the clean baseline.
 The batching trick
 ------------------
 ``transformer_lens.patching`` runs one forward pass per patch and syncs with the host (``.item()``) after
-each. Here the patches of a sweep are stacked along the batch axis: a chunk of P patches of one layer is
-one pass over P copies of the target batch ([P * batch, pos]), copy p carrying patch p. P comes from
-``memory_budget_mb``. Two ways to run a chunk, both compared with transformer_lens in the tests:
+each. Here a sweep is a specification on the stacked-copies engine (``headcoop.analysis.copies``): a
+grid of patches, a setter and the metric. The engine stacks the patches along the batch axis: a chunk of
+P patches of one layer is one pass over P copies of the target batch ([P * batch, pos]), copy p carrying
+patch p. P comes from ``memory_budget_mb`` (the engine's one memory formula). Three ways to run a chunk
+(``method``), each compared with transformer_lens and with the reference in the tests:
 
-- hooked (``head_local=False``, and always for resid_pre): ``run_with_hooks`` from the target's residual
+- reference (``method="reference"``, and whenever any hook is installed): one forward pass from the tokens
+  per patch with a hook on the component, as ``transformer_lens.patching`` does.
+- stacked (``head_local=False``, and always for resid_pre): ``run_with_hooks`` from the target's residual
   stream at the patched layer (``start_at_layer``; earlier layers are not rerun), with one hook on the
   patched activation that overwrites, in copy p, exactly the slice (head[p], pos[p]) from the source
   run -- one advanced-index assignment with index tensors per chunk, not one per patch.
@@ -52,7 +56,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 
-import einops
 import numpy as np
 import pandas as pd
 import torch
@@ -64,13 +67,16 @@ from transformer_lens.utilities import get_act_name
 
 from headcoop.plot import Displayed
 from headcoop.analysis import suffix
-from headcoop.analysis.common import as_tokens, check_choice, check_layer, head_selection, model_device, task_of, task_symbols
-from headcoop.checks import check_bool, check_finite, check_float, check_metric_value, installed_hooks
+from headcoop.analysis.common import check_choice, check_layer, head_selection, model_device, task_symbols
+from headcoop.analysis.copies import (
+    Copies, Rows, Target, causal, clean_corrupt, continuation, copies_per_chunk, evaluate, hooks_in_the_way,
+    method_label, softmax_keys, target_run, w_o,
+)  # fmt: skip
+from headcoop.checks import check_bool, check_finite, check_float
 from headcoop.analysis.vocabulary import (
     COMPONENTS, DIRECTIONS, PATCH_METHODS, POSITIONS, Component, Direction, PatchMethod, Positions, head_name,
     layer_name,
 )  # fmt: skip
-from headcoop.tasks.base import Batch
 
 
 Metric = Callable[[Float[Tensor, "batch pos vocab"]], Float[Tensor, ""]]
@@ -153,52 +159,6 @@ class PatchResult(Displayed):
 
 
 # --- inputs -------------------------------------------------------------------------------------------
-def _resolve_inputs(model: HookedTransformer, clean, corrupt, metric) -> tuple[Tensor, Tensor, Metric, Callable | None]:
-    """(clean tokens, corrupt tokens, metric, the task's metric over stacked copies when it is the metric)."""
-    task = task_of(model)
-    if clean is None and corrupt is None:
-        if task is None:
-            raise ValueError(
-                "this model carries no headcoop task, so patch() needs clean=, corrupt= and metric=; "
-                "build the model with hc.Count01().model(...) / hc.load(...) for task defaults"
-            )
-        clean, corrupt = task.patching_inputs()
-    elif clean is None:
-        raise ValueError("corrupt= was given without clean=; pass both (or neither, to use the task's inputs)")
-    elif corrupt is None:
-        if not isinstance(clean, Batch) or task is None:
-            raise ValueError(
-                "corrupt= is missing; it can only be derived (task.corrupt) when clean= is a Batch "
-                "and the model carries a task"
-            )
-        corrupt = task.corrupt(clean)
-    clean_tokens, corrupt_tokens = as_tokens(model, clean), as_tokens(model, corrupt)
-    if clean_tokens.shape != corrupt_tokens.shape:
-        raise ValueError(
-            f"clean and corrupt inputs must have the same shape, got clean {tuple(clean_tokens.shape)} "
-            f"and corrupt {tuple(corrupt_tokens.shape)}"
-        )
-    task_batch = None
-    if metric is None:
-        if task is None:
-            raise ValueError(
-                "this model carries no headcoop task, so there is no default metric; pass "
-                "metric=lambda logits: ... (logits [batch, pos, vocab] -> scalar tensor)"
-            )
-        if not isinstance(clean, Batch):
-            raise ValueError(
-                "the default metric (the task's logit difference) needs clean= as a Batch, which knows the "
-                "answers; pass a Batch or an explicit metric="
-            )
-        task_batch = clean.to(clean_tokens.device)
-        metric = lambda logits: task.metric(logits, task_batch)  # noqa: E731
-        metric.rows = task_batch.answer_pos  # where the task's metric reads (checked by suffix.reads_only)
-    elif not callable(metric):
-        raise TypeError(f"metric must be callable (logits [batch, pos, vocab] -> scalar), got {type(metric).__name__}")
-    # The task's metric keeps leading axes, so it also scores every stacked copy in one call.
-    return clean_tokens, corrupt_tokens, metric, metric if task_batch is not None else None
-
-
 def _pos_labels(model: HookedTransformer, tokens: Int[Tensor, "batch pos"]) -> list[str]:
     """'p tok' where every row holds the task symbol tok at position p, else 'p'."""
     symbols = task_symbols(model)
@@ -267,19 +227,6 @@ def _set_slices(act: Tensor, source: Tensor, component: str, head: Tensor | None
         act[copy, :, pos, head] = source[:, pos, head].transpose(0, 1)
 
 
-def _continuation(model: HookedTransformer, tokens: Tensor) -> dict[str, Tensor | None]:
-    """What a forward pass started mid-model (`start_at_layer`) needs besides the residual stream, as the
-    model's own `input_to_embed` computes it from `tokens`: a shortformer's positional embedding, and the
-    padding mask TransformerLens derives from a left-padding tokenizer (None where there is none)."""
-    _, _, shortformer_pos_embed, attention_mask = model.input_to_embed(tokens)
-    return {"shortformer_pos_embed": shortformer_pos_embed, "attention_mask": attention_mask}
-
-
-def _repeat(extras: dict[str, Tensor | None], n: int) -> dict[str, Tensor | None]:
-    """`extras` for n stacked copies of the batch."""
-    return {k: None if v is None else v.repeat(n, *[1] * (v.ndim - 1)) for k, v in extras.items()}
-
-
 def _kv_heads(model: HookedTransformer) -> int:
     """How many key/value heads the k and v hooks hold (fewer than n_heads in a grouped-query model)."""
     cfg = model.cfg
@@ -302,53 +249,12 @@ def _prefix_reusable(model: HookedTransformer, component: str) -> bool:
 def patches_per_chunk(
     model: HookedTransformer, batch: int, n_pos: int, memory_budget_mb: float, from_layer: int = 0, head_local: bool = False
 ) -> int:
-    """How many patched copies of a [batch, n_pos] input fit in `memory_budget_mb` (at least 1).
-
-    Estimates the live activations of one sequence: for the full forward from `from_layer`, one layer's
-    q, k, v, z, scores and pattern (twice over for temporaries) for each remaining layer; for the
-    head-local shortcut, the patched layer's z, one head's scores and the residual stream instead.
-    """
-    cfg = model.cfg
-    n_kv = cfg.n_key_value_heads or cfg.n_heads
-    layer = (
-        n_pos * cfg.d_head * (2 * cfg.n_heads + 2 * n_kv)
-        + 2 * cfg.n_heads * n_pos * n_pos
-        + 4 * n_pos * cfg.d_model
-        + (2 * n_pos * cfg.d_mlp if not cfg.attn_only and cfg.d_mlp else 0)
-    )
-    later = cfg.n_layers - from_layer - (1 if head_local else 0)
-    first = 2 * n_pos * cfg.n_heads * cfg.d_head + 3 * n_pos * n_pos + 3 * n_pos * cfg.d_model if head_local else 0
-    per_sequence = (first + 2 * later * layer + 2 * n_pos * cfg.d_vocab_out) * torch.finfo(cfg.dtype).bits // 8
-    return max(1, int(memory_budget_mb * 2**20 // (per_sequence * batch)))
+    """How many patched copies of a [batch, n_pos] input share one pass (`copies.copies_per_chunk`, the
+    engine's one memory formula)."""
+    return copies_per_chunk(model, batch, n_pos, memory_budget_mb, from_layer=from_layer, head_local=head_local)
 
 
 # --- patching -----------------------------------------------------------------------------------------
-def _copies(logits: Tensor | suffix.RowLogits, n: int, batch: int) -> Tensor | suffix.RowLogits:
-    """[n, batch, pos, vocab] from the [n * batch, pos, vocab] a stacked pass returns (RowLogits as they are)."""
-    return logits if isinstance(logits, suffix.RowLogits) else logits.view(n, batch, *logits.shape[1:])
-
-
-def _stacked_metric(logits: Float[Tensor, "n batch pos vocab"] | suffix.RowLogits, metric: Metric,
-                    stacked: Callable | None) -> Tensor:  # fmt: skip
-    """The metric of each copy, [n], without leaving the device: the task's metric takes the copy axis in
-    one call; a user's metric is called on each copy's [batch, pos, vocab] logits."""
-    if isinstance(logits, suffix.RowLogits):
-        if stacked is not None:
-            logits = logits.full()
-        else:
-            return torch.stack([check_metric_value(metric(copy)).detach().clone().to(copy.device)
-                                for copy in logits.each()])  # fmt: skip
-    if stacked is not None:
-        values = stacked(logits)
-        if values.shape != logits.shape[:1]:
-            raise ValueError(
-                f"the task's metric returned shape {tuple(values.shape)} for logits {tuple(logits.shape)}; "
-                "Task.metric must keep leading axes (one value per copy)"
-            )
-        return values
-    return torch.stack([check_metric_value(metric(copy)).to(logits.device) for copy in logits])
-
-
 @torch.no_grad()
 def patch(
     model: HookedTransformer,
@@ -422,62 +328,40 @@ def patch(
     else:
         heads = list(range(model.cfg.n_heads)) if picked is None else picked
 
-    clean_tokens, corrupt_tokens, metric, stacked = _resolve_inputs(model, clean, corrupt, metric)
+    clean_tokens, corrupt_tokens, score = clean_corrupt(model, clean, corrupt, metric)
     source_tokens, target_tokens = (
         (clean_tokens, corrupt_tokens) if direction == "denoise" else (corrupt_tokens, clean_tokens)
     )
-    hooks = installed_hooks(model)
-    extras = _continuation(model, target_tokens)
+    hooks = hooks_in_the_way(model)
+    extras = continuation(model, target_tokens)
     # the head-local scores use the causal mask alone: not with a padding mask
     possible = _prefix_reusable(model, component) and extras["attention_mask"] is None
     if method == "head-local" and not possible:
         raise ValueError(f"method='head-local' does not apply to component {component!r} of this model (its "
                          "blocks or a padding mask need the whole layer recomputed); use 'auto' or 'stacked'")  # fmt: skip
-    reference = method == "reference" or bool(hooks)
-    local = not reference and possible and (method == "head-local" or (method == "auto" and head_local))
-    method = "head-local" if local else "stacked"
-    if reference:
-        shown = ", ".join(hooks[:3]) + (f" and {len(hooks) - 3} more" if len(hooks) > 3 else "")
-        method = f"one pass per patch (hooks at {shown})" if hooks else "one pass per patch (method='reference')"
+    if method == "reference" or hooks:
+        path = "reference"
+    elif possible and (method == "head-local" or (method == "auto" and head_local)):
+        path = "local"
+    else:
+        path = "stacked"
     patched = {get_act_name(component, lay) for lay in layers}
     # The target run supplies each copy's starting point: the residual stream entering the patched layer,
     # and, for the head-local shortcut, that layer's activations the patch leaves alone.
-    kept = ("resid_pre", "resid_post", "z", "q", "k", "v", "pattern") if local else ("resid_pre",)
+    kept = ("resid_pre", "resid_post", "z", "q", "k", "v", "pattern") if path == "local" else ("resid_pre",)
     starts = {get_act_name(name, lay) for lay in layers for name in kept}
-    if local:  # the suffix reads later layers' cached keys and values for the rows that stay unchanged
+    if path == "local":  # the suffix reads later layers' cached keys and values for the rows that stay unchanged
         kinds = ("k", "v", "rot_k") if model.cfg.positional_embedding_type == "rotary" else ("k", "v")
         starts |= {f"blocks.{lay}.attn.hook_{kind}" for lay in range(min(layers), model.cfg.n_layers) for kind in kinds}
     source_logits, source_cache = model.run_with_cache(source_tokens, names_filter=lambda n: n in patched)
-    target_logits, target_cache = model.run_with_cache(target_tokens, names_filter=lambda n: n in starts)
-    source_value = float(check_metric_value(metric(source_logits)))
-    target_value = float(check_metric_value(metric(target_logits)))
-    needed = _rows_read(metric, target_logits, clean_tokens, stacked) if local else None
+    target = target_run(model, target_tokens, score, lambda n: n in starts, rows=path == "local")
+    source_value, target_value = float(score.one(source_logits)), target.value
     clean_value, corrupt_value = (
         (source_value, target_value) if direction == "denoise" else (target_value, source_value)
     )
-
-    batch, n_pos = target_tokens.shape
-    grid = _grid(component, positions, layers, heads, n_pos, model_device(model))
-    results = []
-    for lay in layers:
-        # Patches are ordered layer first, so this layer's patches are one contiguous run.
-        lo, hi = int((grid.layer < lay).sum()), int((grid.layer <= lay).sum())
-        per_chunk = patches_per_chunk(model, batch, n_pos, memory_budget_mb, from_layer=lay, head_local=local)
-        if reference:
-            per_chunk = 1  # hooks may depend on the batch (resampling, per-example patterns): never stack
-        for start in range(lo, hi, per_chunk):
-            stop = min(start + per_chunk, hi)
-            head_index = grid.head[start:stop] if grid.head is not None else None
-            pos_index = grid.pos[start:stop] if grid.pos is not None else None
-            if local:
-                logits = _run_head_local(model, component, lay, stop - start, head_index, pos_index, source_cache,
-                                         target_cache, (target_logits, extras["shortformer_pos_embed"], needed))
-            else:
-                logits = _run_hooked(model, component, lay, stop - start, head_index, pos_index, source_cache,
-                                     target_cache, target_tokens, from_tokens=reference,
-                                     extras=_repeat(extras, stop - start))  # fmt: skip
-            results.append(_stacked_metric(_copies(logits, stop - start, batch), metric, stacked))
-    values = torch.cat(results).reshape(grid.shape).float().cpu()
+    grid = _grid(component, positions, layers, heads, target.n_pos, model_device(model))
+    copies = _patch_copies(model, component, grid, source_cache, target)
+    values = evaluate(target, copies, path, memory_budget_mb).reshape(grid.shape).float().cpu()
     return PatchResult(
         values=values,
         dims=grid.dims,
@@ -488,7 +372,38 @@ def patch(
         positions=positions,
         direction=direction,
         pos_labels=_pos_labels(model, clean_tokens),
-        method=method,
+        method=method_label(path, "head-local" if path == "local" else "stacked", hooks, "patch"),
+    )
+
+
+def _patch_copies(model, component: str, grid: _Grid, source_cache, target: Target) -> Copies:
+    """The specification of a patch sweep for the engine: copy i patches (layer[i], head[i], pos[i])."""
+    name = lambda lay: get_act_name(component, lay)  # noqa: E731
+
+    def hook(layer: int, lo: int, hi: int):
+        head = grid.head[lo:hi] if grid.head is not None else None
+        pos = grid.pos[lo:hi] if grid.pos is not None else None
+        source = source_cache[name(layer)]
+
+        def fn(act: Tensor, hook) -> Tensor:
+            act = act.contiguous()
+            _set_slices(act.view(hi - lo, -1, *act.shape[1:]), source, component, head, pos)
+            return act
+
+        return [(name(layer), fn)]
+
+    layers = grid.layer.tolist()
+
+    def local(layer: int, lo: int, hi: int) -> Rows:
+        head = grid.head[lo:hi] if grid.head is not None else None
+        pos = grid.pos[lo:hi] if grid.pos is not None else None
+        return _head_local(model, component, layer, hi - lo, head, pos, source_cache, target)
+
+    return Copies(
+        layers=layers,
+        setter=lambda lo, hi: hook(layers[lo], lo, hi),
+        reference=lambda i: model.run_with_hooks(target.tokens, fwd_hooks=hook(layers[i], i, i + 1)),
+        local=local,
     )
 
 
@@ -502,38 +417,18 @@ def _patched_head(target: Tensor, source: Tensor, pos: Tensor | None) -> Tensor:
     return patched
 
 
-def _run_hooked(
-    model, component, layer, n, head, pos, source_cache, target_cache, target_tokens, from_tokens=False, extras=None
-) -> Tensor:
-    """Logits [n * batch, pos, vocab] of n copies of the target run, copy i patched at (layer, head[i], pos[i])
-    by a hook on the component's activation; the copies start from the target's residual stream at `layer`,
-    or from the tokens when `from_tokens` (so that hooks on earlier layers run once, as in a plain forward)."""
-    name = get_act_name(component, layer)
-    source = source_cache[name]
-
-    def hook(act: Tensor, hook) -> Tensor:
-        act = act.contiguous()
-        _set_slices(act.view(n, -1, *act.shape[1:]), source, component, head, pos)
-        return act
-
-    if from_tokens:
-        return model.run_with_hooks(target_tokens.repeat(n, 1), fwd_hooks=[(name, hook)])
-    resid = target_cache[get_act_name("resid_pre", layer)].repeat(n, 1, 1)
-    return model.run_with_hooks(resid, start_at_layer=layer, fwd_hooks=[(name, hook)], **(extras or {}))
-
-
-def _run_head_local(model, component, layer, n, head, pos, source_cache, target_cache, target) -> Tensor:
-    """As `_run_hooked`, but only the patched head of `layer` is recomputed for each copy.
+def _head_local(model, component, layer, n, head, pos, source_cache, target: Target) -> Rows:
+    """n copies patched at (layer, head[i], pos[i]) with only the patched head of `layer` recomputed.
 
     A patch of head h's q, k, v, pattern or z changes nothing else in its layer, so each copy takes the
     target's z, recomputes z[:, :, h] from the patched activation exactly as the attention module does,
     adds `F.linear(z, W_O, b_O)` to the target's resid_pre, and runs the later layers from there.
-    Patches of one position of z, q or pattern change one row of z only (see `_run_row_local`).
+    Patches of one position of z, q or pattern change one row of z only (see `_row_local`).
     """
     if pos is not None and component in ("z", "q", "pattern"):
-        return _run_row_local(model, component, layer, n, head, pos, source_cache, target_cache, target)
+        return _row_local(model, component, layer, n, head, pos, source_cache, target)
     attn = model.blocks[layer].attn
-    act = lambda kind, cache=target_cache: cache[get_act_name(kind, layer)]  # noqa: E731
+    act = lambda kind, cache=target.cache: cache[get_act_name(kind, layer)]  # noqa: E731
     batch, n_pos = act("z").shape[:2]
     z = act("z")[None].repeat(n, 1, 1, 1, 1)  # [n, batch, pos, head, d_head]
     copy = torch.arange(n, device=z.device)
@@ -552,22 +447,22 @@ def _run_head_local(model, component, layer, n, head, pos, source_cache, target_
         if component in ("q", "k"):
             flat = lambda x: x.reshape(n * batch, n_pos, 1, -1)  # noqa: E731
             scores = attn.calculate_attention_scores(flat(q), flat(k))
-            if _causal(model, attn):
+            if causal(model, attn):
                 scores = attn.apply_causal_mask(scores)
-            pattern = _softmax(scores).view(n, batch, n_pos, n_pos)
+            pattern = softmax_keys(scores).view(n, batch, n_pos, n_pos)
         z[copy, :, :, head] = pattern @ v
-    out = F.linear(z.view(n * batch, n_pos, -1), _w_o(attn), attn.b_O)
+    out = F.linear(z.view(n * batch, n_pos, -1), w_o(attn), attn.b_O)
     resid_mid = act("resid_pre") + out.view(n, batch, n_pos, -1)
     # a k or v patch at position p changes no query row before p: the MLP and later layers start at row p
     starts = torch.zeros(n, dtype=torch.long, device=resid_mid.device) if pos is None else pos
-    return _by_start(model, layer + 1, resid_mid, starts, target_cache, target, finish=layer)
+    return Rows(layer + 1, resid_mid, starts, finish=layer)
 
 
-def _run_row_local(model, component, layer, n, head, pos, source_cache, target_cache, target) -> Tensor:
+def _row_local(model, component, layer, n, head, pos, source_cache, target: Target) -> Rows:
     """Copy i patches head[i] of z, q or pattern at position pos[i] only: that changes z, hence the block's
     output, at that one query position. Each copy is the target's resid_post with row pos[i] recomputed."""
     attn = model.blocks[layer].attn
-    act = lambda kind, cache=target_cache: cache[get_act_name(kind, layer)]  # noqa: E731
+    act = lambda kind, cache=target.cache: cache[get_act_name(kind, layer)]  # noqa: E731
     batch, n_pos = act("z").shape[:2]
     copy = torch.arange(n, device=pos.device)
     z_row = act("z")[:, pos].transpose(0, 1).clone()  # [n, batch, head, d_head]
@@ -583,70 +478,13 @@ def _run_row_local(model, component, layer, n, head, pos, source_cache, target_c
             scores = attn.calculate_attention_scores(
                 q.reshape(n * batch, 1, 1, -1), k.reshape(n * batch, n_pos, 1, -1)
             ).view(n, batch, n_pos)
-            if _causal(model, attn):
-                future = torch.arange(n_pos, device=pos.device) > pos[:, None]  # [n, key_pos]
-                scores = torch.where(future[:, None], attn.IGNORE.to(scores.device), scores)
-            pattern = _softmax(scores)
+            if causal(model, attn):
+                scores = suffix.mask_future(scores, attn, pos, align="copy")  # [n, batch, key_pos]
+            pattern = softmax_keys(scores)
         z_row[copy, :, head] = (pattern[:, :, None] @ v).squeeze(2)
-    out = F.linear(z_row.reshape(n, batch, -1), _w_o(attn), attn.b_O)  # [n, batch, d_model]
+    out = F.linear(z_row.reshape(n, batch, -1), w_o(attn), attn.b_O)  # [n, batch, d_model]
     new_rows = suffix.finish_block(model, layer, act("resid_pre")[:, pos].transpose(0, 1) + out)  # [n, batch, d]
-    return _by_start(model, layer + 1, (act("resid_post"), new_rows), pos, target_cache, target)
-
-
-def _by_start(model, start, resid, first_row, target_cache, target, finish: int | None = None) -> Tensor:
-    """Logits [n * batch, pos, vocab] of n copies whose residual stream entering layer `start` is `resid`
-    [n, batch, pos, d_model], copy i equal to the target's before row first_row[i]: the copies are grouped
-    by that row and each group runs the later layers on its rows from there (`suffix.run_from`). With
-    `finish`, `resid` is that layer's resid_mid, and its MLP runs on the same rows first. `resid` may also
-    be (base [batch, pos, d_model], rows [n, batch, d_model]): copy i is `base` with row first_row[i]
-    replaced (a one-row patch), so no full copy per patch is made."""
-    target_logits, shortformer_pos_embed, needed = target
-    one_row = isinstance(resid, tuple)
-    n, batch = (resid[1] if one_row else resid).shape[:2]
-    kept = torch.arange(target_logits.shape[1], device=target_logits.device) if needed is None else needed
-    out = target_logits[:, kept][None].repeat(n, 1, 1, 1)  # [n, batch, kept row, vocab]; changed rows below
-    for r0 in first_row.unique().tolist():
-        group = (first_row == r0).nonzero().flatten()
-        if one_row:
-            base, rows_new = resid
-            x = base[None, :, r0:].repeat(len(group), 1, 1, 1)
-            x[:, :, 0] = rows_new[group]
-        else:
-            x = resid[group, :, r0:]
-        if finish is not None:
-            x = suffix.finish_block(model, finish, x)
-        rows, logits = suffix.run_from(model, start, x, r0, target_cache, target_logits, shortformer_pos_embed,
-                                       needed)  # fmt: skip
-        if logits is not None:
-            at = torch.searchsorted(kept, rows)  # rows is a subset of kept, both sorted
-            out[group[:, None], :, at[None, :]] = logits.view(len(group), batch, len(rows), -1).transpose(1, 2)
-    if needed is None:
-        return out.view(n * batch, *target_logits.shape[1:])
-    return suffix.RowLogits(target_logits, kept, out)
-
-
-def _rows_read(metric, target_logits: Tensor, clean_tokens: Tensor, stacked) -> Tensor | None:
-    """The logit rows (positions) the metric reads, when a small candidate set passes `suffix.reads_only`:
-    the task's answer positions for its own metric, else the last position; None (every row) otherwise."""
-    task_rows = getattr(stacked, "rows", None)
-    candidates = task_rows if task_rows is not None else torch.tensor([target_logits.shape[1] - 1])
-    candidates = candidates.unique().to(target_logits.device)
-    return candidates if suffix.reads_only(metric, target_logits, candidates) else None
-
-
-def _causal(model: HookedTransformer, attn) -> bool:
-    return (getattr(attn, "_attention_dir_override", None) or model.cfg.attention_dir) == "causal"
-
-
-def _softmax(scores: Tensor) -> Tensor:
-    """The attention module's softmax over keys, with NaN rows (all keys masked) set to zero."""
-    pattern = F.softmax(scores, dim=-1)
-    return torch.where(torch.isnan(pattern), torch.zeros_like(pattern), pattern)
-
-
-def _w_o(attn) -> Tensor:
-    """W_O as the attention module feeds it to F.linear: [d_model, head * d_head]."""
-    return einops.rearrange(attn.W_O, "head d_head d_model -> d_model (head d_head)").contiguous()
+    return Rows(layer + 1, (act("resid_post"), new_rows), pos)
 
 
 # --- plotting -----------------------------------------------------------------------------------------

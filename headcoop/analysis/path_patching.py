@@ -34,12 +34,11 @@ from headcoop.analysis import suffix
 from headcoop.analysis.common import check_choice, parse_heads, require_model
 from headcoop.analysis.norms import norm_kind
 from headcoop.analysis.vocabulary import DIRECTIONS, PATH_METHODS, VIAS, Direction, PathMethod, Via, head_name
-from headcoop.analysis.patching import (
-    _continuation, _copies, _repeat, _resolve_inputs, _rows_read, _softmax, _stacked_metric,
-)
-from headcoop.checks import check_finite, check_metric_value, installed_hooks
+from headcoop.analysis.copies import (
+    Copies, Rows, Target, clean_corrupt, evaluate, hooks_in_the_way, method_label, softmax_keys, target_run,
+)  # fmt: skip
+from headcoop.checks import check_finite, check_metric_value
 from headcoop.plot import Displayed
-
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
@@ -105,13 +104,12 @@ def _frozen_norm(module, x: Tensor, scale: Tensor) -> Tensor:
     return x + module.b if kind == "LN" else x
 
 
-def _receiver_local(model, layer, chunk, deltas, target_cache, target) -> Tensor:
-    """Logits [n * batch, pos, vocab] for n edges into receivers of `layer`: each copy recomputes only its
-    receiver head (its q, k or v moved by the sender's change through the frozen ln1), adds the head's
-    change of output to the target's resid_mid, runs the block's MLP, and the later layers row-wise
-    (`suffix.run_from`, the last layer only at the rows the metric reads)."""
-    from headcoop.analysis.patching import _by_start
-
+def _receiver_local(model, layer, chunk, deltas, target: Target) -> Rows | Tensor:
+    """n edges into receivers of `layer`: each copy recomputes only its receiver head (its q, k or v moved by
+    the sender's change through the frozen ln1) and adds the head's change of output to the target's
+    resid_mid (`Rows` for the engine, which runs the block's MLP and the later layers row-wise); in the last
+    layer, logits [n * batch, pos, vocab] computed at the rows the metric reads only."""
+    target_cache = target.cache
     block, attn = model.blocks[layer], model.blocks[layer].attn
     act = lambda kind: target_cache[get_act_name(kind, layer)]  # noqa: E731
     scale = target_cache.cache_dict.get(f"blocks.{layer}.ln1.hook_scale")
@@ -137,18 +135,16 @@ def _receiver_local(model, layer, chunk, deltas, target_cache, target) -> Tensor
             W = getattr(attn, f"W_{via.upper()}")[heads[idx]]  # [k, d_model, d_head]
             qkv[via][idx] += torch.einsum("kbpm,kmd->kbpd", x, W)
     q, k, v = qkv["q"], qkv["k"], qkv["v"]
-    target_logits, _, needed = target
-    if layer == model.cfg.n_layers - 1 and needed is not None:  # only the rows the metric reads
-        return _last_layer_rows(model, layer, q, k, v, heads, target_cache, target_logits, needed)
+    if layer == model.cfg.n_layers - 1 and target.needed is not None:  # only the rows the metric reads
+        return _last_layer_rows(model, layer, q, k, v, heads, target_cache, target.logits, target.needed)
     flat = lambda x: x.reshape(n * batch, n_pos, 1, -1)  # noqa: E731
     scores = attn.calculate_attention_scores(flat(q), flat(k))
     scores = attn.apply_causal_mask(scores)
-    pattern = _softmax(scores).view(n, batch, n_pos, n_pos).to(model.cfg.dtype)
+    pattern = softmax_keys(scores).view(n, batch, n_pos, n_pos).to(model.cfg.dtype)
     z = pattern @ v  # [n, batch, pos, d_head]
     change = (z - act("z")[:, :, heads].permute(2, 0, 1, 3)) @ attn.W_O[heads][:, None]  # [n, batch, pos, d_model]
     resid_mid = act("resid_pre") + act("attn_out") + change
-    starts = torch.zeros(n, dtype=torch.long, device=resid_mid.device)
-    return _by_start(model, layer + 1, resid_mid, starts, target_cache, target, finish=layer)
+    return Rows(layer + 1, resid_mid, torch.zeros(n, dtype=torch.long, device=resid_mid.device), finish=layer)
 
 
 def _last_layer_rows(model, layer, q, k, v, heads, target_cache, target_logits, needed) -> Tensor:
@@ -162,9 +158,8 @@ def _last_layer_rows(model, layer, q, k, v, heads, target_cache, target_logits, 
     scores = attn.calculate_attention_scores(
         q[:, :, rows].reshape(n * batch, len(rows), 1, -1), k.reshape(n * batch, n_pos, 1, -1)
     )  # [n*batch, 1, row, key]
-    future = torch.arange(n_pos, device=q.device)[None, :] > rows[:, None]
-    scores = torch.where(future, attn.IGNORE.to(scores.device), scores)
-    pattern = _softmax(scores).view(n, batch, len(rows), n_pos).to(model.cfg.dtype)
+    scores = suffix.mask_future(scores, attn, rows)
+    pattern = softmax_keys(scores).view(n, batch, len(rows), n_pos).to(model.cfg.dtype)
     z = pattern @ v  # [n, batch, row, d_head]
     change = (z - act("z")[:, rows][:, :, heads].permute(2, 0, 1, 3)) @ attn.W_O[heads][:, None]
     resid = finish_block(model, layer, (act("resid_pre") + act("attn_out"))[:, rows] + change)
@@ -183,6 +178,12 @@ def reference_edge(model: HookedTransformer, target_tokens, target_cache, delta:
     TransformerLens's split q/k/v inputs, the receiver head's `via` input set to the target's resid_pre plus
     the sender's change `delta` [batch, pos, d_model], and its ln1 scale held at the target run's. Every
     hook installed on the model acts as in any forward pass."""
+    logits = _edge_logits(model, target_tokens, target_cache, delta, receiver, via)
+    return float(check_metric_value(metric(logits), "metric"))
+
+
+def _edge_logits(model, target_tokens, target_cache, delta, receiver, via) -> Tensor:
+    """The logits [batch, pos, vocab] of `reference_edge`'s forward pass."""
     layer, head = receiver
     resid = target_cache[get_act_name("resid_pre", layer)]
 
@@ -203,7 +204,7 @@ def reference_edge(model: HookedTransformer, target_tokens, target_cache, delta:
     split = model.cfg.use_split_qkv_input
     model.set_use_split_qkv_input(True)
     try:
-        return float(check_metric_value(metric(model.run_with_hooks(target_tokens, fwd_hooks=hooks)), "metric"))
+        return model.run_with_hooks(target_tokens, fwd_hooks=hooks)
     finally:
         model.set_use_split_qkv_input(split)
 
@@ -212,12 +213,17 @@ def reference_edge(model: HookedTransformer, target_tokens, target_cache, delta:
 def reference_direct(model: HookedTransformer, target_tokens, target_cache, delta: Tensor, metric) -> float:
     """The slow value of a sender's direct path: one forward pass of the target tokens with `delta` added to
     the last layer's output and the final norm's scale held at the target run's."""
+    return float(check_metric_value(metric(_direct_logits(model, target_tokens, target_cache, delta)), "metric"))
+
+
+def _direct_logits(model, target_tokens, target_cache, delta) -> Tensor:
+    """The logits [batch, pos, vocab] of `reference_direct`'s forward pass."""
     last = model.cfg.n_layers - 1
     hooks = [(get_act_name("resid_post", last), lambda x, hook: x + delta)]
     scale = target_cache.cache_dict.get("ln_final.hook_scale")
     if scale is not None:
         hooks.append(("ln_final.hook_scale", lambda s, hook: scale))
-    return float(check_metric_value(metric(model.run_with_hooks(target_tokens, fwd_hooks=hooks)), "metric"))
+    return model.run_with_hooks(target_tokens, fwd_hooks=hooks)
 
 
 def _check_model(model: HookedTransformer) -> None:
@@ -269,108 +275,101 @@ def path_patch(
     all_heads = [(lay, h) for lay in range(cfg.n_layers) for h in range(cfg.n_heads)]
     senders = all_heads if senders is None else parse_heads(model, senders)
     receivers = all_heads if receivers is None else parse_heads(model, receivers)
-    clean_tokens, corrupt_tokens, metric, stacked = _resolve_inputs(model, clean, corrupt, metric)
+    clean_tokens, corrupt_tokens, score = clean_corrupt(model, clean, corrupt, metric)
     source_tokens, target_tokens = (clean_tokens, corrupt_tokens) if direction == "denoise" else (corrupt_tokens, clean_tokens)
-    sender_layers = {lay for lay, _ in senders}
-    names = {get_act_name("z", lay) for lay in sender_layers}
+    names = {get_act_name("z", lay) for lay in {lay for lay, _ in senders}}
     source_logits, source_cache = model.run_with_cache(source_tokens, names_filter=lambda n: n in names)
-    target_logits, target_cache = model.run_with_cache(target_tokens)
-    values_sc = (float(check_metric_value(metric(source_logits), "metric")),
-                 float(check_metric_value(metric(target_logits), "metric")))  # fmt: skip
+    hooks = hooks_in_the_way(model)
+    path = "reference" if method == "reference" or hooks else "local" if _receiver_only(model) else "stacked"
+    target = target_run(model, target_tokens, score, lambda n: True, rows=path == "local")
+    values_sc = float(score.one(source_logits)), target.value
     clean_value, corrupt_value = values_sc if direction == "denoise" else values_sc[::-1]
-    extras = _continuation(model, target_tokens)
-    batch, n_pos = target_tokens.shape
 
     def delta(lay: int, head: int) -> Tensor:  # [batch, pos, d_model]: what the sender's patch adds
         name = get_act_name("z", lay)
-        change = source_cache[name][:, :, head] - target_cache[name][:, :, head]
+        change = source_cache[name][:, :, head] - target.cache[name][:, :, head]
         return change @ model.blocks[lay].attn.W_O[head]
 
     deltas = {s: delta(*s) for s in senders}
-    edges = [(s, r, v) for r in receivers for s in senders if s[0] < r[0] for v in via]
+    edges = sorted([(s, r, v) for r in receivers for s in senders if s[0] < r[0] for v in via], key=lambda e: e[1][0])
     if not edges and (cfg.n_layers > 1 or not direct):
         last_sender, first_receiver = max(lay for lay, _ in senders), min(lay for lay, _ in receivers)
         raise ValueError(
             f"no edge to patch: every receiver (first in layer {first_receiver}) must sit in a later layer than a "
             f"sender (last in layer {last_sender}); a head cannot path-patch a head of its own or an earlier layer"
         )
-    out: dict = {}
-    hooked = installed_hooks(model)
-    if method == "reference" or (method == "auto" and hooked):
-        for sender, receiver, v in edges:
-            value = reference_edge(model, target_tokens, target_cache, deltas[sender], receiver, v, metric)
-            out[(head_name(*sender), head_name(*receiver), v)] = value
-        if direct:
-            for sender in senders:
-                value = reference_direct(model, target_tokens, target_cache, deltas[sender], metric)
-                out[(head_name(*sender), "logits", "direct")] = value
-        why = f"hooks installed at {hooked[:3]}" if hooked and method == "auto" else "method='reference'"
-        return PathPatchResult(values=out, clean_value=clean_value, corrupt_value=corrupt_value, direction=direction,
-                               assumptions=_assumptions(cfg),
-                               method=f"reference: one forward pass per edge ({why})")  # fmt: skip
-    per_chunk = max(1, int(memory_budget_mb * 2**20 // max(1, batch * n_pos * cfg.d_model * 4 * 4 * cfg.n_layers)))
-    # the receiver-only shortcut scores from the cached q and k, which a rotary model rotates afterwards
-    local = suffix.supported(model) and cfg.positional_embedding_type != "rotary"
-    if local:
-        needed = _rows_read(metric, target_logits, clean_tokens, stacked)
-        target = (target_logits, extras["shortformer_pos_embed"], needed)
-    for lay in sorted({r[0] for _, r, _ in edges}):
-        layer_edges = [e for e in edges if e[1][0] == lay]
-        if local:
-            for start in range(0, len(layer_edges), per_chunk):
-                chunk = layer_edges[start : start + per_chunk]
-                logits = _receiver_local(model, lay, chunk, deltas, target_cache, target)
-                scores = _stacked_metric(_copies(logits, len(chunk), batch), metric, stacked)
-                for (sender, receiver, v), value in zip(chunk, scores.tolist()):
-                    out[(head_name(*sender), head_name(*receiver), v)] = value
-            continue
+    edges += [(s, "logits", "direct") for s in senders] if direct else []
+    values = evaluate(target, _path_copies(model, edges, deltas, target), path, memory_budget_mb).tolist()
+    out = {(head_name(*s), r if r == "logits" else head_name(*r), v): x for (s, r, v), x in zip(edges, values)}
+    fast = "stacked copies from the receiver's layer" + (" (receiver head only)" if path == "local" else "")
+    return PathPatchResult(values=out, clean_value=clean_value, corrupt_value=corrupt_value, direction=direction,
+                           assumptions=_assumptions(cfg), method=method_label(path, fast, hooks, "edge"))  # fmt: skip
+
+
+def _receiver_only(model: HookedTransformer) -> bool:
+    """Whether the receiver-only shortcut applies: it scores from the cached q and k, which a rotary model
+    rotates afterwards, and runs later layers row-wise (`suffix.supported`)."""
+    return suffix.supported(model) and model.cfg.positional_embedding_type != "rotary"
+
+
+def _path_copies(model, edges: list, deltas: dict, target: Target) -> Copies:
+    """The specification of a path-patching sweep for the engine: copy i is edge i (sender, receiver, via),
+    the first layer it changes the receiver's (n_layers for a direct path); edges sorted by that layer."""
+    n_layers = model.cfg.n_layers
+    layers = [n_layers if r == "logits" else r[0] for _, r, _ in edges]
+    final = target.act("resid_post", n_layers - 1)
+    final_scale = target.cache.cache_dict.get("ln_final.hook_scale")
+
+    def direct_logits(lo: int, hi: int) -> Tensor:  # [n * batch, pos, vocab]
+        x = torch.stack([final + deltas[s] for s, _, _ in edges[lo:hi]])
+        if final_scale is not None:
+            x = _frozen_norm(model.ln_final, x, final_scale)
+        return model.unembed(x.flatten(0, 1))
+
+    def local(layer: int, lo: int, hi: int):
+        if layer == n_layers:
+            return direct_logits(lo, hi)
+        return _receiver_local(model, layer, edges[lo:hi], deltas, target)
+
+    def setter(lo: int, hi: int) -> list:
+        """Hooks on the receivers' q/k/v in a stack of hi - lo copies: each copy's receiver input recomputed
+        from the target's resid_pre plus its sender's change, through ln1 with the target's scale."""
+        chunk, n, batch = edges[lo:hi], hi - lo, target.batch
+        lay = chunk[0][1][0]
         block = model.blocks[lay]
-        resid = target_cache[get_act_name("resid_pre", lay)]
-        scale = target_cache.cache_dict.get(f"blocks.{lay}.ln1.hook_scale")
-        pos_embed = extras["shortformer_pos_embed"]
-        for start in range(0, len(layer_edges), per_chunk):
-            chunk = layer_edges[start : start + per_chunk]
-            n = len(chunk)
+        resid = target.act("resid_pre", lay)
+        scale = target.cache.cache_dict.get(f"blocks.{lay}.ln1.hook_scale")
+        pos_embed = target.extras["shortformer_pos_embed"]
+        hooks = []
+        for v in VIAS:
+            idx = [i for i, e in enumerate(chunk) if e[2] == v]
+            if not idx:
+                continue
             new_inputs = []
-            for (sender, (_, head), v) in chunk:
+            for i in idx:
+                sender, (_, head), _ = chunk[i]
                 x = _frozen_norm(block.ln1, resid + deltas[sender], scale) if scale is not None else resid + deltas[sender]
                 if v in ("q", "k") and pos_embed is not None:
                     x = x + pos_embed
-                W = getattr(block.attn, f"W_{v.upper()}")[head]
-                b = getattr(block.attn, f"b_{v.upper()}")[head]
+                W, b = getattr(block.attn, f"W_{v.upper()}")[head], getattr(block.attn, f"b_{v.upper()}")[head]
                 new_inputs.append(x @ W + b)  # [batch, pos, d_head]
-            hooks = []
-            for v in via:
-                idx = [i for i, e in enumerate(chunk) if e[2] == v]
-                if not idx:
-                    continue
-                heads = torch.tensor([chunk[i][1][1] for i in idx])
-                values = torch.stack([new_inputs[i] for i in idx])  # [k, batch, pos, d_head]
-                copies = torch.tensor(idx)
+            heads, values, copies = torch.tensor([chunk[i][1][1] for i in idx]), torch.stack(new_inputs), torch.tensor(idx)
 
-                def hook(act, hook, heads=heads, values=values, copies=copies, n=n):
-                    act = act.view(n, batch, *act.shape[1:]).clone()
-                    act[copies, :, :, heads] = values.to(act)
-                    return act.view(n * batch, *act.shape[2:])
+            def hook(act, hook, heads=heads, values=values, copies=copies):
+                act = act.view(n, batch, *act.shape[1:]).clone()
+                act[copies, :, :, heads] = values.to(act)
+                return act.view(n * batch, *act.shape[2:])
 
-                hooks.append((get_act_name(v, lay), hook))
-            logits = model.run_with_hooks(resid.repeat(n, 1, 1), start_at_layer=lay, fwd_hooks=hooks,
-                                          **_repeat(extras, n))  # fmt: skip
-            scores = _stacked_metric(logits.view(n, batch, *logits.shape[1:]), metric, stacked)
-            for (sender, receiver, v), value in zip(chunk, scores.tolist()):
-                out[(head_name(*sender), head_name(*receiver), v)] = value
-    if direct:
-        final = target_cache[get_act_name("resid_post", cfg.n_layers - 1)]
-        final_scale = target_cache.cache_dict.get("ln_final.hook_scale")
-        for sender in senders:
-            x = final + deltas[sender]
-            if final_scale is not None:
-                x = _frozen_norm(model.ln_final, x, final_scale)
-            value = check_metric_value(metric(model.unembed(x)), "metric")
-            out[(head_name(*sender), "logits", "direct")] = float(value)
-    how = "stacked copies from the receiver's layer" + (" (receiver head only)" if local else "")
-    return PathPatchResult(values=out, clean_value=clean_value, corrupt_value=corrupt_value, direction=direction,
-                           assumptions=_assumptions(cfg), method=how)  # fmt: skip
+            hooks.append((get_act_name(v, lay), hook))
+        return hooks
+
+    def reference(i: int) -> Tensor:
+        sender, receiver, v = edges[i]
+        if receiver == "logits":
+            return _direct_logits(model, target.tokens, target.cache, deltas[sender])
+        return _edge_logits(model, target.tokens, target.cache, deltas[sender], receiver, v)
+
+    return Copies(layers=layers, setter=setter, reference=reference, local=local)
 
 
 def _assumptions(cfg) -> tuple[str, ...]:

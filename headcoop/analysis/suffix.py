@@ -50,6 +50,17 @@ def supported(model: HookedTransformer) -> bool:
     )
 
 
+def mask_future(scores: Float[Tensor, "... key"], attn, q_pos: Int[Tensor, "..."], align: str = "q") -> Tensor:
+    """`scores` with every key after its query's position set to the module's IGNORE (the causal mask at
+    chosen query rows, the one copy every row-wise path uses). q_pos holds the query positions; `align`
+    says where its axes sit in scores' leading axes: "q" (q_pos is the query-row axis, just before keys),
+    "copy" (one position per leading copy; scores [copy, ..., key])."""
+    future = torch.arange(scores.shape[-1], device=scores.device) > q_pos.to(scores.device)[..., None]
+    if align == "copy":
+        future = future.view(future.shape[0], *[1] * (scores.ndim - 2), future.shape[-1])
+    return torch.where(future, attn.IGNORE.to(scores.device), scores)
+
+
 def finish_block(model: HookedTransformer, layer: int, resid_mid: Float[Tensor, "... d_model"]) -> Float[Tensor, "... d_model"]:
     """resid_post of `layer` from its resid_mid (attention already added): + MLP(ln2(resid_mid)) unless
     the model is attention-only. Works on any rows: the MLP and its norm act per row."""
@@ -102,8 +113,7 @@ def run_from(
             k, v = torch.cat([prefix("rot_k" if rotary else "k"), k], 1), torch.cat([prefix("v"), v], 1)
         scores = attn.calculate_attention_scores(q, k)  # [copy*batch, head, q_row, key]
         q_pos = rows[keep]
-        future = torch.arange(n_pos, device=device)[None, :] > q_pos[:, None]  # [q_row, key]
-        scores = torch.where(future, attn.IGNORE.to(scores.device), scores)
+        scores = mask_future(scores, attn, q_pos)
         pattern = F.softmax(scores, dim=-1)
         pattern = torch.where(torch.isnan(pattern), torch.zeros_like(pattern), pattern).to(model.cfg.dtype)
         z = attn.calculate_z_scores(v, pattern)  # [copy*batch, q_row, head, d_head]

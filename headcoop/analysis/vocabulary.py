@@ -29,6 +29,9 @@ HOWS: tuple[str, ...] = get_args(How)
 # coalition games (hc.interactions): how a head outside the coalition is replaced
 AblationHow = Literal["zero", "mean", "resample"]
 ABLATION_HOWS: tuple[str, ...] = get_args(AblationHow)
+# which path computes a coalition game's values (the reference: hc.ablate + one forward pass per coalition)
+GameMethod = Literal["auto", "linear", "layered", "stacked", "reference"]
+GAME_METHODS: tuple[str, ...] = get_args(GameMethod)
 # the named metrics of coalition games
 MetricName = Literal["logit_diff", "accuracy", "loss", "prob"]
 METRIC_NAMES: tuple[str, ...] = get_args(MetricName)

@@ -1,0 +1,441 @@
+"""The stacked-copies engine: n modified copies of one target run, side by side on the batch axis, each
+scored by the metric. `hc.patch`, `hc.path_patch` and the coalition games behind `hc.interactions` are
+specifications on it (as TransformerLens's `generic_activation_patch` takes a `patch_setter`).
+
+A specification (`Copies`) gives, for copy i, the first layer it changes (`layers[i]`, copies of one layer
+contiguous) and three ways to make its change:
+
+- `setter(lo, hi)`: hooks (TransformerLens hook names and functions) that make copies lo..hi-1's changes
+  on a stack of hi - lo copies of the target batch (activations [(hi - lo) * batch, ...], copy-major). The
+  *stacked* path runs the model's own blocks from that layer with these hooks, starting from the target's
+  cached residual stream (`start_at_layer`: earlier layers are not rerun).
+- `local(layer, lo, hi)` (optional): the same copies computed without hooks from the target's cached
+  activations (patch's head-local shortcut, path patching's receiver-only shortcut, the coalition game's
+  shared prefixes). It returns logits (`Logits`) or a `Rows`: the copies' residual stream from some layer
+  on, at rows r0.. only, which the engine runs through the later layers row-wise (`continue_rows`,
+  `suffix.run_from`) and the last layer only at the rows the metric reads.
+- `reference(i)`: copy i's logits [batch, pos, vocab] by the slow, obviously-correct route, one plain
+  forward pass from the tokens (hooks on the activation, `hc.ablate`, TransformerLens's split q/k/v input).
+
+The engine owns the chunk loop and its size (`copies_per_chunk`, one memory formula), the rows the metric
+reads (`read_rows`), the metric per copy (`Score`), the fallback to the reference whenever any hook is
+installed on the model (every shortcut would bypass it, and stacking changes the batch a hook may depend
+on), and the `method` string that says which path ran (`method_label`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator, Sequence
+from typing import Literal, Union
+
+import einops
+import torch
+import torch.nn.functional as F
+from jaxtyping import Float, Int
+from torch import Tensor
+from transformer_lens import HookedTransformer
+from transformer_lens.utilities import get_act_name
+
+from headcoop.analysis import suffix
+from headcoop.analysis.suffix import RowLogits
+from headcoop.analysis.common import as_tokens, task_of
+from headcoop.checks import check_metric_value, installed_hooks
+from headcoop.tasks.base import Batch
+
+Hooks = list[tuple[str, Callable]]
+Path = Literal["local", "stacked", "reference"]
+
+
+# --- logits of stacked copies -------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class AtRows:
+    """Logits of n copies read at one row per input: values [n, batch, vocab], input b's at position
+    pos[b] (the coalition games' named metrics read nothing else)."""
+
+    values: Float[Tensor, "copy batch vocab"]
+    pos: Int[Tensor, " batch"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Rows:
+    """Copies' residual stream entering layer `start`, equal to the target's before row first_row[i] in copy
+    i: `resid` [n, batch, pos, d_model], or (base [batch, pos, d_model], rows [n, batch, d_model]) where copy
+    i is base with row first_row[i] replaced (a one-row patch: no full copy per patch). With `finish`,
+    `resid` is layer `finish`'s resid_mid and its MLP runs on the same rows first."""
+
+    start: int
+    resid: Tensor | tuple[Tensor, Tensor]
+    first_row: Int[Tensor, " copy"]
+    finish: int | None = None
+
+
+Logits = Union[Float[Tensor, "copy_batch pos vocab"], RowLogits, AtRows]
+
+
+# --- the target run -----------------------------------------------------------------------------------
+def continuation(model: HookedTransformer, tokens: Int[Tensor, "batch pos"]) -> dict[str, Tensor | None]:
+    """What a forward pass started mid-model (`start_at_layer`) needs besides the residual stream, as the
+    model's own `input_to_embed` computes it from `tokens`: a shortformer's positional embedding, and the
+    padding mask TransformerLens derives from a left-padding tokenizer (None where there is none)."""
+    _, _, shortformer_pos_embed, attention_mask = model.input_to_embed(tokens)
+    return {"shortformer_pos_embed": shortformer_pos_embed, "attention_mask": attention_mask}
+
+
+def repeat_extras(extras: dict[str, Tensor | None], n: int) -> dict[str, Tensor | None]:
+    """`continuation` for n stacked copies of the batch."""
+    return {k: None if v is None else v.repeat(n, *[1] * (v.ndim - 1)) for k, v in extras.items()}
+
+
+@dataclasses.dataclass
+class Target:
+    """The run every copy modifies: its tokens [batch, pos], logits, the cached activations the paths read,
+    what a mid-model start needs (`extras`), the metric (`score`) and the logit rows it reads (`needed`,
+    None: every row)."""
+
+    model: HookedTransformer
+    tokens: Int[Tensor, "batch pos"]
+    logits: Float[Tensor, "batch pos vocab"]
+    cache: object  # transformer_lens.ActivationCache
+    score: "Score"
+    extras: dict[str, Tensor | None]
+    needed: Int[Tensor, " row"] | None = None
+    value: float | None = None  # the metric of the unmodified run
+
+    @property
+    def batch(self) -> int:
+        return self.tokens.shape[0]
+
+    @property
+    def n_pos(self) -> int:
+        return self.tokens.shape[1]
+
+    def act(self, name: str, layer: int) -> Tensor:
+        return self.cache[get_act_name(name, layer)]
+
+
+def target_run(model: HookedTransformer, tokens: Tensor, score: "Score", names: Callable[[str], bool],
+               rows: bool = False) -> Target:  # fmt: skip
+    """Run the target once, caching the activations `names` selects, and score it (`value`); with `rows`,
+    find the logit rows the metric reads (`read_rows`) so that the last layer can compute those only."""
+    logits, cache = model.run_with_cache(tokens, names_filter=names)
+    target = Target(model, tokens, logits, cache, score, continuation(model, tokens))
+    target.value = float(score.one(logits))  # checked before anything else reads the metric
+    if rows:
+        target.needed = read_rows(score, logits)
+    return target
+
+
+def read_rows(score: "Score", logits: Float[Tensor, "batch pos vocab"]) -> Int[Tensor, " row"] | None:
+    """The logit rows (positions) the metric reads, when a small candidate set passes `suffix.reads_only`:
+    the rows the metric names (a task's answer positions), else the last position; None (every row)
+    otherwise."""
+    candidates = score.rows if score.rows is not None else torch.tensor([logits.shape[1] - 1])
+    candidates = candidates.unique().to(logits.device)
+    return candidates if suffix.reads_only(score.metric, logits, candidates) else None
+
+
+def clean_corrupt(model: HookedTransformer, clean, corrupt, metric) -> tuple[Tensor, Tensor, Score]:
+    """(clean tokens [batch, pos], corrupt tokens [batch, pos], the metric as a `Score`) of a patching
+    analysis, with the task's defaults: its `patching_inputs()`, `task.corrupt(clean)` for a Batch, and its
+    logit difference on the clean Batch (which keeps leading axes: one call scores every copy)."""
+    task = task_of(model)
+    if clean is None and corrupt is None:
+        if task is None:
+            raise ValueError(
+                "this model carries no headcoop task, so patching needs clean=, corrupt= and metric=; "
+                "build the model with hc.Count01().model(...) / hc.load(...) for task defaults"
+            )
+        clean, corrupt = task.patching_inputs()
+    elif clean is None:
+        raise ValueError("corrupt= was given without clean=; pass both (or neither, to use the task's inputs)")
+    elif corrupt is None:
+        if not isinstance(clean, Batch) or task is None:
+            raise ValueError(
+                "corrupt= is missing; it can only be derived (task.corrupt) when clean= is a Batch "
+                "and the model carries a task"
+            )
+        corrupt = task.corrupt(clean)
+    clean_tokens, corrupt_tokens = as_tokens(model, clean), as_tokens(model, corrupt)
+    if clean_tokens.shape != corrupt_tokens.shape:
+        raise ValueError(
+            f"clean and corrupt inputs must have the same shape, got clean {tuple(clean_tokens.shape)} "
+            f"and corrupt {tuple(corrupt_tokens.shape)}"
+        )
+    if metric is None:
+        if task is None:
+            raise ValueError(
+                "this model carries no headcoop task, so there is no default metric; pass "
+                "metric=lambda logits: ... (logits [batch, pos, vocab] -> scalar tensor)"
+            )
+        if not isinstance(clean, Batch):
+            raise ValueError(
+                "the default metric (the task's logit difference) needs clean= as a Batch, which knows the "
+                "answers; pass a Batch or an explicit metric="
+            )
+        task_batch = clean.to(clean_tokens.device)
+        # the task's metric keeps leading axes, so it also scores every stacked copy in one call; it reads
+        # the answer positions (checked by read_rows)
+        return clean_tokens, corrupt_tokens, Score(lambda logits: task.metric(logits, task_batch), stacked=True,
+                                                   rows=task_batch.answer_pos)  # fmt: skip
+    if not callable(metric):
+        raise TypeError(f"metric must be callable (logits [batch, pos, vocab] -> scalar), got {type(metric).__name__}")
+    return clean_tokens, corrupt_tokens, Score(metric)
+
+
+
+# --- the metric per copy ------------------------------------------------------------------------------
+def named_metric(name: str, logits: Float[Tensor, "*copy batch vocab"], answer: Tensor, wrong: Tensor | None) -> Tensor:
+    """A named metric of logits at the answer positions, one value per leading copy (mean over inputs):
+    "logit_diff" (logit(answer) - logit(wrong)), "accuracy" (argmax is the answer), "loss" (cross-entropy
+    of the answer), "prob" (the answer's probability)."""
+    right = logits.gather(-1, answer.expand(*logits.shape[:-1])[..., None])[..., 0]
+    if name == "logit_diff":
+        if wrong is None:
+            raise ValueError('metric "logit_diff" needs the wrong answers: pass a Batch or wrong=')
+        return (right - logits.gather(-1, wrong.expand(*logits.shape[:-1])[..., None])[..., 0]).mean(-1)
+    if name == "accuracy":
+        return (logits.argmax(-1) == answer).to(logits.dtype).mean(-1)
+    logp = right - logits.logsumexp(-1)
+    return (-logp).mean(-1) if name == "loss" else logp.exp().mean(-1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Score:
+    """The metric of each copy, [n], without leaving the device.
+
+    metric:  logits [batch, pos, vocab] -> scalar (called once per copy), or, with `stacked`, a metric that
+             keeps leading axes ([n, batch, pos, vocab] -> [n], a task's metric: one call for all copies).
+    named:   (name, answer [batch], wrong [batch] | None, pos [batch]): a named metric (`named_metric`)
+             read at row pos[b] of input b, in float64.
+    rows:    the positions the metric names as the ones it reads (checked by `read_rows`), or None.
+    """
+
+    metric: Callable
+    stacked: bool = False
+    named: tuple | None = None
+    rows: Tensor | None = None
+
+    @classmethod
+    def of_name(cls, name: str, answer: Tensor, wrong: Tensor | None, pos: Tensor) -> "Score":
+        batch = torch.arange(len(pos), device=pos.device)
+
+        def metric(logits):  # the same metric on one copy's full logits (for read_rows and the reference)
+            return named_metric(name, logits[..., batch, pos, :].double(), answer, wrong)
+
+        return cls(metric=metric, named=(name, answer, wrong, pos), rows=pos)
+
+    def one(self, logits: Float[Tensor, "batch pos vocab"]) -> Tensor:
+        """The metric of one run's logits, a 0-dim tensor."""
+        return check_metric_value(self.metric(logits), "metric")
+
+    def __call__(self, logits: Logits, n: int, batch: int) -> Float[Tensor, " copy"]:
+        if isinstance(logits, AtRows):
+            if self.named is None:
+                raise TypeError("logits at one row per input can only be scored by a named metric")
+            name, answer, wrong, _ = self.named
+            return named_metric(name, logits.values.double(), answer, wrong)
+        if isinstance(logits, RowLogits):
+            if self.stacked or self.named is not None:
+                logits = logits.full()
+            else:
+                return torch.stack([self.one(copy).detach().clone().to(copy.device) for copy in logits.each()])
+        else:
+            logits = logits.view(n, batch, *logits.shape[1:])
+        if self.named is not None:
+            name, answer, wrong, pos = self.named
+            at = logits[:, torch.arange(batch, device=logits.device), pos]
+            return named_metric(name, at.double(), answer, wrong)
+        if self.stacked:
+            values = self.metric(logits)
+            if values.shape != logits.shape[:1]:
+                raise ValueError(
+                    f"the task's metric returned shape {tuple(values.shape)} for logits {tuple(logits.shape)}; "
+                    "Task.metric must keep leading axes (one value per copy)"
+                )
+            return values
+        return torch.stack([self.one(copy).to(logits.device) for copy in logits])
+
+
+# --- the specification --------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Copies:
+    """n modified copies of a target run (module docstring): `layers` [n] the first layer each changes
+    (nondecreasing; n_layers for a change after the last block), `setter(lo, hi)` hooks for the stacked
+    path, `local(layer, lo, hi)` the hook-free shortcut (None: none), `reference(i)` one copy's logits by
+    one plain forward pass."""
+
+    layers: Sequence[int]
+    setter: Callable[[int, int], Hooks] | None
+    reference: Callable[[int], Tensor]
+    local: Callable[[int, int, int], Logits | Rows] | None = None
+
+    def __len__(self) -> int:
+        return len(self.layers)
+
+
+def copies_per_chunk(
+    model: HookedTransformer, batch: int, n_pos: int, memory_budget_mb: float, from_layer: int = 0,
+    head_local: bool = False, rows_out: int | None = None,
+) -> int:  # fmt: skip
+    """How many modified copies of a [batch, n_pos] run fit in `memory_budget_mb` (at least 1): the one
+    memory formula of every stacked analysis.
+
+    Estimates the live activations of one sequence: one layer's q, k, v, z, scores and pattern (twice over
+    for temporaries) for each layer run from `from_layer`; with `head_local`, the first of those layers is
+    one head's recomputation instead (the patched layer's z, one head's scores, the residual stream); and
+    the logits kept, `rows_out` rows (default every row), twice.
+    """
+    cfg = model.cfg
+    n_kv = cfg.n_key_value_heads or cfg.n_heads
+    layer = (
+        n_pos * cfg.d_head * (2 * cfg.n_heads + 2 * n_kv)
+        + 2 * cfg.n_heads * n_pos * n_pos
+        + 4 * n_pos * cfg.d_model
+        + (2 * n_pos * cfg.d_mlp if not cfg.attn_only and cfg.d_mlp else 0)
+    )
+    later = max(0, cfg.n_layers - from_layer - (1 if head_local else 0))
+    first = 2 * n_pos * cfg.n_heads * cfg.d_head + 3 * n_pos * n_pos + 3 * n_pos * cfg.d_model if head_local else 0
+    rows_out = n_pos if rows_out is None else rows_out
+    per_sequence = (first + 2 * later * layer + 2 * rows_out * cfg.d_vocab_out) * torch.finfo(cfg.dtype).bits // 8
+    return max(1, int(memory_budget_mb * 2**20 // (per_sequence * batch)))
+
+
+def chunks(lo: int, hi: int, size: int) -> Iterator[tuple[int, int]]:
+    """(start, stop) of consecutive chunks of at most `size` covering lo..hi."""
+    for start in range(lo, hi, size):
+        yield start, min(start + size, hi)
+
+
+# --- the engine ---------------------------------------------------------------------------------------
+def hooks_in_the_way(model: HookedTransformer) -> list[str]:
+    """The hook points holding a hook right now: any makes the engine take the reference path."""
+    return installed_hooks(model)
+
+
+def method_label(path: Path, fast: str, hooks: list[str], what: str = "copy") -> str:
+    """The `method` string of a result: the fast path's name, or why the reference ran."""
+    if path != "reference":
+        return fast
+    if not hooks:
+        return f"one pass per {what} (method='reference')"
+    shown = ", ".join(hooks[:3]) + (f" and {len(hooks) - 3} more" if len(hooks) > 3 else "")
+    return f"one pass per {what} (hooks at {shown})"
+
+
+@torch.no_grad()
+def evaluate(target: Target, copies: Copies, path: Path, memory_budget_mb: float,
+             head_local: bool = True) -> Float[Tensor, " copy"]:  # fmt: skip
+    """The metric of every copy, [n] on the target's device, computed by `path`:
+    "local" (the specification's shortcut, then the row-wise suffix), "stacked" (the model's blocks with the
+    setter's hooks from each copy's first layer) or "reference" (one plain forward pass per copy)."""
+    model = target.model
+    batch, n_pos = target.batch, target.n_pos
+    layers = torch.as_tensor(list(copies.layers))
+    out = []
+    if path == "reference":
+        for i in range(len(copies)):
+            out.append(target.score.one(copies.reference(i)).to(target.logits.device))
+        return torch.stack(out) if out else torch.zeros(0)
+    for layer in layers.unique().tolist():
+        lo, hi = int((layers < layer).sum()), int((layers <= layer).sum())
+        size = copies_per_chunk(model, batch, n_pos, memory_budget_mb, from_layer=layer,
+                                head_local=path == "local" and head_local)
+        for start, stop in chunks(lo, hi, size):
+            if path == "local" or layer >= model.cfg.n_layers:  # after the last block there is nothing to hook
+                logits = copies.local(layer, start, stop)
+                if isinstance(logits, Rows):
+                    logits = continue_rows(target, logits)
+            else:
+                logits = run_stacked(target, layer, stop - start, copies.setter(start, stop))
+            out.append(target.score(logits, stop - start, batch))
+    return torch.cat(out)
+
+
+def run_stacked(target: Target, layer: int, n: int, hooks: Hooks) -> Float[Tensor, "copy_batch pos vocab"]:
+    """Logits of n copies of the target run from the residual stream entering `layer` (cached), through the
+    model's own blocks with `hooks` (each copy's change) and its final norm, unembedding and soft-cap."""
+    model = target.model
+    resid = target.act("resid_pre", layer) if layer < model.cfg.n_layers else None
+    if resid is None:
+        raise ValueError("the stacked path starts at a block; a change after the last block needs `local`")
+    return model.run_with_hooks(resid.repeat(n, 1, 1), start_at_layer=layer, fwd_hooks=hooks,
+                                **repeat_extras(target.extras, n))  # fmt: skip
+
+
+def row_groups(first_row: Int[Tensor, " copy"], groups: int) -> list[tuple[int, Tensor]]:
+    """The copies split into at most `groups` runs of nearby first changed rows: (r0, copies) with r0 the
+    group's smallest first row. A group runs rows r0.. for every copy in it; a copy's rows between r0 and
+    its own first row are the target's, recomputed (exact: the same inputs give the same rows). Fewer groups
+    mean fewer, larger passes, more groups fewer rows each. Measured on the 2-layer shapes of
+    `benchmarks/patching_shapes.py`: 2 or 4 groups were no faster than one per distinct row, so attention
+    layers get one group per row; after the last block (no attention left) one group serves all."""
+    starts = first_row.unique()  # sorted
+    bounds = torch.linspace(0, len(starts), min(groups, len(starts)) + 1).round().long().tolist()
+    out = []
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        members = ((first_row >= starts[lo]) & (first_row <= starts[hi - 1])).nonzero().flatten()
+        out.append((int(starts[lo]), members))
+    return out
+
+
+def continue_rows(target: Target, resid: Rows) -> Float[Tensor, "copy_batch pos vocab"] | RowLogits:
+    """Logits of copies given as `Rows`: the copies are grouped by their first changed row (`row_groups`)
+    and each group runs the later layers on its rows from there (`suffix.run_from`; the last layer only at
+    `target.needed`, when known); every other row is the target's. Returns [n * batch, pos, vocab], or
+    `RowLogits` when the metric reads known rows."""
+    model, target_logits, needed = target.model, target.logits, target.needed
+    first_row = resid.first_row
+    one_row = isinstance(resid.resid, tuple)
+    n, batch = (resid.resid[1] if one_row else resid.resid).shape[:2]
+    kept = torch.arange(target_logits.shape[1], device=target_logits.device) if needed is None else needed
+    out = target_logits[:, kept][None].repeat(n, 1, 1, 1)  # [n, batch, kept row, vocab]; changed rows below
+    after_last = resid.start >= model.cfg.n_layers  # no attention left: rows are independent, one group
+    for r0, group in row_groups(first_row, 1 if after_last else len(first_row)):
+        if one_row:
+            base, rows_new = resid.resid
+            x = base[None, :, r0:].repeat(len(group), 1, 1, 1)
+            x[torch.arange(len(group), device=x.device), :, first_row[group] - r0] = rows_new[group]
+        else:
+            x = resid.resid[group, :, r0:]
+        if after_last and needed is not None:  # only the rows the metric reads, before the block's MLP
+            rows = kept[kept >= r0]
+            if not len(rows):
+                continue
+            x = x[:, :, rows - r0]
+            if resid.finish is not None:
+                x = suffix.finish_block(model, resid.finish, x)
+            final = x.reshape(len(group) * batch, len(rows), -1)
+            logits = model.unembed(model.ln_final(final) if model.cfg.normalization_type is not None else final)
+        else:
+            if resid.finish is not None:
+                x = suffix.finish_block(model, resid.finish, x)
+            rows, logits = suffix.run_from(model, resid.start, x, r0, target.cache, target_logits,
+                                           target.extras["shortformer_pos_embed"], needed)  # fmt: skip
+        if logits is not None:
+            at = torch.searchsorted(kept, rows)  # rows is a subset of kept, both sorted
+            out[group[:, None], :, at[None, :]] = logits.view(len(group), batch, len(rows), -1).transpose(1, 2)
+    if needed is None:
+        return out.view(n * batch, *target_logits.shape[1:])
+    return RowLogits(target_logits, kept, out)
+
+
+# --- attention arithmetic the shortcuts share ---------------------------------------------------------
+def causal(model: HookedTransformer, attn) -> bool:
+    """Whether `attn` masks future keys."""
+    return (getattr(attn, "_attention_dir_override", None) or model.cfg.attention_dir) == "causal"
+
+
+def softmax_keys(scores: Tensor) -> Tensor:
+    """The attention module's softmax over keys, with NaN rows (all keys masked) set to zero."""
+    pattern = F.softmax(scores, dim=-1)
+    return torch.where(torch.isnan(pattern), torch.zeros_like(pattern), pattern)
+
+
+def w_o(attn) -> Float[Tensor, "d_model head_d_head"]:
+    """W_O as the attention module feeds it to F.linear: [d_model, head * d_head]."""
+    return einops.rearrange(attn.W_O, "head d_head d_model -> d_model (head d_head)").contiguous()
+
+
+__all__ = ["Copies", "Target", "Score", "Rows", "AtRows", "evaluate", "copies_per_chunk", "target_run",
+           "named_metric", "continue_rows", "run_stacked", "method_label"]  # fmt: skip
