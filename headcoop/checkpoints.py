@@ -72,7 +72,7 @@ def _version() -> str:
 
 _RESERVED = {"format", "headcoop_version", "config", "dtype", "task", "frozen", "train", "metrics", "history",
              "weights_sha256"}  # fmt: skip
-_DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16, "bfloat16": torch.bfloat16}
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16, "bfloat16": torch.bfloat16}
 _HOST = hashlib.sha1(socket.gethostname().encode()).hexdigest()[:8]
 
 
@@ -323,8 +323,8 @@ def _metadata(model: HookedTransformer, metrics: dict | None, extra: dict[str, A
             json.dumps(value)
         except (TypeError, ValueError) as err:
             raise TypeError(f"hc.save: {key}={value!r} cannot be written as JSON ({err})") from None
-    if meta["dtype"] not in _DTYPES:
-        raise ValueError(f"hc.save: dtype {meta['dtype']} is not one headcoop can restore ({sorted(_DTYPES)})")
+    if meta["dtype"] not in DTYPES:
+        raise ValueError(f"hc.save: dtype {meta['dtype']} is not one headcoop can restore ({sorted(DTYPES)})")
     return meta
 
 
@@ -564,12 +564,12 @@ def load(name_or_path: str | os.PathLike, device: str | None = None) -> HookedTr
     meta = _read_meta(path)
     _verify_weights(path, meta)
     dtype_name = meta.get("dtype", "float32")
-    if dtype_name not in _DTYPES:
-        raise ValueError(f"checkpoint {path} has dtype {dtype_name!r}; known dtypes are {sorted(_DTYPES)}")
+    if dtype_name not in DTYPES:
+        raise ValueError(f"checkpoint {path} has dtype {dtype_name!r}; known dtypes are {sorted(DTYPES)}")
     check_config_fields(meta["config"], f"checkpoint config in {path / META} is invalid")
     check_config_shapes(meta["config"], weight_shapes(path / WEIGHTS), f"checkpoint {path}")
     try:
-        cfg = HookedTransformerConfig(**meta["config"], device=device, dtype=_DTYPES[dtype_name])
+        cfg = HookedTransformerConfig(**meta["config"], device=device, dtype=DTYPES[dtype_name])
     except (TypeError, ValueError, AssertionError) as err:
         raise ValueError(f"checkpoint config in {path / META} is invalid: {err}") from None
     try:

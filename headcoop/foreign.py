@@ -31,7 +31,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
-from headcoop.checkpoints import _DTYPES, META, check_config_fields, check_config_shapes, config_to_dict
+from headcoop.checkpoints import DTYPES, META, check_config_fields, check_config_shapes, config_to_dict
 from headcoop.checks import check_out_folder
 from headcoop.tasks.base import build_model
 from headcoop.tasks.contrast import Contrast
@@ -77,14 +77,14 @@ def load_model(folder: str | os.PathLike) -> HookedTransformer:
         raise ValueError(f"{folder / CONFIG} must hold a JSON object of HookedTransformerConfig fields, got "
                          f"{type(config).__name__}")  # fmt: skip
     dtype_name = config.pop("dtype", "float32")
-    if dtype_name not in _DTYPES:
-        raise ValueError(f"{folder / CONFIG}: dtype {dtype_name!r} is not one of {sorted(_DTYPES)}")
+    if dtype_name not in DTYPES:
+        raise ValueError(f"{folder / CONFIG}: dtype {dtype_name!r} is not one of {sorted(DTYPES)}")
     config.pop("device", None)
     check_config_fields(config, str(folder / CONFIG))
     state = _read_state(folder)
     check_config_shapes(config, {k: tuple(v.shape) for k, v in state.items()}, f"the export in {str(folder)!r}")
     try:
-        cfg = HookedTransformerConfig(**config, dtype=_DTYPES[dtype_name])
+        cfg = HookedTransformerConfig(**config, dtype=DTYPES[dtype_name])
     except (ValueError, TypeError, KeyError, AssertionError) as err:
         raise ValueError(f"{folder / CONFIG} is not a HookedTransformerConfig: {err}") from None
     not_float = {k: str(v.dtype).removeprefix("torch.") for k, v in state.items() if not v.is_floating_point()

@@ -336,7 +336,7 @@ def test_patching_inside_hooks_matches_transformer_lens(setups, kind, model_name
                          require_effect=False)
         result = hc.patch(model, clean=clean.tokens, corrupt=corrupt.tokens, metric=_user_metric,
                           component=component, positions=positions, memory_budget_mb=TINY_BUDGET_MB)
-    assert result.method.startswith("one pass per patch (hooks at")
+    assert result.method.startswith("reference: one pass per patch (hooks at")
     torch.testing.assert_close(result.values, ref, atol=TOL, rtol=0)
     assert not model.hook_dict["blocks.0.hook_resid_pre"].fwd_hooks  # the context removed its hooks
 

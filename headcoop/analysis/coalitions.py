@@ -40,7 +40,7 @@ from transformer_lens.utilities import apply_softcap, get_act_name
 from headcoop.analysis.ablation import ablate, reference_z, replacement, resample_order
 from headcoop.analysis.common import as_tokens, check_choice, check_positions, require_task, task_of
 from headcoop.analysis.copies import AtRows, Copies, Score, Target, evaluate, hooks_in_the_way, target_run
-from headcoop.analysis.suffix import finish_block, mask_future, supported
+from headcoop.analysis.suffix import finish_block, mask_future, supported, unembed
 from headcoop.analysis.vocabulary import ABLATION_HOWS, GAME_METHODS, METRIC_NAMES, AblationHow, GameMethod, head_name
 from headcoop.tasks.base import Batch
 
@@ -294,7 +294,7 @@ class CoalitionGame:
     def _last_layer_all(self, flat: Tensor, shortformer: Tensor | None, attention_mask: Tensor | None) -> Tensor:
         model = self.model
         x = model.blocks[-1](flat, shortformer_pos_embed=shortformer, attention_mask=attention_mask)
-        logits = model.unembed(model.ln_final(x) if model.cfg.normalization_type is not None else x)
+        logits = unembed(model, x)
         return apply_softcap(logits, model.cfg.output_logits_soft_cap)
 
     def _last_layer_rows(self, flat: Tensor, shortformer: Tensor | None, active: Tensor) -> Tensor:
@@ -322,7 +322,7 @@ class CoalitionGame:
         w = attn.W_O.reshape(-1, attn.W_O.shape[-1]).T
         out = F.linear(z.reshape(len(z), -1), w.contiguous(), attn.b_O)
         x = finish_block(model, layer, flat[rows, at] + out)
-        return model.unembed((model.ln_final(x[:, None]) if model.cfg.normalization_type is not None else x[:, None]))[:, 0]
+        return unembed(model, x[:, None])[:, 0]
 
 
 def all_masks(n: int, device=None) -> Bool[Tensor, "coalition player"]:

@@ -314,13 +314,14 @@ def hooks_in_the_way(model: HookedTransformer) -> list[str]:
 
 
 def method_label(path: Path, fast: str, hooks: list[str], what: str = "copy") -> str:
-    """The `method` string of a result: the fast path's name, or why the reference ran."""
+    """The `method` string of a result: the fast path's name, or "reference: one pass per <what>" and why
+    the reference ran (method='reference', or the hooks installed)."""
     if path != "reference":
         return fast
     if not hooks:
-        return f"one pass per {what} (method='reference')"
+        return f"reference: one pass per {what} (method='reference')"
     shown = ", ".join(hooks[:3]) + (f" and {len(hooks) - 3} more" if len(hooks) > 3 else "")
-    return f"one pass per {what} (hooks at {shown})"
+    return f"reference: one pass per {what} (hooks at {shown})"
 
 
 @torch.no_grad()
@@ -405,8 +406,7 @@ def continue_rows(target: Target, resid: Rows) -> Float[Tensor, "copy_batch pos 
             x = x[:, :, rows - r0]
             if resid.finish is not None:
                 x = suffix.finish_block(model, resid.finish, x)
-            final = x.reshape(len(group) * batch, len(rows), -1)
-            logits = model.unembed(model.ln_final(final) if model.cfg.normalization_type is not None else final)
+            logits = suffix.unembed(model, x.reshape(len(group) * batch, len(rows), -1))
         else:
             if resid.finish is not None:
                 x = suffix.finish_block(model, resid.finish, x)

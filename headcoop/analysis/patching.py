@@ -96,8 +96,8 @@ class PatchResult(Displayed):
     coords:        for each dim, the model index of each entry (e.g. the layers and heads patched).
     clean_value:   the metric on the unpatched clean run; corrupt_value: on the unpatched corrupt run.
     pos_labels:    one label per position ("3 =" where every clean row holds "=" there, else "3").
-    method:        how the patched runs were computed: "head-local", "stacked", or "one pass per patch
-                   (hooks at ...)" when hooks were installed on the model (see `patch`).
+    method:        how the patched runs were computed: "head-local", "stacked", or "reference: one pass per
+                   patch (...)" with method="reference" or hooks installed on the model (see `patch`).
     """
 
     values: Tensor

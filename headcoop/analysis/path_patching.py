@@ -163,9 +163,7 @@ def _last_layer_rows(model, layer, q, k, v, heads, target_cache, target_logits, 
     z = pattern @ v  # [n, batch, row, d_head]
     change = (z - act("z")[:, rows][:, :, heads].permute(2, 0, 1, 3)) @ attn.W_O[heads][:, None]
     resid = finish_block(model, layer, (act("resid_pre") + act("attn_out"))[:, rows] + change)
-    if model.cfg.normalization_type is not None:
-        resid = model.ln_final(resid.reshape(n * batch, len(rows), -1))
-    logits = model.unembed(resid.reshape(n * batch, len(rows), -1))
+    logits = suffix.unembed(model, resid.reshape(n * batch, len(rows), -1))
     out = target_logits[None].repeat(n, 1, 1, 1)
     out[:, :, rows] = logits.view(n, batch, len(rows), -1)
     return out.view(n * batch, n_pos, -1)

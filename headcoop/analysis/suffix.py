@@ -61,6 +61,11 @@ def mask_future(scores: Float[Tensor, "... key"], attn, q_pos: Int[Tensor, "..."
     return torch.where(future, attn.IGNORE.to(scores.device), scores)
 
 
+def unembed(model: HookedTransformer, x: Float[Tensor, "... row d_model"]) -> Float[Tensor, "... row vocab"]:
+    """Logits of residual-stream rows: the final norm (where the model has one), then the unembedding."""
+    return model.unembed(model.ln_final(x) if model.cfg.normalization_type is not None else x)
+
+
 def finish_block(model: HookedTransformer, layer: int, resid_mid: Float[Tensor, "... d_model"]) -> Float[Tensor, "... d_model"]:
     """resid_post of `layer` from its resid_mid (attention already added): + MLP(ln2(resid_mid)) unless
     the model is attention-only. Works on any rows: the MLP and its norm act per row."""
@@ -127,10 +132,7 @@ def run_from(
         if not keep.any():
             return rows[:0], None
         x, rows = x[:, :, keep], rows[keep]
-    final = x.reshape(n * batch, len(rows), d_model)
-    if model.cfg.normalization_type is not None:
-        final = model.ln_final(final)
-    return rows, model.unembed(final)  # [copy*batch, row, vocab]
+    return rows, unembed(model, x.reshape(n * batch, len(rows), d_model))  # [copy*batch, row, vocab]
 
 
 @dataclass(frozen=True)
