@@ -216,6 +216,7 @@ def test_probe_and_mean_ablation_on_every_shape(shaped):
     torch.testing.assert_close(seen["z"][:, :, 2], mean.expand_as(seen["z"][:, :, 2]), atol=1e-6, rtol=0)
 
 
+@pytest.mark.slow  # the fast tier compares the game with hc.ablate in test_interactions.py
 @pytest.mark.parametrize("how", ["zero", "resample"])
 def test_coalition_values_on_every_shape(shaped, how):
     """CoalitionGame's layer-by-layer evaluation (shared prefixes, the last layer at the read rows only)
@@ -311,3 +312,30 @@ def test_path_patching_equals_its_reference_through_the_method_switch(shaped):
     assert fast.values.keys() == slow.values.keys()
     for key, value in fast.values.items():
         assert value == pytest.approx(slow.values[key], abs=1e-5, rel=1e-5), key
+
+
+@pytest.mark.parametrize("shape", ["attn-only", "gelu-LN", "shortformer-LN", "rotary-partial", "RMSPre"])
+def test_last_layer_with_one_changed_row_matches_a_forward_pass(shape):
+    """suffix.last_layer_one_row (every copy's one changed row entering the last layer, read at several
+    rows, including rows before, at and after the changed one) against the model's own blocks run from
+    that layer on the whole changed residual stream."""
+    from headcoop.analysis import suffix
+    from headcoop.analysis.copies import continuation
+
+    model = build(shape)
+    gen = torch.Generator().manual_seed(6)
+    tokens = torch.randint(0, VOCAB, (3, N_CTX), generator=gen)
+    last = model.cfg.n_layers - 1
+    _, cache = model.run_with_cache(tokens)
+    base = cache[f"blocks.{last}.hook_resid_pre"]
+    first_row = torch.arange(N_CTX).repeat(2)  # every position, twice
+    new_rows = torch.randn(len(first_row), 3, model.cfg.d_model, generator=gen)
+    needed = torch.tensor([0, 3, 5, N_CTX - 1])
+    extras = continuation(model, tokens)
+    ours = suffix.last_layer_one_row(model, base, new_rows, first_row, cache, extras["shortformer_pos_embed"], needed)
+    for i, p in enumerate(first_row.tolist()):
+        resid = base.clone()
+        resid[:, p] = new_rows[i]
+        with torch.no_grad():
+            theirs = model(resid, start_at_layer=last, shortformer_pos_embed=extras["shortformer_pos_embed"])
+        torch.testing.assert_close(ours.view(len(first_row), 3, len(needed), -1)[i], theirs[:, needed], atol=1e-5, rtol=1e-5)

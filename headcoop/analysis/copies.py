@@ -390,8 +390,19 @@ def continue_rows(target: Target, resid: Rows) -> Float[Tensor, "copy_batch pos 
     one_row = isinstance(resid.resid, tuple)
     n, batch = (resid.resid[1] if one_row else resid.resid).shape[:2]
     kept = torch.arange(target_logits.shape[1], device=target_logits.device) if needed is None else needed
+    if one_row and needed is not None and resid.start == model.cfg.n_layers - 1 and resid.finish is None:
+        # one changed row entering the last layer: all copies in one pass (suffix.last_layer_one_row)
+        base, rows_new = resid.resid
+        logits = suffix.last_layer_one_row(model, base, rows_new, first_row, target.cache,
+                                           target.extras["shortformer_pos_embed"], needed)  # fmt: skip
+        return RowLogits(target_logits, needed, logits.view(n, batch, len(needed), -1))
     out = target_logits[:, kept][None].repeat(n, 1, 1, 1)  # [n, batch, kept row, vocab]; changed rows below
     after_last = resid.start >= model.cfg.n_layers  # no attention left: rows are independent, one group
+    if one_row and after_last and resid.finish is None:  # only a changed row the metric reads is unembedded
+        copy, at = (first_row[:, None] == kept[None]).nonzero(as_tuple=True)
+        if len(copy):
+            out[copy, :, at] = suffix.unembed(model, resid.resid[1][copy][:, :, None])[:, :, 0]
+        return out.view(n * batch, *target_logits.shape[1:]) if needed is None else RowLogits(target_logits, kept, out)
     for r0, group in row_groups(first_row, 1 if after_last else len(first_row)):
         if one_row:
             base, rows_new = resid.resid

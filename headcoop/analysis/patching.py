@@ -468,20 +468,21 @@ def _row_local(model, component, layer, n, head, pos, source_cache, target: Targ
     z_row = act("z")[:, pos].transpose(0, 1).clone()  # [n, batch, head, d_head]
     if component == "z":
         z_row[copy, :, head] = act("z", source_cache)[:, pos, head].transpose(0, 1)
-    else:
-        v = act("v")[:, :, head].permute(2, 0, 1, 3)  # [n, batch, key_pos, d_head]
+    else:  # one query row per copy: one matrix product per head over its copies, not n * batch tiny ones
+        by_head = [(h, (head == h).nonzero().flatten()) for h in head.unique().tolist()]
         if component == "pattern":
             pattern = act("pattern", source_cache)[:, head, pos].transpose(0, 1)  # [n, batch, key_pos]
         else:
             q = act("q", source_cache)[:, pos, head].transpose(0, 1)  # [n, batch, d_head]
-            k = act("k")[:, :, head].permute(2, 0, 1, 3)
-            scores = attn.calculate_attention_scores(
-                q.reshape(n * batch, 1, 1, -1), k.reshape(n * batch, n_pos, 1, -1)
-            ).view(n, batch, n_pos)
+            scores = torch.empty(n, batch, n_pos, dtype=q.dtype, device=q.device)
+            for h, at in by_head:  # [batch, copies, d_head] @ [batch, d_head, key_pos]
+                scores[at] = (q[at].transpose(0, 1) @ act("k")[:, :, h].transpose(1, 2)).transpose(0, 1)
+            scores = scores / attn.attn_scale
             if causal(model, attn):
-                scores = suffix.mask_future(scores, attn, pos, align="copy")  # [n, batch, key_pos]
+                scores = suffix.mask_future(scores, attn, pos, align="copy")
             pattern = softmax_keys(scores)
-        z_row[copy, :, head] = (pattern[:, :, None] @ v).squeeze(2)
+        for h, at in by_head:  # [batch, copies, key_pos] @ [batch, key_pos, d_head]
+            z_row[at, :, h] = (pattern[at].transpose(0, 1) @ act("v")[:, :, h]).transpose(0, 1)
     out = F.linear(z_row.reshape(n, batch, -1), w_o(attn), attn.b_O)  # [n, batch, d_model]
     new_rows = suffix.finish_block(model, layer, act("resid_pre")[:, pos].transpose(0, 1) + out)  # [n, batch, d]
     return Rows(layer + 1, (act("resid_post"), new_rows), pos)

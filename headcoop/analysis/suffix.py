@@ -135,6 +135,77 @@ def run_from(
     return rows, unembed(model, x.reshape(n * batch, len(rows), d_model))  # [copy*batch, row, vocab]
 
 
+def rotate_at(attn, x: Float[Tensor, "n row head d_head"], pos: Int[Tensor, " row"]) -> Float[Tensor, "n row head d_head"]:
+    """x's row j rotated as the module rotates a query or key at absolute position pos[j] (`apply_rotary`
+    itself, once per distinct position)."""
+    out = torch.empty_like(x)
+    for p in pos.unique().tolist():
+        at = (pos == p).nonzero().flatten()
+        out[:, at] = attn.apply_rotary(x[:, at].reshape(-1, 1, *x.shape[2:]), p).view(x.shape[0], len(at), *x.shape[2:])
+    return out
+
+
+@torch.no_grad()
+def last_layer_one_row(
+    model: HookedTransformer,
+    base: Float[Tensor, "batch pos d_model"],
+    new_rows: Float[Tensor, "copy batch d_model"],
+    first_row: Int[Tensor, " copy"],
+    target_cache,
+    shortformer_pos_embed: Float[Tensor, "batch pos d_model"] | None,
+    needed: Int[Tensor, " row"],
+) -> Float[Tensor, "copy_batch row vocab"]:
+    """Logits at rows `needed` of copies whose residual stream entering the last layer is the target's
+    `base` except one row: copy i's row first_row[i] is new_rows[i]. Every other row's key and value is the
+    target's cached one, so the layer computes the key and value of the changed row, the queries of the
+    read rows, and the read rows' output only (all copies in one pass, whatever their changed row; a read
+    row before the changed one masks it out and comes out as the target's)."""
+    layer = model.cfg.n_layers - 1
+    block, attn = model.blocks[layer], model.blocks[layer].attn
+    n, batch, d_model = new_rows.shape
+    device = new_rows.device
+    needed = needed.to(device)
+    rotary = model.cfg.positional_embedding_type == "rotary"
+    hit = needed[None, :] == first_row[:, None]  # [n, row]: the read row is the changed one
+    x = torch.where(hit[:, None, :, None], new_rows[:, :, None], base[:, needed][None])  # [n, batch, row, d]
+    x = x.reshape(n * batch, len(needed), d_model)
+    normed_x, normed_new = block.ln1(x), block.ln1(new_rows.reshape(n * batch, 1, d_model))
+    qk_x, qk_new = normed_x, normed_new
+    if shortformer_pos_embed is not None:
+        qk_x = normed_x + shortformer_pos_embed[:, needed].repeat(n, 1, 1)
+        qk_new = normed_new + shortformer_pos_embed[:, first_row].transpose(0, 1).reshape(n * batch, 1, d_model)
+    q = attn.calculate_qkv_matrices(qk_x, qk_x, normed_x)[0]  # [n*batch, row, head, d_head]
+    _, k_new, v_new = attn.calculate_qkv_matrices(qk_new, qk_new, normed_new)  # [n*batch, 1, head, d_head]
+    if rotary:
+        q = rotate_at(attn, q, needed)
+        k_new = rotate_at(attn, k_new.view(n, batch, *k_new.shape[2:]).transpose(0, 1), first_row)
+        k_new = k_new.transpose(0, 1).reshape(n * batch, 1, *k_new.shape[2:])
+    copy = torch.arange(n, device=device)
+    n_heads, d_head, n_read = q.shape[2], q.shape[3], len(needed)
+    k_cached = target_cache[f"blocks.{layer}.attn.hook_{'rot_k' if rotary else 'k'}"]  # [batch, key, head, d_head]
+    v_cached = target_cache[f"blocks.{layer}.attn.hook_v"]
+    # one matrix product per (input, head) over every copy's read rows, against the target's keys ...
+    q_n = q.view(n, batch, n_read, n_heads, d_head)
+    by_head = q_n.permute(1, 3, 0, 2, 4).reshape(batch * n_heads, n * n_read, d_head)
+    scores = (by_head @ k_cached.permute(0, 2, 3, 1).reshape(batch * n_heads, d_head, -1)) / attn.attn_scale
+    scores = scores.view(batch, n_heads, n, n_read, -1).permute(2, 0, 1, 3, 4).contiguous()  # [n, b, h, row, key]
+    # ... then the changed key of each copy
+    changed = (q_n * k_new.view(n, batch, 1, n_heads, d_head)).sum(-1) / attn.attn_scale  # [n, batch, row, head]
+    scores[copy, :, :, :, first_row] = changed.permute(0, 1, 3, 2)
+    pattern = F.softmax(mask_future(scores, attn, needed), dim=-1)
+    pattern = torch.where(torch.isnan(pattern), torch.zeros_like(pattern), pattern).to(model.cfg.dtype)
+    on_changed = pattern[copy, :, :, :, first_row]  # [n, batch, head, row]
+    pattern[copy, :, :, :, first_row] = 0
+    z = pattern.permute(1, 2, 0, 3, 4).reshape(batch * n_heads, n * n_read, -1) @ v_cached.permute(0, 2, 1, 3).reshape(
+        batch * n_heads, -1, d_head
+    )
+    z = z.view(batch, n_heads, n, n_read, d_head).permute(2, 0, 3, 1, 4)  # [n, batch, row, head, d_head]
+    z = z + on_changed.permute(0, 1, 3, 2)[..., None] * v_new.view(n, batch, 1, n_heads, d_head)
+    w = attn.W_O.reshape(-1, d_model).T
+    out = F.linear(z.reshape(n * batch, n_read, -1), w.contiguous(), attn.b_O)
+    return unembed(model, finish_block(model, layer, x + out))
+
+
 @dataclass(frozen=True)
 class RowLogits:
     """Logits of n patched copies that differ from the target run's only at some rows: copy i's logits
