@@ -173,14 +173,25 @@ class CoalitionGame:
         copies = self._copies(masks, target, first, path)
         engine_path = {"linear": "local", "layered": "local"}.get(path, path)
         values = evaluate(target, copies, engine_path, self.memory_budget_mb, head_local=False).double()
-        bad = (~torch.isfinite(values)).nonzero().flatten()
+        bad = (~torch.isfinite(values.flatten(1) if values.ndim > 1 else values[:, None])).any(1).nonzero().flatten()
         if len(bad):
             active = [i for i, on in enumerate(masks[int(bad[0])].tolist()) if on]
             raise ValueError(
-                f"the metric is {float(values[bad[0]])} for {len(bad)} of {len(values)} coalitions (first: the "
+                f"the metric is {values[bad[0]].flatten()[~torch.isfinite(values[bad[0]].flatten())][0]} for {len(bad)} of {len(values)} coalitions (first: the "
                 f"players {active} active); Shapley values and verdicts need a finite number for every coalition"
             )
         return values
+
+    @torch.no_grad()
+    def row_logits(self, masks: Bool[Tensor, "coalition player"]) -> Float[Tensor, "coalition batch vocab"]:
+        """The logits of each coalition at each input's read row (float64, no metric, no mean over inputs):
+        the per-input evidence `hc.cooperation` reads. Same paths as `values`."""
+        saved = self.score, self.metric
+        self.score, self.metric = Score.of_name("logits", self.pos, None, self.pos), "logits"
+        try:
+            return self.values(masks)
+        finally:
+            self.score, self.metric = saved
 
     def _target(self, cached_layer: int | None) -> Target:
         """The unablated run: tokens and score, with the residual stream entering `cached_layer` cached."""

@@ -120,7 +120,8 @@ def target_run(model: HookedTransformer, tokens: Tensor, score: "Score", names: 
     find the logit rows the metric reads (`read_rows`) so that the last layer can compute those only."""
     logits, cache = model.run_with_cache(tokens, names_filter=names)
     target = Target(model, tokens, logits, cache, score, continuation(model, tokens))
-    target.value = float(score.one(logits))  # checked before anything else reads the metric
+    value = score.one(logits)  # checked before anything else reads the metric
+    target.value = float(value) if value.numel() == 1 else None  # None: the "logits" reading
     if rows:
         target.needed = read_rows(score, logits)
     return target
@@ -188,7 +189,10 @@ def clean_corrupt(model: HookedTransformer, clean, corrupt, metric) -> tuple[Ten
 def named_metric(name: str, logits: Float[Tensor, "*copy batch vocab"], answer: Tensor, wrong: Tensor | None) -> Tensor:
     """A named metric of logits at the answer positions, one value per leading copy (mean over inputs):
     "logit_diff" (logit(answer) - logit(wrong)), "accuracy" (argmax is the answer), "loss" (cross-entropy
-    of the answer), "prob" (the answer's probability)."""
+    of the answer), "prob" (the answer's probability); "logits": the logits themselves, no mean (what
+    per-input evidence reads)."""
+    if name == "logits":
+        return logits
     right = logits.gather(-1, answer.expand(*logits.shape[:-1])[..., None])[..., 0]
     if name == "logit_diff":
         if wrong is None:
@@ -226,7 +230,9 @@ class Score:
         return cls(metric=metric, named=(name, answer, wrong, pos), rows=pos)
 
     def one(self, logits: Float[Tensor, "batch pos vocab"]) -> Tensor:
-        """The metric of one run's logits, a 0-dim tensor."""
+        """The metric of one run's logits, a 0-dim tensor ([batch, vocab] for the "logits" reading)."""
+        if self.named is not None and self.named[0] == "logits":
+            return self.metric(logits)
         return check_metric_value(self.metric(logits), "metric")
 
     def __call__(self, logits: Logits, n: int, batch: int) -> Float[Tensor, " copy"]:
