@@ -244,7 +244,10 @@ def _section_cooperation(ctx: _Context) -> tuple:
             "the other heads (heads outside a coalition mean-ablated over these inputs); they sum to "
             f"v(all) &minus; v(none) = {result.v_full:.3f} &minus; {result.v_empty:.3f}. The <b>interaction "
             "index</b> of a pair: negative when the two substitute for each other (<b>redundant</b>), positive "
-            "when both are needed (<b>synergistic</b>), within 5% of |v(all) &minus; v(none)|: independent. "
+            "when the pair is worth more than its parts on average (<b>synergistic</b>), within 5% of "
+            "|v(all) &minus; v(none)|: independent. These are words about averages: which mechanism joins two "
+            "heads (redundant, division of labour, superposition, competition) needs per-input evidence, "
+            "<code>hc.cooperation</code>. "
             f"Overall: <b>{html.escape(result.model_verdict)}</b> ({html.escape(result.method)})."
         ),
         Figure(result.plot(title="Shapley values and pairwise interactions (accuracy)"), height=460),

@@ -36,6 +36,7 @@ def test_planted_mechanism_is_named(mechanism, how):
     assert result.roles == model.planted["roles"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["zero", "mean"])
 @pytest.mark.parametrize("mechanism", PLANTED)
 def test_planted_mechanism_survives_weight_noise(mechanism, how):

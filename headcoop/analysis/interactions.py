@@ -21,9 +21,12 @@ order of the other heads with the pair as one block; S = the heads before the bl
 draws per pair; both are marked sampled in the repr and plot title.
 
 Verdicts, with tau = `threshold` (default 0.05) times |v(N) - v(empty)|: a pair is **redundant** when its
-interaction index is below -tau (each head substitutes for the other: removing one costs little while the
-other is there, the pseudo-ensemble of the Count01 paper), **synergistic** above +tau (both are needed
-together, the superposition of the SkipPair post), else **independent**. The model's verdict weighs the
+interaction index is below -tau (on average each head substitutes for the other: removing one costs
+little while the other is there), **synergistic** above +tau (on average the pair is worth more than its
+parts), else **independent**. These are words about averages of the game only: any two heads that cannot
+solve the task alone come out synergistic, and a division of labour and superposition both give a zero or
+positive index. Which mechanism joins two heads (redundant, division, superposition, competition) is
+`hc.cooperation`'s question, answered from per-input evidence. The model's verdict weighs the
 pairs: redundant when the negative interactions outweigh the positive ones by more than tau in total,
 synergistic in the opposite case, else independent. With the linear logit-difference metric in a
 one-layer attention-only model every interaction is exactly 0: the heads' effects add.
