@@ -94,6 +94,8 @@ def test_bad_arguments():
         hc.cooperation(model, how="scale")
     with pytest.raises(ValueError, match="at least 2 heads"):
         hc.cooperation(model, heads=["L0H0"])
+    with pytest.raises(TypeError, match="inputs= must be a Batch"):
+        hc.cooperation(model, inputs=torch.zeros(4, 3, dtype=torch.long))
     with pytest.raises(ValueError, match="unknown planted mechanism"):
         hc.planted("synergy")
 
@@ -110,3 +112,19 @@ def test_row_logits_equal_the_reference(mechanism):
         out[method] = game.row_logits(all_masks(2))
     torch.testing.assert_close(out["auto"], out["reference"], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(out["stacked"], out["reference"], atol=1e-5, rtol=1e-5)
+
+
+def test_a_users_hook_is_respected():
+    """With a hook of the user's installed the game takes the reference path (hc.ablate + forward passes);
+    a hook that changes nothing gives the same evidence, and the method says why."""
+    model = hc.planted("superposition")
+    plain = hc.cooperation(model, how="mean", n=64)
+    model.blocks[0].hook_resid_pre.add_hook(lambda act, hook: act)
+    try:
+        hooked = hc.cooperation(model, how="mean", n=64)
+    finally:
+        model.reset_hooks()
+    assert "reference" in hooked.method and "hooks installed" in hooked.method
+    cols = ["or", "and", "a_only", "b_only", "superposed", "interaction"]
+    assert hooked.pairs[cols].values == pytest.approx(plain.pairs[cols].values, abs=1e-6)
+    assert hooked.mechanism == plain.mechanism == "superposition"

@@ -55,10 +55,11 @@ def main() -> None:
               "(\"independent\") or conflicting (\"undetermined\"). That is what resample ablation does to these "
               "weights, not a wrong reading of the inputs; zero and mean ablation, which inject no other answer, "
               "name all of them. With 0.01 weight noise the ties break one way or the other, so some of those pairs are named right again (the resample table counts both).", ""]
-    if OUT.exists() and MARK not in OUT.read_text():
+    existed = OUT.exists()
+    if existed and MARK not in OUT.read_text():
         raise SystemExit(f"{OUT} was not written by this script; not overwriting it")
     OUT.write_text("\n".join(lines))
-    print(f"wrote {OUT} (overwrote the previous version written by this script)" if OUT.exists() else f"wrote {OUT}")
+    print(f"wrote {OUT}" + (" (overwrote the previous version, written by this script)" if existed else ""))
 
 
 if __name__ == "__main__":

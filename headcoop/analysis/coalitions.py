@@ -173,11 +173,12 @@ class CoalitionGame:
         copies = self._copies(masks, target, first, path)
         engine_path = {"linear": "local", "layered": "local"}.get(path, path)
         values = evaluate(target, copies, engine_path, self.memory_budget_mb, head_local=False).double()
-        bad = (~torch.isfinite(values.flatten(1) if values.ndim > 1 else values[:, None])).any(1).nonzero().flatten()
+        bad = (~torch.isfinite(values.reshape(len(values), -1)).all(1)).nonzero().flatten()
         if len(bad):
             active = [i for i, on in enumerate(masks[int(bad[0])].tolist()) if on]
+            first = values[bad[0]].flatten()
             raise ValueError(
-                f"the metric is {values[bad[0]].flatten()[~torch.isfinite(values[bad[0]].flatten())][0]} for {len(bad)} of {len(values)} coalitions (first: the "
+                f"the metric is {float(first[~torch.isfinite(first)][0])} for {len(bad)} of {len(values)} coalitions (first: the "
                 f"players {active} active); Shapley values and verdicts need a finite number for every coalition"
             )
         return values

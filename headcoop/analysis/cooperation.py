@@ -67,6 +67,7 @@ from headcoop.analysis.interactions import interactions
 from headcoop.analysis.vocabulary import ABLATION_HOWS, METRIC_NAMES, AblationHow, MetricName, head_name
 from headcoop.checks import check_float, check_int, check_seed
 from headcoop.plot import Displayed
+from headcoop.tasks.base import Batch
 
 MECHANISMS = ("redundant", "division", "superposition", "competition", "independent", "undetermined")
 ROLES = ("supports", "competes", "inactive")
@@ -191,13 +192,15 @@ def _additive_by_construction(model: HookedTransformer, metric: str, a: tuple[in
 
 def _head_dla(model, tokens, pos, answer, wrong) -> tuple[Tensor, Tensor] | None:
     """(per-head DLA [batch, layer, head, vocab], on ld [batch, layer, head]) of the current model (hooks
-    included), or None where the model's residual stream cannot be decomposed."""
-    from headcoop.analysis.dla import dla
+    included), or None where the model's architecture has no exact decomposition (`check_decomposable`);
+    any other failure of `hc.dla` is raised."""
+    from headcoop.analysis.dla import check_decomposable, dla
 
     try:
-        result = dla(model, tokens, pos=pos)
+        check_decomposable(model, "cooperation's direct effects")
     except ValueError:
         return None
+    result = dla(model, tokens, pos=pos)
     heads = result.heads().double()  # [batch, layer, head, vocab]
     rows = torch.arange(len(answer))
     answer = answer.to(heads.device)
@@ -242,6 +245,8 @@ def cooperation(
     check_seed(seed)
     task = task if task is not None else require_task(model, "hc.cooperation's inputs")
     batch = inputs if inputs is not None else task.sample(n, seed=seed)
+    if not isinstance(batch, Batch):
+        raise TypeError(f"inputs= must be a Batch (answers known, e.g. task.sample(n)), got {type(batch).__name__}")
     if reference is None and how != "zero":
         reference = task.sample(512, seed=seed + 1)
     players = [(lay, h) for lay in range(model.cfg.n_layers) for h in range(model.cfg.n_heads)] if heads is None \
@@ -323,6 +328,8 @@ def cooperation(
             "isolated": (values[at + 1], values[alone(i)], values[alone(j)], values[1],
                          ld[at + 1], ld[alone(i)], ld[alone(j)], ld[1]),
         }  # fmt: skip
+        sup = None if dla_full is None else _superposed(dla_full[0][:, players[i][0], players[i][1]].cpu(),
+                                                        dla_full[0][:, players[j][0], players[j][1]].cpu(), answer_c)  # fmt: skip
         evidence = {}
         for context, (f11, f10, f01, f00, l11, l10, l01, l00) in contexts.items():
             matters, classes = _classes(f11, f10, f01, f00, binary, tau_m)
@@ -330,12 +337,7 @@ def cooperation(
             share = {c: float((classes[c] & matters).sum()) / count for c in CLASSES}
             and_inputs = classes["and"] & matters
             additive = ((l11 - l10 - l01 + l00).abs() <= 0.2 * (l11 - l00).abs().clamp(min=tau_ld)) & and_inputs
-            if dla_full is not None:
-                sup = _superposed(dla_full[0][:, players[i][0], players[i][1]].cpu(),
-                                  dla_full[0][:, players[j][0], players[j][1]].cpu(), answer_c)  # fmt: skip
-                superposed = float((sup & and_inputs).sum()) / max(int(and_inputs.sum()), 1)
-            else:
-                superposed = float("nan")
+            superposed = float("nan") if sup is None else float((sup & and_inputs).sum()) / max(int(and_inputs.sum()), 1)
             evidence[context] = dict(matters=float(matters.float().mean()), **share, superposed=superposed,
                                      additive_ld=float(additive.sum()) / max(int(and_inputs.sum()), 1))  # fmt: skip
         context = "full" if evidence["full"]["matters"] >= min_share or evidence["isolated"]["matters"] < min_share \
@@ -352,7 +354,9 @@ def cooperation(
     overall = next((m for m in MECHANISMS if shares[m] > 0.5), "undetermined")
     return Cooperation(heads=names, pairs=frame, head_table=head_table, compensation=compensation.float(),
                        roles=roles, mechanism=overall, shares=shares, metric=metric, how=how,
-                       method=f"{len(masks)} coalitions per input; {game.method}", threshold=threshold)  # fmt: skip
+                       method=f"{len(masks)} coalitions per input; {game.method}"
+                              + ("" if dla_full is not None else "; no direct effects (no exact DLA for this model)"),
+                       threshold=threshold)  # fmt: skip
 
 
 def _decide(model, metric, pa, pb, a: str, b: str, roles: dict, e: dict, min_share: float) -> tuple[str, str]:
