@@ -44,6 +44,7 @@ _LAZY = {
     "Interactions": "headcoop.analysis.interactions",
     "cooperation": "headcoop.analysis.cooperation",
     "Cooperation": "headcoop.analysis.cooperation",
+    "superposed_writes": "headcoop.analysis.cooperation",
     "planted": "headcoop.tasks.planted",
     "PlantedTask": "headcoop.tasks.planted",
     "train_many": "headcoop.fast_train",

@@ -225,29 +225,74 @@ def _section_dla(ctx: _Context) -> tuple:
 MAX_REPORT_PLAYERS = 10  # beyond this many heads, only models whose coalitions need no forward pass
 
 
+MAX_REPORT_PAIRS_HEADS = 32  # hc.cooperation's coalitions grow as the square of the heads: up to 32 heads here
+
+
 def _section_cooperation(ctx: _Context) -> tuple:
-    """Shapley values and pairwise interactions of the heads on accuracy (hc.interactions)."""
+    """The mechanism of every pair of heads and each head's role (hc.cooperation), then Shapley values and
+    pairwise interactions on accuracy (hc.interactions) where the coalitions are few enough."""
+    from headcoop.analysis.cooperation import cooperation
     from headcoop.analysis.interactions import interactions
 
     model = ctx.model
     n = model.cfg.n_layers * model.cfg.n_heads
     linear = model.cfg.n_layers == 1 and model.cfg.attn_only and model.cfg.normalization_type is None
+    exact_limit = 16 if linear else MAX_REPORT_PLAYERS
+    blocks: list = []
+    if n > MAX_REPORT_PAIRS_HEADS:
+        blocks.append(_note(f"This model has {n} heads: too many pairs for this page. "
+                            "<code>hc.cooperation(model, heads=[...])</code> names the mechanism of the heads you choose."))  # fmt: skip
+    else:
+        coop = cooperation(model, inputs=ctx.clean, metric="accuracy", how="mean", reference=ctx.clean.tokens,
+                           max_exact=max(2, exact_limit))  # fmt: skip
+        shown = coop.to_dataframe()
+        order = {m: k for k, m in enumerate(("competition", "superposition", "division", "redundant", "independent",
+                                             "undetermined"))}  # fmt: skip
+        shown = shown.iloc[shown.mechanism.map(order).argsort(kind="stable")].head(12)
+        roles = coop.head_table.reset_index()[["head", "role", "direct_effect", "total_effect", "isolated_effect",
+                                               "self_repair", "backs_up"]]  # fmt: skip
+        counts = ", ".join(f"{int(c * len(coop.pairs) + 0.5)} {m}" for m, c in coop.shares.items() if c > 0)
+        blocks += [
+            _note(
+                "Which <b>mechanism</b> joins each pair of heads (<code>hc.cooperation</code>), from per-input "
+                "evidence: on each input where the pair matters (both heads on: right; both off: wrong; heads "
+                "outside the pair as in the model, mean-ablated when off), whether either head alone answers "
+                "(<b>redundant</b>), only both together do (<b>superposition</b> when both heads write to several "
+                "outputs that add up only on the answer, <b>independent</b> when their effects add), or each head "
+                "answers its own inputs (<b>division</b> of labour); <b>competition</b> when one head pushes "
+                "against the answer; <b>undetermined</b> when the evidence conflicts or a head is inactive. "
+                f"Overall: <b>{html.escape(coop.mechanism)}</b> (pairs: {html.escape(counts)}; a model's verdict is "
+                "the mechanism of more than half of its pairs). Rules and thresholds: the docstring of "
+                f"<code>hc.cooperation</code>. {html.escape(coop.method)}."
+            ),
+            Figure(coop.plot(title=f"Mechanism of each pair of heads: {coop.mechanism} overall (accuracy, mean "
+                                   "ablation)<br><sup>per-input 2x2 games; direct effects by DLA with the final "
+                                   "norm's scale frozen</sup>"), height=480),  # fmt: skip
+            _note("Each head's <b>role</b> (supports / competes / inactive: the sign of the first of its direct, "
+                  "total and isolated effects on the logit difference that exceeds a tenth of its fair share), its "
+                  "self-repair (direct &minus; total effect) and the heads whose direct effect it restores when "
+                  "they are ablated (<code>backs_up</code>):"),
+            _table(roles, index=False, digits=4),
+            _note(f"Pairs, {len(shown)} of {len(coop.pairs)} (competition and superposition first):"),
+            _table(shown[["head_a", "head_b", "mechanism", "reason", "matters", "or", "and", "a_only", "b_only",
+                          "superposed", "interaction"]], index=False, digits=3),  # fmt: skip
+        ]
     if n > 16 or (n > MAX_REPORT_PLAYERS and not linear):
-        return (_note(f"This model has {n} heads: too many coalitions to evaluate for this page. "
-                      "<code>hc.interactions(model, method=\"sampled\")</code> estimates them."),)  # fmt: skip
+        blocks.append(_note(f"This model has {n} heads: too many coalitions for Shapley values on this page. "
+                            "<code>hc.interactions(model, method=\"sampled\")</code> estimates them."))  # fmt: skip
+        return (*blocks, *_head_to_head(ctx))
     result = interactions(model, ctx.clean, metric="accuracy", how="mean", reference=ctx.clean.tokens)
     pairs = result.to_dataframe()
     pairs = pairs.reindex(pairs.interaction.abs().sort_values(ascending=False).index).head(12)
     return (
+        *blocks,
         _note(
             "Each head's <b>Shapley value</b>: its average contribution to the accuracy over every coalition of "
             "the other heads (heads outside a coalition mean-ablated over these inputs); they sum to "
             f"v(all) &minus; v(none) = {result.v_full:.3f} &minus; {result.v_empty:.3f}. The <b>interaction "
-            "index</b> of a pair: negative when the two substitute for each other (<b>redundant</b>), positive "
-            "when the pair is worth more than its parts on average (<b>synergistic</b>), within 5% of "
-            "|v(all) &minus; v(none)|: independent. These are words about averages: which mechanism joins two "
-            "heads (redundant, division of labour, superposition, competition) needs per-input evidence, "
-            "<code>hc.cooperation</code>. "
+            "index</b> of a pair: negative when the two substitute for each other on average, positive when the "
+            "pair is worth more than its parts on average (<b>synergistic</b>: a division of labour and "
+            "superposition both can give it), within 5% of |v(all) &minus; v(none)|: independent. "
             f"Overall: <b>{html.escape(result.model_verdict)}</b> ({html.escape(result.method)})."
         ),
         Figure(result.plot(title="Shapley values and pairwise interactions (accuracy)"), height=460),
@@ -354,7 +399,7 @@ def _sections(task: Task) -> list[tuple[str, str, Callable[[_Context], tuple]]]:
         ("attention", "Attention patterns", _section_attention),
         ("patching", "Head patching", _section_patching),
         ("dla", "Direct logit attribution", _section_dla),
-        ("cooperation", "Cooperation: Shapley values and interactions", _section_cooperation),
+        ("cooperation", "Cooperation: mechanisms, roles, Shapley values and interactions", _section_cooperation),
         ("circuits", "QK and OV circuits of every head", _section_circuits),
     ]
     return sections

@@ -128,3 +128,43 @@ def test_a_users_hook_is_respected():
     cols = ["or", "and", "a_only", "b_only", "superposed", "interaction"]
     assert hooked.pairs[cols].values == pytest.approx(plain.pairs[cols].values, abs=1e-6)
     assert hooked.mechanism == plain.mechanism == "superposition"
+
+
+def test_per_input_evidence_adds_up_to_the_pair_shares():
+    """`per_input` is the evidence the pair table summarises: its class shares over the inputs where the
+    pair matters are the table's or / and / a_only / b_only."""
+    result = hc.cooperation(hc.planted("mixed"), how="mean", n=128)
+    rows = result.per_input()
+    assert len(rows) == len(result.pairs) * 128
+    for _, pair in result.pairs.iterrows():
+        mine = rows[(rows.head_a == pair.head_a) & (rows.head_b == pair.head_b)]
+        matters = mine[mine["class"] != "not_needed"]
+        assert len(matters) / 128 == pytest.approx(pair.matters)
+        for c in ("or", "and", "a_only", "b_only"):
+            assert (matters["class"] == c).mean() == pytest.approx(pair[c])
+    on_superposition = hc.cooperation(hc.planted("superposition"), how="zero", n=128).per_input()
+    assert on_superposition[on_superposition["class"] == "and"].superposed.all()
+
+
+def test_superposed_writes_under_each_reading():
+    # input 0: a writes to tokens 0 and 1, b to 0 and 2, answer 0 -> superposed under every reading
+    # input 1: both write to 0 and 1 -> several, but they add up on 1 as well
+    # input 2: a writes to one token only -> not several
+    a = torch.tensor([[4.0, 4.0, -1.0, -1.0], [4.0, 4.0, -1.0, -1.0], [4.0, -1.0, -1.0, -1.0]])
+    b = torch.tensor([[4.0, -1.0, 4.0, -1.0], [4.0, 4.0, -1.0, -1.0], [4.0, 4.0, -1.0, -1.0]])
+    answer = torch.tensor([0, 0, 0])
+    for reading in ("half_max", "positive", "centered"):
+        several, superposed = hc.superposed_writes(a, b, answer, reading=reading)
+        assert several.tolist() == [True, True, False] and superposed.tolist() == [True, False, False], reading
+    # a shift common to all logits changes the raw reading only
+    shifted = a + 10
+    assert hc.superposed_writes(shifted, b, answer, reading="positive")[1].tolist() == [False, False, False]
+    assert hc.superposed_writes(shifted, b, answer, reading="centered")[1].tolist() == [True, False, False]
+    # restricted to outputs 0 and 2, a writes to one output on input 0
+    assert hc.superposed_writes(a, b, answer, outputs=torch.tensor([0, 2]))[0].tolist() == [False, False, False]
+    with pytest.raises(ValueError, match="reading"):
+        hc.superposed_writes(a, b, answer, reading="raw")
+    with pytest.raises(ValueError, match="one of `outputs`"):
+        hc.superposed_writes(a, b, answer, outputs=torch.tensor([1, 2]))
+    with pytest.raises(ValueError, match=r"\[batch, vocab\]"):
+        hc.superposed_writes(a[0], b[0], answer)

@@ -22,26 +22,25 @@ def test_quick_run_writes_every_table_and_the_page(tmp_path):
         capture_output=True, text=True, timeout=1200, cwd=REPO,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    for name in ("count01_games", "skip_pair_games", "two_layer_paths", "two_layer_composition"):
+    for name in ("count01_mechanisms", "count01_pairs", "count01_heads", "skip_pair_mechanisms", "skip_pair_contexts",
+                 "two_layer_mechanisms", "two_layer_heads", "two_layer_paths", "two_layer_composition"):
         assert (tmp_path / "cooperation" / f"{name}.csv").exists(), name
     page = (tmp_path / "cooperation.md").read_text(encoding="utf-8")
-    assert "## 1. Count01" in page and "## 3. Two layers" in page and "pseudo-ensemble" in page
+    assert "## 1. Count01" in page and "## 3. Compete" in page and "## 4. Two layers" in page
+    assert "pseudo-ensemble" in page and "superposition" in page
 
 
-@pytest.mark.skipif(not (RESULTS / "cooperation" / "count01_games.csv").exists(),
-                    reason="run python -m experiments.cooperation.run_all first")  # fmt: skip
 def test_page_is_rendered_from_the_tables(tmp_path):
     import shutil
 
     from experiments.cooperation import page
 
     shutil.copytree(RESULTS / "cooperation", tmp_path / "cooperation")
+    shutil.copytree(RESULTS / "count01", tmp_path / "count01")  # Table 1, read by section 3
     written = page.build(tmp_path)
     assert written.read_text(encoding="utf-8") == (RESULTS / "cooperation.md").read_text(encoding="utf-8")
 
 
-@pytest.mark.skipif(not (RESULTS / "cooperation" / "count01_games.csv").exists(),
-                    reason="run python -m experiments.cooperation.run_all first")  # fmt: skip
 def test_notebook_executes():
     nb = nbformat.read(FOLDER / "cooperation.ipynb", as_version=4)
     NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(FOLDER)}}).execute()

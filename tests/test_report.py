@@ -85,6 +85,9 @@ def test_sections(pages, name, extra, absent):
         assert f"<th>{head}</th>" in html  # a row of the per-head table
         assert f"<summary>{head}</summary>" in html  # its QK / OV tables
     assert model.cfg.model_name in html and repr(model.task).split("(")[0] in html
+    # the cooperation section: the mechanism heatmap, each head's role, the pair table
+    assert "Mechanism of each pair of heads" in html and "backs_up" in html
+    assert re.search(r"<td>(supports|competes|inactive)</td>", html)
 
 
 def test_offline_and_scripts_inlined_once(pages):
@@ -104,11 +107,11 @@ def test_offline_and_scripts_inlined_once(pages):
 def test_figures_and_views(pages):
     for name, (model, _, html) in pages.items():
         figures = FIGURE_ID.findall(html)
-        # patching (2), DLA (1), cooperation (1, and path patching + composition with 2+ layers), QK + OV per
+        # patching (2), DLA (1), cooperation (mechanisms 1, Shapley 1, and path patching + composition with 2+ layers), QK + OV per
         # head, and the task's own figure (1; a contrast has none)
         own = 0 if name == "foreign" else 1
         head_to_head = 2 if model.cfg.n_layers > 1 else 0
-        assert len(figures) == 4 + head_to_head + 2 * model.cfg.n_layers * model.cfg.n_heads + own
+        assert len(figures) == 5 + head_to_head + 2 * model.cfg.n_layers * model.cfg.n_heads + own
         assert len(set(figures)) == len(figures)
         views = VIEW_ID.findall(html)
         assert len(views) == EXAMPLES * model.cfg.n_layers

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments.cooperation.page import ENSEMBLE, INTERFERE
+from experiments.cooperation.page import QUOTES as COOPERATION
 from experiments.count01.quotes import QUOTES as COUNT01
 from experiments.skip_pair.quotes import QUOTES as SKIP_PAIR
 
@@ -17,7 +17,7 @@ RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
 @pytest.mark.skipif(not SEEDS.is_dir(), reason=f"the source documents are not at {SEEDS}")
 @pytest.mark.parametrize(("quotes", "source"), [
     (COUNT01, "count01-paper-summary.md"), (SKIP_PAIR, "ov-coherent-skip-pair-post.md"),
-    ({"ensemble": ENSEMBLE}, "count01-paper-summary.md"), ({"interfere": INTERFERE}, "ov-coherent-skip-pair-post.md"),
+    *(({key: quote}, source) for key, (quote, source) in COOPERATION.items()),
 ])  # fmt: skip
 def test_every_quote_is_in_its_source(quotes, source):
     text = " ".join((SEEDS / source).read_text(encoding="utf-8").split())
@@ -25,7 +25,8 @@ def test_every_quote_is_in_its_source(quotes, source):
     assert not missing, f"not verbatim in {source}: {missing}"
 
 
-@pytest.mark.parametrize(("quotes", "page"), [(COUNT01, "count01.md"), (SKIP_PAIR, "skip_pair.md")])
+@pytest.mark.parametrize(("quotes", "page"), [(COUNT01, "count01.md"), (SKIP_PAIR, "skip_pair.md"),
+                                              ({k: q for k, (q, _) in COOPERATION.items()}, "cooperation.md")])  # fmt: skip
 def test_the_pages_show_the_quotes(quotes, page):
     text = (RESULTS / page).read_text(encoding="utf-8")
     assert all(quote in text for quote in quotes.values())

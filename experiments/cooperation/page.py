@@ -1,6 +1,7 @@
 """Write docs/results/cooperation.md from the tables in docs/results/cooperation/ (every number is read
-from a table run_all wrote). Sections return data (`headcoop.pages.Section`), verdicts are `Claim`
-records, the page is rendered from `page.md.j2`.
+from a table run_all wrote; Count01's Table 1 from docs/results/count01/table1.csv). Sections return data
+(`headcoop.pages.Section`), verdicts are `Claim` records computed by the rules below, the page is rendered
+from `page.md.j2`.
 
     python -m experiments.cooperation.page [--out FOLDER]
 """
@@ -15,93 +16,323 @@ import pandas as pd
 from headcoop.pages import Claim, Section, Table, Text, render
 
 HERE = Path(__file__).resolve().parent
-ENSEMBLE = "attention heads behave as a pseudo-ensemble, all solving the same subtask"
+# the sources' words, quoted exactly (../shared/seeds/)
+TITLE = "Do Attention Heads Compete or Cooperate during Counting?"
+QUESTION = ("we ask whether the attention heads behave as a pseudo-ensemble, all solving the same subtask, or they "
+            "perform different subtasks, meaning that they can only solve the original task in conjunction")
+FINDING = "on the semantics of the counting task, attention heads behave as a pseudo-ensemble"
+TABLE1 = "Heads trained jointly perform slightly worse than heads trained in isolation (Table 1)"
 INTERFERE = "for any given pair of inputs they will constructively interfere on the correct answer"
+ONLY_CORRECT = "In contexts where both heads write to multiple outputs, they will only constructively interfere on the correct token."
+SUPERPOSE = "We think this shows an interesting example of heads performing computation in superposition."
+DISTRIBUTE = ("The heads furthermore implement these nested conditionals in such a way that they distribute important "
+              "source tokens between them, and constructively interfere to produce the correct answer.")
+ONE_HEAD = 'We were also surprised that this problem can be solved with one head, as long as d_head >= 4.'
+# every quote, with the source document (../shared/seeds/) it is taken from verbatim
+QUOTES = {
+    "title": (TITLE, "count01-paper-abstract.md"), "question": (QUESTION, "count01-paper-abstract.md"),
+    "finding": (FINDING, "count01-paper-abstract.md"), "table1": (TABLE1, "count01-paper-summary.md"),
+    "interfere": (INTERFERE, "ov-coherent-skip-pair-post.md"), "only_correct": (ONLY_CORRECT, "ov-coherent-skip-pair-post.md"),
+    "superpose": (SUPERPOSE, "ov-coherent-skip-pair-post.md"), "distribute": (DISTRIBUTE, "ov-coherent-skip-pair-post.md"),
+    "one_head": (ONE_HEAD, "ov-coherent-skip-pair-post.md"),
+}  # fmt: skip
+MECHS = ["redundant", "division", "superposition", "competition", "independent", "undetermined"]
+READINGS = ["half_max, vocabulary (hc.cooperation)", "positive, completions (the post's figure)", "centered, completions"]
 
 
-def _share(n: int, d: int) -> str:
-    return f"{n}/{d}"
+def _share(n: float, d: float) -> str:
+    return f"{int(n)}/{int(d)}"
 
 
-def section_count01(t: pd.DataFrame) -> Section:
-    acc = t[(t.metric == "accuracy") & (t.how == "mean")]
-    trained = acc[acc.model != "shipped"]
-    redundant = int((acc.verdict == "redundant").sum())
-    ld = t[t.metric == "logit_diff"]
-    cols = ["model", "answer_acc", "metric", "how", "verdict", "redundant", "synergistic", "independent",
-            "negative_sum", "positive_sum", "max_abs_interaction"]  # fmt: skip
-    agrees = redundant > len(acc) / 2
-    claim = Claim("1", ENSEMBLE,
-                  f"accuracy, mean ablation: {_share(redundant, len(acc))} models redundant (the shipped model and "
-                  f"{_share(int((trained.verdict == 'redundant').sum()), len(trained))} trained seeds); logit difference: "
-                  f"largest interaction {ld.max_abs_interaction.max():.1e} of |v(all) - v(none)|",
-                  "consistent: redundant on accuracy" if agrees else "not seen on accuracy")  # fmt: skip
+def _counts(series: pd.Series) -> str:
+    counts = series.value_counts()
+    return ", ".join(f"{int(counts[m])} {m}" for m in MECHS if m in counts) or "none"
+
+
+def _active_pairs(heads: pd.DataFrame, pairs: pd.DataFrame) -> pd.DataFrame:
+    """Per (model, how): pairs of heads neither of which is inactive, and how many of those are redundant,
+    a division, superposition."""
+    rows = []
+    for (model, how), part in pairs.groupby(["model", "how"], sort=False):
+        roles = heads[(heads.model == model) & (heads.how == how)].set_index("head").role
+        active = part[(part.head_a.map(roles) != "inactive") & (part.head_b.map(roles) != "inactive")]
+        rows.append(dict(model=model, how=how, active_heads=int((roles != "inactive").sum()), active_pairs=len(active),
+                         redundant=int((active.mechanism == "redundant").sum()),
+                         in_conjunction=int(active.mechanism.isin(["division", "superposition"]).sum()),
+                         conflicting=int((active.mechanism == "undetermined").sum())))  # fmt: skip
+    frame = pd.DataFrame(rows)
+    frame["redundant_share"] = frame.redundant / frame.active_pairs.clip(lower=1)
+    return frame
+
+
+def _readings(acc: pd.DataFrame, active: pd.DataFrame, how: str) -> dict:
+    """The paper's question read four ways under one ablation: how many models satisfy each reading."""
+    s, a = acc[acc.how == how], active[active.how == how]
+    return dict(n=len(s), r1=int((s.mechanism == "redundant").sum()), r2=int((a.redundant_share > 0.5).sum()),
+                r3=int((a.redundant == a.active_pairs).sum()), r4=int((s.net_sum_verdict == "redundant").sum()),
+                alt=int((a.in_conjunction > 0).sum()), conj=int(a.in_conjunction.sum()),
+                median=float(a.redundant_share.median()), independent=int(s.independent.sum()),
+                undetermined=int(s.undetermined.sum()), pairs=int(s.pairs.sum()))  # fmt: skip
+
+
+def section_count01(summary: pd.DataFrame, pairs: pd.DataFrame, heads: pd.DataFrame) -> Section:
+    acc = summary[summary.metric == "accuracy"]
+    mean = acc[acc.how == "mean"]
+    active = _active_pairs(heads, pairs)
+    ld = summary[summary.metric == "logit_diff"]
+    n = len(mean)
+    r = {how: _readings(acc, active, how) for how in ("mean", "zero")}
+    reading = pd.DataFrame([
+        dict(reading="R1: most of all 120 pairs are redundant (hc.cooperation's model verdict)", form="typical", key="r1"),
+        dict(reading="R2: most pairs of active heads are redundant", form="typical", key="r2"),
+        dict(reading="R3: every pair of active heads is redundant (\"all solving the same subtask\")", form="universal", key="r3"),
+        dict(reading="R4: the interactions' net sum is negative (hc.interactions' rule, which one pair can tip)",
+             form="net sum", key="r4"),
+        dict(reading="The alternative: pairs of active heads that \"can only solve the original task in conjunction\" "
+                     "(division or superposition)", form="existence", key="alt"),
+    ])  # fmt: skip
+    for how in ("mean", "zero"):
+        reading[f"models, {how} ablation"] = [_share(r[how][k], n) for k in reading.key]
+    reading = reading.drop(columns="key")
+
+    def judged(how: str) -> str:
+        x = r[how]
+        if x["r2"] <= n / 2:
+            return f"not seen as typical under {how} ablation (R2, {_share(x['r2'], n)} models)"
+        return (f"holds as typical under {how} ablation (R2, {_share(x['r2'], n)} models), "
+                + ("fails" if x["r3"] < n else "holds") + f" as universal (R3, {_share(x['r3'], n)})")  # fmt: skip
+
+    verdict = "; ".join(judged(how) for how in ("zero", "mean")) + (
+        ": the verdict depends on the ablation" if (r["zero"]["r2"] > n / 2) != (r["mean"]["r2"] > n / 2) else "")
+    claim = Claim("1", FINDING,
+                  "accuracy, " + "; ".join(
+                      f"{how} ablation, {n} models: median {r[how]['median']:.0%} of the pairs of active heads redundant, "
+                      f"{_share(r[how]['r3'], n)} with every such pair redundant, {r[how]['conj']} pairs in conjunction"
+                      for how in ("zero", "mean")),
+                  verdict)  # fmt: skip
+    zero_holds, mean_holds = r["zero"]["r2"] > n / 2, r["mean"]["r2"] > n / 2
     text = (
-        f"On accuracy with mean ablation, {_share(redundant, len(acc))} models are redundant overall"
-        + (": pairs of heads substitute for each other (removing one costs little while the other is there), as "
-           "a pseudo-ensemble whose members each solve the task would. " if agrees else
-           ", so most models do not show the substitution between heads that a pseudo-ensemble would. ")
-        + "On the logit difference every interaction is 0 up to rounding "
-        f"(largest {ld.max_abs_interaction.max():.1e} of |v(all) - v(none)|): in a one-layer attention-only model the "
-        "logit difference is a sum of per-head terms, so no interaction can show there; the redundancy lives in the "
-        "thresholded decision (accuracy), not in the logits. Zero ablation gives the same picture "
-        f"({_share(int(((t.metric == 'accuracy') & (t.how == 'zero') & (t.verdict == 'redundant')).sum()), len(acc))} "
-        "redundant)."
-    )
-    return Section("1. Count01: a pseudo-ensemble?", (
-        Text(f"**Paper** (abstract): \"{ENSEMBLE}\"."),
+        f"Under zero ablation most pairs of active heads are redundant in {_share(r['zero']['r2'], n)} models (median "
+        f"{r['zero']['median']:.0%}) and {r['zero']['conj']} pairs need each other; under mean ablation in "
+        f"{_share(r['mean']['r2'], n)} (median {r['mean']['median']:.0%}), with {r['mean']['conj']} pairs read as a "
+        f"division of labour and {r['mean']['independent']} as independent (both heads needed, their logit "
+        "differences adding up). "
+        + ("The two ablations disagree. With every other head set to its mean, the model's output sits at the "
+           "mean-ablated baseline, and one head's deviation from its own mean is often too small to carry the "
+           "decision across it while two heads' deviations together are: both are needed (AND), yet they add up "
+           "on the logits, a threshold effect rather than superposition. With the others zeroed, one head alone "
+           "already carries the decision. So the pseudo-ensemble reading holds when a missing head is read as "
+           "absent (zero) and not when it is read as average (mean); neither source fixes which. "
+           if zero_holds != mean_holds else "")
+        + f"The model verdict, a majority of *all* pairs, is redundant in {_share(r['zero']['r1'], n)} models (zero) "
+        f"and {_share(r['mean']['r1'], n)} (mean): {int(mean.heads_inactive.median())} heads (median) are inactive, "
+        "and a pair with an inactive head is undetermined (nothing can be said of a head that does nothing); pairs "
+        "whose evidence conflicts (often one head alone answers most inputs where the pair matters, the other a "
+        f"few) are undetermined too. The net-sum rule of `hc.interactions` calls {_share(r['mean']['r4'], n)} "
+        "models redundant under mean ablation, whatever the per-input evidence says. On the logit difference every "
+        f"pair is undetermined ({int(ld.undetermined.sum())} of {int(ld.pairs.sum())} pairs): in a one-layer "
+        "attention-only model it is a sum of per-head terms, so it cannot show an interaction whatever the "
+        "weights; the redundancy lives in the thresholded decision (accuracy)."
+    )  # fmt: skip
+    cols = ["model", "answer_acc", "how", "mechanism", "redundant", "division", "superposition", "competition",
+            "independent", "undetermined", "heads_inactive", "inputs_or", "inputs_and", "inputs_a_only",
+            "inputs_b_only", "net_sum_verdict"]  # fmt: skip
+    shipped = pairs[(pairs.model == "shipped") & (pairs.how == "mean")]
+    example = pd.concat([shipped[shipped.mechanism != "undetermined"].head(3),
+                         shipped[shipped.mechanism == "undetermined"].drop_duplicates("reason").head(3)])[
+        ["head_a", "head_b", "mechanism", "reason", "context", "matters", "or", "and", "a_only", "b_only", "interaction"]]
+    return Section("1. Count01: a pseudo-ensemble, or heads that solve the task only in conjunction?", (
+        Text(f"**Paper** (abstract): \"{QUESTION}\"; its answer: \"{FINDING}\"."),
         Text("**Here**: the shipped model and the primary configuration (16 heads) trained over seeds with the "
-             "Count01 reproduction's recipe; `hc.interactions` exact over all 65,536 coalitions on "
-             "512 fresh strings (`count01_games.csv`). Sums are relative to |v(all) - v(none)|."),
-        Table(t[cols], digits=4),
+             f"Count01 reproduction's recipe; `hc.cooperation` on {int(mean.pairs.iloc[0])} pairs per model, 512 fresh "
+             "strings, accuracy per input, mean ablation (zero beside) (`count01_mechanisms.csv`, every pair in "
+             "`count01_pairs.csv`, every head in `count01_heads.csv`). `inputs_*`: over the pairs and inputs where "
+             "a pair matters (both heads on answer right, both off answer wrong), the share where either head "
+             "alone answers (or), only both do (and), only one does (a_only, b_only)."),
+        Table(acc[cols], digits=3),
+        Text("The pair verdicts of pairs of active heads (a head is *inactive* when none of its direct, total or "
+             "isolated effects on the logit difference exceeds a tenth of its fair share):"),
+        Table(active, digits=3),
+        Text("The paper's question read four ways, side by side (accuracy; mean and zero ablation):"),
+        Table(reading),
+        Text("Examples from the shipped model, with the rule that decided each (mean ablation):"),
+        Table(example, digits=3),
         Text("**Reading**: " + text),
     ), claims=(claim,))
 
 
-def section_skip_pair(t: pd.DataFrame) -> Section:
-    acc = t[(t.metric == "accuracy") & t.seed.notna()]
-    lines = []
+def section_skip_pair(mech: pd.DataFrame, ctx: pd.DataFrame) -> Section:
+    seeds = mech[mech.seed.notna()]
     rows = []
-    for d_head in (5, 1):
-        part = acc[acc.d_head == d_head]
-        counts = part.verdict.value_counts().to_dict()
+    for (d_head, how), part in seeds.groupby(["d_head", "how"], sort=False):
         solved = part[part.signal_acc >= 0.999]
-        rows.append(dict(d_head=d_head, seeds=len(part), synergistic=counts.get("synergistic", 0),
-                         redundant=counts.get("redundant", 0), independent=counts.get("independent", 0),
-                         median_interaction=float((part.interaction_01 / (part.v_full - part.v_empty).abs()).median()),
-                         solved_seeds=len(solved),
-                         synergistic_among_solved=int((solved.verdict == "synergistic").sum())))  # fmt: skip
-    summary = pd.DataFrame(rows)
-    five = summary.iloc[0]
-    shipped = t[t.seed.isna() & (t.metric == "accuracy")][["model", "signal_acc", "v_full", "v_empty", "interaction_01", "verdict"]]
-    agrees = five.synergistic > five.seeds / 2
-    claim = Claim("2", INTERFERE,
-                  f"d_head 5: {_share(int(five.synergistic), int(five.seeds))} seeds synergistic on accuracy (median "
-                  f"interaction {five.median_interaction:.2f} of |v(all) - v(none)|)",
-                  "consistent: the two heads are synergistic" if agrees else "not seen as synergy on accuracy")  # fmt: skip
-    one = summary.iloc[1]
-    lines.append(
-        f"With d_head 5, {_share(int(five.synergistic), int(five.seeds))} seeds are synergistic on accuracy"
-        + (": each head alone answers few signal inputs and both together answer them, which is what two heads "
-           "that split the signal tokens between them and interfere constructively on the answer would show."
-           if agrees else ": most seeds do not show the synergy constructive interference would give.")
-        + f" With d_head 1, {_share(int(one.synergistic), int(one.seeds))} seeds are synergistic. Both shipped "
-        "checkpoints: " + "; ".join(f"{r.model}: {r.verdict} (interaction {r.interaction_01:.3f})"
-                                     for _, r in shipped.iterrows()) + "."
-    )
-    return Section("2. SkipPair: superposition across two heads?", (
-        Text(f"**Post**: \"{INTERFERE}\"."),
+        rows.append(dict(d_head=d_head, how=how, seeds=len(part), **{m: int((part.mechanism == m).sum()) for m in MECHS},
+                         solved_seeds=len(solved), among_solved=_counts(solved.mechanism),
+                         median_or=part["or"].median(), median_and=part["and"].median(),
+                         median_a_only=part.a_only.median(), median_b_only=part.b_only.median(),
+                         median_superposed=part.superposed.median()))  # fmt: skip
+    verbs = pd.DataFrame(rows)
+    shipped = mech[mech.seed.isna()][["model", "how", "signal_acc", "mechanism", "reason", "or", "and", "a_only",
+                                      "b_only", "superposed", "interaction"]]  # fmt: skip
+    c = ctx[ctx.seed.notna()]
+    per_type = []
+    for (d_head, pair_type), part in c.groupby(["d_head", "pair_type"]):
+        total = part.contexts.sum()
+        row = dict(d_head=d_head, pair_type=str(pair_type), contexts=int(total),
+                   **{k: part[f"class_{k}"].sum() / total for k in ("or", "and", "a_only", "b_only")},
+                   answer_up_both=part.answer_up_both.sum() / total)  # fmt: skip
+        for r in READINGS:
+            several = part[f"several | {r}"].sum()
+            row[f"several ({r.split(',')[0]})"] = several / total
+            row[f"only correct, of several ({r.split(',')[0]})"] = part[f"only_correct | {r}"].sum() / max(several, 1)
+        per_type.append(row)
+    per_type = pd.DataFrame(per_type)
+    by_d = []
+    for d_head, part in c.groupby("d_head"):
+        total = part.contexts.sum()
+        row = dict(d_head=d_head, contexts=int(total), answer_up_both=part.answer_up_both.sum() / total,
+                   and_=part.class_and.sum() / total)  # fmt: skip
+        for r in READINGS:
+            several = part[f"several | {r}"].sum()
+            row[f"several | {r}"] = several / total
+            row[f"only correct | {r}"] = part[f"only_correct | {r}"].sum() / max(several, 1)
+        by_d.append(row)
+    by_d = pd.DataFrame(by_d).set_index("d_head")
+    short = {c: c.replace(" | ", " (").split(",")[0] + ")" for c in by_d.columns if " | " in c}
+    by_d_shown = by_d.rename(columns=short).rename(columns={"and_": "and"}).reset_index()
+    mean = verbs[verbs.how == "mean"].set_index("d_head")
+    five, one = mean.loc[5], mean.loc[1]
+    top = lambda r: max(MECHS, key=lambda m: r[m])  # noqa: E731
+    differ = top(five) != top(one)
+    post = READINGS[1]
+    claims = (
+        Claim("2", INTERFERE,
+              f"contexts where both heads push the answer above their mean over the completions: d_head 5 "
+              f"{by_d.loc[5, 'answer_up_both']:.0%}, d_head 1 {by_d.loc[1, 'answer_up_both']:.0%} (all seeds, every pair "
+              f"type); pair types where that holds in every context at d_head 5: "
+              f"{int((per_type[per_type.d_head == 5].answer_up_both >= 1).sum())}/10",
+              ("holds as universal at d_head 5" if by_d.loc[5, "answer_up_both"] >= 0.999 else
+               "holds as typical at d_head 5, fails as universal" if by_d.loc[5, "answer_up_both"] > 0.5 else
+               "fails at d_head 5") + " (reading: both heads' centered DLA on the answer > 0)"),
+        Claim("2", ONLY_CORRECT,
+              "of the contexts where both heads write to several completions, the share where the answer is the only "
+              "one both write to, by reading of \"writes to\": "
+              + "; ".join(f"{r}: d_head 5 {by_d.loc[5, f'only correct | {r}']:.0%}, d_head 1 {by_d.loc[1, f'only correct | {r}']:.0%}"
+                          for r in READINGS),
+              "; ".join(f"{r.split(',')[0]}: " + ("holds as universal" if by_d.loc[5, f"only correct | {r}"] >= 0.999 else
+                                                 "holds as typical" if by_d.loc[5, f"only correct | {r}"] > 0.5 else "fails")
+                        for r in READINGS) + " (d_head 5)"),  # fmt: skip
+        Claim("2", SUPERPOSE,
+              f"hc.cooperation's verdict of the pair, accuracy, mean ablation: d_head 5 {_counts(seeds[(seeds.d_head == 5) & (seeds.how == 'mean')].mechanism)}; "
+              f"d_head 1 {_counts(seeds[(seeds.d_head == 1) & (seeds.how == 'mean')].mechanism)}",
+              ("superposition is the verdict at d_head 5" if top(five) == "superposition" else
+               f"at d_head 5 the verdict is mostly {top(five)}, not superposition")
+              + f"; the verbs {'differ' if differ else 'agree'} between d_head 5 and d_head 1"),
+    )  # fmt: skip
+    reading = (
+        f"With d_head 5 the pair is mostly **{top(five)}** ({_counts(seeds[(seeds.d_head == 5) & (seeds.how == 'mean')].mechanism)}), "
+        f"with d_head 1 mostly **{top(one)}** ({_counts(seeds[(seeds.d_head == 1) & (seeds.how == 'mean')].mechanism)}): "
+        + ("the verbs differ between the two widths. " if differ else "the verbs agree between the two widths. ")
+        + f"Per context, at d_head 5 each head alone answers a median {five.median_a_only:.0%} and {five.median_b_only:.0%} "
+        f"of the contexts where the pair matters and both are needed on {five.median_and:.0%}; at d_head 1 both are "
+        f"needed on {one.median_and:.0%}. The post's own words name both readings: \"{DISTRIBUTE}\" (tokens "
+        "distributed between the heads is a division of labour, per context) and \"superposition\" (both needed, "
+        "writing to several outputs that add up only on the answer). "
+        f"The post's definition, read on raw contributions over the 10 completions (its figure): of the contexts where "
+        f"both heads write to several completions, the answer is the only one both push up in "
+        f"{by_d.loc[5, f'only correct | {post}']:.0%} at d_head 5 and {by_d.loc[1, f'only correct | {post}']:.0%} at "
+        f"d_head 1; read centered (softmax ignores a common shift) {by_d.loc[5, f'only correct | {READINGS[2]}']:.0%} and "
+        f"{by_d.loc[1, f'only correct | {READINGS[2]}']:.0%}; read as hc.cooperation does (half the largest centered "
+        f"write, whole vocabulary) {by_d.loc[5, f'only correct | {READINGS[0]}']:.0%} and "
+        f"{by_d.loc[1, f'only correct | {READINGS[0]}']:.0%}. The readings disagree, so the verdict depends on which "
+        "one a reader takes; the table per pair type shows where."
+    )  # fmt: skip
+    return Section("2. SkipPair: superposition, or a division of labour?", (
+        Text(f"**Post**: \"{INTERFERE}\"; \"{ONLY_CORRECT}\"; \"{SUPERPOSE}\"; \"{ONE_HEAD}\""),
         Text("**Here**: two-head models with d_head 5 and d_head 1, trained over seeds with the SkipPair "
-             "reproduction's recipe, and the shipped checkpoints; inputs are the task's signal contexts, a head "
-             "outside the coalition is mean-ablated over the task's own sample (`skip_pair_games.csv`). "
-             "`median_interaction` is the pair's interaction index over |v(all) - v(none)|."),
-        Table(summary, digits=3),
-        Table(shipped, digits=4),
-        Text("**Reading**: " + " ".join(lines)),
-    ), claims=(claim,))
+             "reproduction's recipe, and the shipped checkpoints; `hc.cooperation` on 1,024 signal contexts, "
+             "accuracy per context, mean ablation over the task's own sample (zero beside) "
+             "(`skip_pair_mechanisms.csv`). `median_*`: medians over seeds of the shares of the contexts where the "
+             "pair matters; `superposed`: share of the both-needed contexts with superposed writes (hc.cooperation's "
+             "reading)."),
+        Table(verbs, digits=3),
+        Table(shipped, digits=3),
+        Text("**Superposition evidence per context**, all seeds pooled (`skip_pair_contexts.csv`). A head *writes "
+             "to* an output, by reading: *half_max* (hc.cooperation's: its DLA minus its mean over the vocabulary "
+             "is at least half its largest such value), *positive* (its raw DLA over the 10 completions is above "
+             "0, as the post's figure shows contributions) or *centered* (above its mean over the completions). "
+             "`several`: share of the contexts where both heads write to at least 2 outputs; `only correct`: of "
+             "those, the share where the answer is the only output both write to. `answer_up_both`: both heads' "
+             "centered DLA on the answer is above 0. By width:"),
+        Table(by_d_shown, digits=3),
+        Text("Per pair type (shares of that type's contexts):"),
+        Table(per_type, digits=2),
+        Text("**Reading**: " + reading),
+    ), claims=claims)
 
 
-def section_two_layer(paths: pd.DataFrame, comp: pd.DataFrame) -> Section:
+def section_compete(summary: pd.DataFrame, heads: pd.DataFrame, two_layer: pd.DataFrame, table1: pd.DataFrame | None) -> Section:
+    acc = summary[(summary.metric == "accuracy")]
+    rows = []
+    for how, part in acc.groupby("how", sort=False):
+        rows.append(dict(models="Count01, one layer", how=how, models_n=len(part),
+                         competing_heads=int(part.heads_competes.sum()), heads=int((part.heads_supports + part.heads_competes + part.heads_inactive).sum()),
+                         competition_pairs=int(part.competition.sum()), pairs=int(part.pairs.sum())))  # fmt: skip
+    for _, r in two_layer.iterrows():
+        rows.append(dict(models=r.model, how="mean", models_n=1, competing_heads=int(r.heads_competes),
+                         heads=int(r.heads_supports + r.heads_competes + r.heads_inactive),
+                         competition_pairs=int(r.competition), pairs=int(r.pairs)))  # fmt: skip
+    counts = pd.DataFrame(rows)
+    h = heads[heads.how == "mean"]
+    negative_direct = int((h.direct_effect < 0).sum())
+    blocks = [
+        Text(f"**Paper** (title): \"{TITLE}\"; the summary of the paper (`seeds/count01-paper-summary.md`, not the "
+             f"paper's words): \"{TABLE1}\"."),
+        Text("Neither source defines *compete*. Three readings, side by side: (a) at inference a head pushes "
+             "against the answer (hc.cooperation's role \"competes\": the first of its direct, total and isolated "
+             "effects on the logit difference that exceeds a tenth of its fair share is negative), and a pair with "
+             "one such head is \"competition\"; (b) a head's direct effect is negative at all (any size); (c) in "
+             "training, heads trained together end worse than the same heads trained alone (the paper's Table 1)."),
+        Table(counts),
+        Text(f"(b): {negative_direct} of {len(h)} heads of the one-layer Count01 models have a negative mean direct "
+             f"effect (mean ablation), the most negative {h.direct_effect.min():.3f} against the largest positive "
+             f"{h.direct_effect.max():.3f}."),
+    ]
+    one = counts[counts.models == "Count01, one layer"]
+    measured = (f"(a) one layer: {int(one.competing_heads.iloc[0])} of {int(one.heads.iloc[0])} heads compete (mean ablation); "
+                f"two layers: " + ", ".join(f"{int(r.competing_heads)}/{int(r.heads)}" for _, r in counts[counts.models != "Count01, one layer"].iterrows()))  # fmt: skip
+    if table1 is not None:
+        t = table1.set_index("metric")
+        s_d, l_d = float(t.loc["s_acc", "isolated_minus_joint"]), float(t.loc["l_acc_head", "isolated_minus_joint"])
+        blocks.append(Text(f"(c) from `count01/table1.csv` (the Count01 reproduction, section 6): isolated - joint "
+                           f"s_acc {s_d:+.3f}, l_acc (the head's own push) {l_d:+.3f}. The two metrics disagree in "
+                           "sign: by separability the jointly trained heads are better, by the head's own push the "
+                           "isolated ones are."))  # fmt: skip
+        measured += f"; (c) Table 1, isolated - joint: s_acc {s_d:+.3f}, l_acc {l_d:+.3f}"
+    blocks.append(Text(
+        "**Reading**: in the one-layer Count01 models no head pushes against the answer beyond a tenth of its "
+        "fair share" if int(one.competing_heads.iloc[0]) == 0 else
+        f"**Reading**: {int(one.competing_heads.iloc[0])} heads of the one-layer models push against the answer"))
+    listed = "; ".join(f"{r.model}: {r.competing}" for _, r in two_layer.iterrows() if isinstance(r.competing, str) and r.competing)
+    blocks[-1] = Text(blocks[-1].text + (f"; in the two-layer models these heads do ({listed}), and every pair with "
+                      "one of them is named competition" if listed else "; nor in the two-layer models") +
+                      ". Whether heads *compete in training* (reading c) depends on the metric: the two of Table 1 "
+                      "point opposite ways.")  # fmt: skip
+    one_n = int(one.competing_heads.iloc[0])
+    verdict = ("(a) no competition at inference in one layer" if one_n == 0 else f"(a) {one_n} competing heads in one layer") + \
+              "; (c) mixed (the Table 1 metrics disagree in sign)"  # fmt: skip
+    return Section("3. Compete: which heads push against the answer?", tuple(blocks),
+                   claims=(Claim("3", TITLE, measured, verdict),))
+
+
+def _matters_little(mech: pd.DataFrame) -> int:
+    """Pairs undetermined because they matter on too few inputs, read from the `reasons` column."""
+    import re
+
+    return sum(int(n) for text in mech.reasons for n in re.findall(r"(\d+) x the pair matters on", text))
+
+
+def section_two_layer(mech: pd.DataFrame, heads: pd.DataFrame, paths: pd.DataFrame, comp: pd.DataFrame) -> Section:
     edges = paths[paths.via != "direct"].copy()
     mode = {"q": "Q", "k": "K", "v": "V"}
     edges["mode"] = edges.via.map(mode)
@@ -112,9 +343,28 @@ def section_two_layer(paths: pd.DataFrame, comp: pd.DataFrame) -> Section:
         ["seed", "sender", "receiver", "via", "normalized", "score"]]
     direct = paths[paths.via == "direct"].sort_values("normalized", key=abs, ascending=False).groupby("seed").head(3)
     direct = direct.sort_values(["seed", "normalized"], ascending=[True, False])[["seed", "sender", "normalized"]]
-    return Section("3. Two layers: which layer-1 heads read which layer-0 heads?", (
+    cols = ["model", "answer_acc", "mechanism"] + MECHS + ["heads_supports", "heads_competes", "heads_inactive",
+                                                           "competing", "L0-L0", "L0-L1", "L1-L1", "reasons"]  # fmt: skip
+    backs = heads[heads.backs_up.fillna("") != ""][["seed", "head", "role", "direct_effect", "total_effect", "self_repair", "backs_up"]]
+    return Section("4. Two layers: mechanisms, backup and paths", (
         Text("**Here**: two-layer Count01 models (16 heads per layer, the primary width) trained over seeds; "
-             "`hc.path_patch` of every layer-0 -> layer-1 edge through q, k and v (share of the clean-corrupt gap "
+             "`hc.cooperation` over all 32 heads (496 pairs; accuracy, mean ablation; the Shapley interaction index "
+             "is not computed above 16 heads) (`two_layer_mechanisms.csv`, heads in `two_layer_heads.csv`). "
+             "`L0-L1`: the verdicts of pairs with one head in each layer."),
+        Table(mech[[c for c in cols if c in mech.columns]], digits=3),
+        Text(f"**Reading**: {int(mech.undetermined.sum())} of {int(mech.pairs.sum())} pairs are undetermined, "
+             f"{_matters_little(mech)} of them because the pair matters on fewer than 10% of the inputs both with the other 30 heads present (removing "
+             "two of 32 heads rarely flips the answer) and with them ablated (two heads alone rarely give it); "
+             f"{int(mech.competition.sum())} pairs hold a head that pushes against the answer, "
+             f"{int(mech.redundant.sum())} are redundant, {int(mech.division.sum())} a division, "
+             f"{int(mech.superposition.sum())} superposition. Pairs of two heads cannot describe a 32-head model that "
+             "answers only with many heads at once; a verdict on larger groups is beyond this instrument."),
+        Text("Heads that back another up (when the other is ablated, this head's direct effect rises by at least "
+             "half the other's direct effect; McGrath et al. 2023) and their self-repair (direct minus total "
+             "effect):" if len(backs) else "No head backs up another (no direct effect rises by half the ablated "
+             "head's direct effect when it is ablated)."),
+        *((Table(backs, digits=3),) if len(backs) else ()),
+        Text("`hc.path_patch` of every layer-0 -> layer-1 edge through q, k and v (share of the clean-corrupt gap "
              "restored, `normalized`), beside the weights-only composition score of the same pair "
              "(`two_layer_paths.csv`, `two_layer_composition.csv`). The five strongest edges per seed:"),
         Table(top, digits=3),
@@ -128,12 +378,19 @@ def section_two_layer(paths: pd.DataFrame, comp: pd.DataFrame) -> Section:
 def build(out: Path = Path(__file__).resolve().parents[2] / "docs" / "results") -> Path:
     tables = out / "cooperation"
     read = lambda name: pd.read_csv(tables / f"{name}.csv")  # noqa: E731
-    sections = [section_count01(read("count01_games")), section_skip_pair(read("skip_pair_games")),
-                section_two_layer(read("two_layer_paths"), read("two_layer_composition"))]  # fmt: skip
+    table1_path = out / "count01" / "table1.csv"
+    table1 = pd.read_csv(table1_path) if table1_path.exists() else None
+    summary, pairs, heads = read("count01_mechanisms"), read("count01_pairs"), read("count01_heads")
+    two_layer = read("two_layer_mechanisms")
+    sections = [section_count01(summary, pairs, heads),
+                section_skip_pair(read("skip_pair_mechanisms"), read("skip_pair_contexts")),
+                section_compete(summary, heads, two_layer, table1),
+                section_two_layer(two_layer, read("two_layer_heads"), read("two_layer_paths"), read("two_layer_composition"))]  # fmt: skip
     page = render(
-        "page.md.j2", HERE, title="Cooperate, compete or superpose? Shapley values and interactions of the toy models",
+        "page.md.j2", HERE, title="Cooperate, compete or superpose? The mechanism of every pair of heads in the toy models",
         source_name="source", claims=[c for s in sections for c in s.claims],
-        claims_note="Each verdict is computed from the tables by the rules in `experiments/cooperation/page.py`.",
+        claims_note="Each verdict is computed from the tables by the rules in `experiments/cooperation/page.py`; "
+                    "a claim is judged by its logical form (universal, typical, existence) and under each reading.",
         sections=sections,
     )  # fmt: skip
     target = out / "cooperation.md"

@@ -15,7 +15,7 @@ from experiments import cli
 
 def main(argv=None) -> int:
     args = cli.parse(cli.parser(__doc__, cli.RESULTS, png_help="accepted for symmetry with the other experiments (this page has no figures)"), argv)
-    from experiments.cooperation import exp_games, page  # (after parsing: --help imports no torch)
+    from experiments.cooperation import exp_games, exp_mechanisms, page  # (after parsing: --help imports no torch)
     from experiments.cooperation.common import DEFAULT_OUT, Settings
     from experiments.shared import setup
 
@@ -23,7 +23,9 @@ def main(argv=None) -> int:
     results = args.out or DEFAULT_OUT
     s = Settings.quick_settings(results / "cooperation") if args.quick else Settings(out=results / "cooperation")
     start = time.perf_counter()
-    for name, step in (("Count01 games", exp_games.count01_games), ("SkipPair games", exp_games.skip_pair_games),
+    for name, step in (("Count01 mechanisms", exp_mechanisms.count01_mechanisms),
+                       ("SkipPair mechanisms", exp_mechanisms.skip_pair_mechanisms),
+                       ("two-layer mechanisms", exp_mechanisms.two_layer_mechanisms),
                        ("two-layer paths", exp_games.two_layer_paths)):  # fmt: skip
         t = time.perf_counter()
         print(f"[cooperation] {name} ...", flush=True)

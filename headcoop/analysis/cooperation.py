@@ -52,11 +52,12 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from typing import Literal, get_args
 
 import pandas as pd
 import plotly.graph_objects as go
 import torch
-from jaxtyping import Float
+from jaxtyping import Bool, Float, Int
 from torch import Tensor
 from transformer_lens import HookedTransformer
 
@@ -72,6 +73,9 @@ from headcoop.tasks.base import Batch
 MECHANISMS = ("redundant", "division", "superposition", "competition", "independent", "undetermined")
 ROLES = ("supports", "competes", "inactive")
 CLASSES = ("or", "and", "i_only", "j_only", "shared")
+INPUT_CLASSES = ("not_needed", "or", "and", "a_only", "b_only", "shared", "other")  # codes of `input_class`
+WriteReading = Literal["half_max", "positive", "centered"]
+WRITE_READINGS: tuple[str, ...] = get_args(WriteReading)
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
@@ -80,7 +84,10 @@ class Cooperation(Displayed):
 
     pairs: one row per pair (`to_dataframe`); heads: one row per head (role, direct / total / isolated
     effect, self_repair, backs_up); compensation [head, head]; roles {head: role}; mechanism (the model's
-    verdict) and shares {mechanism: share of pairs}; metric, how, method (how the values were computed)."""
+    verdict) and shares {mechanism: share of pairs}; metric, how, method (how the values were computed);
+    input_class [pair, batch] (codes into INPUT_CLASSES, in the pair's `context`) and input_superposed
+    [pair, batch] (superposed writes, reading "half_max"), the per-input evidence (`per_input`); v_full,
+    v_empty: the metric's mean with every player and with none (loss negated: higher is better)."""
 
     heads: tuple[str, ...]
     pairs: pd.DataFrame
@@ -93,11 +100,28 @@ class Cooperation(Displayed):
     how: str
     method: str
     threshold: float
+    v_full: float
+    v_empty: float
+    input_class: Int[Tensor, "pair batch"]
+    input_superposed: Bool[Tensor, "pair batch"]
+
+    def per_input(self) -> pd.DataFrame:
+        """One row per (pair, input): head_a, head_b, input (index into the inputs), context, class (the
+        pair's 2 x 2 game on that input: not_needed, or, and, a_only, b_only, shared, other) and superposed
+        (both heads write to several outputs and share only the answer; False without DLA)."""
+        n_pairs, n_inputs = self.input_class.shape
+        pairs = self.pairs.loc[self.pairs.index.repeat(n_inputs), ["head_a", "head_b", "context"]].reset_index(drop=True)
+        pairs.insert(2, "input", torch.arange(n_inputs).repeat(n_pairs).numpy())
+        pairs["class"] = pd.Categorical.from_codes(self.input_class.flatten().long().numpy(), INPUT_CLASSES)
+        pairs["superposed"] = self.input_superposed.flatten().numpy()
+        return pairs
 
     def to_dataframe(self) -> pd.DataFrame:
         """One row per pair: head_a, head_b, mechanism, reason, context, the shares of the inputs where the
         pair matters that are OR / AND / a-only / b-only / shared, superposed (share of AND inputs with
-        superposed writes), additive_ld, interaction (Shapley interaction index), matters (share of inputs)."""
+        superposed writes), additive_ld, interaction (Shapley interaction index; NaN above max_exact heads),
+        interaction_full (f11 - f10 - f01 + f00 with every other head present, mean over inputs), matters
+        (share of inputs)."""
         return self.pairs.copy()
 
     def plot(self, title: str | None = None) -> go.Figure:
@@ -168,17 +192,50 @@ def _classes(f11, f10, f01, f00, binary: bool, tau: float) -> tuple[Tensor, dict
     return matters, {"or": hi_i & hi_j, "and": lo_i & lo_j, "i_only": hi_i & lo_j, "j_only": lo_i & hi_j, "shared": mid}
 
 
-def _superposed(dla_i: Tensor, dla_j: Tensor, answer: Tensor) -> Tensor:
-    """[batch] whether heads i and j (DLA [batch, vocab] each) write to several outputs each and share only
-    the answer (module docstring)."""
+def superposed_writes(
+    dla_a: Float[Tensor, "batch vocab"],
+    dla_b: Float[Tensor, "batch vocab"],
+    answer: Int[Tensor, " batch"],
+    outputs: Int[Tensor, " output"] | None = None,
+    reading: WriteReading = "half_max",
+) -> tuple[Bool[Tensor, " batch"], Bool[Tensor, " batch"]]:
+    """(several, superposed) per input: whether heads a and b (direct logit attributions [batch, vocab])
+    each write to at least 2 of the `outputs` (token ids; default the whole vocabulary), and whether, in
+    addition, the outputs both heads write to are the answer alone ("they will only constructively
+    interfere on the correct token"). Which outputs a head writes to, by `reading`:
+
+    "half_max": its DLA minus its mean over the outputs is at least half its largest such value (> 0);
+    "positive": its DLA is above 0 (raw contributions, as the SkipPair post's figure shows them);
+    "centered": its DLA is above its mean over the outputs (softmax ignores a shift common to all logits).
+    The answer must be one of the outputs."""
+    check_choice("reading", reading, WRITE_READINGS)
+    if dla_a.shape != dla_b.shape or dla_a.ndim != 2 or answer.shape != dla_a.shape[:1]:
+        raise ValueError(f"superposed_writes needs dla_a, dla_b [batch, vocab] and answer [batch], got "
+                         f"{tuple(dla_a.shape)}, {tuple(dla_b.shape)} and {tuple(answer.shape)}")  # fmt: skip
+    if outputs is not None:
+        outputs = torch.as_tensor(outputs, dtype=torch.long, device=dla_a.device)
+        position = torch.full((dla_a.shape[-1],), -1, dtype=torch.long, device=dla_a.device)
+        position[outputs] = torch.arange(len(outputs), device=dla_a.device)
+        answer = position[answer.to(dla_a.device)]
+        if (answer < 0).any():
+            raise ValueError("superposed_writes: every answer must be one of `outputs`")
+        dla_a, dla_b = dla_a[:, outputs], dla_b[:, outputs]
     sets = []
-    for d in (dla_i, dla_j):
+    for d in (dla_a.double(), dla_b.double()):
+        if reading == "positive":
+            sets.append(d > 0)
+            continue
         d = d - d.mean(-1, keepdim=True)
+        if reading == "centered":
+            sets.append(d > 0)
+            continue
         top = d.max(-1, keepdim=True).values
         sets.append((d >= 0.5 * top) & (top > 0))
-    rows = torch.arange(len(answer))
+    rows = torch.arange(len(answer), device=dla_a.device)
+    answer = answer.to(dla_a.device)
+    several = (sets[0].sum(-1) >= 2) & (sets[1].sum(-1) >= 2)
     both = sets[0] & sets[1]
-    return sets[0][rows, answer] & sets[1][rows, answer] & (sets[0].sum(-1) >= 2) & (sets[1].sum(-1) >= 2) & (both.sum(-1) == 1)
+    return several, several & both[rows, answer] & (both.sum(-1) == 1)
 
 
 def _additive_by_construction(model: HookedTransformer, metric: str, a: tuple[int, int], b: tuple[int, int]) -> bool:
@@ -223,6 +280,7 @@ def cooperation(
     threshold: float = 0.1,
     min_share: float = 0.1,
     n: int = 512,
+    max_exact: int = 16,
 ) -> Cooperation:
     """The mechanism of every pair of heads and the role of every head (module docstring).
 
@@ -233,6 +291,11 @@ def cooperation(
                `hc.ablate`).
     metric:    the per-input reading: "accuracy" (default; argmax is the answer), "logit_diff", "prob",
                "loss".
+    max_exact: the Shapley interaction index of each pair (`interaction`) is computed exactly with
+               `hc.interactions` up to this many heads; above, it is not computed (NaN; its sampled estimate
+               over every pair would cost far more than the verdicts) and the repr says so.
+               `interaction_full` (the pair's interaction with every other head present, mean over inputs)
+               is always given. No rule uses either.
     threshold: tau as a share of |v(all) - v(none)| (module docstring); min_share: the share of inputs a
                pair must matter on.
     """
@@ -242,6 +305,7 @@ def cooperation(
     check_float("threshold", threshold, 0.0, 1.0)
     check_float("min_share", min_share, 0.0, 1.0)
     check_int("n", n, 1)
+    check_int("max_exact", max_exact, 2, 24)
     check_seed(seed)
     task = task if task is not None else require_task(model, "hc.cooperation's inputs")
     batch = inputs if inputs is not None else task.sample(n, seed=seed)
@@ -316,10 +380,13 @@ def cooperation(
     head_table = pd.DataFrame(rows).set_index("head")
 
     # --- pairs
-    inter = interactions(model, tokens=batch, heads=[names[i] for i in range(k)], metric=metric, how=how,
-                         reference=None if how == "zero" else reference, seed=seed).interaction  # fmt: skip
+    if k <= max_exact:
+        inter = interactions(model, tokens=batch, heads=[names[i] for i in range(k)], metric=metric, how=how,
+                             reference=None if how == "zero" else reference, seed=seed, method="exact").interaction  # fmt: skip
+    else:
+        inter = torch.full((k, k), float("nan"))
     binary = metric == "accuracy"
-    table = []
+    table, input_class, input_superposed = [], [], []
     for (i, j) in pairs:
         a, b = names[i], names[j]
         at = pair_at[(i, j)]
@@ -328,11 +395,15 @@ def cooperation(
             "isolated": (values[at + 1], values[alone(i)], values[alone(j)], values[1],
                          ld[at + 1], ld[alone(i)], ld[alone(j)], ld[1]),
         }  # fmt: skip
-        sup = None if dla_full is None else _superposed(dla_full[0][:, players[i][0], players[i][1]].cpu(),
-                                                        dla_full[0][:, players[j][0], players[j][1]].cpu(), answer_c)  # fmt: skip
-        evidence = {}
+        sup = None if dla_full is None else superposed_writes(dla_full[0][:, players[i][0], players[i][1]].cpu(),
+                                                              dla_full[0][:, players[j][0], players[j][1]].cpu(), answer_c)[1]  # fmt: skip
+        evidence, codes = {}, {}
         for context, (f11, f10, f01, f00, l11, l10, l01, l00) in contexts.items():
             matters, classes = _classes(f11, f10, f01, f00, binary, tau_m)
+            code = torch.full(matters.shape, INPUT_CLASSES.index("other"), dtype=torch.int8)
+            for c, name in zip(CLASSES, ("or", "and", "a_only", "b_only", "shared")):
+                code[classes[c]] = INPUT_CLASSES.index(name)
+            codes[context] = code.masked_fill_(~matters, 0)
             count = max(int(matters.sum()), 1)
             share = {c: float((classes[c] & matters).sum()) / count for c in CLASSES}
             and_inputs = classes["and"] & matters
@@ -343,10 +414,13 @@ def cooperation(
         context = "full" if evidence["full"]["matters"] >= min_share or evidence["isolated"]["matters"] < min_share \
             else "isolated"  # fmt: skip
         e = evidence[context]
+        input_class.append(codes[context])
+        input_superposed.append(sup if sup is not None else torch.zeros(len(answer_c), dtype=torch.bool))
         mechanism, reason = _decide(model, metric, players[i], players[j], a, b, roles, e, min_share)
         table.append(dict(head_a=a, head_b=b, mechanism=mechanism, reason=reason, context=context,
                           matters=e["matters"], **{c: e[c] for c in CLASSES}, superposed=e["superposed"],
                           additive_ld=e["additive_ld"], interaction=float(inter[i, j]),
+                          interaction_full=float((values[0] - values[without(j)] - values[without(i)] + values[at]).mean()),
                           isolated_matters=evidence["isolated"]["matters"]))  # fmt: skip
     frame = pd.DataFrame(table).rename(columns={"i_only": "a_only", "j_only": "b_only"})
     counts = frame["mechanism"].value_counts()
@@ -355,8 +429,11 @@ def cooperation(
     return Cooperation(heads=names, pairs=frame, head_table=head_table, compensation=compensation.float(),
                        roles=roles, mechanism=overall, shares=shares, metric=metric, how=how,
                        method=f"{len(masks)} coalitions per input; {game.method}"
+                              + ("" if k <= max_exact else f"; Shapley interaction index not computed ({k} heads > max_exact={max_exact})")
                               + ("" if dla_full is not None else "; no direct effects (no exact DLA for this model)"),
-                       threshold=threshold)  # fmt: skip
+                       threshold=threshold, v_full=float(values[0].mean()), v_empty=float(values[1].mean()),
+                       input_class=torch.stack(input_class),
+                       input_superposed=torch.stack(input_superposed))  # fmt: skip
 
 
 def _decide(model, metric, pa, pb, a: str, b: str, roles: dict, e: dict, min_share: float) -> tuple[str, str]:
@@ -386,4 +463,4 @@ def _decide(model, metric, pa, pb, a: str, b: str, roles: dict, e: dict, min_sha
     return "undetermined", "the evidence conflicts"
 
 
-__all__ = ["cooperation", "Cooperation", "MECHANISMS", "ROLES"]
+__all__ = ["cooperation", "Cooperation", "MECHANISMS", "ROLES", "INPUT_CLASSES", "superposed_writes"]

@@ -1,0 +1,158 @@
+"""The measurements of hc.cooperation (issue 23): the mechanism of every pair of heads and the role of every
+head, for Count01 (shipped and seeds), SkipPair (d_head 5 and 1, seeds, with the superposition evidence per
+pair type and context) and the two-layer Count01 models. Every model is trained here with the recipe of its
+reproduction."""
+
+from __future__ import annotations
+
+import pandas as pd
+import torch
+
+import headcoop as hc
+from experiments.cooperation.common import Settings
+from experiments.shared import write_table
+from headcoop.analysis.cooperation import MECHANISMS, ROLES
+
+PRIMARY = dict(n_heads=16, d_model=32, d_head=2)
+# which outputs a head "writes to" in one context: (name, reading of hc.superposed_writes, outputs)
+WRITE_READINGS = (("half_max, vocabulary (hc.cooperation)", "half_max", "vocab"),
+                  ("positive, completions (the post's figure)", "positive", "completions"),
+                  ("centered, completions", "centered", "completions"))  # fmt: skip
+
+
+def net_sum_verdict(inter: pd.Series, scale: float, threshold: float = 0.05) -> str:
+    """The verdict hc.interactions gives a model (its net-sum rule, kept only for comparison): redundant
+    (synergistic) when the negative (positive) interactions outweigh the others by more than 5% of
+    |v(all) - v(none)|."""
+    negative, positive = float(-inter.clip(upper=0).sum()), float(inter.clip(lower=0).sum())
+    tau = threshold * scale
+    return "redundant" if negative - positive > tau else "synergistic" if positive - negative > tau else "independent"
+
+
+def summary_row(result, **labels) -> dict:
+    """One table row of a Cooperation result: the verdict, pairs per mechanism, roles, and the per-input
+    evidence (share of inputs, over the pairs and the inputs where a pair matters)."""
+    pairs = result.pairs
+    counts = pairs.mechanism.value_counts()
+    roles = pd.Series(result.roles).value_counts()
+    weight = pairs.matters.clip(lower=1e-12)
+    evidence = {f"inputs_{c}": float((pairs[c] * weight).sum() / weight.sum()) for c in ("or", "and", "a_only", "b_only")}
+    competing = [h for h, r in result.roles.items() if r == "competes"]
+    return dict(**labels, mechanism=result.mechanism, pairs=len(pairs),
+                **{m: int(counts.get(m, 0)) for m in MECHANISMS}, **{f"heads_{r}": int(roles.get(r, 0)) for r in ROLES},
+                competing=", ".join(competing), **evidence,
+                net_sum_verdict=net_sum_verdict(pairs.interaction, abs(result.v_full - result.v_empty)) if pairs.interaction.notna().all() else "",
+                reasons="; ".join(f"{n} x {r}" for r, n in pairs.reason.str.replace(r"\d+%", "N%", regex=True)
+                                  .str.replace(r"L\dH\d+", "Lx", regex=True).value_counts().head(3).items()))  # fmt: skip
+
+
+def count01_mechanisms(s: Settings) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """The shipped model and the primary configuration over seeds: hc.cooperation with accuracy (mean and
+    zero ablation) and the logit difference (mean); every pair and every head."""
+    task = hc.Count01()
+    models = [("shipped", hc.load("count01"))]
+    trained = hc.train_many(task, [PRIMARY] * len(s.count01_seeds), seeds=list(s.count01_seeds),
+                            steps=s.count01_steps, warmup=max(1, s.count01_steps // 10), progress=False,
+                            **s.recipe)  # fmt: skip
+    models += [(f"seed {seed}", m) for seed, m in zip(s.count01_seeds, trained)]
+    batch = task.sample(s.n_inputs, seed=3)
+    reference = task.sample(512, seed=0)
+    rows, pairs, heads = [], [], []
+    for name, model in models:
+        answer_acc = task.evaluate(model, n=2048)["answer_acc"]
+        for metric, how in (("accuracy", "mean"), ("accuracy", "zero"), ("logit_diff", "mean")):
+            result = hc.cooperation(model, inputs=batch, metric=metric, how=how,
+                                    reference=None if how == "zero" else reference)  # fmt: skip
+            rows.append(summary_row(result, model=name, answer_acc=answer_acc, metric=metric, how=how))
+            if metric == "accuracy":
+                frame = result.to_dataframe()
+                frame.insert(0, "model", name)
+                frame.insert(1, "how", how)
+                pairs.append(frame)
+                table = result.head_table.reset_index()
+                table.insert(0, "model", name)
+                table.insert(1, "how", how)
+                heads.append(table)
+    return (write_table(pd.DataFrame(rows), s.out, "count01_mechanisms"),
+            write_table(pd.concat(pairs, ignore_index=True), s.out, "count01_pairs"),
+            write_table(pd.concat(heads, ignore_index=True), s.out, "count01_heads"))  # fmt: skip
+
+
+def _skip_pair_models(s: Settings) -> list[tuple[str, int, int | None, object]]:
+    task = hc.SkipPair()
+    shapes = [(5, "skip-pair"), (1, "skip-pair-dhead1")]
+    items = [dict(n_heads=2, d_head=d) for d, _ in shapes for _ in s.skip_pair_seeds]
+    seeds = [seed for _ in shapes for seed in s.skip_pair_seeds]
+    trained = hc.train_many(task, items, seeds=seeds, steps=s.skip_pair_steps, warmup=100 if not s.quick else 2,
+                            progress=False, **s.recipe)  # fmt: skip
+    models = [(f"{name} (shipped)", d, None, hc.load(name)) for d, name in shapes]
+    return models + [(f"d_head {item['d_head']}", item["d_head"], seed, m) for item, seed, m in zip(items, seeds, trained)]
+
+
+def skip_pair_mechanisms(s: Settings) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Two-head SkipPair models, d_head 5 and 1, over seeds and the shipped checkpoints: hc.cooperation's
+    verdict (accuracy; mean and zero ablation) on the task's signal contexts, and per pair type the
+    contexts of each 2 x 2 class and the contexts where both heads write to several outputs and add up
+    only on the correct one, under three readings of "writes to" (WRITE_READINGS)."""
+    task = hc.SkipPair()
+    batch = task.patching_inputs(n=2 * s.n_inputs, seed=3)[0]
+    reference = task.sample(512, seed=0)
+    completions = torch.tensor(sorted(task.mapping.values()))
+    pair_names = [f"{a}{b}" for a, b in task.pairs]
+    rows, per_type = [], []
+    for name, d_head, seed, model in _skip_pair_models(s):
+        signal_acc = task.evaluate(model, n=2048)["signal_acc"]
+        labels = dict(model=name, d_head=d_head, seed=seed, signal_acc=signal_acc)
+        for how in ("mean", "zero"):
+            result = hc.cooperation(model, inputs=batch, metric="accuracy", how=how,
+                                    reference=None if how == "zero" else reference)  # fmt: skip
+            pair = result.pairs.iloc[0]
+            rows.append(dict(**labels, how=how, mechanism=pair.mechanism, reason=pair.reason, matters=pair.matters,
+                             **{c: pair[c] for c in ("or", "and", "a_only", "b_only", "superposed", "interaction")}))  # fmt: skip
+            if how != "mean":
+                continue
+            inputs = result.per_input()
+            dla = hc.dla(model, batch.tokens, pos=batch.answer_pos).heads()[:, 0]  # [batch, head, vocab]
+            writes = {}
+            for reading_name, reading, outputs in WRITE_READINGS:
+                writes[reading_name] = hc.superposed_writes(dla[:, 0], dla[:, 1], batch.answer, reading=reading,
+                                                            outputs=completions if outputs == "completions" else None)  # fmt: skip
+            centered = dla[..., completions] - dla[..., completions].mean(-1, keepdim=True)  # [batch, head, 10]
+            at_answer = centered.gather(-1, torch.searchsorted(completions, batch.answer)[:, None, None].expand(-1, 2, 1))[..., 0]
+            answer_up = (at_answer > 0).all(-1)  # both heads push the answer above their mean over completions
+            for t, type_name in enumerate(pair_names):
+                here = batch.labels == t
+                cls = inputs["class"][here.numpy()]
+                row = dict(**labels, pair_type=type_name, contexts=int(here.sum()),
+                           **{f"class_{c}": int((cls == c).sum()) for c in ("or", "and", "a_only", "b_only", "not_needed")})  # fmt: skip
+                row["answer_up_both"] = int((answer_up & here).sum())
+                for reading_name, (several, superposed) in writes.items():
+                    row[f"several | {reading_name}"] = int((several & here).sum())
+                    row[f"only_correct | {reading_name}"] = int((superposed & here).sum())
+                per_type.append(row)
+    return (write_table(pd.DataFrame(rows), s.out, "skip_pair_mechanisms"),
+            write_table(pd.DataFrame(per_type), s.out, "skip_pair_contexts"))
+
+
+def two_layer_mechanisms(s: Settings) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Two-layer Count01 models (16 heads per layer): hc.cooperation over all 32 heads (accuracy, mean
+    ablation), every pair and every head."""
+    task = hc.Count01()
+    models = hc.train_many(task, [dict(PRIMARY, n_layers=2)] * len(s.two_layer_seeds), seeds=list(s.two_layer_seeds),
+                           steps=s.count01_steps, warmup=max(1, s.count01_steps // 10), progress=False, **s.recipe)  # fmt: skip
+    batch = task.sample(s.n_inputs, seed=3)
+    reference = task.sample(512, seed=0)
+    rows, heads = [], []
+    for seed, model in zip(s.two_layer_seeds, models):
+        result = hc.cooperation(model, inputs=batch, metric="accuracy", how="mean", reference=reference)
+        rows.append(summary_row(result, model=f"two-layer seed {seed}", answer_acc=task.evaluate(model, n=2048)["answer_acc"]))
+        pairs = result.pairs
+        layer = lambda col: pairs[col].str[1].astype(int)  # noqa: E731
+        for (la, lb), part in pairs.groupby([layer("head_a"), layer("head_b")]):
+            counts = part.mechanism.value_counts()
+            rows[-1][f"L{la}-L{lb}"] = ", ".join(f"{n} {m}" for m, n in counts.items())
+        table = result.head_table.reset_index()
+        table.insert(0, "seed", seed)
+        heads.append(table)
+    return (write_table(pd.DataFrame(rows), s.out, "two_layer_mechanisms"),
+            write_table(pd.concat(heads, ignore_index=True), s.out, "two_layer_heads"))
