@@ -15,7 +15,7 @@ from headcoop.tasks.planted import PLANTED
 # division): these are the verdicts measured there (docs/results/planted.md marks them as misses).
 RESAMPLE_MISSES = {
     "redundant": {("L0H0", "L0H1"): "independent"},
-    "division": {("L0H0", "L0H1"): "undetermined"},
+    "division": {("L0H0", "L0H1"): "independent"},
     "mixed": {("L0H0", "L0H1"): "independent"},
 }
 
@@ -153,7 +153,7 @@ def test_superposed_writes_under_each_reading():
     a = torch.tensor([[4.0, 4.0, -1.0, -1.0], [4.0, 4.0, -1.0, -1.0], [4.0, -1.0, -1.0, -1.0]])
     b = torch.tensor([[4.0, -1.0, 4.0, -1.0], [4.0, 4.0, -1.0, -1.0], [4.0, 4.0, -1.0, -1.0]])
     answer = torch.tensor([0, 0, 0])
-    for reading in ("half_max", "positive", "centered"):
+    for reading in ("half_answer", "positive", "centered"):
         several, superposed = hc.superposed_writes(a, b, answer, reading=reading)
         assert several.tolist() == [True, True, False] and superposed.tolist() == [True, False, False], reading
     # a shift common to all logits changes the raw reading only
@@ -168,3 +168,15 @@ def test_superposed_writes_under_each_reading():
         hc.superposed_writes(a, b, answer, outputs=torch.tensor([1, 2]))
     with pytest.raises(ValueError, match=r"\[batch, vocab\]"):
         hc.superposed_writes(a[0], b[0], answer)
+
+
+def test_a_decoy_written_more_strongly_than_the_answer_does_not_hide_superposition():
+    """Each head writes +1 on its grid outputs and +1.9 on its decoy (the answer, +2 from both heads, still
+    wins): still superposition, though the answer is not a head's largest write."""
+    model = hc.planted("superposition")
+    task = model.task
+    decoys = [task.index[f"{c}{i}"] for c in "de" for i in range(4)]
+    with torch.no_grad():
+        model.W_U[:, decoys] *= 1.9 / 1.5
+    result = hc.cooperation(model, how="zero", n=256)
+    assert result.mechanism == "superposition", result.pairs.reason[0]

@@ -1,7 +1,7 @@
 """The measurements of hc.cooperation (issue 23): the mechanism of every pair of heads and the role of every
 head, for Count01 (shipped and seeds), SkipPair (d_head 5 and 1, seeds, with the superposition evidence per
-pair type and context) and the two-layer Count01 models. Every model is trained here with the recipe of its
-reproduction."""
+pair type and context) and the two-layer Count01 models, whose layer-0 -> layer-1 paths and composition are
+measured too. Every model is trained here with the recipe of its reproduction."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from headcoop.analysis.cooperation import MECHANISMS, ROLES
 
 PRIMARY = dict(n_heads=16, d_model=32, d_head=2)
 # which outputs a head "writes to" in one context: (name, reading of hc.superposed_writes, outputs)
-WRITE_READINGS = (("half_max, vocabulary (hc.cooperation)", "half_max", "vocab"),
+WRITE_READINGS = (("half_answer, vocabulary (hc.cooperation)", "half_answer", "vocab"),
                   ("positive, completions (the post's figure)", "positive", "completions"),
                   ("centered, completions", "centered", "completions"))  # fmt: skip
 
@@ -156,3 +156,24 @@ def two_layer_mechanisms(s: Settings) -> tuple[pd.DataFrame, pd.DataFrame]:
         heads.append(table)
     return (write_table(pd.DataFrame(rows), s.out, "two_layer_mechanisms"),
             write_table(pd.concat(heads, ignore_index=True), s.out, "two_layer_heads"))
+
+
+def two_layer_paths(s: Settings) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Two-layer Count01 models (16 heads per layer): every layer-0 -> layer-1 path through q, k and v, and
+    the composition scores, side by side."""
+    task = hc.Count01()
+    models = hc.train_many(task, [dict(PRIMARY, n_layers=2)] * len(s.two_layer_seeds), seeds=list(s.two_layer_seeds),
+                           steps=s.count01_steps, warmup=max(1, s.count01_steps // 10), progress=False, **s.recipe)  # fmt: skip
+    paths, comps = [], []
+    for seed, model in zip(s.two_layer_seeds, models):
+        clean, corrupt = task.patching_inputs(n=min(256, s.n_inputs), seed=3)
+        result = hc.path_patch(model, clean=clean, corrupt=corrupt)
+        frame = result.to_dataframe()
+        frame.insert(0, "seed", seed)
+        paths.append(frame)
+        comp = hc.composition(model).to_dataframe()
+        comp.insert(0, "seed", seed)
+        comps.append(comp)
+    path_table = write_table(pd.concat(paths, ignore_index=True), s.out, "two_layer_paths")
+    comp_table = write_table(pd.concat(comps, ignore_index=True), s.out, "two_layer_composition")
+    return path_table, comp_table

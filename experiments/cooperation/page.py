@@ -37,7 +37,7 @@ QUOTES = {
     "one_head": (ONE_HEAD, "ov-coherent-skip-pair-post.md"),
 }  # fmt: skip
 MECHS = ["redundant", "division", "superposition", "competition", "independent", "undetermined"]
-READINGS = ["half_max, vocabulary (hc.cooperation)", "positive, completions (the post's figure)", "centered, completions"]
+READINGS = ["half_answer, vocabulary (hc.cooperation)", "positive, completions (the post's figure)", "centered, completions"]
 
 
 def _share(n: float, d: float) -> str:
@@ -242,8 +242,8 @@ def section_skip_pair(mech: pd.DataFrame, ctx: pd.DataFrame) -> Section:
         f"both heads write to several completions, the answer is the only one both push up in "
         f"{by_d.loc[5, f'only correct | {post}']:.0%} at d_head 5 and {by_d.loc[1, f'only correct | {post}']:.0%} at "
         f"d_head 1; read centered (softmax ignores a common shift) {by_d.loc[5, f'only correct | {READINGS[2]}']:.0%} and "
-        f"{by_d.loc[1, f'only correct | {READINGS[2]}']:.0%}; read as hc.cooperation does (half the largest centered "
-        f"write, whole vocabulary) {by_d.loc[5, f'only correct | {READINGS[0]}']:.0%} and "
+        f"{by_d.loc[1, f'only correct | {READINGS[2]}']:.0%}; read as hc.cooperation does (a centered write at least half that on the answer, "
+        f"whole vocabulary) {by_d.loc[5, f'only correct | {READINGS[0]}']:.0%} and "
         f"{by_d.loc[1, f'only correct | {READINGS[0]}']:.0%}. The readings disagree, so the verdict depends on which "
         "one a reader takes; the table per pair type shows where."
     )  # fmt: skip
@@ -258,8 +258,8 @@ def section_skip_pair(mech: pd.DataFrame, ctx: pd.DataFrame) -> Section:
         Table(verbs, digits=3),
         Table(shipped, digits=3),
         Text("**Superposition evidence per context**, all seeds pooled (`skip_pair_contexts.csv`). A head *writes "
-             "to* an output, by reading: *half_max* (hc.cooperation's: its DLA minus its mean over the vocabulary "
-             "is at least half its largest such value), *positive* (its raw DLA over the 10 completions is above "
+             "to* an output, by reading: *half_answer* (hc.cooperation's: its DLA minus its mean over the vocabulary "
+             "is at least half of that on the answer, which is above 0), *positive* (its raw DLA over the 10 completions is above "
              "0, as the post's figure shows contributions) or *centered* (above its mean over the completions). "
              "`several`: share of the contexts where both heads write to at least 2 outputs; `only correct`: of "
              "those, the share where the answer is the only output both write to. `answer_up_both`: both heads' "

@@ -15,7 +15,7 @@ from experiments import cli
 
 def main(argv=None) -> int:
     args = cli.parse(cli.parser(__doc__, cli.RESULTS, png_help="accepted for symmetry with the other experiments (this page has no figures)"), argv)
-    from experiments.cooperation import exp_games, exp_mechanisms, page  # (after parsing: --help imports no torch)
+    from experiments.cooperation import exp_mechanisms, page  # (after parsing: --help imports no torch)
     from experiments.cooperation.common import DEFAULT_OUT, Settings
     from experiments.shared import setup
 
@@ -26,7 +26,7 @@ def main(argv=None) -> int:
     for name, step in (("Count01 mechanisms", exp_mechanisms.count01_mechanisms),
                        ("SkipPair mechanisms", exp_mechanisms.skip_pair_mechanisms),
                        ("two-layer mechanisms", exp_mechanisms.two_layer_mechanisms),
-                       ("two-layer paths", exp_games.two_layer_paths)):  # fmt: skip
+                       ("two-layer paths", exp_mechanisms.two_layer_paths)):  # fmt: skip
         t = time.perf_counter()
         print(f"[cooperation] {name} ...", flush=True)
         step(s)

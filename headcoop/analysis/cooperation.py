@@ -11,7 +11,8 @@ every input b the instrument reads the 2 x 2 game f11, f10, f01, f00 (the metric
 neither of the two active) in two contexts: "full" (every other head as in the model) and "isolated"
 (every other player ablated), from `CoalitionGame.row_logits`, the same engine as `hc.interactions`.
 
-Per input, in the binary reading (metric "accuracy": f is 0 or 1), the pair *matters* when f11 = 1 and
+Per input, in the binary reading (metric "accuracy": f is 0 or 1; the answer's logit strictly above every
+other, so a tie is no answer), the pair *matters* when f11 = 1 and
 f00 = 0, and then the input is OR (f10 = f01 = 1), AND (f10 = f01 = 0), i-only or j-only. In a continuous
 reading (logit_diff, prob, loss as -loss), it matters when D = f11 - f00 > tau_m = threshold x mean |v(all) - v(none)| x 2 / k, and with a_i =
 (f10 - f00) / D and a_j likewise: OR when both >= 0.8, AND when both <= 0.2, i-only when a_i >= 0.8 and
@@ -34,8 +35,7 @@ in the isolated one when the pair matters on fewer than `min_share` of the input
 3. "redundant": OR on at least half;
 4. "superposition": AND on at least half, and on at least half of those both heads write to several
    outputs and share only the answer (superposed writes: each head's DLA minus its mean over the vocabulary
-   is at least half its maximum on >= 2 tokens, the answer among them, and the two sets meet only at the
-   answer);
+   is at least half of that on the answer (> 0) on >= 2 tokens, and the two sets meet only at the answer);
    "independent": AND on at least half without superposed writes, the logit difference additive there
    (|ld11 - ld10 - ld01 + ld00| <= 0.2 |ld11 - ld00|) on at least half;
 5. "division": i-only and j-only each on at least 20%, together at least half;
@@ -74,7 +74,7 @@ MECHANISMS = ("redundant", "division", "superposition", "competition", "independ
 ROLES = ("supports", "competes", "inactive")
 CLASSES = ("or", "and", "i_only", "j_only", "shared")
 INPUT_CLASSES = ("not_needed", "or", "and", "a_only", "b_only", "shared", "other")  # codes of `input_class`
-WriteReading = Literal["half_max", "positive", "centered"]
+WriteReading = Literal["half_answer", "positive", "centered"]
 WRITE_READINGS: tuple[str, ...] = get_args(WriteReading)
 
 
@@ -86,7 +86,7 @@ class Cooperation(Displayed):
     effect, self_repair, backs_up); compensation [head, head]; roles {head: role}; mechanism (the model's
     verdict) and shares {mechanism: share of pairs}; metric, how, method (how the values were computed);
     input_class [pair, batch] (codes into INPUT_CLASSES, in the pair's `context`) and input_superposed
-    [pair, batch] (superposed writes, reading "half_max"), the per-input evidence (`per_input`); v_full,
+    [pair, batch] (superposed writes, reading "half_answer"), the per-input evidence (`per_input`); v_full,
     v_empty: the metric's mean with every player and with none (loss negated: higher is better)."""
 
     heads: tuple[str, ...]
@@ -159,10 +159,11 @@ class Cooperation(Displayed):
 
 
 def _per_input(metric: str, logits: Tensor, answer: Tensor, wrong: Tensor | None) -> Tensor:
-    """[coalition, batch] values of a named metric at each input (higher is better: loss is negated)."""
+    """[coalition, batch] values of a named metric at each input (higher is better: loss is negated).
+    Accuracy is strict: a tie for the top logit is not an answer (argmax would pick by token order)."""
     right = logits.gather(-1, answer.expand(*logits.shape[:-1])[..., None])[..., 0]
     if metric == "accuracy":
-        return (logits.argmax(-1) == answer).double()
+        return (right > _alternative(logits, answer, None)).double()
     if metric == "logit_diff":
         return right - _alternative(logits, answer, wrong)
     logp = right - logits.logsumexp(-1)
@@ -197,14 +198,15 @@ def superposed_writes(
     dla_b: Float[Tensor, "batch vocab"],
     answer: Int[Tensor, " batch"],
     outputs: Int[Tensor, " output"] | None = None,
-    reading: WriteReading = "half_max",
+    reading: WriteReading = "half_answer",
 ) -> tuple[Bool[Tensor, " batch"], Bool[Tensor, " batch"]]:
     """(several, superposed) per input: whether heads a and b (direct logit attributions [batch, vocab])
     each write to at least 2 of the `outputs` (token ids; default the whole vocabulary), and whether, in
     addition, the outputs both heads write to are the answer alone ("they will only constructively
     interfere on the correct token"). Which outputs a head writes to, by `reading`:
 
-    "half_max": its DLA minus its mean over the outputs is at least half its largest such value (> 0);
+    "half_answer": its DLA minus its mean over the outputs is at least half of that on the answer, which
+                   must be above 0 (so a decoy written more strongly than the answer does not hide the answer);
     "positive": its DLA is above 0 (raw contributions, as the SkipPair post's figure shows them);
     "centered": its DLA is above its mean over the outputs (softmax ignores a shift common to all logits).
     The answer must be one of the outputs."""
@@ -220,6 +222,8 @@ def superposed_writes(
         if (answer < 0).any():
             raise ValueError("superposed_writes: every answer must be one of `outputs`")
         dla_a, dla_b = dla_a[:, outputs], dla_b[:, outputs]
+    rows = torch.arange(len(answer), device=dla_a.device)
+    answer = answer.to(dla_a.device)
     sets = []
     for d in (dla_a.double(), dla_b.double()):
         if reading == "positive":
@@ -229,10 +233,8 @@ def superposed_writes(
         if reading == "centered":
             sets.append(d > 0)
             continue
-        top = d.max(-1, keepdim=True).values
-        sets.append((d >= 0.5 * top) & (top > 0))
-    rows = torch.arange(len(answer), device=dla_a.device)
-    answer = answer.to(dla_a.device)
+        on_answer = d[rows, answer][:, None]
+        sets.append((d >= 0.5 * on_answer) & (on_answer > 0))
     several = (sets[0].sum(-1) >= 2) & (sets[1].sum(-1) >= 2)
     both = sets[0] & sets[1]
     return several, several & both[rows, answer] & (both.sum(-1) == 1)
