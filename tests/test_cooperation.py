@@ -180,3 +180,24 @@ def test_a_decoy_written_more_strongly_than_the_answer_does_not_hide_superpositi
         model.W_U[:, decoys] *= 1.9 / 1.5
     result = hc.cooperation(model, how="zero", n=256)
     assert result.mechanism == "superposition", result.pairs.reason[0]
+
+
+# Planted models with other weights than the shipped ones (each head's W_O scaled): the verdicts must not
+# hang on the particular numbers of headcoop.tasks.planted.
+VARIANTS = [
+    ("redundant", {(0, 1): 0.7}), ("redundant", {(0, 0): 1.5, (0, 1): 1.5}),
+    ("independent", {(0, 0): 0.875, (0, 1): 1.125}), ("competition", {(0, 1): 0.5}), ("competition", {(0, 1): 1.5}),
+    ("division", {(0, 0): 1.5, (0, 1): 1.5}), ("superposition", {(0, 0): 1.2, (0, 1): 1.2}), ("backup", {(1, 0): 0.8}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("how", ["zero", "mean"])
+@pytest.mark.parametrize(("mechanism", "scales"), VARIANTS)
+def test_planted_variants_with_other_weights(mechanism, scales, how):
+    model = hc.planted(mechanism)
+    with torch.no_grad():
+        for (layer, head), factor in scales.items():
+            model.W_O[layer, head] *= factor
+    result = hc.cooperation(model, how=how, n=256)
+    assert verdicts(result) == model.planted["pairs"]
+    assert result.roles == model.planted["roles"]
