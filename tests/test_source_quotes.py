@@ -2,6 +2,7 @@
 SkipPair pages appears verbatim in the source document the project works from (../shared/seeds, beside
 the repository; the check is skipped where that folder is absent, e.g. in a clone elsewhere)."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -46,3 +47,19 @@ def test_setup_tables_quote_their_sources(page, source):
     source_text = " ".join((SEEDS / source).read_text(encoding="utf-8").split())
     missing = [q for q in quotes if q not in source_text]
     assert not missing, f"not verbatim in {source}: {missing}"
+
+
+QUOTED = re.compile(r"""(?<![\w'])'([^'\n]{2,300}?)'(?![\w])|"([^"\n]{2,400}?)"|“([^”\n]{2,400}?)”""")
+
+
+@pytest.mark.skipif(not SEEDS.is_dir(), reason=f"the source documents are not at {SEEDS}")
+@pytest.mark.parametrize("page", sorted(p.name for p in RESULTS.glob("*.md")))
+def test_every_quoted_phrase_on_the_pages_is_verbatim(page):
+    """Every phrase of two words or more in quotation marks (double, single or curly) on a results page,
+    prose and tables alike, appears word for word in a source document (case included; runs of whitespace
+    count as one space). Code spans are not quotes. A paraphrase has no quotation marks."""
+    seeds = " ".join(" ".join(p.read_text(encoding="utf-8").split()) for p in sorted(SEEDS.glob("*.md")))
+    text = re.sub(r"`[^`\n]*`", "", (RESULTS / page).read_text(encoding="utf-8"))
+    quoted = {next(g for g in m.groups() if g is not None) for m in QUOTED.finditer(text)}
+    missing = sorted(q for q in quoted if len(q.split()) >= 2 and " ".join(q.split()) not in seeds)
+    assert not missing, f"{page}: quoted but not verbatim in ../shared/seeds: {missing}"

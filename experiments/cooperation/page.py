@@ -216,7 +216,7 @@ def section_skip_pair(mech: pd.DataFrame, ctx: pd.DataFrame) -> Section:
                "fails at d_head 5") + " (reading: both heads' centered DLA on the answer > 0)"),
         Claim("2", ONLY_CORRECT,
               "of the contexts where both heads write to several completions, the share where the answer is the only "
-              "one both write to, by reading of \"writes to\": "
+              "one both write to, by reading of *writes to*: "
               + "; ".join(f"{r}: d_head 5 {by_d.loc[5, f'only correct | {r}']:.0%}, d_head 1 {by_d.loc[1, f'only correct | {r}']:.0%}"
                           for r in READINGS),
               "; ".join(f"{r.split(',')[0]}: " + ("holds as universal" if by_d.loc[5, f"only correct | {r}"] >= 0.999 else

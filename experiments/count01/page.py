@@ -130,8 +130,8 @@ def section_primary(t: Tables, rel: str) -> Section:
         "",
         "**Agreement**: ",
     ]
-    msg = (f"the successful share is {pct(share)}, " + ("close to the paper's 'about half'. " if half else
-           f"{'more' if share > 0.65 else 'fewer'} than the paper's 'about half'. "))
+    msg = (f"the successful share is {pct(share)}, " + ("close to the summary's \"About half of the heads\". " if half else
+           f"{'more' if share > 0.65 else 'fewer'} than the summary's \"About half of the heads\". "))
     msg += (f"{pct(w01_ok)} of the successful heads have 0.5 < w01 < 2 and {pct(w01_wide)} have 0.1 < w01 < 10, "
             + ("which agrees with w01 ~ 1. " if w01_wide >= 0.75 else "so w01 ~ 1 holds only for part of them. "))
     msg += (f"Only {pct(w02_ok)} of the successful heads have w02 > 10 (median {fmt(v('successful: median w02'))}), so "
@@ -255,7 +255,7 @@ def section_ensemble(t: Tables, rel: str) -> Section:
         "## 5. Ensemble correlation",
         "",
         "**Paper**: model accuracy correlates with the output-layer-weighted mean of its heads' s_acc, "
-        f"Pearson r = {PAPER_R}. Its y-axis is ambiguous: the summary calls it \"model accuracy\" and also \"the "
+        f"Pearson r = {PAPER_R}. Its y-axis is ambiguous: the summary calls it \"model accuracy\" and also \"The "
         "final model's separation accuracy\", so both readings are reported below, on one model set fixed in "
         "`experiments/count01/exp_training.py` before any correlation was computed.",
         "",
@@ -321,7 +321,7 @@ def section_table1(t: Tables, s: Settings) -> Section:
         "**Paper** (Table 1): heads trained jointly perform slightly worse than the same heads trained in isolation: "
         "no positive cooperation during training.",
         "",
-        f"**Here**: 'the same head' = the same initial weights. For each of {heads.seed.nunique()} seeds, the primary "
+        f"**Here**: *the same head* = the same initial weights. For each of {heads.seed.nunique()} seeds, the primary "
         "model's initialisation is trained as a whole (joint) and, separately, each of its 16 heads is copied with "
         "the initial W_E, W_U, b_U and b_O into a one-head model (d_model 32, d_head 2) that is trained alone; "
         "all 17 runs see the same data stream and recipe, trained to a loss plateau: "
@@ -440,7 +440,7 @@ def section_logits(t: Tables, rel: str) -> Section:
         lines[-1] += ("The relative order of `4` and `5` is kept from `=` to the answer position in "
                       + " and ".join(f"{pct(r['share keeping the 4/5 order'])} of strings answered {r['true answer']}"
                                      for _, r in kept.iterrows())
-                      + " (`logit_order_kept.csv`), so the paper's 'ordering about fixed' holds "
+                      + " (`logit_order_kept.csv`), so the summary's \"the ordering of the logits is about fixed\" holds "
                       + ("for both answers." if kept["share keeping the 4/5 order"].min() >= 0.9 else
                          "only where that share is high; elsewhere `4` and `5` swap once `[EOS]` has taken the lead.")
                       )
@@ -491,7 +491,7 @@ def section_minimal(t: Tables) -> Section:
     lines[-1] += (f"Training found a >= 99% solution in {int(trained.solved_99.sum())} of {total} runs "
                   f"({pct(share)}), "
                   + ("so, as in the paper, the solution exists but is hard to reach." if share <= 0.25 else
-                     "far more often than the paper's 'difficult to reach from random initialisation' suggests: this "
+                     "far more often than the summary's \"difficult to reach via gradient descent from random initialization\" suggests: this "
                      "claim does **not** reproduce with this recipe. Differences that may matter: W_pos is held at "
                      "zero here (the paper's positional set-up is not known), and the recipe (AdamW with warm-up and "
                      "cosine decay, batch 256) may differ from the paper's. The sweep in section 1 agrees: d_model 1 "

@@ -124,7 +124,7 @@ COUNT01_RULES = (
          lambda t: t, _r_value("answer_acc"), lambda v: v == 1.0, table="ensemble", per_length=False,
          reading="y = model answer accuracy"),
     Rule("r45", COUNT01_QUOTES["r"], "y = the model's own separation, logit(5) > logit(4) at '=' (the summary's "
-         "\"final model's separation accuracy\"); the same models and interval",
+         "\"The final model's separation accuracy\"); the same models and interval",
          lambda t: t, _r_value("answer_45_acc"), lambda v: v == 1.0, table="ensemble", per_length=False,
          reading="y = the model's own separation"),
     Rule("joint", COUNT01_QUOTES["joint"], "isolated - joint, averaged over the 16 heads of each seed's primary "

@@ -271,7 +271,7 @@ def write(
 
     section("The task as we read it")
     w(f"- **Vocabulary**: {task.d_vocab} tokens `0..11`: `0` is the read-off token, `1..4` signal, `5..11` noise. "
-      "The post says d_model = 11 with integers \"in [0, 11]\"; that range holds 12 integers, and with one-hot "
+      "The post says d_model = 11 with \"sequences of integers in the range [0, 11]\"; that range holds 12 integers, and with one-hot "
       f"embeddings d_model = d_vocab, so our models have d_model = {task.d_vocab}.")
     w(f"- **Context length**: {task.seq_len} tokens including the read-off token (the post does not give it): "
       f"{task.seq_len - 1} context positions, then `0`.")
