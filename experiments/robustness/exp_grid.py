@@ -4,7 +4,10 @@ are drawn from them in page.py."""
 
 from __future__ import annotations
 
+import contextlib
+
 import pandas as pd
+import torch
 
 import headcoop as hc
 from experiments.robustness.common import (
@@ -17,6 +20,7 @@ from experiments.skip_pair.exp_dynamics import LEARNT, SPLIT, interference  # th
 from experiments.shared import write_table
 from experiments.skip_pair.exp_runs import correct_up_both, specificity
 from headcoop.studies.skip_pair import compare_orderings, pair_contributions, preferences, split_attention
+from headcoop.tasks.count01 import EOS, FIVE, FOUR
 from headcoop.training import loss_drop
 
 
@@ -37,11 +41,54 @@ def _tip(model, task: hc.Count01, n: int) -> dict:
                 kept_45_min=float(kept["share keeping the 4/5 order"].min()))  # fmt: skip
 
 
+def _mean_order(model, task: hc.Count01, n: int) -> dict:
+    """'About fixed' read on the mean logits: for both true answers, the order of the mean '4' and '5' logits
+    is the same at '=' and at the answer position."""
+    means, _, _ = logit_orders(model, task.sample(n, seed=2))
+    kept = []
+    for answer in ("4", "5"):
+        at = means[means["true answer"] == answer].set_index("position")
+        kept.append((at.loc["'='", "mean logit 5"] > at.loc["'='", "mean logit 4"])
+                    == (at.loc["answer", "mean logit 5"] > at.loc["answer", "mean logit 4"]))
+    return dict(mean_order_kept=bool(all(kept)))
+
+
+@torch.no_grad()
+def _syntax(model, task: hc.Count01, n: int, reference) -> dict:
+    """The syntax claim per primary model: answer and [EOS] accuracy with every head zero- and mean-ablated
+    (what the heads carry), and with each head's z rescaled so that every head's readout has the same norm,
+    (a) on logit(5) - logit(4) only and (b) on its whole readout: the '4', '5' and [EOS] logits."""
+    batch = task.sample(n, seed=4)
+    heads = list(range(model.cfg.n_heads))
+
+    def score(prefix: str) -> dict:
+        correct = task.correct(model(batch.tokens), batch)
+        return {f"{prefix}_answer_acc": correct[:, 0].float().mean().item(), f"{prefix}_eos_acc": correct[:, 1].float().mean().item()}
+
+    def scaled(norms: torch.Tensor, prefix: str) -> dict:
+        factors = (norms.mean() / norms.clamp(min=1e-12)).tolist()
+        with contextlib.ExitStack() as stack:
+            for h, f in zip(heads, factors):
+                stack.enter_context(hc.ablate(model, heads=h, how="scale", factor=float(f)))
+            return score(prefix)
+
+    out = score("model")
+    with hc.ablate(model, heads=heads, how="zero"):
+        out.update(score("zeroed"))
+    with hc.ablate(model, heads=heads, how="mean", reference=reference):
+        out.update(score("mean_ablated"))
+    readout = model.W_O[0] @ model.W_U  # [head, d_head, vocab]
+    out.update(scaled((readout[..., FIVE] - readout[..., FOUR]).norm(dim=-1), "uniform_45"))
+    out.update(scaled(readout[..., [FOUR, FIVE, EOS]].flatten(1).norm(dim=-1), "uniform_whole"))
+    return out
+
+
 def count01_grid(s: Settings, variant: str) -> dict[str, pd.DataFrame]:
     """One Count01 variant at every training length: primary and minimal models (count01_grid: accuracy, head
     metrics, the [EOS] ordering), the attention intervention on the primary models (count01_band: s_acc per
     head and imposed w01, with [BOS] and '=' keeping the model's attention), and the ensemble correlation's
-    measures of every model, with short primary runs added (count01_ensemble)."""
+    measures of every model, with short primary runs added (count01_ensemble). The band is measured twice:
+    [BOS] and '=' keeping the model's attention (others "model") and set to 0 (others "0.0")."""
     rows, band, ensemble = [], [], []
     task = hc.Count01(**COUNT01_VARIANTS[variant])
     for steps in s.count01_steps:
@@ -61,9 +108,11 @@ def count01_grid(s: Settings, variant: str) -> dict[str, pd.DataFrame]:
                            successful_w01_in_0_1_10=int(((good.w01 > 0.1) & (good.w01 < 10)).sum()),
                            successful_w02_gt_10=int((good.w02 > 10).sum()),
                            biased=int((heads.bias_45.abs() > heads.signal_45.abs() / 5).sum()),
-                           **_tip(model, task, s.n_eval))  # fmt: skip
-                curve = intervention_rows(model, task.sample(s.n_metrics, seed=1), s.w01s, modes=("model",))
-                band.append(curve.drop(columns="others").assign(variant=variant, steps=steps, seed=seed))
+                           biased_successful=int((good.bias_45.abs() > good.signal_45.abs() / 5).sum()),
+                           **_tip(model, task, s.n_eval), **_mean_order(model, task, s.n_eval),
+                           **_syntax(model, task, s.n_eval, task.sample(512, seed=0)))  # fmt: skip
+                curve = intervention_rows(model, task.sample(s.n_metrics, seed=1), s.w01s, modes=("model", 0.0))
+                band.append(curve.assign(variant=variant, steps=steps, seed=seed))
             rows.append(row)
             ensemble.append(dict(variant=variant, steps=steps, kind=kind, seed=seed,
                                  **ensemble_measures(task, model, s.n_metrics, s.n_eval)))  # fmt: skip
@@ -72,7 +121,7 @@ def count01_grid(s: Settings, variant: str) -> dict[str, pd.DataFrame]:
         for model, seed in zip(_train(task, [PRIMARY] * len(s.early_seeds), list(s.early_seeds), steps, s), s.early_seeds):
             ensemble.append(dict(variant=variant, steps=steps, kind="primary-short", seed=seed,
                                  **ensemble_measures(task, model, s.n_metrics, s.n_eval)))  # fmt: skip
-    band = pd.concat(band, ignore_index=True)[["variant", "steps", "seed", "w01", "head", "s_acc", "roc_auc"]]
+    band = pd.concat(band, ignore_index=True)[["variant", "steps", "seed", "others", "w01", "head", "s_acc", "roc_auc"]]
     return {"count01_grid": pd.DataFrame(rows), "count01_band": band, "count01_ensemble": pd.DataFrame(ensemble)}
 
 
