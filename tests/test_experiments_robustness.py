@@ -64,45 +64,61 @@ def test_notebook_executes():
     assert not errors
 
 
-def test_rules_judge_what_their_words_say():
-    """The rules that read the new tables, on tables built by hand: they hold and fail where they should."""
+def test_registry_readings_judge_what_their_words_say():
+    """The registry's readings on grid tables built by hand (experiments/claims.py), judged cell by cell as
+    robustness.md judges them: they hold and fail where they should."""
     import numpy as np
     import pandas as pd
 
-    from experiments.robustness.page import COUNT01_RULES, SKIP_PAIR_RULES, judge
+    from experiments.claims import REGISTRY
+    from experiments.robustness.page import judge_cells, verdict
 
-    rules = {r.key: r for r in COUNT01_RULES + SKIP_PAIR_RULES}
+    entry = {e.key: e for e in REGISTRY}
     w01s = np.logspace(-3, 3, 13)
-    high = pd.DataFrame([dict(variant="default", steps=300, seed=0, head=h, w01=w,
-                              s_acc=1.0 if 0.1 - 1e-9 <= w <= 10 + 1e-9 else 0.6) for w in w01s for h in range(2)])  # fmt: skip
-    narrow = high.assign(s_acc=np.where(high.w01 > 5, 0.9, high.s_acc))
+    high = pd.DataFrame([dict(variant="default", steps=300, seed=0, head=h, w01=w, others=others,
+                              s_acc=1.0 if 0.1 - 1e-9 <= w <= 10 + 1e-9 or others == "0.0" else 0.6)
+                         for w in w01s for h in range(2) for others in ("model", "0.0")])  # fmt: skip
+    narrow = high.assign(s_acc=np.where((high.w01 > 5) & (high.others == "model"), 0.9, high.s_acc))
     band = pd.concat([high, narrow.assign(variant="narrow")])
-    _, held = judge({"band": band}, rules["band"], ["default", "narrow"])
-    assert held == {"default": [300], "narrow": []}
+    kept, zeroed = entry["band"].readings
+    cells = judge_cells({"band": band}, entry["band"], kept, ["default", "narrow"])
+    assert cells[("default", 300)][0] == "holds" and cells[("narrow", 300)][0] == "fails"
+    assert verdict(cells, [300]) == "holds under default; fails under narrow"
+    assert judge_cells({"band": band}, entry["band"], zeroed, ["narrow"])[("narrow", 300)][0] == "holds"
 
     rng = np.random.default_rng(0)
     x = rng.normal(size=400)
     y = 0.72 * x + np.sqrt(1 - 0.72**2) * rng.normal(size=400)  # r close to 0.72
-    ens = pd.concat([pd.DataFrame(dict(variant="default", steps=300, weighted_s_acc=x, answer_acc=y, answer_45_acc=x)),
-                     pd.DataFrame(dict(variant="none", steps=300, weighted_s_acc=x, answer_acc=rng.normal(size=400),
-                                       answer_45_acc=x))])  # fmt: skip
-    cells, held = judge({"ensemble": ens}, rules["r"], ["default", "none"])
-    assert held["default"] == ["every training length"] and held["none"] == []
-    assert judge({"ensemble": ens}, rules["r45"], ["default"])[1] == {"default": []}  # r = 1 is not 0.72
+    ens = pd.concat([pd.DataFrame(dict(variant="default", steps=300, kind="primary", weighted_s_acc=x, answer_acc=y,
+                                       answer_45_acc=x)),
+                     pd.DataFrame(dict(variant="none", steps=300, kind="primary", weighted_s_acc=x,
+                                       answer_acc=rng.normal(size=400), answer_45_acc=x))])  # fmt: skip
+    strong, _, own, value = entry["r"].readings
+    cells = judge_cells({"ensemble": ens}, entry["r"], value, ["default", "none"])
+    assert cells[("default", "every training length")][0] == "holds"
+    assert cells[("none", "every training length")][0] == "fails"
+    assert judge_cells({"ensemble": ens}, entry["r"], strong, ["default"])[("default", "every training length")][0] == "holds"
+    # r = 1 is not 0.72, but it is a strong correlation
+    assert judge_cells({"ensemble": ens}, entry["r"], own, ["default"])[("default", "every training length")][0] == "holds"
 
     t1 = pd.DataFrame(dict(variant="default", steps=1000, seed=0, head=range(4), joint_s_acc=0.9, isolated_s_acc=0.95,
                            joint_l_acc_head=0.8, isolated_l_acc_head=[0.7, 0.9, 0.9, 0.9], joint_l_acc=0.8,
                            isolated_l_acc=0.8))  # fmt: skip
-    value, text = rules["joint"].value(t1)
-    assert value == pytest.approx(0.05) and "l_acc_head +0.050" in text
-    assert not rules["joint"].holds(rules["joint"].value(t1.assign(isolated_s_acc=0.9))[0])
+    by = {r.name: r for r in entry["joint"].readings}
+    assert judge_cells({"table1": t1}, entry["joint"], by["by s_acc"], ["default"])[("default", 1000)][0] == "holds"
+    assert judge_cells({"table1": t1}, entry["joint"], by["by l_acc"], ["default"])[("default", 1000)][0] == "fails"
 
-    grid = pd.DataFrame(dict(variant="default", steps=3000, shape="2 heads, d_head 5", seed=range(3),
-                             qualifying=[4, 3, 0], only_correct=[4, 2, 0], specific_rows=[8, 8, 2],
-                             specific_total=8, correct_up_both=[9, 3, 7]))  # fmt: skip
-    assert rules["only_correct"].value(grid)[1] == "6/7" and not rules["only_correct"].holds(6 / 7)
-    assert rules["conditional"].holds(rules["conditional"].value(grid)[0])  # 18/24
-    assert rules["caption"].value(grid)[0] == 7 and rules["caption"].holds(7)
+    grid = pd.DataFrame({"variant": "default", "steps": 3000, "shape": "2 heads, d_head 5", "seed": range(3),
+                         "signal_acc": 1.0, "qualifying": [4, 3, 0], "only_correct": [4, 2, 0],
+                         "specific_rows": [8, 8, 2], "specific_total": 8, "correct_up_both": [9, 3, 7]})  # fmt: skip
+    universal, typical = entry["only_correct"].readings
+    assert judge_cells({"grid": grid}, entry["only_correct"], universal, ["default"])[("default", 3000)] == ("fails", "6/7 pair types")
+    assert judge_cells({"grid": grid}, entry["only_correct"], typical, ["default"])[("default", 3000)][0] == "holds"
+    assert judge_cells({"grid": grid}, entry["conditional"], entry["conditional"].readings[0], ["default"])[("default", 3000)][0] == "holds"
+    caption = judge_cells({"grid": grid}, entry["caption"], entry["caption"].readings[0], ["default"])[("default", 3000)]
+    assert caption == ("fails", "19/30 (model, pair type)")  # universal: 11 counterexamples
+    unsolved = grid.assign(signal_acc=0.5)
+    assert judge_cells({"grid": unsolved}, entry["caption"], entry["caption"].readings[0], ["default"])[("default", 3000)][0] == "not testable here"
 
 
 def test_a_grid_job_on_a_dask_worker_gives_the_tables_of_an_in_process_run(tmp_path):

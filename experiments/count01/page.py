@@ -18,7 +18,7 @@ import pandas as pd
 
 from experiments.count01.common import DEFAULT_OUT, Settings, fmt
 from experiments.count01.quotes import PAPER_R, QUOTES
-from experiments.robustness.page import across_setups
+from experiments.robustness.page import across_setups, default_verdicts, with_registry
 from headcoop.pages import Claim, FigureFile, Section, Table, Text, render
 
 HERE = Path(__file__).resolve().parent
@@ -243,6 +243,24 @@ def section_intervention(t: Tables, rel: str) -> Section:
     return _section(lines, claims)
 
 
+def _fragility(models: pd.DataFrame) -> str:
+    """How much r over the primary-size models rests on the shortest runs: r without them."""
+    from experiments.count01.common import pearson_ci
+
+    prim = models[models.group.isin(["primary", "primary-short"])]
+    if not len(prim) or prim.steps.nunique() < 2:
+        return ""
+    shortest = prim.steps.min()
+    rest = prim[prim.steps > shortest]
+    few = int((prim.steps == shortest).sum())
+    if len(rest) < 4 or rest.weighted_s_acc.std() == 0 or rest.answer_acc.std() == 0:
+        return (f"Over the primary size, r rests on the {few} models trained {shortest} steps: without them the "
+                "rest have no spread to correlate.")
+    c = pearson_ci(rest.weighted_s_acc, rest.answer_acc, n_boot=0)
+    return (f"Fragile: over the primary size, r rests on the {few} models trained {shortest} steps; without them "
+            f"r = {fmt(c['r'])} ({fmt(c['fisher_lo'])}..{fmt(c['fisher_hi'])}, n = {c['n']}).")
+
+
 def section_ensemble(t: Tables, rel: str) -> Section:
     claims: list[Claim] = []
     corr = t["ensemble_correlation"]
@@ -303,7 +321,7 @@ def section_ensemble(t: Tables, rel: str) -> Section:
                           for _, r in others.iterrows())
                       + ". The value depends on which models enter (most here are at or near 100% accuracy, so the "
                       "few imperfect ones drive r); the paper's model set is not published, so only the sign and rough "
-                      "size are comparable.")
+                      "size are comparable. " + _fragility(models))
     else:
         lines[-1] += "not enough models with varying accuracy to compute r."
     return _section(lines, claims)
@@ -647,11 +665,14 @@ def build(out: Path = DEFAULT_OUT.parent, quick: bool = False, tables: Path | No
         "page.md.j2", HERE,
         title='Count01: "Do Attention Heads Compete or Cooperate during Counting?" reproduced',
         source_name="paper",
-        claims=[c for part in parts for c in part.claims],
+        claims=with_registry([c for part in parts for c in part.claims],
+                             default_verdicts(tables.parent / "robustness", "count01")),
         claims_note="One row per claim of the paper that a section below tests. The middle column quotes, word for "
         "word, the summary of the paper this project works from (`count01-paper-summary.md`; text it puts in "
-        "quotation marks is the paper's own). The verdict tests no more than the quoted words and is computed from "
-        "the tables by the rules in `experiments/count01/page.py`.",
+        "quotation marks is the paper's own). Where the claim registry (`experiments/claims.py`) judges a claim, "
+        "the verdict is the registry's for the default setup of `robustness.md`: the claim's logical form, then "
+        "each reading (the one the wording favours marked); the middle column keeps this page's own measurement. "
+        "Other verdicts are computed from this page's tables by the rules in `experiments/count01/page.py`.",
         sections=parts,
         s=Settings.quick_settings(tables) if quick else Settings(out=tables),
         shipped=hc.load("count01").checkpoint_meta["train"],

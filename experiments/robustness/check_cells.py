@@ -65,6 +65,7 @@ def recompute_count01(row: pd.Series, s: Settings) -> dict:
 
 def with_band(table: pd.DataFrame, band: pd.DataFrame) -> pd.DataFrame:
     """The grid's primary rows gain band_mean_s_acc_at_1: the band table's mean s_acc over heads at w01 = 1."""
+    band = band[band.others.astype(str) == "model"] if "others" in band else band  # the model's own [BOS], '='
     at_1 = band[(band.w01 - 1.0).abs() < 1e-9].groupby(["variant", "steps", "seed"], as_index=False).s_acc.mean()
     at_1 = at_1.rename(columns={"s_acc": "band_mean_s_acc_at_1"}).assign(kind="primary")
     return table.merge(at_1, on=["variant", "steps", "seed", "kind"], how="left")

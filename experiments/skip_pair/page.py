@@ -16,7 +16,7 @@ import pandas as pd
 import headcoop as hc
 from experiments.skip_pair.exp_runs import SPLIT_THRESHOLD
 from experiments.skip_pair.quotes import QUOTES
-from experiments.robustness.page import across_setups
+from experiments.robustness.page import across_setups, default_verdicts, with_registry
 from headcoop.pages import Claim, Details, FigureFile, Section, Table, Text, render
 from headcoop.studies.skip_pair import ORDERING_KINDS
 from headcoop.tasks.skip_pair import NOISE, PAIRS
@@ -475,9 +475,12 @@ def write(
         "page.md.j2", HERE,
         title="SkipPair: the OV-coherent toy model of attention-head superposition, reproduced",
         source_name="post",
-        claims=records,
-        claims_note="Verdicts are computed from the same tables by the rules in `experiments/skip_pair/page.py` "
-        "(`claim_verdicts`); *most* means more than half of the seeds.",
+        claims=with_registry(records, default_verdicts(robustness, "skip_pair") if robustness is not None else {}),
+        claims_note="Where the claim registry (`experiments/claims.py`) judges a claim, the verdict is the "
+        "registry's for the default setup of `robustness.md`: the claim's logical form, then each reading (the one "
+        "the wording favours marked); the middle column keeps this page's own measurement. Other verdicts are "
+        "computed from this page's tables by the rules in `experiments/skip_pair/page.py` (`claim_verdicts`); "
+        "*most* means more than half of the seeds.",
         sections=[Section(title, tuple(blocks)) for title, blocks in sections] + _across(robustness),
         task=task,
         recipe=timing["recipe"],
