@@ -49,7 +49,7 @@ def test_setup_tables_quote_their_sources(page, source):
     assert not missing, f"not verbatim in {source}: {missing}"
 
 
-QUOTED = re.compile(r"""(?<![\w'])'([^'\n]{2,300}?)'(?![\w])|"([^"\n]{2,400}?)"|“([^”\n]{2,400}?)”""")
+QUOTED = re.compile(r"""(?<![\w'])'([^'\n]{1,300}?)'(?![\w])|"([^"\n]{1,400}?)"|“([^”\n]{1,400}?)”""")
 
 
 @pytest.mark.skipif(not SEEDS.is_dir(), reason=f"the source documents are not at {SEEDS}")
