@@ -68,6 +68,7 @@ class ClaimEntry:
     form: Form
     readings: tuple[Reading, ...]
     task: str  # "count01" or "skip_pair": whose grid tables the readings read
+    note: str = ""  # what a reader needs beside the readings (which setup is the source's, ...)
 
 
 def judge(form: str, reading: Reading, out: Outcome) -> str:
@@ -265,7 +266,10 @@ REGISTRY: tuple[ClaimEntry, ...] = (
                 _syntax("uniform_whole"), favoured="the output layer aggregates each head's whole output, [EOS] included"),
         Reading("5 - 4 readout equalised", "the same with only each head's logit(5) - logit(4) readout equalised",
                 _syntax("uniform_45")),
-    ), "count01"),
+    ), "count01", note="The source's architecture is \"Head outputs are concatenated and projected to logits\": the "
+       "heads-only readout setup. Under our default readout the unembedding also reads the embedding, so [EOS] can "
+       "come without any head; each cell shows answer and [EOS] accuracy with every head zeroed, so a reader sees "
+       "what the heads carry."),
     # SkipPair
     ClaimEntry("perfect", S["perfect"], POST, "existence", (
         Reading("some seed", "2-head, d_head 5 seeds right on every sampled signal input",
@@ -341,9 +345,6 @@ UNTESTED: tuple[tuple[str, str, str], ...] = (
     ("Head performance on the Count01 task is primarily determined by attention patterns, with value feature "
      "vectors playing a minor role.", "count01-paper-abstract.md",
      "not measured: it needs an intervention that swaps value vectors between heads at fixed attention, not yet in the grid"),
-    ("If noise token '2' receives significant attention, it introduces variance and degrades separability",
-     SUMMARY, "not in the grid; count01.md's data speak against it: the successful heads' median w02 is 3.4, "
-     "so they give '2' a third of the attention of '0' and '1' and still separate"),
     ("Instead, we claim there is an analogous force pushing the model toward adopting a distributed "
      "representation/head superposition", POST, "a thesis about training pressure, not a measurable property "
      "of one model; out of reach of this grid"),

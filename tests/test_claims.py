@@ -101,3 +101,12 @@ def test_every_registry_quote_is_verbatim_in_its_source():
         assert " ".join(entry.quote.split()) in text(entry.source), entry.key
     for quote, source, why in claims.UNTESTED:
         assert " ".join(quote.split()) in text(source) and why, quote[:40]
+
+
+def test_the_noise_failure_signature_can_hold_and_fail():
+    from experiments.count01.page import _noise_claim
+
+    heads = pd.DataFrame(dict(w02=[1.0, 2.0, 20.0, 30.0], s_acc=[0.8, 0.8, 1.0, 1.0], successful=[False, False, True, True]))
+    assert _noise_claim(heads).verdict == "holds"
+    assert _noise_claim(heads.assign(s_acc=[1.0, 1.0, 0.9, 0.9])).verdict == "fails"
+    assert _noise_claim(heads.assign(w02=5.0)).verdict == "not testable here"

@@ -9,6 +9,7 @@ from `page.md.j2`.
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -398,8 +399,10 @@ def build(out: Path = Path(__file__).resolve().parents[2] / "docs" / "results") 
                 section_skip_pair(read("skip_pair_mechanisms"), read("skip_pair_contexts")),
                 section_compete(summary, heads, two_layer, table1),
                 section_two_layer(two_layer, read("two_layer_heads"), read("two_layer_paths"), read("two_layer_composition"))]  # fmt: skip
+    timing_path = tables / "timing.json"
+    timing = json.loads(timing_path.read_text()) if timing_path.exists() else None
     page = render(
-        "page.md.j2", HERE, title="Cooperate, compete or superpose? The mechanism of every pair of heads in the toy models",
+        "page.md.j2", HERE, timing=timing, title="Cooperate, compete or superpose? The mechanism of every pair of heads in the toy models",
         source_name="source", claims=[c for s in sections for c in s.claims],
         claims_note="Each verdict is computed from the tables by the rules in `experiments/cooperation/page.py`; "
                     "a claim is judged by its logical form (universal, typical, existence) and under each reading.",

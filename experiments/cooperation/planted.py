@@ -8,6 +8,8 @@ head's role. Writes docs/results/planted.md (overwriting only that file, which i
 from __future__ import annotations
 
 import collections
+import os
+import time
 from pathlib import Path
 
 import headcoop as hc
@@ -19,6 +21,7 @@ MARK = "<!-- written by experiments/cooperation/planted.py -->"
 
 
 def main() -> None:
+    start = time.perf_counter()
     rows, confusion = [], {how: collections.Counter() for how in ("zero", "mean", "resample")}
     for mechanism in PLANTED:
         for how in ("zero", "mean", "resample"):
@@ -51,10 +54,11 @@ def main() -> None:
               "Under resample ablation a copy head's replacement is the same head's output on another input: it "
               "votes for that input's answer exactly as strongly as the head votes for this one's. Two heads that "
               "copy the same token (the redundant pair, the division pair, the mixed model's redundant pair) then "
-              "tie with the injected answer, so neither head alone answers: the pair reads as both-needed "
-              "(\"independent\") or conflicting (\"undetermined\"). That is what resample ablation does to these "
+              "tie with the injected answer, and a tie is no answer (accuracy is strict), so neither head alone "
+              "answers: the pair reads as both-needed with effects that add (\"independent\"). That is what resample ablation does to these "
               "weights, not a wrong reading of the inputs; zero and mean ablation, which inject no other answer, "
               "name all of them. With 0.01 weight noise the ties break one way or the other, so some of those pairs are named right again (the resample table counts both).", ""]
+    lines += [f"Regenerating this page took {time.perf_counter() - start:.0f} s on {os.cpu_count()} cores.", ""]
     existed = OUT.exists()
     if existed and MARK not in OUT.read_text():
         raise SystemExit(f"{OUT} was not written by this script; not overwriting it")

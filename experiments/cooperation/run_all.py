@@ -8,6 +8,8 @@ Run from the repository root. OUT (default docs/results) receives cooperation.md
 
 from __future__ import annotations
 
+import json
+import os
 import time
 
 from experiments import cli
@@ -18,11 +20,13 @@ def main(argv=None) -> int:
     from experiments.cooperation import exp_mechanisms, page  # (after parsing: --help imports no torch)
     from experiments.cooperation.common import DEFAULT_OUT, Settings
     from experiments.shared import setup
+    import torch
 
     setup()
     results = args.out or DEFAULT_OUT
     s = Settings.quick_settings(results / "cooperation") if args.quick else Settings(out=results / "cooperation")
     start = time.perf_counter()
+    steps = {}
     for name, step in (("Count01 mechanisms", exp_mechanisms.count01_mechanisms),
                        ("SkipPair mechanisms", exp_mechanisms.skip_pair_mechanisms),
                        ("two-layer mechanisms", exp_mechanisms.two_layer_mechanisms),
@@ -30,7 +34,11 @@ def main(argv=None) -> int:
         t = time.perf_counter()
         print(f"[cooperation] {name} ...", flush=True)
         step(s)
-        print(f"[cooperation] {name}: {time.perf_counter() - t:.1f} s", flush=True)
+        steps[name] = round(time.perf_counter() - t, 1)
+        print(f"[cooperation] {name}: {steps[name]:.1f} s", flush=True)
+    timing = dict(total_s=round(time.perf_counter() - start, 1), steps=steps, cores=os.cpu_count(),
+                  threads=torch.get_num_threads(), quick=args.quick)  # fmt: skip
+    (s.out / "timing.json").write_text(json.dumps(timing, indent=1) + "\n")
     doc = page.build(results)
     print(f"[cooperation] done in {time.perf_counter() - start:.1f} s; doc: {doc}")
     return 0

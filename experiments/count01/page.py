@@ -146,7 +146,26 @@ def section_primary(t: Tables, rel: str) -> Section:
           "agrees" if w01_wide >= 0.75 else "partly"))
     claims.append(Claim("2", QUOTES["w02"], f"{pct(w02_ok)} of them (median {fmt(v('successful: median w02'))})",
           "agrees" if w02_ok >= 0.5 else "does not reproduce"))
+    claims.append(_noise_claim(t["primary_heads"]))
     return _section(lines, claims)
+
+
+def _noise_claim(heads: pd.DataFrame) -> Claim:
+    """The summary's failure signature, read as a comparison: heads that give '2' significant attention
+    (w02 < 3: '2' gets at least a third of the attention of '0' and '1') separate worse (mean s_acc lower by
+    more than 0.01) than heads that largely ignore it (w02 > 10)."""
+    from experiments.claims import Outcome, Reading, judge
+
+    much, little = heads[heads.w02 < 3], heads[heads.w02 > 10]
+    diff = float(little.s_acc.mean() - much.s_acc.mean()) if len(much) and len(little) else float("nan")
+    rule = Reading("w02 > 10 heads separate better", "mean s_acc difference > 0.01", lambda t: Outcome(""),
+                   holds=lambda d: d > 0.01)
+    said = judge("comparison", rule, Outcome("", value=diff))
+    return Claim("2", QUOTES["noise"],
+                 f"mean s_acc {much.s_acc.mean():.3f} over the {len(much)} heads with w02 < 3 ({pct(float(much.successful.mean()))} "
+                 f"successful) against {little.s_acc.mean():.3f} over the {len(little)} with w02 > 10 "
+                 f"({pct(float(little.successful.mean()))}); rule: comparison, holds when the w02 > 10 heads separate "
+                 "better by more than 0.01", said)  # fmt: skip
 
 
 def section_shipped(t: Tables, rel: str) -> Section:

@@ -19,6 +19,7 @@ QUOTES = {
            "we move from '=' to '4' or '5'",
     "minimal": "Minimal solution (d=1, d'=1, 1 head) exists",
     "reach": "but is difficult to reach via gradient descent from random initialization",
+    "noise": "If noise token '2' receives significant attention, it introduces variance and degrades separability",
     "aggregate": "their outputs need to be aggregated in a non-uniform manner in order to create an encoding that "
                  "conforms to the syntax",
 }

@@ -69,7 +69,7 @@ def _section(number: str, title: str, tables: dict[str, pd.DataFrame], task: str
     blocks, claims = [], []
     for entry in entries(task):
         blocks.append(Text(f"**\"{entry.quote}\"** ({SOURCES[entry.source]}). Logical form: **{entry.form}** "
-                           f"({FORM_WORDS[entry.form]})."))  # fmt: skip
+                           f"({FORM_WORDS[entry.form]})." + (f" {entry.note}" if entry.note else "")))  # fmt: skip
         rows, lines = [], []
         for reading in entry.readings:
             cells = judge_cells(tables, entry, reading, variants)
