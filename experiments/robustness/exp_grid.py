@@ -111,8 +111,12 @@ def count01_grid(s: Settings, variant: str) -> dict[str, pd.DataFrame]:
                            biased_successful=int((good.bias_45.abs() > good.signal_45.abs() / 5).sum()),
                            **_tip(model, task, s.n_eval), **_mean_order(model, task, s.n_eval),
                            **_syntax(model, task, s.n_eval, task.sample(512, seed=0)))  # fmt: skip
-                curve = intervention_rows(model, task.sample(s.n_metrics, seed=1), s.w01s, modes=("model", 0.0))
-                band.append(curve.assign(variant=variant, steps=steps, seed=seed))
+                probe_batch = task.sample(s.n_metrics, seed=1)
+                curve = intervention_rows(model, probe_batch, s.w01s, modes=("model",))
+                # [BOS] and '=' set to 0 as well: only inside the band the claim names (0.1..10)
+                inside = tuple(w for w in s.w01s if 0.1 - 1e-9 <= w <= 10 + 1e-9)
+                zeroed = intervention_rows(model, probe_batch, inside, modes=(0.0,))
+                band.append(pd.concat([curve, zeroed]).assign(variant=variant, steps=steps, seed=seed))
             rows.append(row)
             ensemble.append(dict(variant=variant, steps=steps, kind=kind, seed=seed,
                                  **ensemble_measures(task, model, s.n_metrics, s.n_eval)))  # fmt: skip
@@ -183,9 +187,12 @@ def skip_pair_grid(s: Settings, variant: str) -> dict[str, pd.DataFrame]:
     return {"skip_pair_grid": pd.DataFrame(rows)}
 
 
-# every job of the grid: (function name, variant); run_all sends each to a worker and joins the tables
-JOBS = ([("count01_grid", v) for v in COUNT01_VARIANTS] + [("count01_table1", v) for v in COUNT01_VARIANTS]
-        + [("skip_pair_grid", v) for v in SKIP_PAIR_VARIANTS])  # fmt: skip
+# every job of the grid: (function name, variant); run_all sends each to a worker and joins the tables.
+# Longest first (strings up to 100 take the longest), so the last job to start is a short one and the
+# workers finish together.
+JOBS = sorted([("count01_grid", v) for v in COUNT01_VARIANTS] + [("count01_table1", v) for v in COUNT01_VARIANTS]
+              + [("skip_pair_grid", v) for v in SKIP_PAIR_VARIANTS],
+              key=lambda job: (job[1] != "strings up to 100", job[0] == "skip_pair_grid"))  # fmt: skip
 ORDER = {"count01": list(COUNT01_VARIANTS), "skip_pair": list(SKIP_PAIR_VARIANTS)}
 
 
