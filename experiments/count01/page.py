@@ -464,13 +464,15 @@ def section_logits(t: Tables, rel: str) -> Section:
     lines[-1] += (
         f"Every head's push is asymmetric between the two answers (bias_45 != 0); for {int(lean.sum())} of "
         f"{len(heads)} heads the bias exceeds a fifth of the class signal |signal_45| (median ratio {fmt(ratio)}), "
-        + ("so most heads are clearly biased toward one answer, as the paper says. " if lean.mean() >= 0.5 else
-           "so for most heads the bias is small next to the signal: the paper's 'typically biased' holds only weakly "
-           "here. ")
+        + ("so most heads are clearly biased toward one answer: read as a typical claim (more than half of the "
+           "heads), 'typically biased' holds on the shipped model. " if lean.mean() > 0.5 else
+           "so for most heads the bias is small next to the signal: read as a typical claim (more than half of the "
+           "heads), 'typically biased' fails on the shipped model. ")
         + (f"At `=` the right answer's logit is on top ({eq_text}), " if eq_ok
            else f"At `=` the right answer is not always on top ({eq_text}), ")
         + (f"and at the answer position `[EOS]` moves to the top ({ans_text}): the balance tips toward `[EOS]`, as "
-           "in the paper. " if ans_ok
+           "in the paper, though this follows from the answer and `[EOS]` accuracies alone, so it tests nothing more "
+           "than they do (the claim registry reads it as not testable where both are at least 0.99). " if ans_ok
            else f"but `[EOS]` is not on top at the answer position ({ans_text}). ")
     )
     if kept is not None:
