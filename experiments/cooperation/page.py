@@ -174,6 +174,20 @@ def _registry_form(key: str, passed: int, units: int, what: str) -> str:
     return f"{said} as {entry.form} ({passed}/{units} {what}){also}"
 
 
+def _context_shares(part: pd.DataFrame) -> dict:
+    """Shares of the contexts in `part` (rows of skip_pair_contexts): each 2 x 2 class, both heads pushing
+    the answer up, and per reading of *writes to* the contexts where both write to several outputs and, of
+    those, the ones where the answer is the only output both write to."""
+    total = part.contexts.sum()
+    row = dict(contexts=int(total), **{k: part[f"class_{k}"].sum() / total for k in ("or", "and", "a_only", "b_only")},
+               answer_up_both=part.answer_up_both.sum() / total)  # fmt: skip
+    for r in READINGS:
+        several = part[f"several | {r}"].sum()
+        row[f"several | {r}"] = several / total
+        row[f"only correct | {r}"] = part[f"only_correct | {r}"].sum() / max(several, 1)
+    return row
+
+
 def section_skip_pair(mech: pd.DataFrame, ctx: pd.DataFrame) -> Section:
     seeds = mech[mech.seed.notna()]
     rows = []
@@ -188,31 +202,13 @@ def section_skip_pair(mech: pd.DataFrame, ctx: pd.DataFrame) -> Section:
     shipped = mech[mech.seed.isna()][["model", "how", "signal_acc", "mechanism", "reason", "or", "and", "a_only",
                                       "b_only", "superposed", "interaction"]]  # fmt: skip
     c = ctx[ctx.seed.notna()]
-    per_type = []
-    for (d_head, pair_type), part in c.groupby(["d_head", "pair_type"]):
-        total = part.contexts.sum()
-        row = dict(d_head=d_head, pair_type=str(pair_type), contexts=int(total),
-                   **{k: part[f"class_{k}"].sum() / total for k in ("or", "and", "a_only", "b_only")},
-                   answer_up_both=part.answer_up_both.sum() / total)  # fmt: skip
-        for r in READINGS:
-            several = part[f"several | {r}"].sum()
-            row[f"several ({r.split(',')[0]})"] = several / total
-            row[f"only correct, of several ({r.split(',')[0]})"] = part[f"only_correct | {r}"].sum() / max(several, 1)
-        per_type.append(row)
-    per_type = pd.DataFrame(per_type)
-    by_d = []
-    for d_head, part in c.groupby("d_head"):
-        total = part.contexts.sum()
-        row = dict(d_head=d_head, contexts=int(total), answer_up_both=part.answer_up_both.sum() / total,
-                   and_=part.class_and.sum() / total)  # fmt: skip
-        for r in READINGS:
-            several = part[f"several | {r}"].sum()
-            row[f"several | {r}"] = several / total
-            row[f"only correct | {r}"] = part[f"only_correct | {r}"].sum() / max(several, 1)
-        by_d.append(row)
-    by_d = pd.DataFrame(by_d).set_index("d_head")
-    short = {c: c.replace(" | ", " (").split(",")[0] + ")" for c in by_d.columns if " | " in c}
-    by_d_shown = by_d.rename(columns=short).rename(columns={"and_": "and"}).reset_index()
+    per_type = pd.DataFrame([dict(d_head=d_head, pair_type=str(pair_type), **_context_shares(part))
+                             for (d_head, pair_type), part in c.groupby(["d_head", "pair_type"])])
+    by_d = pd.DataFrame([dict(d_head=d_head, **_context_shares(part)) for d_head, part in c.groupby("d_head")])
+    by_d = by_d.set_index("d_head")
+    short = {col: col.replace(" | ", " (").split(",")[0] + ")" for col in by_d.columns if " | " in col}
+    per_type = per_type.rename(columns=short)
+    by_d_shown = by_d.rename(columns=short).reset_index()
     mean = verbs[verbs.how == "mean"].set_index("d_head")
     five, one = mean.loc[5], mean.loc[1]
     top = lambda r: max(MECHS, key=lambda m: r[m])  # noqa: E731
