@@ -65,7 +65,7 @@ def verdict(cells: dict, steps: list) -> str:
     return "; ".join(f"{words[k]} {'; '.join(v)}" for k, v in parts.items() if v)
 
 
-def _section(number: str, title: str, tables: dict[str, pd.DataFrame], task: str, variants, source: str) -> Section:
+def _section(number: str, title: str, tables: dict[str, pd.DataFrame], task: str, variants) -> Section:
     blocks, claims = [], []
     for entry in entries(task):
         blocks.append(Text(f"**\"{entry.quote}\"** ({SOURCES[entry.source]}). Logical form: **{entry.form}** "
@@ -158,10 +158,8 @@ def build(out: Path = DEFAULT_OUT) -> Path:
     short = ensemble[ensemble.kind == "primary-short"]
     timing = json.loads((tables / "timing.json").read_text())
     sections = [
-        _section("1", "1. Count01 claims across setups", count01_tables, "count01", list(COUNT01_VARIANTS),
-                 "the paper"),
-        _section("2", "2. SkipPair claims across setups", skip_pair_tables, "skip_pair", list(SKIP_PAIR_VARIANTS),
-                 "the post"),
+        _section("1", "1. Count01 claims across setups", count01_tables, "count01", list(COUNT01_VARIANTS)),
+        _section("2", "2. SkipPair claims across setups", skip_pair_tables, "skip_pair", list(SKIP_PAIR_VARIANTS)),
         _untested(),
     ]  # fmt: skip
     page = render(
