@@ -38,6 +38,7 @@ from headcoop.analysis.common import one_head, vocab_labels
 from headcoop.analysis.dla import check_decomposable, output_labels
 from headcoop.analysis.norms import norm_kind
 from headcoop.analysis.vocabulary import head_name
+from headcoop.bridge import attn_scale, head_weight, w_pos
 from headcoop.tasks.base import check_ids
 
 MAX_TABLE_ENTRIES = 2**27  # a dense table beyond this (0.5 GB of float32) is refused
@@ -54,7 +55,7 @@ def _check_model(model: HookedTransformer, what: str) -> None:
 def _use_pos(model: HookedTransformer, reaches: bool, positional: bool | None) -> bool:
     """Whether the table needs position axes: positions reach the circuit (rotary: always, for QK)."""
     kind = model.cfg.positional_embedding_type
-    nonzero = kind == "rotary" or (kind in ("standard", "shortformer") and bool(model.W_pos.abs().max() > 0))
+    nonzero = kind == "rotary" or (kind in ("standard", "shortformer") and bool(w_pos(model).abs().max() > 0))
     if positional is None:
         return reaches and nonzero
     if positional and not reaches:
@@ -79,13 +80,13 @@ def _attn_inputs(model: HookedTransformer, layer: int, with_pos: bool, circuit: 
     W_E, n_ctx = model.W_E, model.cfg.n_ctx
     kind = model.cfg.positional_embedding_type
     if with_pos and kind == "standard":
-        return _normed(model, layer, (W_E[:, None, :] + model.W_pos[None, :, :]).flatten(0, 1))
+        return _normed(model, layer, (W_E[:, None, :] + w_pos(model)[None, :, :]).flatten(0, 1))
     x = _normed(model, layer, W_E)
     if not with_pos:
         return x
     x = x[:, None, :].expand(-1, n_ctx, -1)
     if kind == "shortformer" and circuit == "qk":
-        x = x + model.W_pos[None, :, :]
+        x = x + w_pos(model)[None, :, :]
     return x.flatten(0, 1)
 
 
@@ -287,12 +288,16 @@ def qk(model: HookedTransformer, head: int | str | tuple[int, int], layer: int |
     n_pos = model.cfg.n_ctx if use_pos else 1
     _check_size("qk", model.cfg.d_vocab * n_pos, model.cfg.d_vocab * n_pos)
     x = _attn_inputs(model, layer, use_pos, "qk")
-    q_lin, k_lin = x @ attn.W_Q[head], x @ attn.W_K[head]  # [n, d_head], without biases
-    q, k = q_lin + attn.b_Q[head], k_lin + attn.b_K[head]
+    w = lambda name: head_weight(attn, name, model.cfg)[head]  # noqa: E731
+    q_lin, k_lin = x @ w("W_Q"), x @ w("W_K")  # [n, d_head], without biases
+    q, k = q_lin + w("b_Q"), k_lin + w("b_K")
+    if model.cfg.positional_embedding_type == "rotary" and use_pos and not hasattr(attn, "apply_rotary"):
+        raise ValueError("qk: the positional table of a rotary TransformerBridge is not supported (its attention "
+                         "has no apply_rotary); hc.patch, hc.dla and hc.attention read its real scores")  # fmt: skip
     if model.cfg.positional_embedding_type == "rotary" and use_pos:  # rotation is linear: rotate both parts
         q_lin, k_lin, q, k = (attn.apply_rotary(t.view(-1, n_pos, 1, t.shape[-1])).flatten(0, 2)
                               for t in (q_lin, k_lin, q, k))  # fmt: skip
-    scale = attn.attn_scale
+    scale = attn_scale(model, layer)
     matrix = FactoredMatrix(q_lin / scale, k_lin.T)
     scores = apply_softcap(q @ k.T / scale, model.cfg.attn_scores_soft_cap)
     if use_pos:
@@ -355,9 +360,9 @@ def ov(model: HookedTransformer, head: int | str | tuple[int, int], layer: int |
     if kind in ("LN", "RMS"):
         W_O = W_O * final.w
     out = W_O @ model.W_U  # [d_head, vocab]
-    v = x @ attn.W_V[head]
+    v = x @ head_weight(attn, "W_V", model.cfg)[head]
     matrix = FactoredMatrix(v, out)
-    effects = (v + attn.b_V[head]) @ out
+    effects = (v + head_weight(attn, "b_V", model.cfg)[head]) @ out
     if use_pos:
         effects = effects.unflatten(0, (-1, n_pos))
     assumptions = []

@@ -39,9 +39,12 @@ from transformer_lens.utilities import apply_softcap, get_act_name
 
 from headcoop.analysis.ablation import ablate, reference_z, replacement, resample_order
 from headcoop.analysis.common import as_tokens, check_choice, check_positions, require_task, task_of
-from headcoop.analysis.copies import AtRows, Copies, Score, Target, evaluate, hooks_in_the_way, target_run
+from headcoop.analysis.copies import (
+    BRIDGE_STACKED, AtRows, Copies, Score, Target, evaluate, hooks_in_the_way, target_run,
+)
 from headcoop.analysis.suffix import finish_block, mask_future, supported, unembed
 from headcoop.analysis.vocabulary import ABLATION_HOWS, GAME_METHODS, METRIC_NAMES, AblationHow, GameMethod, head_name
+from headcoop.bridge import is_bridge
 from headcoop.tasks.base import Batch
 
 
@@ -102,7 +105,12 @@ class CoalitionGame:
         if method == "linear" and not self.linear:
             raise ValueError("method='linear' needs a one-layer attention-only model without a norm, a named metric "
                              "and no hooks installed; use 'auto'")  # fmt: skip
-        self.layered = method in ("auto", "layered") and not self.linear and not hooks_in_the_way(model)
+        # the layered path recomputes heads from HookedTransformer internals a Bridge does not have
+        self.layered = (method in ("auto", "layered") and not self.linear and not hooks_in_the_way(model)
+                        and not is_bridge(model))  # fmt: skip
+        if method == "layered" and is_bridge(model):
+            raise ValueError("method='layered' needs a HookedTransformer; a TransformerBridge runs 'stacked' or "
+                             "'reference' (use 'auto')")  # fmt: skip
         self.requested = method
         self.method = self._describe(self._path())
         if self.linear:
@@ -157,7 +165,7 @@ class CoalitionGame:
         return {
             "linear": "linear (one layer: per-head logit changes, no forward pass per coalition)",
             "layered": "layer by layer, shared prefixes computed once, hooks on z",
-            "stacked": "stacked forward passes with hooks on z",
+            "stacked": "stacked forward passes with hooks on z" + (BRIDGE_STACKED if is_bridge(self.model) else ""),
         }[path]
 
     @torch.no_grad()

@@ -11,6 +11,7 @@ from torch import Tensor
 from transformer_lens import ActivationCache, HookedTransformer
 
 from headcoop.analysis.vocabulary import head_name
+from headcoop.bridge import check_bridge, is_bridge
 from headcoop.checks import check_choice  # noqa: F401  (analyses import it from here)
 from headcoop.tasks.base import Batch, Task
 
@@ -31,9 +32,14 @@ def require_task(model: HookedTransformer, what: str) -> Task:
 
 
 def require_model(model, what: str = "this function") -> HookedTransformer:
-    """`model` when it is a HookedTransformer; TypeError naming what was passed instead."""
+    """`model` when it is a HookedTransformer or a TransformerBridge in compatibility mode; TypeError naming
+    what was passed instead, ValueError naming the fix for a Bridge outside compatibility mode."""
+    if is_bridge(model):
+        check_bridge(model, what)
+        return model
     if not isinstance(model, HookedTransformer):
-        raise TypeError(f"{what} needs a HookedTransformer (e.g. hc.load('count01')), got {type(model).__name__}")
+        raise TypeError(f"{what} needs a HookedTransformer (e.g. hc.load('count01')) or a TransformerBridge in "
+                        f"compatibility mode, got {type(model).__name__}")  # fmt: skip
     return model
 
 

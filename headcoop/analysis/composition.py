@@ -22,6 +22,7 @@ from transformer_lens import HookedTransformer
 
 from headcoop.analysis.common import check_choice, require_model
 from headcoop.analysis.vocabulary import MODES, Mode, head_name
+from headcoop.bridge import is_bridge
 from headcoop.plot import Displayed
 
 
@@ -97,7 +98,9 @@ def composition(model: HookedTransformer, mode: Mode | None = None) -> Compositi
     modes = MODES if mode is None else (check_choice("mode", mode, MODES),)
     scored = model
     assumptions = []
-    if model.cfg.normalization_type in ("LN", "RMS"):
+    if is_bridge(model):  # compatibility mode has folded the norm weights already
+        assumptions.append("norm weights folded in (the Bridge's compatibility mode); each input's norm scale left out")
+    elif model.cfg.normalization_type in ("LN", "RMS"):
         scored = copy.deepcopy(model)
         scored.process_weights_(fold_ln=True, center_writing_weights=False, center_unembed=False)
         assumptions.append("norm weights folded in; each input's norm scale left out")

@@ -309,10 +309,12 @@ def cooperation(
     check_int("n", n, 1)
     check_int("max_exact", max_exact, 2, 24)
     check_seed(seed)
-    task = task if task is not None else require_task(model, "hc.cooperation's inputs")
+    if task is None and (inputs is None or (reference is None and how != "zero")):
+        task = require_task(model, "hc.cooperation's inputs" if inputs is None else f'the reference of how="{how}"')
     batch = inputs if inputs is not None else task.sample(n, seed=seed)
     if not isinstance(batch, Batch):
-        raise TypeError(f"inputs= must be a Batch (answers known, e.g. task.sample(n)), got {type(batch).__name__}")
+        raise TypeError(f"inputs= must be a Batch (answers known, e.g. task.sample(n) or Batch.from_answers), "
+                        f"got {type(batch).__name__}")  # fmt: skip
     if reference is None and how != "zero":
         reference = task.sample(512, seed=seed + 1)
     players = [(lay, h) for lay in range(model.cfg.n_layers) for h in range(model.cfg.n_heads)] if heads is None \

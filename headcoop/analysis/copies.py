@@ -40,7 +40,8 @@ from transformer_lens.utilities import get_act_name
 from headcoop.analysis import suffix
 from headcoop.analysis.suffix import RowLogits
 from headcoop.analysis.common import as_tokens, task_of
-from headcoop.checks import check_metric_value, installed_hooks
+from headcoop.bridge import is_bridge, user_hooks
+from headcoop.checks import check_metric_value
 from headcoop.tasks.base import Batch
 
 Hooks = list[tuple[str, Callable]]
@@ -78,6 +79,8 @@ def continuation(model: HookedTransformer, tokens: Int[Tensor, "batch pos"]) -> 
     """What a forward pass started mid-model (`start_at_layer`) needs besides the residual stream, as the
     model's own `input_to_embed` computes it from `tokens`: a shortformer's positional embedding, and the
     padding mask TransformerLens derives from a left-padding tokenizer (None where there is none)."""
+    if is_bridge(model):  # no mid-model start on a Bridge: its stacked copies run from the tokens
+        return {"shortformer_pos_embed": None, "attention_mask": None}
     _, _, shortformer_pos_embed, attention_mask = model.input_to_embed(tokens)
     return {"shortformer_pos_embed": shortformer_pos_embed, "attention_mask": attention_mask}
 
@@ -315,15 +318,20 @@ def chunks(lo: int, hi: int, size: int) -> Iterator[tuple[int, int]]:
 
 # --- the engine ---------------------------------------------------------------------------------------
 def hooks_in_the_way(model: HookedTransformer) -> list[str]:
-    """The hook points holding a hook right now: any makes the engine take the reference path."""
-    return installed_hooks(model)
+    """The hook points holding a hook right now (a Bridge's own routing hooks left out): any makes the
+    engine take the reference path."""
+    return user_hooks(model)
 
 
-def method_label(path: Path, fast: str, hooks: list[str], what: str = "copy") -> str:
-    """The `method` string of a result: the fast path's name, or "reference: one pass per <what>" and why
-    the reference ran (method='reference', or the hooks installed)."""
+BRIDGE_STACKED = " (TransformerBridge: every copy runs from the tokens, the Bridge has no start_at_layer)"
+
+
+def method_label(path: Path, fast: str, hooks: list[str], what: str = "copy", model=None) -> str:
+    """The `method` string of a result: the fast path's name (on a Bridge, that its stacked copies run from
+    the tokens), or "reference: one pass per <what>" and why the reference ran (method='reference', or the
+    hooks installed)."""
     if path != "reference":
-        return fast
+        return fast + (BRIDGE_STACKED if path == "stacked" and is_bridge(model) else "")
     if not hooks:
         return f"reference: one pass per {what} (method='reference')"
     shown = ", ".join(hooks[:3]) + (f" and {len(hooks) - 3} more" if len(hooks) > 3 else "")
@@ -363,6 +371,8 @@ def run_stacked(target: Target, layer: int, n: int, hooks: Hooks) -> Float[Tenso
     """Logits of n copies of the target run from the residual stream entering `layer` (cached), through the
     model's own blocks with `hooks` (each copy's change) and its final norm, unembedding and soft-cap."""
     model = target.model
+    if is_bridge(model):  # the Bridge runs its Hugging Face model whole: the copies start from the tokens
+        return model.run_with_hooks(target.tokens.repeat(n, 1), fwd_hooks=hooks)
     resid = target.act("resid_pre", layer) if layer < model.cfg.n_layers else None
     if resid is None:
         raise ValueError("the stacked path starts at a block; a change after the last block needs `local`")

@@ -42,9 +42,16 @@ from headcoop.analysis.common import (
     as_tokens, check_choice, check_layer, check_positions, head_names, require_model, require_task, vocab_labels,
 )
 from headcoop.analysis.norms import describe, norm_kind, through_norm
-from headcoop.checks import check_finite, installed_hooks
+from headcoop.bridge import user_hooks
+from headcoop.checks import check_finite
 from headcoop.tasks.base import Batch
 
+
+
+def attn_bias(attn, d_model: int, like: Tensor) -> Float[Tensor, " d_model"]:
+    """A layer's attention output bias b_O [d_model] (zeros for a Bridge over a model without one)."""
+    b_o = getattr(attn, "b_O", None)
+    return b_o if b_o is not None else torch.zeros(d_model, dtype=like.dtype, device=like.device)
 
 def check_decomposable(model: HookedTransformer, what: str) -> None:
     """ValueError unless the residual stream of `model` is a plain sum of its components (no norm after a
@@ -229,7 +236,7 @@ def _check_sums(model: HookedTransformer, values: Tensor, reference: Tensor, tar
     gap = float((values.sum(1) - reference).abs().max())
     tol = (1e-4 if values.dtype != torch.float64 else 1e-9) * max(1.0, float(reference.abs().max()))
     if gap > tol:
-        hooks = installed_hooks(model)
+        hooks = user_hooks(model)
         why = (f"hooks installed at {hooks[:4]} change the forward pass elsewhere (hooks on z, q, k, v or the "
                "pattern, as in hc.ablate and hc.set_attention, are fine)") if hooks else (
                "this model's forward pass is not the sum the decomposition assumes")  # fmt: skip
@@ -301,7 +308,7 @@ def dla(model: HookedTransformer, tokens=None, pos=None, answer=None, wrong=None
         attn = model.blocks[lay].attn
         z = cache[get_act_name("z", lay)][rows, at_pos]  # [batch, head, d_head]
         parts.append(einsum(z, attn.W_O, "batch head d_head, head d_head d_model -> batch head d_model"))
-        parts.append(attn.b_O.expand(n, 1, -1))
+        parts.append(attn_bias(attn, cfg.d_model, z).expand(n, 1, -1))
         if not cfg.attn_only:
             parts.append(cache[get_act_name("mlp_out", lay)][rows, at_pos][:, None])
     resid = torch.cat(parts, 1)  # [batch, component, d_model]

@@ -27,6 +27,10 @@ def norm_kind(module: torch.nn.Module | None) -> NormKind | None:
     for cls, kind in ((LayerNormPre, "LNPre"), (LayerNorm, "LN"), (RMSNormPre, "RMSPre"), (RMSNorm, "RMS")):
         if type(module) is cls:
             return kind
+    # a TransformerBridge's norms wrap the Hugging Face module (its weights folded in compatibility mode)
+    bridge_kinds = {"NormalizationBridge": "LN", "RMSNormalizationBridge": "RMS"}
+    if type(module).__name__ in bridge_kinds:
+        return bridge_kinds[type(module).__name__]
     raise ValueError(f"cannot linearise a norm of type {type(module).__name__}; supported: LN, LNPre, RMS, RMSPre")
 
 
@@ -41,9 +45,22 @@ def through_norm(
     if kind in ("LN", "LNPre"):
         parts = parts - parts.mean(-1, keepdim=True)
     parts = parts / scale[:, None].to(parts.dtype)
+    weight, bias = norm_weights(module)
     if kind in ("LN", "RMS"):
-        parts = parts * module.w
-    return parts, (module.b if kind == "LN" else None)
+        parts = parts * weight
+    return parts, (bias if kind == "LN" else None)
+
+
+def norm_weights(module: torch.nn.Module) -> tuple[Tensor | None, Tensor | None]:
+    """(weight, bias) of a norm: TransformerLens's `w`/`b`, or the wrapped Hugging Face module's
+    `weight`/`bias` on a TransformerBridge (None where it has none). A Hugging Face RMSNorm with an offset
+    (Gemma's `1 + weight`) is not a plain weight: ValueError."""
+    if hasattr(module, "w"):
+        return module.w, getattr(module, "b", None)
+    inner = getattr(module, "_original_component", module)
+    if getattr(module.config if hasattr(module, "config") else None, "rmsnorm_uses_offset", False):
+        raise ValueError("cannot linearise an RMSNorm with an offset weight (1 + w)")
+    return getattr(inner, "weight", None), getattr(inner, "bias", None)
 
 
 def describe(kind: NormKind | None, where: str) -> str | None:

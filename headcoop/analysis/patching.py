@@ -394,7 +394,7 @@ def sweep(model: HookedTransformer, component: str, grid: _Grid, clean_tokens: T
     )
     copies = _patch_copies(model, component, grid, source_cache, target)
     values = evaluate(target, copies, path, memory_budget_mb)
-    return values, clean_value, corrupt_value, method_label(path, "head-local" if path == "local" else "stacked", hooks, "patch")
+    return values, clean_value, corrupt_value, method_label(path, "head-local" if path == "local" else "stacked", hooks, "patch", model)
 
 
 def _patch_copies(model, component: str, grid: _Grid, source_cache, target: Target) -> Copies:

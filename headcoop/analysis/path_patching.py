@@ -32,11 +32,12 @@ from transformer_lens.utilities import get_act_name
 
 from headcoop.analysis import suffix
 from headcoop.analysis.common import check_choice, parse_heads, require_model
-from headcoop.analysis.norms import norm_kind
+from headcoop.analysis.norms import norm_kind, norm_weights
 from headcoop.analysis.vocabulary import DIRECTIONS, PATH_METHODS, VIAS, Direction, PathMethod, Via, head_name
 from headcoop.analysis.copies import (
     Copies, Rows, Target, clean_corrupt, evaluate, hooks_in_the_way, method_label, softmax_keys, target_run,
 )  # fmt: skip
+from headcoop.bridge import head_weight, is_bridge
 from headcoop.checks import check_finite, check_metric_value
 from headcoop.plot import Displayed
 
@@ -99,9 +100,10 @@ def _frozen_norm(module, x: Tensor, scale: Tensor) -> Tensor:
     if kind in ("LN", "LNPre"):
         x = x - x.mean(-1, keepdim=True)
     x = x / scale
+    weight, bias = norm_weights(module)
     if kind in ("LN", "RMS"):
-        x = x * module.w
-    return x + module.b if kind == "LN" else x
+        x = x * weight
+    return x + bias if kind == "LN" and bias is not None else x
 
 
 def _receiver_local(model, layer, chunk, deltas, target: Target) -> Rows | Tensor:
@@ -190,6 +192,8 @@ def _edge_logits(model, target_tokens, target_cache, delta, receiver, via) -> Te
         x[:, :, head] = resid + delta
         return x
 
+    if is_bridge(model):  # a Bridge's split q/k/v input is not per head: recompute the receiver's input
+        return model.run_with_hooks(target_tokens, fwd_hooks=[_bridge_edge_hook(model, target_cache, delta, receiver, via)])
     hooks = [(f"blocks.{layer}.hook_{via}_input", add)]
     scale = target_cache.cache_dict.get(f"blocks.{layer}.ln1.hook_scale")
     if scale is not None:
@@ -205,6 +209,26 @@ def _edge_logits(model, target_tokens, target_cache, delta, receiver, via) -> Te
         return model.run_with_hooks(target_tokens, fwd_hooks=hooks)
     finally:
         model.set_use_split_qkv_input(split)
+
+
+def _bridge_edge_hook(model, target_cache, delta, receiver, via):
+    """The hook of one edge on a TransformerBridge: the receiver head's q, k or v recomputed from the target's
+    resid_pre plus the sender's change, through ln1 with the target run's scale. (The Bridge's
+    hook_{q,k,v}_input hold one input shared by every head, measured: adding to one head's slice moves every
+    head's q, k and v, so TransformerLens's per-head split input is not available there.)"""
+    layer, head = receiver
+    block = model.blocks[layer]
+    resid = target_cache[get_act_name("resid_pre", layer)]
+    scale = target_cache.cache_dict.get(f"blocks.{layer}.ln1.hook_scale")
+    x = _frozen_norm(block.ln1, resid + delta, scale) if scale is not None else resid + delta
+    value = x @ head_weight(block.attn, f"W_{via.upper()}", model.cfg)[head] + head_weight(block.attn, f"b_{via.upper()}", model.cfg)[head]
+
+    def hook(act, hook):
+        act = act.clone()
+        act[:, :, head] = value.to(act)
+        return act
+
+    return get_act_name(via, layer), hook
 
 
 @torch.no_grad()
@@ -226,7 +250,7 @@ def _direct_logits(model, target_tokens, target_cache, delta) -> Tensor:
 
 def _check_model(model: HookedTransformer) -> None:
     cfg = model.cfg
-    if not suffix.supported(model) and cfg.positional_embedding_type != "rotary":
+    if not suffix.supported(model) and cfg.positional_embedding_type != "rotary" and not is_bridge(model):
         raise ValueError(
             "path_patch supports standard TransformerLens blocks (causal attention, sequential attention then "
             "MLP, no norm after a block's outputs); this model has another block layout"
@@ -301,7 +325,7 @@ def path_patch(
     out = {(head_name(*s), r if r == "logits" else head_name(*r), v): x for (s, r, v), x in zip(edges, values)}
     fast = "stacked copies from the receiver's layer" + (" (receiver head only)" if path == "local" else "")
     return PathPatchResult(values=out, clean_value=clean_value, corrupt_value=corrupt_value, direction=direction,
-                           assumptions=_assumptions(cfg), method=method_label(path, fast, hooks, "edge"))  # fmt: skip
+                           assumptions=_assumptions(cfg), method=method_label(path, fast, hooks, "edge", model))  # fmt: skip
 
 
 def _receiver_only(model: HookedTransformer) -> bool:
@@ -349,7 +373,7 @@ def _path_copies(model, edges: list, deltas: dict, target: Target) -> Copies:
                 x = _frozen_norm(block.ln1, resid + deltas[sender], scale) if scale is not None else resid + deltas[sender]
                 if v in ("q", "k") and pos_embed is not None:
                     x = x + pos_embed
-                W, b = getattr(block.attn, f"W_{v.upper()}")[head], getattr(block.attn, f"b_{v.upper()}")[head]
+                W, b = (head_weight(block.attn, f"{kind}_{v.upper()}", model.cfg)[head] for kind in ("W", "b"))
                 new_inputs.append(x @ W + b)  # [batch, pos, d_head]
             heads, values, copies = torch.tensor([chunk[i][1][1] for i in idx]), torch.stack(new_inputs), torch.tensor(idx)
 

@@ -72,6 +72,29 @@ class Batch:
         return dataclasses.replace(self, **changes)
 
     @staticmethod
+    def from_answers(tokens, answer, wrong, answer_pos=None, vocab: tuple[str, ...] | None = None) -> "Batch":
+        """A Batch for a model with no headcoop task (a Hugging Face model, a TransformerBridge): `tokens`
+        [batch, pos] ids, the right `answer` and the alternative `wrong` [batch] token ids, predicted at
+        `answer_pos` [batch] (default the last position). The loss is scored at the answer position only
+        and `labels` are -1 (no classes)."""
+        tokens = torch.as_tensor(tokens)
+        if tokens.ndim != 2 or tokens.dtype.is_floating_point:
+            raise ValueError(f"tokens must be [batch, pos] integer ids, got shape {tuple(tokens.shape)} ({tokens.dtype})")
+        n, width = tokens.shape
+        pos = torch.full((n,), width - 1) if answer_pos is None else torch.as_tensor(answer_pos).expand(n).clone()
+        if pos.dtype.is_floating_point or ((pos < 0) | (pos >= width)).any():
+            raise ValueError(f"answer_pos must be integer positions in 0..{width - 1}, got {pos.tolist()}")
+        fields = {"answer": answer, "wrong": wrong}
+        for name, value in fields.items():
+            value = torch.as_tensor(value).to(tokens.device)
+            if value.ndim != 1 or len(value) != n or value.dtype.is_floating_point:
+                raise ValueError(f"{name} must be [{n}] integer token ids (one per input), got shape {tuple(value.shape)}")
+            fields[name] = value.long()
+        pos = pos.long().to(tokens.device)
+        return Batch(tokens=tokens.long(), loss_pos=pos[:, None], targets=fields["answer"][:, None], answer_pos=pos,
+                     answer=fields["answer"], wrong=fields["wrong"], labels=torch.full_like(pos, -1), vocab=vocab)  # fmt: skip
+
+    @staticmethod
     def cat(batches: list["Batch"]) -> "Batch":
         """Concatenate batches of the same width along the batch axis."""
         names = batches[0]._tensors()

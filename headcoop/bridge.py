@@ -1,0 +1,145 @@
+"""The two kinds of model headcoop analyses: a `HookedTransformer`, and a `TransformerBridge` (TransformerLens
+3.x's way of loading a Hugging Face model) in compatibility mode, which gives the same hook names, cache and
+weight layout (`W_Q` [layer, head, d_model, d_head], ...).
+
+Everything that must know which kind it holds asks here (`is_bridge`, `user_hooks`), so the analyses keep
+one code path. A Bridge has no `HookedTransformer` internals (its blocks wrap the Hugging Face modules), so
+the shortcuts that recompute one head from cached activations (`head-local`, the coalition game's shared
+prefixes) step aside for it, and the engine runs the stacked path (`start_at_layer`, the Bridge's own blocks
+with hooks) or the reference path; every result's `method` says which ran.
+
+Importing this module does not import the Bridge: with a TransformerLens without `model_bridge` every model
+is simply not a Bridge.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from headcoop.checks import installed_hooks
+
+COMPATIBILITY_FIX = "call model.enable_compatibility_mode() first"
+
+
+def bridge_class():
+    """transformer_lens.model_bridge.TransformerBridge, or None where this TransformerLens has none."""
+    try:
+        from transformer_lens.model_bridge import TransformerBridge
+    except ImportError:  # pragma: no cover - TransformerLens < 3.0
+        return None
+    return TransformerBridge
+
+
+def is_bridge(model) -> bool:
+    """Whether `model` is a TransformerBridge (in compatibility mode or not)."""
+    cls = bridge_class()
+    return cls is not None and isinstance(model, cls)
+
+
+def check_bridge(model, what: str) -> None:
+    """ValueError naming the fix when a Bridge is not in compatibility mode: without it the hook names,
+    the cache's shapes and the weight layout differ from a HookedTransformer's."""
+    if not getattr(model, "compatibility_mode", False):
+        raise ValueError(
+            f"{what} needs a TransformerBridge in compatibility mode (the HookedTransformer hook names, "
+            f"cache shapes and weight layout headcoop reads); {COMPATIBILITY_FIX}"
+        )
+
+
+def kind_label(model) -> str:
+    """"HookedTransformer" or "TransformerBridge (<architecture>)", for a result's repr."""
+    if not is_bridge(model):
+        return type(model).__name__
+    arch = getattr(model.cfg, "architecture", None) or type(getattr(model, "original_model", model)).__name__
+    return f"TransformerBridge ({arch})"
+
+
+def user_hooks(model: nn.Module) -> list[str]:
+    """Where hooks a user (or headcoop's own context managers) put on `model` sit, by hook name.
+
+    On a HookedTransformer that is every hook (`checks.installed_hooks`). A Bridge keeps hooks of its own on
+    the Hugging Face modules it wraps (how it routes their activations to its hook points); those are part
+    of the model and are left out. What remains is every hook on a hook point, on the Bridge's own modules,
+    and torch's global module hooks."""
+    if not is_bridge(model):
+        return installed_hooks(model)
+    from transformer_lens.hook_points import HookPoint
+
+    canonical = {id(point): name for name, point in model.hook_dict.items()}
+    found = []
+    for name, module in model.named_modules():
+        if not isinstance(module, HookPoint) and "_original_component" in name.split("."):
+            continue  # a wrapped Hugging Face module: the Bridge's own routing hooks live there
+        if module._forward_hooks or module._forward_pre_hooks or module._backward_hooks or getattr(
+            module, "_backward_pre_hooks", None
+        ):
+            found.append(canonical.get(id(module), name) or "<model>")
+    glob = nn.modules.module
+    for attr in ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
+                 "_global_backward_pre_hooks"):  # fmt: skip
+        if getattr(glob, attr, None):
+            found.append(f"torch.nn global {attr.strip('_')}")
+    return found
+
+
+def load_folder(folder, device: str | torch.device | None = None):
+    """A Hugging Face model folder (config.json, weights, tokenizer files) as a TransformerBridge in
+    compatibility mode, read offline (nothing is downloaded). ValueError for a folder without config.json."""
+    folder = Path(folder)
+    if not (folder / "config.json").is_file():
+        raise ValueError(f"{folder} is not a Hugging Face model folder: it has no config.json")
+    cls = bridge_class()
+    if cls is None:  # pragma: no cover
+        raise RuntimeError("this TransformerLens has no TransformerBridge (it needs TransformerLens >= 3.0)")
+    import os
+
+    offline = {k: os.environ.get(k) for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    os.environ.update({k: "1" for k in offline})
+    try:
+        bridge = cls.boot_transformers(str(folder), device=device)
+    finally:
+        for k, v in offline.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    bridge.enable_compatibility_mode(disable_warnings=True)
+    bridge.eval()
+    return bridge
+
+
+def w_pos(model) -> torch.Tensor:
+    """The positional embedding W_pos [n_ctx, d_model]: a HookedTransformer's `W_pos`, a Bridge's
+    `pos_embed.W_pos` (the Bridge has no top-level alias)."""
+    if hasattr(model, "W_pos"):
+        return model.W_pos
+    return model.pos_embed.W_pos
+
+
+def head_weight(attn, name: str, cfg) -> torch.Tensor:
+    """One of an attention layer's per-head weights W_Q, W_K, W_V, W_O [head, ...] or biases b_Q, b_K, b_V
+    [head, d_head], with a head axis of n_heads: a grouped-query Bridge keeps key/value weights per key/value
+    head (expanded here, as a HookedTransformer's `W_K` property does), and a model without that bias
+    (Llama) gets zeros."""
+    value = getattr(attn, name, None)
+    if value is None:
+        if not name.startswith("b_"):
+            raise AttributeError(f"this attention layer has no {name}")
+        return torch.zeros(cfg.n_heads, cfg.d_head, device=attn.W_Q.device, dtype=attn.W_Q.dtype)
+    if value.shape[0] != cfg.n_heads and cfg.n_key_value_heads and value.shape[0] == cfg.n_key_value_heads:
+        value = value.repeat_interleave(cfg.n_heads // cfg.n_key_value_heads, dim=0)
+    return value
+
+
+def attn_scale(model, layer: int) -> float:
+    """What layer `layer` divides its attention scores by: a HookedTransformer layer's `attn_scale`; on a
+    Bridge, from its config (where attn_scale -1 means sqrt(d_head), as HookedTransformerConfig fills it in)."""
+    attn = model.blocks[layer].attn
+    if hasattr(attn, "attn_scale"):
+        return attn.attn_scale
+    cfg = model.cfg
+    scale = (cfg.attn_scale if cfg.attn_scale > 0 else cfg.d_head**0.5) if cfg.use_attn_scale else 1.0
+    return scale * (layer + 1) if cfg.scale_attn_by_inverse_layer_idx else scale
