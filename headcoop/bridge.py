@@ -85,6 +85,21 @@ def user_hooks(model: nn.Module) -> list[str]:
     return found
 
 
+def is_hf_folder(folder) -> bool:
+    """Whether `folder` holds a Hugging Face model: a config.json with a "model_type" (a TransformerLens export's
+    config.json holds HookedTransformerConfig fields instead)."""
+    import json
+
+    config = Path(folder) / "config.json"
+    if not config.is_file():
+        return False
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and "model_type" in data and "d_model" not in data
+
+
 def load_folder(folder, device: str | torch.device | None = None):
     """A Hugging Face model folder (config.json, weights, tokenizer files) as a TransformerBridge in
     compatibility mode, read offline (nothing is downloaded). ValueError for a folder without config.json."""
@@ -143,3 +158,24 @@ def attn_scale(model, layer: int) -> float:
     cfg = model.cfg
     scale = (cfg.attn_scale if cfg.attn_scale > 0 else cfg.d_head**0.5) if cfg.use_attn_scale else 1.0
     return scale * (layer + 1) if cfg.scale_attn_by_inverse_layer_idx else scale
+
+
+def rotary_attention(model):
+    """A TransformerLens `Attention` layer built from a rotary Bridge's config, used only for its
+    `apply_rotary` (the Bridge's attention wraps the Hugging Face module, which rotates inside its forward).
+    The rotated dimensions come from the Hugging Face config (a partial rotary such as GPT-NeoX's
+    `partial_rotary_factor`), which the Bridge's config does not record. Callers check the result against
+    cached scores (`hc.qk` does)."""
+    from transformer_lens import HookedTransformerConfig
+    from transformer_lens.components import Attention
+
+    fields = {k: v for k, v in model.cfg.to_dict().items() if k in HookedTransformerConfig.__dataclass_fields__}
+    fields.pop("n_key_value_heads", None)  # the rotation is per head; grouped keys are expanded before it
+    hf_config = getattr(getattr(model, "original_model", None), "config", None)
+    rope = getattr(hf_config, "rope_parameters", None) or {}
+    factor = rope.get("partial_rotary_factor", getattr(hf_config, "partial_rotary_factor", None) or getattr(hf_config, "rotary_pct", None))
+    if factor is not None and fields.get("rotary_dim") is None:
+        fields["rotary_dim"] = int(model.cfg.d_head * factor)
+    if rope.get("rope_theta") is not None:
+        fields["rotary_base"] = rope["rope_theta"]
+    return Attention(HookedTransformerConfig(**fields), "global", 0).to(model.W_E.device)

@@ -33,7 +33,8 @@ from headcoop.checks import check_out_file
 from headcoop.analysis.attention import attention_data
 from headcoop.pages import Code, Details, Figure, Html, Section, Table, Text, render, stylesheet
 from headcoop.views import attention_heads_html, circuitsvis_bundle
-from headcoop.analysis.common import head_names, require_task
+from headcoop.analysis.common import head_names, require_model, require_task
+from headcoop.bridge import is_bridge, is_hf_folder, kind_label, load_folder
 from headcoop.studies import study_for
 from headcoop.tasks.base import Batch, Task
 
@@ -456,6 +457,11 @@ class _PlotlyDivs:
 def _resolve(model_or_name) -> tuple[HookedTransformer, str]:
     if isinstance(model_or_name, HookedTransformer):
         return model_or_name, model_or_name.cfg.model_name
+    if is_bridge(model_or_name):
+        require_model(model_or_name, "report")
+        return model_or_name, kind_label(model_or_name)
+    if isinstance(model_or_name, (str, os.PathLike)) and is_hf_folder(model_or_name):
+        return load_folder(model_or_name), f"{model_or_name} (Hugging Face folder, as a TransformerBridge)"
     if isinstance(model_or_name, (str, os.PathLike)):
         from headcoop.checkpoints import SHIPPED
         from headcoop.foreign import CONFIG
@@ -466,7 +472,8 @@ def _resolve(model_or_name) -> tuple[HookedTransformer, str]:
             return load_model(model_or_name), str(model_or_name)  # a plain TransformerLens export
         return hc.load(model_or_name), str(model_or_name)
     raise TypeError(
-        f"report needs a HookedTransformer, a shipped name or a checkpoint path, got {type(model_or_name).__name__}"
+        f"report needs a HookedTransformer, a TransformerBridge, a shipped name, a checkpoint path or a Hugging Face "
+        f"model folder, got {type(model_or_name).__name__}"
     )
 
 

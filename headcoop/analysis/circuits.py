@@ -38,7 +38,7 @@ from headcoop.analysis.common import one_head, vocab_labels
 from headcoop.analysis.dla import check_decomposable, output_labels
 from headcoop.analysis.norms import norm_kind
 from headcoop.analysis.vocabulary import head_name
-from headcoop.bridge import attn_scale, head_weight, w_pos
+from headcoop.bridge import attn_scale, head_weight, rotary_attention, w_pos
 from headcoop.tasks.base import check_ids
 
 MAX_TABLE_ENTRIES = 2**27  # a dense table beyond this (0.5 GB of float32) is refused
@@ -291,11 +291,9 @@ def qk(model: HookedTransformer, head: int | str | tuple[int, int], layer: int |
     w = lambda name: head_weight(attn, name, model.cfg)[head]  # noqa: E731
     q_lin, k_lin = x @ w("W_Q"), x @ w("W_K")  # [n, d_head], without biases
     q, k = q_lin + w("b_Q"), k_lin + w("b_K")
-    if model.cfg.positional_embedding_type == "rotary" and use_pos and not hasattr(attn, "apply_rotary"):
-        raise ValueError("qk: the positional table of a rotary TransformerBridge is not supported (its attention "
-                         "has no apply_rotary); hc.patch, hc.dla and hc.attention read its real scores")  # fmt: skip
     if model.cfg.positional_embedding_type == "rotary" and use_pos:  # rotation is linear: rotate both parts
-        q_lin, k_lin, q, k = (attn.apply_rotary(t.view(-1, n_pos, 1, t.shape[-1])).flatten(0, 2)
+        rotary = attn if hasattr(attn, "apply_rotary") else rotary_attention(model)  # a Bridge's rotates inside HF
+        q_lin, k_lin, q, k = (rotary.apply_rotary(t.view(-1, n_pos, 1, t.shape[-1])).flatten(0, 2)
                               for t in (q_lin, k_lin, q, k))  # fmt: skip
     scale = attn_scale(model, layer)
     matrix = FactoredMatrix(q_lin / scale, k_lin.T)

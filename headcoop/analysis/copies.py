@@ -26,6 +26,7 @@ on), and the `method` string that says which path ran (`method_label`).
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Literal, Union
 
@@ -121,7 +122,9 @@ def target_run(model: HookedTransformer, tokens: Tensor, score: "Score", names: 
                rows: bool = False) -> Target:  # fmt: skip
     """Run the target once, caching the activations `names` selects, and score it (`value`); with `rows`,
     find the logit rows the metric reads (`read_rows`) so that the last layer can compute those only."""
-    logits, cache = model.run_with_cache(tokens, names_filter=names)
+    with warnings.catch_warnings():  # a Bridge warns of hooks a name filter matches but it never fires
+        warnings.filterwarnings("ignore", message="run_with_cache: skipped")
+        logits, cache = model.run_with_cache(tokens, names_filter=names)
     target = Target(model, tokens, logits, cache, score, continuation(model, tokens))
     value = score.one(logits)  # checked before anything else reads the metric
     target.value = float(value) if value.numel() == 1 else None  # None: the "logits" reading

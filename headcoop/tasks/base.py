@@ -221,8 +221,9 @@ class Task(ABC):
     def check_model(self, model: HookedTransformer, what: str = "this task") -> HookedTransformer:
         """`model` when its vocabulary and context fit this task; ValueError naming both otherwise
         (a SkipPair task on a Count01 model, say)."""
-        if not isinstance(model, HookedTransformer):
-            raise TypeError(f"{what} needs a HookedTransformer, got {type(model).__name__}")
+        from headcoop.analysis.common import require_model  # the analyses import the tasks: import here
+
+        require_model(model, what)
         cfg = model.cfg
         if cfg.d_vocab != self.d_vocab or cfg.d_vocab_out != self.d_vocab or cfg.n_ctx < self.n_ctx:
             raise ValueError(

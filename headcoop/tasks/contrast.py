@@ -175,8 +175,9 @@ class Contrast(Task):
         return [self.vocab[i] if self.vocab else str(i) for i in torch.as_tensor(ids).tolist()]
 
     def check_model(self, model: HookedTransformer, what: str = "this task") -> HookedTransformer:
-        if not isinstance(model, HookedTransformer):
-            raise TypeError(f"{what} needs a HookedTransformer, got {type(model).__name__}")
+        from headcoop.analysis.common import require_model  # the analyses import the tasks: import here
+
+        require_model(model, what)
         cfg = model.cfg
         if self._max_id >= min(cfg.d_vocab, cfg.d_vocab_out) or self.n_ctx > cfg.n_ctx:
             raise ValueError(
