@@ -68,7 +68,10 @@ def user_hooks(model: nn.Module) -> list[str]:
         return installed_hooks(model)
     from transformer_lens.hook_points import HookPoint
 
-    canonical = {id(point): name for name, point in model.hook_dict.items()}
+    names: dict[int, list[str]] = {}
+    for name, point in model.hook_dict.items():  # one hook point has several names: prefer the TransformerLens one
+        names.setdefault(id(point), []).append(name)
+    canonical = {key: min(found, key=lambda n: (n.endswith((".hook_in", ".hook_out")), len(n))) for key, found in names.items()}
     found = []
     for name, module in model.named_modules():
         if not isinstance(module, HookPoint) and "_original_component" in name.split("."):

@@ -30,7 +30,10 @@ def norm_kind(module: torch.nn.Module | None) -> NormKind | None:
     # a TransformerBridge's norms wrap the Hugging Face module (its weights folded in compatibility mode)
     bridge_kinds = {"NormalizationBridge": "LN", "RMSNormalizationBridge": "RMS"}
     if type(module).__name__ in bridge_kinds:
-        return bridge_kinds[type(module).__name__]
+        kind = bridge_kinds[type(module).__name__]
+        weight, bias = norm_weights(module)
+        folded = (weight is None or bool((weight == 1).all())) and (bias is None or not bool(bias.any()))
+        return kind + "Pre" if folded else kind  # weights folded into the next layer: as TransformerLens's LNPre
     raise ValueError(f"cannot linearise a norm of type {type(module).__name__}; supported: LN, LNPre, RMS, RMSPre")
 
 

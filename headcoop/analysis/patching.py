@@ -67,7 +67,7 @@ from transformer_lens.utilities import get_act_name
 
 from headcoop.plot import Displayed
 from headcoop.analysis import suffix
-from headcoop.analysis.common import check_choice, check_layer, head_selection, model_device, task_symbols
+from headcoop.analysis.common import check_choice, check_layer, head_selection, model_device, require_model, task_symbols
 from headcoop.analysis.copies import (
     Copies, Rows, Target, causal, clean_corrupt, continuation, copies_per_chunk, evaluate, hooks_in_the_way,
     method_label, softmax_keys, target_run, w_o,
@@ -305,6 +305,7 @@ def patch(
     Returns a PatchResult; `values` has dims ("layer", "head"), ("layer", "pos", "head"),
     ("layer", "dest_pos", "head"), ("layer",) or ("layer", "pos") (see PatchResult).
     """
+    require_model(model, "hc.patch")
     check_finite(model, "hc.patch")
     check_choice("component", component, COMPONENTS)
     check_choice("positions", positions, POSITIONS)
