@@ -181,6 +181,8 @@ def train(
                               warmup=warmup, seed=seed)  # fmt: skip
     check_int("log_every", log_every, 1)
     check_sample_size(cfg.batch_size, task.n_ctx)
+    if not isinstance(model, HookedTransformer):  # training is for the toy tasks' HookedTransformers
+        raise TypeError(f"hc.train needs a HookedTransformer, got {type(model).__name__}")
     task.check_ready(model, "hc.train")
     device = next(model.parameters()).device
     optimizer = make_optimizer(trainable_parameters(model), cfg.lr, cfg.weight_decay)

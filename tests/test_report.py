@@ -198,7 +198,7 @@ def test_bad_input(tmp_path):
         hc.report(bare, out=tmp_path / "r.html", progress=False)
     with pytest.raises(ValueError, match="examples must be a positive int"):
         hc.report("count01", out=tmp_path / "r.html", examples=0)
-    with pytest.raises(TypeError, match="shipped name or a checkpoint path"):
+    with pytest.raises(TypeError, match="a shipped name, a checkpoint path or a Hugging Face model folder"):
         hc.report(3, out=tmp_path / "r.html")
     with pytest.raises(FileNotFoundError, match="shipped names are"):
         hc.report(tmp_path / "missing", out=tmp_path / "r.html")
