@@ -163,22 +163,24 @@ def attn_scale(model, layer: int) -> float:
     return scale * (layer + 1) if cfg.scale_attn_by_inverse_layer_idx else scale
 
 
-def rotary_attention(model):
-    """A TransformerLens `Attention` layer built from a rotary Bridge's config, used only for its
-    `apply_rotary` (the Bridge's attention wraps the Hugging Face module, which rotates inside its forward).
-    The rotated dimensions come from the Hugging Face config (a partial rotary such as GPT-NeoX's
-    `partial_rotary_factor`), which the Bridge's config does not record. Callers check the result against
-    cached scores (`hc.qk` does)."""
-    from transformer_lens import HookedTransformerConfig
-    from transformer_lens.components import Attention
-
-    fields = {k: v for k, v in model.cfg.to_dict().items() if k in HookedTransformerConfig.__dataclass_fields__}
-    fields.pop("n_key_value_heads", None)  # the rotation is per head; grouped keys are expanded before it
-    hf_config = getattr(getattr(model, "original_model", None), "config", None)
-    rope = getattr(hf_config, "rope_parameters", None) or {}
-    factor = rope.get("partial_rotary_factor", getattr(hf_config, "partial_rotary_factor", None) or getattr(hf_config, "rotary_pct", None))
-    if factor is not None and fields.get("rotary_dim") is None:
-        fields["rotary_dim"] = int(model.cfg.d_head * factor)
-    if rope.get("rope_theta") is not None:
-        fields["rotary_base"] = rope["rope_theta"]
-    return Attention(HookedTransformerConfig(**fields), "global", 0).to(model.W_E.device)
+def apply_rotary(model, x: torch.Tensor) -> torch.Tensor:
+    """x [batch, pos, head, d_head] (q or k at positions 0..pos-1) rotated as a rotary Bridge's Hugging Face
+    model rotates it: cos and sin from the model's own rotary-embedding module (so its base, partial rotary
+    and any scaling are the model's), applied with Hugging Face's `rotate_half` to the first cos.shape[-1]
+    dimensions. Callers check the result against cached scores (`hc.qk` does). ValueError for a model
+    without a rotary-embedding module or with GPT-J's interleaved pairs."""
+    hf = getattr(model, "original_model", None)
+    rotary = next((m for m in hf.modules() if type(m).__name__.endswith("RotaryEmbedding")), None) if hf else None
+    if rotary is None or getattr(model.cfg, "rotary_adjacent_pairs", False):
+        raise ValueError("cannot rotate this Bridge's q and k: its Hugging Face model has no rotary-embedding module "
+                         "with half-split pairs; hc.patch, hc.dla and hc.attention read its own scores")  # fmt: skip
+    n_pos = x.shape[1]
+    positions = torch.arange(n_pos, device=x.device)[None]
+    with torch.no_grad():
+        cos, sin = rotary(x.new_zeros(1, n_pos, x.shape[-1]), positions)  # [1, pos, rotary_dim]
+    cos, sin = cos[0, :, None, :].to(x.dtype), sin[0, :, None, :].to(x.dtype)  # [pos, 1, rotary_dim]
+    width = cos.shape[-1]
+    part, rest = x[..., :width], x[..., width:]
+    half = width // 2
+    turned = torch.cat([-part[..., half:], part[..., :half]], dim=-1)
+    return torch.cat([part * cos + turned * sin, rest], dim=-1)

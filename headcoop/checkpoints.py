@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
-from transformer_lens import HookedTransformer, HookedTransformerConfig
+from headcoop.tl import HookedTransformer, HookedTransformerConfig, require_hooked_transformer
 
 from headcoop.checks import check_device, check_finite
 from headcoop.owners import pid_alive, this_owner
@@ -555,6 +555,7 @@ def load(name_or_path: str | os.PathLike, device: str | None = None) -> HookedTr
     does not match the JSON, an unknown format, or a config that does not match the weights (naming
     the parameter).
     """
+    require_hooked_transformer("hc.load")
     device = check_device(device)
     path = resolve(name_or_path)
     for name in (META, WEIGHTS):

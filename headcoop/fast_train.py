@@ -21,7 +21,7 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 from headcoop.progress import tqdm
-from transformer_lens import HookedTransformer, HookedTransformerConfig
+from headcoop.tl import HookedTransformer, HookedTransformerConfig
 
 from headcoop.checks import check_finite, check_int, check_seed, usable_device
 from headcoop.fused import attn_scales, check_supported, fused_logits, stack_parameters

@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
-from transformer_lens import HookedTransformer, HookedTransformerConfig
+from headcoop.tl import HookedTransformer, HookedTransformerConfig
 
 from headcoop.checkpoints import DTYPES, META, check_config_fields, check_config_shapes, config_to_dict
 from headcoop.checks import check_out_folder

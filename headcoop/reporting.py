@@ -26,7 +26,7 @@ import torch
 from markupsafe import Markup
 from torch import Tensor
 from headcoop.progress import tqdm
-from transformer_lens import HookedTransformer
+from headcoop.tl import HookedTransformer
 
 import headcoop as hc
 from headcoop.checks import check_out_file

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 import torch
 from headcoop.progress import tqdm
-from transformer_lens import HookedTransformer
+from headcoop.tl import HookedTransformer
 
 from headcoop.checks import check_finite, check_float, check_int, check_seed
 from headcoop.tasks.base import Task, check_sample_size

@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import torch
-from transformer_lens import HookedTransformer
+from headcoop.tl import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
 from headcoop.analysis.common import as_tokens, layers_of, require_task, token_labels

@@ -45,7 +45,7 @@ import numpy as np
 import pandas as pd
 import torch
 from torch import Tensor
-from transformer_lens import HookedTransformer
+from headcoop.tl import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
 from headcoop.analysis.common import check_choice, model_device

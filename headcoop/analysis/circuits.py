@@ -30,7 +30,8 @@ import plotly.graph_objects as go
 import torch
 from jaxtyping import Float
 from torch import Tensor
-from transformer_lens import FactoredMatrix, HookedTransformer
+from transformer_lens import FactoredMatrix
+from headcoop.tl import HookedTransformer
 from transformer_lens.utilities.activation_functions import apply_softcap
 
 from headcoop.plot import Displayed
@@ -38,7 +39,7 @@ from headcoop.analysis.common import one_head, vocab_labels
 from headcoop.analysis.dla import check_decomposable, output_labels
 from headcoop.analysis.norms import norm_kind
 from headcoop.analysis.vocabulary import head_name
-from headcoop.bridge import attn_scale, head_weight, rotary_attention, w_pos
+from headcoop.bridge import apply_rotary, attn_scale, head_weight, w_pos
 from headcoop.tasks.base import check_ids
 
 MAX_TABLE_ENTRIES = 2**27  # a dense table beyond this (0.5 GB of float32) is refused
@@ -292,8 +293,8 @@ def qk(model: HookedTransformer, head: int | str | tuple[int, int], layer: int |
     q_lin, k_lin = x @ w("W_Q"), x @ w("W_K")  # [n, d_head], without biases
     q, k = q_lin + w("b_Q"), k_lin + w("b_K")
     if model.cfg.positional_embedding_type == "rotary" and use_pos:  # rotation is linear: rotate both parts
-        rotary = attn if hasattr(attn, "apply_rotary") else rotary_attention(model)  # a Bridge's rotates inside HF
-        q_lin, k_lin, q, k = (rotary.apply_rotary(t.view(-1, n_pos, 1, t.shape[-1])).flatten(0, 2)
+        rotate = attn.apply_rotary if hasattr(attn, "apply_rotary") else lambda t: apply_rotary(model, t)  # a Bridge
+        q_lin, k_lin, q, k = (rotate(t.view(-1, n_pos, 1, t.shape[-1])).flatten(0, 2)
                               for t in (q_lin, k_lin, q, k))  # fmt: skip
     scale = attn_scale(model, layer)
     matrix = FactoredMatrix(q_lin / scale, k_lin.T)

@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
-from transformer_lens import HookedTransformer
+from headcoop.tl import HookedTransformer
 from transformer_lens.utilities import apply_softcap, get_act_name
 
 from headcoop.analysis.ablation import ablate, reference_z, replacement, resample_order

@@ -8,7 +8,8 @@ from collections.abc import Sequence
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
-from transformer_lens import ActivationCache, HookedTransformer
+from transformer_lens import ActivationCache
+from headcoop.tl import HookedTransformer
 
 from headcoop.analysis.vocabulary import head_name
 from headcoop.bridge import check_bridge, is_bridge

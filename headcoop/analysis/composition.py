@@ -18,7 +18,7 @@ import dataclasses
 import pandas as pd
 import plotly.graph_objects as go
 import torch
-from transformer_lens import HookedTransformer
+from headcoop.tl import HookedTransformer
 
 from headcoop.analysis.common import check_choice, require_model
 from headcoop.analysis.vocabulary import MODES, Mode, head_name

@@ -59,7 +59,7 @@ import plotly.graph_objects as go
 import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
-from transformer_lens import HookedTransformer
+from headcoop.tl import HookedTransformer
 
 from headcoop.analysis.ablation import ablate
 from headcoop.analysis.coalitions import CoalitionGame

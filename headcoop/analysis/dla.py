@@ -33,7 +33,7 @@ import torch
 from einops import einsum
 from jaxtyping import Float, Int
 from torch import Tensor
-from transformer_lens import HookedTransformer
+from headcoop.tl import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
 from headcoop.analysis.vocabulary import layer_name
@@ -53,11 +53,15 @@ def attn_bias(attn, d_model: int, like: Tensor) -> Float[Tensor, " d_model"]:
     b_o = getattr(attn, "b_O", None)
     return b_o if b_o is not None else torch.zeros(d_model, dtype=like.dtype, device=like.device)
 
+
 def check_decomposable(model: HookedTransformer, what: str) -> None:
     """ValueError unless the residual stream of `model` is a plain sum of its components (no norm after a
     block's attention or MLP, no post-norm architecture) and the logits are linear in the final norm's
     output (no soft-capping): the conditions under which the decomposition is exact."""
-    from transformer_lens.components.transformer_block import POST_NORM_ARCHITECTURES
+    try:
+        from transformer_lens.components.transformer_block import POST_NORM_ARCHITECTURES
+    except ImportError:  # TransformerLens 4.x: no components; the Bridge's config names post-norm models
+        POST_NORM_ARCHITECTURES = ()
 
     cfg = require_model(model, what).cfg
     if cfg.use_normalization_before_and_after or cfg.original_architecture in POST_NORM_ARCHITECTURES:

@@ -42,7 +42,7 @@ import plotly.graph_objects as go
 import torch
 from jaxtyping import Float
 from torch import Tensor
-from transformer_lens import HookedTransformer
+from headcoop.tl import HookedTransformer
 
 from headcoop.analysis.coalitions import CoalitionGame, all_masks, shapley_weights
 from headcoop.analysis.vocabulary import AblationHow, head_name

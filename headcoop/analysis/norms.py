@@ -15,7 +15,12 @@ from __future__ import annotations
 import torch
 from jaxtyping import Float
 from torch import Tensor
-from transformer_lens.components import LayerNorm, LayerNormPre, RMSNorm, RMSNormPre
+try:
+    from transformer_lens.components import LayerNorm, LayerNormPre, RMSNorm, RMSNormPre
+
+    TL_NORMS = ((LayerNormPre, "LNPre"), (LayerNorm, "LN"), (RMSNormPre, "RMSPre"), (RMSNorm, "RMS"))
+except ImportError:  # TransformerLens 4.x: only a Bridge's norms exist
+    TL_NORMS = ()
 
 from headcoop.analysis.vocabulary import NormKind
 
@@ -24,7 +29,7 @@ def norm_kind(module: torch.nn.Module | None) -> NormKind | None:
     """The kind of a TransformerLens norm module (None for no norm); ValueError for an unknown module."""
     if module is None or isinstance(module, torch.nn.Identity):
         return None
-    for cls, kind in ((LayerNormPre, "LNPre"), (LayerNorm, "LN"), (RMSNormPre, "RMSPre"), (RMSNorm, "RMS")):
+    for cls, kind in TL_NORMS:
         if type(module) is cls:
             return kind
     # a TransformerBridge's norms wrap the Hugging Face module (its weights folded in compatibility mode)

@@ -27,7 +27,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import torch
 from torch import Tensor
-from transformer_lens import HookedTransformer
+from headcoop.tl import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
 from headcoop.analysis import suffix

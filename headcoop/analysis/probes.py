@@ -26,7 +26,7 @@ import plotly.graph_objects as go
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
-from transformer_lens import HookedTransformer
+from headcoop.tl import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
 from headcoop.plot import Displayed

@@ -15,7 +15,7 @@ import dataclasses
 from typing import Any, ClassVar
 
 import pandas as pd
-from transformer_lens import HookedTransformer
+from headcoop.tl import HookedTransformer
 
 from headcoop.tasks.base import Task
 

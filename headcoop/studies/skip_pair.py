@@ -25,7 +25,7 @@ import pandas as pd
 import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
-from transformer_lens import HookedTransformer
+from headcoop.tl import HookedTransformer
 
 from headcoop.analysis.circuits import ov, qk
 from headcoop.analysis.common import check_choice, check_head, check_layer, head_names, model_device, require_task

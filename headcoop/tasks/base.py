@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
-from transformer_lens import HookedTransformer, HookedTransformerConfig
+from headcoop.tl import HookedTransformer, HookedTransformerConfig
 
 from headcoop.checks import check_device, check_finite, check_int, check_seed
 

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from jaxtyping import Int
 from torch import Tensor
-from transformer_lens import HookedTransformer, HookedTransformerConfig
+from headcoop.tl import HookedTransformer, HookedTransformerConfig
 
 from headcoop.checks import check_int, check_seed
 from headcoop.tasks.base import Batch, Task, check_ids

@@ -37,7 +37,7 @@ from typing import Any, Literal, get_args
 import torch
 from jaxtyping import Int
 from torch import Tensor
-from transformer_lens import HookedTransformer, HookedTransformerConfig
+from headcoop.tl import HookedTransformer, HookedTransformerConfig
 
 from headcoop.tasks.base import Batch, Task, check_sample_size, generator
 
