@@ -66,7 +66,7 @@ def main() -> None:
 def sampled() -> None:
     from transformer_lens import HookedTransformer, HookedTransformerConfig
 
-    from headcoop.analysis.interactions import _sampled_shapley
+    from headcoop.analysis.estimators import permutation_shapley
 
     cfg = HookedTransformerConfig(n_layers=4, d_model=64, d_head=8, n_heads=8, n_ctx=16, d_vocab=50, attn_only=True,
                                   normalization_type="LN", seed=0)  # fmt: skip
@@ -78,7 +78,8 @@ def sampled() -> None:
     ends = game.values(torch.stack([torch.ones(32, dtype=torch.bool), torch.zeros(32, dtype=torch.bool)])).cpu()
     scale = abs(float(ends[0] - ends[1]))
     start = time.perf_counter()
-    _, se, done = _sampled_shapley(game, 32, scale, 0.01, 4000, 0)
+    _, se, coalitions = permutation_shapley(game, 32, scale, 0.01, 4000 * 33, 0)
+    done = coalitions // 33
     t_hc = time.perf_counter() - start
     masks = torch.rand(64, 32, generator=torch.Generator().manual_seed(1)) < 0.5
     rows, answer, wrong = torch.arange(64), ids[:, 3], ids[:, 4]

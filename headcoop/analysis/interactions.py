@@ -46,10 +46,13 @@ from headcoop.tl import HookedTransformer
 
 from headcoop.analysis.coalitions import CoalitionGame, all_masks, shapley_weights
 from headcoop.analysis.vocabulary import AblationHow, head_name
-from headcoop.analysis.common import parse_heads, require_model
+from headcoop.analysis.common import check_choice, parse_heads, require_model
+from headcoop.analysis.estimators import (
+    SHAPLEY_ESTIMATORS, HeadGame, ShapleyEstimator, pair_interactions, permutation_shapley, shapiq_shapley,
+    top_interactions,
+)
 from headcoop.checks import check_finite, check_float, check_int, check_seed
 from headcoop.plot import Displayed
-from headcoop.tasks.base import generator
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
@@ -75,15 +78,19 @@ class Interactions(Displayed):
     how: str
     method: str
     threshold: float
+    interaction_se: Float[Tensor, "head head"] | None = None  # sampled pairs' standard errors (None: exact)
 
     def to_dataframe(self) -> pd.DataFrame:
-        """One row per pair: head_a, head_b, interaction (index), ablation_interaction, verdict."""
+        """One row per pair: head_a, head_b, interaction (index), interaction_se (0 when exact),
+        ablation_interaction, verdict; pairs not estimated (above the exact limit) hold NaN."""
         rows = []
         for i, j in itertools.combinations(range(len(self.heads)), 2):
             a, b = self.heads[i], self.heads[j]
-            rows.append(dict(head_a=a, head_b=b, interaction=float(self.interaction[i, j]),
+            se = 0.0 if self.interaction_se is None else float(self.interaction_se[i, j])
+            rows.append(dict(head_a=a, head_b=b, interaction=float(self.interaction[i, j]), interaction_se=se,
                              ablation_interaction=float(self.ablation_interaction[i, j]), verdict=self.verdicts[(a, b)]))  # fmt: skip
-        return pd.DataFrame(rows, columns=["head_a", "head_b", "interaction", "ablation_interaction", "verdict"])
+        columns = ["head_a", "head_b", "interaction", "interaction_se", "ablation_interaction", "verdict"]
+        return pd.DataFrame(rows, columns=columns)
 
     def shapley_dataframe(self) -> pd.DataFrame:
         """One row per head: shapley, shapley_se."""
@@ -100,7 +107,7 @@ class Interactions(Displayed):
                             subplot_titles=["Shapley value of each head", "interaction index of each pair"])  # fmt: skip
         fig.add_bar(x=list(self.heads), y=self.shapley.numpy(), error_y=dict(array=self.shapley_se.numpy()),
                     row=1, col=1, showlegend=False)  # fmt: skip
-        bound = float(self.interaction.abs().max()) or 1.0
+        bound = float(self.interaction.nan_to_num().abs().max()) or 1.0
         fig.add_heatmap(z=self.interaction.numpy(), x=list(self.heads), y=list(self.heads), colorscale="RdBu",
                         reversescale=True, zmin=-bound, zmax=bound, row=1, col=2)  # fmt: skip
         fig.update_yaxes(autorange="reversed", row=1, col=2)
@@ -110,11 +117,14 @@ class Interactions(Displayed):
         return fig
 
     def __repr__(self) -> str:
-        counts = {k: sum(v == k for v in self.verdicts.values()) for k in ("redundant", "synergistic", "independent")}
+        counts = {k: sum(v == k for v in self.verdicts.values())
+                  for k in ("redundant", "synergistic", "independent", "not estimated")}  # fmt: skip
+        missing = f", {counts['not estimated']} not estimated" if counts["not estimated"] else ""
         return (
             f"Interactions({len(self.heads)} heads, {self.metric}, {self.how} ablation: {self.model_verdict}; "
             f"pairs {counts['redundant']} redundant, {counts['synergistic']} synergistic, "
-            f"{counts['independent']} independent; v(all) {self.v_full:.4g}, v(none) {self.v_empty:.4g}; {self.method})"
+            f"{counts['independent']} independent{missing}; v(all) {self.v_full:.4g}, v(none) {self.v_empty:.4g}; "
+            f"{self.method})"
         )
 
 
@@ -137,78 +147,25 @@ def exact_shapley(values: Float[Tensor, " coalition"], n: int) -> tuple[Tensor, 
     return phi, inter
 
 
-def _ablation_interaction(game: CoalitionGame, n: int) -> Tensor:
+def _ablation_interaction(game: CoalitionGame, n: int, pairs: list[tuple[int, int]]) -> Tensor:
+    """v(N) - v(N-i) - v(N-j) + v(N-i-j) for each of `pairs` ([n, n], NaN for the other pairs)."""
     full = torch.ones(n, dtype=torch.bool)
+    singles = sorted({p for pair in pairs for p in pair})
     masks = [full]
-    for i in range(n):
+    for i in singles:
         m = full.clone()
         m[i] = False
         masks.append(m)
-    pairs = list(itertools.combinations(range(n), 2))
     for i, j in pairs:
         m = full.clone()
         m[[i, j]] = False
         masks.append(m)
     v = game.values(torch.stack(masks)).cpu()
-    out = torch.zeros(n, n, dtype=torch.float64)
+    at = {i: 1 + k for k, i in enumerate(singles)}
+    out = torch.full((n, n), float("nan"), dtype=torch.float64)
+    out.fill_diagonal_(0.0)
     for k, (i, j) in enumerate(pairs):
-        out[i, j] = out[j, i] = v[0] - v[1 + i] - v[1 + j] + v[1 + n + k]
-    return out
-
-
-def _sampled_shapley(game, n, scale, target_se, max_permutations, seed) -> tuple[Tensor, Tensor, int]:
-    """Permutation sampling in antithetic pairs: each random order is followed by its reverse, and the
-    pair's mean contribution is one sample (a head early in one is late in the other, which cancels much of
-    the variance). Returns (estimate, standard error over pairs, permutations used)."""
-    gen = generator(seed)
-    total = torch.zeros(n, dtype=torch.float64)
-    squares = torch.zeros(n, dtype=torch.float64)
-    done, batch = 0, 8
-    max_permutations = max(2, max_permutations - max_permutations % 2)
-    while done < max_permutations:
-        masks, orders = [], []
-        for _ in range(min(batch, max_permutations - done) // 2):
-            order = torch.randperm(n, generator=gen)
-            orders += [order, order.flip(0)]
-        for order in orders:
-            current = torch.zeros(n, dtype=torch.bool)
-            masks.append(current.clone())
-            for player in order:
-                current[player] = True
-                masks.append(current.clone())
-        v = game.values(torch.stack(masks)).cpu().view(len(orders), n + 1)
-        for k in range(0, len(orders), 2):
-            pair = torch.zeros(n, dtype=torch.float64)
-            for order, values in ((orders[k], v[k]), (orders[k + 1], v[k + 1])):
-                pair[order] += (values[1:] - values[:-1]) / 2
-            total += pair
-            squares += pair**2
-        done += len(orders)
-        pairs = done // 2
-        mean = total / pairs
-        se = ((squares / pairs - mean**2).clamp(min=0) / max(1, pairs - 1)).sqrt()
-        if done >= 16 and float(se.max()) <= target_se * scale:
-            break
-    return total / pairs, se, done
-
-
-def _sampled_interactions(game, n, samples, seed) -> Tensor:
-    gen = generator(seed + 1)
-    out = torch.zeros(n, n, dtype=torch.float64)
-    for i, j in itertools.combinations(range(n), 2):
-        others = [k for k in range(n) if k not in (i, j)]
-        masks = []
-        for _ in range(samples):
-            cut = int(torch.randint(0, len(others) + 1, (1,), generator=gen))
-            perm = torch.randperm(len(others), generator=gen)[:cut]
-            base = torch.zeros(n, dtype=torch.bool)
-            base[[others[p] for p in perm.tolist()]] = True
-            for add in ((), (i,), (j,), (i, j)):
-                m = base.clone()
-                m[list(add)] = True
-                masks.append(m)
-        v = game.values(torch.stack(masks)).cpu().view(samples, 4)
-        out[i, j] = out[j, i] = (v[:, 3] - v[:, 1] - v[:, 2] + v[:, 0]).mean()
+        out[i, j] = out[j, i] = v[0] - v[at[i]] - v[at[j]] + v[1 + len(singles) + k]
     return out
 
 
@@ -228,6 +185,11 @@ def interactions(
     pair_samples: int = 64,
     threshold: float = 0.05,
     pos=None,
+    estimator: ShapleyEstimator = "permutation",
+    budget: int | None = None,
+    top_pairs: int | None = 20,
+    screen_budget: int | None = None,
+    repeats: int = 4,
 ) -> Interactions:
     """Shapley values and pairwise interactions of heads (module docstring).
 
@@ -238,6 +200,16 @@ def interactions(
     how:     how a head outside the coalition is ablated: "zero", "mean" or "resample" (as hc.ablate;
              `reference` and `seed` as there).
     method:  "auto" (exact up to max_exact heads, else sampled), "exact" or "sampled".
+    Sampled (`headcoop.analysis.estimators`):
+    estimator: Shapley values by "permutation" (headcoop's antithetic permutations: stops when every
+             standard error is below target_se * |v(all) - v(none)|, or at `budget` coalitions, default
+             max_permutations * (n + 1)), or shapiq's "kernelshap", "svarm" or "permutation-shapiq" at `budget`
+             coalitions (default 20,000) split into `repeats` runs whose spread gives the standard error.
+    top_pairs: how many pairs get an interaction index: shapiq's SVARM-IQ ranks every pair at `screen_budget`
+             coalitions (default max(2,000, 20 n)), and the top_pairs strongest are estimated again from
+             `pair_samples` draws each, with a standard error; other pairs are NaN, their verdict "not
+             estimated", and the model's verdict "undetermined". top_pairs=None estimates every pair that way
+             (n (n - 1) / 2 * pair_samples * 4 coalitions).
     """
     require_model(model, "interactions")
     check_finite(model, "hc.interactions")
@@ -247,6 +219,14 @@ def interactions(
     check_int("max_permutations", max_permutations, 2)
     check_int("pair_samples", pair_samples, 1)
     check_seed(seed)
+    check_choice("estimator", estimator, SHAPLEY_ESTIMATORS)
+    if budget is not None:
+        check_int("budget", budget, 2)
+    if top_pairs is not None:
+        check_int("top_pairs", top_pairs, 1)
+    if screen_budget is not None:
+        check_int("screen_budget", screen_budget, 2)
+    check_int("repeats", repeats, 1)
     players = [(lay, h) for lay in range(model.cfg.n_layers) for h in range(model.cfg.n_heads)] if heads is None \
         else parse_heads(model, heads)  # fmt: skip
     n = len(players)
@@ -260,32 +240,59 @@ def interactions(
     ends = game.values(torch.stack([torch.ones(n, dtype=torch.bool), torch.zeros(n, dtype=torch.bool)])).cpu()
     v_full, v_empty = float(ends[0]), float(ends[1])
     scale = abs(v_full - v_empty)
+    pair_se = None
     if exact:
         values = game.values(all_masks(n)).cpu()
         shapley, inter = exact_shapley(values, n)
         se = torch.zeros(n, dtype=torch.float64)
         how_computed = f"exact over {2**n:,} coalitions; {game.method}"
+        ablation = _ablation_interaction(game, n, list(itertools.combinations(range(n), 2)))
     else:
-        shapley, se, done = _sampled_shapley(game, n, scale, target_se, max_permutations, seed)
-        inter = _sampled_interactions(game, n, pair_samples, seed)
-        how_computed = (f"sampled: Shapley from {done} permutations (max se {float(se.max()):.3g}), "
-                        f"interactions from {pair_samples} draws per pair; {game.method}")  # fmt: skip
-    ablation = _ablation_interaction(game, n)
+        head_game = HeadGame(game)
+        if estimator == "permutation":
+            limit = budget if budget is not None else max_permutations * (n + 1)
+            shapley, se, _ = permutation_shapley(head_game, n, scale, target_se, limit, seed)
+        else:
+            shapley, se = shapiq_shapley(head_game, estimator, budget if budget is not None else 20_000, repeats, seed)
+        shapley_cost = head_game.evaluated
+        if top_pairs is None or top_pairs >= n * (n - 1) // 2:
+            pairs = list(itertools.combinations(range(n), 2))
+            estimate, errors = pair_interactions(head_game, n, pairs, pair_samples, seed)
+            inter = torch.zeros(n, n, dtype=torch.float64)
+            pair_se = torch.zeros(n, n, dtype=torch.float64)
+            for (i, j), value, err in zip(pairs, estimate.tolist(), errors.tolist()):
+                inter[i, j] = inter[j, i] = value
+                pair_se[i, j] = pair_se[j, i] = err
+            pairs_text = f"every pair's interaction from {pair_samples} draws"
+        else:
+            screen = screen_budget if screen_budget is not None else max(2000, 20 * n)
+            inter, pair_se, pairs = top_interactions(head_game, top_pairs, screen, pair_samples, seed)
+            pairs_text = (f"interactions of the top {len(pairs)} of {n * (n - 1) // 2:,} pairs only (ranked by shapiq "
+                          f"SVARM-IQ at {screen:,} coalitions, then {pair_samples} draws each; others not estimated)")  # fmt: skip
+        ablation = _ablation_interaction(game, n, pairs)
+        shapley_text = (f"Shapley from {shapley_cost:,} coalitions by {estimator}"
+                        f"{'' if estimator == 'permutation' else f' (shapiq, {repeats} runs)'}, max se {float(se.max()):.3g}")  # fmt: skip
+        how_computed = f"sampled: {shapley_text}; {pairs_text}; {head_game.evaluated:,} coalitions in all; {game.method}"
     names = tuple(head_name(lay, h) for lay, h in players)
     tau = threshold * scale
     verdicts = {}
     for i, j in itertools.combinations(range(n), 2):
         value = float(inter[i, j])
-        verdicts[(names[i], names[j])] = "redundant" if value < -tau else "synergistic" if value > tau else "independent"
+        verdicts[(names[i], names[j])] = ("not estimated" if value != value else "redundant" if value < -tau
+                                          else "synergistic" if value > tau else "independent")  # fmt: skip
     upper = inter[torch.triu(torch.ones(n, n, dtype=torch.bool), 1)]
-    negative, positive = float(-upper.clamp(max=0).sum()), float(upper.clamp(min=0).sum())
-    model_verdict = ("redundant" if negative - positive > tau else "synergistic" if positive - negative > tau
-                     else "independent")  # fmt: skip
+    if upper.isnan().any():  # the verdict weighs every pair; some were not estimated
+        model_verdict = "undetermined"
+    else:
+        negative, positive = float(-upper.clamp(max=0).sum()), float(upper.clamp(min=0).sum())
+        model_verdict = ("redundant" if negative - positive > tau else "synergistic" if positive - negative > tau
+                         else "independent")  # fmt: skip
     metric_name = metric if isinstance(metric, str) else "the task's metric" if metric is None else "a custom metric"
     return Interactions(
         heads=names, shapley=shapley.float(), shapley_se=se.float(), interaction=inter.float(),
         ablation_interaction=ablation.float(), v_full=v_full, v_empty=v_empty, verdicts=verdicts,
         model_verdict=model_verdict, metric=metric_name, how=how, method=how_computed, threshold=threshold,
+        interaction_se=None if pair_se is None else pair_se.float(),
     )  # fmt: skip
 
 

@@ -1,0 +1,194 @@
+"""Shapley values and pairwise interactions of heads above the exact limit, on shapiq.
+
+The batched coalition game (`CoalitionGame`) is a `shapiq.Game` (`HeadGame`): shapiq's exact computer and
+approximators read it directly, and every coalition they ask for goes through headcoop's batched engine.
+
+- Exact (`exact`): headcoop enumerates the 2^n coalitions (`interactions.exact_shapley`); the tests check it
+  against shapiq's `ExactComputer` at 10 heads.
+- Shapley values above the limit (`shapley`): one of
+    * "permutation": headcoop's antithetic permutation sampling (each random order followed by its reverse),
+      stopping once every head's standard error is below the target or at the budget;
+    * "kernelshap", "svarm", "permutation-shapiq": shapiq's KernelSHAP (paired), SVARM and permutation
+      sampling. shapiq gives no error estimate, so the budget is split into `repeats` independent runs of
+      different seeds: the estimate is their mean, its standard error the spread of the runs / sqrt(repeats).
+  Which is the default was measured (docs/benchmarks.md, "Cooperation at 144 heads").
+- Pairwise interactions above the limit (`top_interactions`): shapiq's SVARM-IQ, whose every sampled
+  coalition updates every pair's estimate, screens all pairs at a budget; the `top` pairs by |estimate|
+  are then estimated again with headcoop's per-pair sampler (`pair_samples` draws of the pair's Shapley
+  interaction weighting, 4 coalitions each), which gives each a standard error. Other pairs are NaN and the
+  result says so.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Literal
+
+import numpy as np
+import shapiq
+import torch
+from jaxtyping import Bool, Float
+from torch import Tensor
+
+from headcoop.tasks.base import generator
+
+ShapleyEstimator = Literal["permutation", "kernelshap", "svarm", "permutation-shapiq"]
+SHAPLEY_ESTIMATORS = ("permutation", "kernelshap", "svarm", "permutation-shapiq")
+
+
+class HeadGame(shapiq.Game):
+    """A headcoop coalition game as a `shapiq.Game`: value_function(coalitions [m, n] bools) -> [m] values
+    (float64), evaluated by `CoalitionGame.values`, batched. `evaluated` counts the coalitions asked for.
+    Not normalised: v(empty) stays as it is (Shapley values and interactions do not depend on it)."""
+
+    def __init__(self, game, names: list[str] | None = None):
+        self.game = game
+        self.evaluated = 0
+        super().__init__(n_players=len(game.players), normalize=False, player_names=names)
+
+    def value_function(self, coalitions: np.ndarray) -> np.ndarray:
+        masks = torch.as_tensor(np.asarray(coalitions, dtype=bool))
+        self.evaluated += len(masks)
+        return self.game.values(masks).cpu().numpy().astype(np.float64)
+
+
+def masks_values(game, masks: Bool[Tensor, "coalition player"]) -> Float[Tensor, " coalition"]:
+    """v of each coalition, through a HeadGame (counted) or a CoalitionGame."""
+    if isinstance(game, HeadGame):
+        return torch.from_numpy(game(masks.numpy()))
+    return game.values(masks).cpu()
+
+
+def shapiq_exact(game: HeadGame) -> tuple[Tensor, Tensor]:
+    """(Shapley values [n], Shapley interaction index [n, n]) by shapiq's ExactComputer (2^n coalitions)."""
+    n = game.n_players
+    computer = shapiq.ExactComputer(game, n_players=n)
+    sv, sii = computer("SV", order=1), computer("SII", order=2)
+    phi = torch.tensor([sv.values[sv.interaction_lookup[(i,)]] for i in range(n)], dtype=torch.float64)
+    inter = torch.zeros(n, n, dtype=torch.float64)
+    for i, j in itertools.combinations(range(n), 2):
+        inter[i, j] = inter[j, i] = sii.values[sii.interaction_lookup[(i, j)]]
+    return phi, inter
+
+
+def permutation_shapley(game, n: int, scale: float, target_se: float, budget: int, seed: int
+                        ) -> tuple[Tensor, Tensor, int]:  # fmt: skip
+    """headcoop's permutation sampling in antithetic pairs: each random order is followed by its reverse,
+    and the pair's mean marginal contribution is one sample. Stops when every head's standard error is at
+    most target_se * scale (after 16 orders) or when the next pair of orders would exceed `budget`
+    coalitions. Returns (estimate [n], standard error over pairs [n], coalitions evaluated)."""
+    gen = generator(seed)
+    total = torch.zeros(n, dtype=torch.float64)
+    squares = torch.zeros(n, dtype=torch.float64)
+    done = pairs = 0
+    per_pair = 2 * (n + 1)
+    batch = max(1, min(4, budget // per_pair))
+    while done + per_pair <= max(budget, 2 * per_pair):
+        k = max(1, min(batch, (budget - done) // per_pair))
+        orders = []
+        for _ in range(k):
+            order = torch.randperm(n, generator=gen)
+            orders += [order, order.flip(0)]
+        masks = []
+        for order in orders:
+            current = torch.zeros(n, dtype=torch.bool)
+            masks.append(current.clone())
+            for player in order:
+                current[player] = True
+                masks.append(current.clone())
+        v = masks_values(game, torch.stack(masks)).view(len(orders), n + 1)
+        for p in range(0, len(orders), 2):
+            pair = torch.zeros(n, dtype=torch.float64)
+            for order, values in ((orders[p], v[p]), (orders[p + 1], v[p + 1])):
+                pair[order] += (values[1:] - values[:-1]) / 2
+            total += pair
+            squares += pair**2
+        done += len(orders) * (n + 1)
+        pairs += len(orders) // 2
+        mean = total / pairs
+        se = ((squares / pairs - mean**2).clamp(min=0) / max(1, pairs - 1)).sqrt()
+        if pairs >= 8 and float(se.max()) <= target_se * scale:
+            break
+    mean = total / pairs
+    se = ((squares / pairs - mean**2).clamp(min=0) / max(1, pairs - 1)).sqrt()
+    return mean, se, done
+
+
+def shapiq_shapley(game: HeadGame, estimator: str, budget: int, repeats: int, seed: int) -> tuple[Tensor, Tensor]:
+    """Shapley values by one of shapiq's approximators: `repeats` independent runs of budget // repeats
+    coalitions each (seeds seed..seed+repeats-1); returns (mean [n], standard error of the mean [n])."""
+    n = game.n_players
+    runs = []
+    for r in range(repeats):
+        if estimator == "kernelshap":
+            approximator = shapiq.KernelSHAP(n, pairing_trick=True, random_state=seed + r)
+        elif estimator == "svarm":
+            approximator = shapiq.SVARM(n, random_state=seed + r)
+        elif estimator == "permutation-shapiq":
+            approximator = shapiq.PermutationSamplingSV(n, random_state=seed + r)
+        else:
+            raise ValueError(f"unknown estimator {estimator!r}; valid values are {list(SHAPLEY_ESTIMATORS)}")
+        values = approximator.approximate(max(budget // repeats, 2 * n + 2), game)
+        runs.append([values.values[values.interaction_lookup[(i,)]] for i in range(n)])
+    runs = torch.tensor(runs, dtype=torch.float64)
+    se = runs.std(0, unbiased=True) / repeats**0.5 if repeats > 1 else torch.full((n,), float("nan"), dtype=torch.float64)
+    return runs.mean(0), se
+
+
+def pair_interactions(game, n: int, pairs: list[tuple[int, int]], samples: int, seed: int) -> tuple[Tensor, Tensor]:
+    """Each pair's Shapley interaction index by sampling its weighting directly: S = the players before the
+    pair in a random order of the others with the pair as one block; the mean of
+    v(S+ij) - v(S+i) - v(S+j) + v(S) over `samples` draws. Returns (estimate [len(pairs)], standard error)."""
+    gen = generator(seed + 1)
+    masks = []
+    for i, j in pairs:
+        others = [k for k in range(n) if k not in (i, j)]
+        for _ in range(samples):
+            cut = int(torch.randint(0, len(others) + 1, (1,), generator=gen))
+            chosen = torch.randperm(len(others), generator=gen)[:cut]
+            base = torch.zeros(n, dtype=torch.bool)
+            base[[others[p] for p in chosen.tolist()]] = True
+            for add in ((), (i,), (j,), (i, j)):
+                m = base.clone()
+                m[list(add)] = True
+                masks.append(m)
+    if not masks:
+        return torch.zeros(0, dtype=torch.float64), torch.zeros(0, dtype=torch.float64)
+    v = masks_values(game, torch.stack(masks)).view(len(pairs), samples, 4)
+    delta = v[..., 3] - v[..., 1] - v[..., 2] + v[..., 0]
+    se = delta.std(1, unbiased=True) / samples**0.5 if samples > 1 else torch.full((len(pairs),), float("nan"))
+    return delta.mean(1), se.double()
+
+
+def screen_pairs(game: HeadGame, budget: int, seed: int) -> Tensor:
+    """Every pair's interaction index estimated by shapiq's SVARM-IQ at `budget` coalitions (each sampled
+    coalition updates every pair): [n, n], symmetric, for ranking pairs only (no error estimate)."""
+    n = game.n_players
+    values = shapiq.SVARMIQ(n, max_order=2, index="SII", random_state=seed).approximate(budget, game)
+    out = torch.zeros(n, n, dtype=torch.float64)
+    for (i, j), k in ((key, k) for key, k in values.interaction_lookup.items() if len(key) == 2):
+        out[i, j] = out[j, i] = values.values[k]
+    return out
+
+
+def top_interactions(game: HeadGame, top: int, screen_budget: int, samples: int, seed: int
+                     ) -> tuple[Tensor, Tensor, list[tuple[int, int]]]:  # fmt: skip
+    """The `top` pairs by |SVARM-IQ estimate| (`screen_pairs`), each estimated again by `pair_interactions`.
+    Returns (interaction [n, n]: NaN off the top pairs, standard error [n, n], the top pairs)."""
+    n = game.n_players
+    screened = screen_pairs(game, screen_budget, seed)
+    upper = torch.triu_indices(n, n, 1)
+    order = screened[upper[0], upper[1]].abs().argsort(descending=True)[:top]
+    pairs = [(int(upper[0, k]), int(upper[1, k])) for k in order]
+    estimate, se = pair_interactions(game, n, pairs, samples, seed)
+    inter = torch.full((n, n), float("nan"), dtype=torch.float64)
+    errors = torch.full((n, n), float("nan"), dtype=torch.float64)
+    inter.fill_diagonal_(0.0)
+    for (i, j), value, err in zip(pairs, estimate.tolist(), se.tolist()):
+        inter[i, j] = inter[j, i] = value
+        errors[i, j] = errors[j, i] = err
+    return inter, errors, pairs
+
+
+__all__ = ["HeadGame", "SHAPLEY_ESTIMATORS", "ShapleyEstimator", "permutation_shapley", "shapiq_shapley",
+           "shapiq_exact", "pair_interactions", "screen_pairs", "top_interactions"]  # fmt: skip

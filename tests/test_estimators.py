@@ -1,0 +1,104 @@
+"""Shapley values and interactions above the exact limit, on shapiq (headcoop.analysis.estimators): the game
+as a shapiq.Game, headcoop's exact path against shapiq's exact computer, the sampled estimators against the
+exact values within their standard errors, and the top-pairs-only interactions."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from helpers import attn_only_2l_like
+
+import headcoop as hc
+from headcoop.analysis.coalitions import CoalitionGame, all_masks
+from headcoop.analysis.estimators import HeadGame, pair_interactions, shapiq_exact, shapiq_shapley, permutation_shapley
+from headcoop.analysis.interactions import exact_shapley
+
+
+def game_of(n_heads_per_layer: int, seed: int = 0, how: str = "zero"):
+    model = attn_only_2l_like(seed=seed, n_heads=n_heads_per_layer, d_head=4)
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, model.cfg.d_vocab, (16, 8), generator=gen)
+    hc.contrast(ids, ids.flip(0), ids[:, 3], ids[:, 4]).attach(model)
+    players = [(lay, h) for lay in range(2) for h in range(n_heads_per_layer)]
+    return model, CoalitionGame(model, players, metric="logit_diff", how=how)
+
+
+def test_exact_path_matches_shapiq_exact_computer_at_10_heads():
+    _, game = game_of(5)
+    head_game = HeadGame(game)
+    phi_shapiq, sii_shapiq = shapiq_exact(head_game)
+    assert head_game.evaluated == 2**10
+    values = game.values(all_masks(10)).cpu()
+    phi, inter = exact_shapley(values, 10)
+    assert torch.allclose(phi, phi_shapiq, atol=1e-9) and torch.allclose(inter, sii_shapiq, atol=1e-9)
+    assert float(inter.abs().max()) > 1e-3  # a two-layer model with norms: the heads interact
+    assert float(phi.sum()) == pytest.approx(float(values[-1] - values[0]), abs=1e-9)  # efficiency
+
+
+@pytest.fixture(scope="module")
+def fourteen():
+    model, game = game_of(7, seed=2)
+    values = game.values(all_masks(14)).cpu()
+    phi, inter = exact_shapley(values, 14)
+    return model, game, phi, inter, abs(float(values[-1] - values[0]))
+
+
+@pytest.mark.parametrize("estimator", ["kernelshap", "svarm", "permutation-shapiq"])
+def test_shapiq_estimators_fall_within_their_standard_errors(fourteen, estimator):
+    _, game, phi, _, scale = fourteen
+    head_game = HeadGame(game)
+    estimate, se = shapiq_shapley(head_game, estimator, budget=6000, repeats=4, seed=0)
+    assert 5000 <= head_game.evaluated <= 6200  # the stated budget, give or take shapiq's rounding
+    assert (se > 0).all()
+    assert ((estimate - phi).abs() <= 4 * se + 1e-3 * scale).all(), float(((estimate - phi).abs() / se).max())
+
+
+def test_permutation_estimator_stops_at_its_target_and_budget(fourteen):
+    _, game, phi, _, scale = fourteen
+    head_game = HeadGame(game)
+    estimate, se, used = permutation_shapley(head_game, 14, scale, 0.0, 30 * 15, seed=0)
+    assert used == head_game.evaluated <= 30 * 15
+    assert ((estimate - phi).abs() <= 4 * se + 1e-6).all()
+    estimate, se, used = permutation_shapley(HeadGame(game), 14, scale, 10.0, 10**6, seed=0)
+    assert used == 16 * 15  # 8 antithetic pairs, then every se is below 10 x scale
+
+
+def test_pair_interactions_are_unbiased_within_their_errors(fourteen):
+    _, game, _, inter, _ = fourteen
+    pairs = [(0, 1), (0, 8), (3, 12)]
+    estimate, se = pair_interactions(game, 14, pairs, samples=400, seed=0)
+    exact = torch.tensor([float(inter[i, j]) for i, j in pairs], dtype=torch.float64)
+    assert ((estimate - exact).abs() <= 4 * se + 1e-9).all()
+
+
+def test_interactions_above_the_limit_estimate_the_top_pairs_only(fourteen):
+    model, _, phi, inter, scale = fourteen
+    heads = [f"L{lay}H{h}" for lay in range(2) for h in range(7)]
+    result = hc.interactions(model, heads=heads, metric="logit_diff", how="zero", method="sampled", top_pairs=5,
+                             screen_budget=4000, pair_samples=200, max_permutations=200, target_se=0.01)  # fmt: skip
+    frame = result.to_dataframe()
+    estimated = frame[frame.verdict != "not estimated"]
+    assert len(estimated) == 5 and frame.interaction.isna().sum() == 91 - 5
+    assert result.model_verdict == "undetermined"  # it weighs every pair
+    assert "top 5 of 91 pairs only" in repr(result) and "not estimated" in repr(result)
+    for row in estimated.itertuples():
+        i, j = heads.index(row.head_a), heads.index(row.head_b)
+        assert abs(row.interaction - float(inter[i, j])) <= 4 * row.interaction_se + 1e-9
+    # the screening finds the strongest pairs: the exact top pair is among the 5 estimated
+    upper = [(abs(float(inter[i, j])), heads[i], heads[j]) for i, j in itertools.combinations(range(14), 2)]
+    best = max(upper)
+    assert (best[1], best[2]) in set(zip(estimated.head_a, estimated.head_b))
+    assert ((result.shapley - phi).abs() <= 4 * result.shapley_se + 1e-3 * scale).all()
+    assert result.plot().layout.title.text  # NaN cells plot
+
+
+def test_bad_estimator_settings():
+    model, _ = game_of(2)
+    with pytest.raises(ValueError, match="unknown estimator 'exact'"):
+        hc.interactions(model, metric="logit_diff", method="sampled", estimator="exact")
+    with pytest.raises(ValueError, match="top_pairs must be >= 1"):
+        hc.interactions(model, metric="logit_diff", method="sampled", top_pairs=0)
+    with pytest.raises(ValueError, match="budget must be >= 2"):
+        hc.interactions(model, metric="logit_diff", method="sampled", budget=1)
