@@ -102,3 +102,22 @@ def test_bad_estimator_settings():
         hc.interactions(model, metric="logit_diff", method="sampled", top_pairs=0)
     with pytest.raises(ValueError, match="budget must be >= 2"):
         hc.interactions(model, metric="logit_diff", method="sampled", budget=1)
+
+
+def test_cooperation_above_the_limit_reads_the_top_pairs_only(fourteen):
+    model = fourteen[0]
+    batch = model.task.clean
+    full = hc.cooperation(model, inputs=batch, metric="logit_diff", how="zero", max_exact=16)
+    top = hc.cooperation(model, inputs=batch, metric="logit_diff", how="zero", max_exact=10, top_pairs=4,
+                         screen_budget=3000)  # fmt: skip
+    assert len(full.pairs) == 91 and len(top.pairs) == 4
+    assert "per-input evidence for the top 4 of 91 pairs" in repr(top)
+    merged = top.pairs.merge(full.pairs, on=["head_a", "head_b"], suffixes=("_top", "_all"))
+    assert len(merged) == 4
+    # the per-input evidence of a pair does not depend on which other pairs are read
+    assert list(merged.mechanism_top) == list(merged.mechanism_all)
+    assert torch.allclose(torch.tensor(merged.interaction_full_top.to_numpy()), torch.tensor(merged.interaction_full_all.to_numpy()))
+    # and the pairs read are among the strongest by the exact interaction index
+    strongest = full.pairs.reindex(full.pairs.interaction.abs().sort_values(ascending=False).index).head(10)
+    assert len(set(zip(top.pairs.head_a, top.pairs.head_b)) & set(zip(strongest.head_a, strongest.head_b))) >= 3
+    assert top.input_class.shape[0] == 4

@@ -64,6 +64,7 @@ from headcoop.tl import HookedTransformer
 from headcoop.analysis.ablation import ablate
 from headcoop.analysis.coalitions import CoalitionGame
 from headcoop.analysis.common import check_choice, parse_heads, require_model, require_task
+from headcoop.analysis.estimators import HeadGame, top_interactions
 from headcoop.analysis.interactions import interactions
 from headcoop.analysis.vocabulary import ABLATION_HOWS, METRIC_NAMES, AblationHow, MetricName, head_name
 from headcoop.checks import check_float, check_int, check_seed
@@ -283,6 +284,8 @@ def cooperation(
     min_share: float = 0.1,
     n: int = 512,
     max_exact: int = 16,
+    top_pairs: int = 20,
+    screen_budget: int | None = None,
 ) -> Cooperation:
     """The mechanism of every pair of heads and the role of every head (module docstring).
 
@@ -294,10 +297,11 @@ def cooperation(
     metric:    the per-input reading: "accuracy" (default; argmax is the answer), "logit_diff", "prob",
                "loss".
     max_exact: the Shapley interaction index of each pair (`interaction`) is computed exactly with
-               `hc.interactions` up to this many heads; above, it is not computed (NaN; its sampled estimate
-               over every pair would cost far more than the verdicts) and the repr says so.
-               `interaction_full` (the pair's interaction with every other head present, mean over inputs)
-               is always given. No rule uses either.
+               `hc.interactions` up to this many heads. Above, every pair is ranked by shapiq's SVARM-IQ at
+               `screen_budget` coalitions (default max(2,000, 20 x heads)), and only the `top_pairs` strongest
+               get an interaction (64 draws each) and per-input evidence: the pair table holds those pairs
+               only, and the repr says so. `interaction_full` (the pair's interaction with every other head
+               present, mean over inputs) is always given. No rule uses either.
     threshold: tau as a share of |v(all) - v(none)| (module docstring); min_share: the share of inputs a
                pair must matter on.
     """
@@ -308,6 +312,9 @@ def cooperation(
     check_float("min_share", min_share, 0.0, 1.0)
     check_int("n", n, 1)
     check_int("max_exact", max_exact, 2, 24)
+    check_int("top_pairs", top_pairs, 1)
+    if screen_budget is not None:
+        check_int("screen_budget", screen_budget, 2)
     check_seed(seed)
     if task is None and (inputs is None or (reference is None and how != "zero")):
         task = require_task(model, "hc.cooperation's inputs" if inputs is None else f'the reference of how="{how}"')
@@ -330,6 +337,19 @@ def cooperation(
 
     # the coalitions: all, none, all but i, i alone, all but i and j, i and j alone
     pairs = list(itertools.combinations(range(k), 2))
+    inter = torch.full((k, k), float("nan"))
+    pairs_note = ""
+    if k <= max_exact:
+        inter = interactions(model, tokens=batch, heads=list(names), metric=metric, how=how,
+                             reference=None if how == "zero" else reference, seed=seed, method="exact").interaction  # fmt: skip
+    else:  # per-input evidence for the strongest pairs only
+        screen = screen_budget if screen_budget is not None else max(2000, 20 * k)
+        ranking = CoalitionGame(model, players, tokens=batch, metric=metric, how=how, seed=seed,
+                                reference=None if how == "zero" else reference)  # fmt: skip
+        inter, _, pairs = top_interactions(HeadGame(ranking), top_pairs, screen, 64, seed)
+        pairs = sorted(pairs)
+        pairs_note = (f"; per-input evidence for the top {len(pairs)} of {k * (k - 1) // 2:,} pairs by |interaction| "
+                      f"only (shapiq SVARM-IQ at {screen:,} coalitions, then 64 draws per pair)")  # fmt: skip
     full, empty = torch.ones(k, dtype=torch.bool), torch.zeros(k, dtype=torch.bool)
     masks = [full, empty]
     for i in range(k):
@@ -384,11 +404,6 @@ def cooperation(
     head_table = pd.DataFrame(rows).set_index("head")
 
     # --- pairs
-    if k <= max_exact:
-        inter = interactions(model, tokens=batch, heads=[names[i] for i in range(k)], metric=metric, how=how,
-                             reference=None if how == "zero" else reference, seed=seed, method="exact").interaction  # fmt: skip
-    else:
-        inter = torch.full((k, k), float("nan"))
     binary = metric == "accuracy"
     table, input_class, input_superposed = [], [], []
     for (i, j) in pairs:
@@ -433,7 +448,7 @@ def cooperation(
     return Cooperation(heads=names, pairs=frame, head_table=head_table, compensation=compensation.float(),
                        roles=roles, mechanism=overall, shares=shares, metric=metric, how=how,
                        method=f"{len(masks)} coalitions per input; {game.method}"
-                              + ("" if k <= max_exact else f"; Shapley interaction index not computed ({k} heads > max_exact={max_exact})")
+                              + pairs_note
                               + ("" if dla_full is not None else "; no direct effects (no exact DLA for this model)"),
                        threshold=threshold, v_full=float(values[0].mean()), v_empty=float(values[1].mean()),
                        input_class=torch.stack(input_class),
