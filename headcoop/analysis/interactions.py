@@ -13,12 +13,13 @@ every other player ablated. Reported:
 - `ablation_interaction` [head, head]: the interaction at the full model only,
   v(N) - v(N-i) - v(N-j) + v(N-i-j).
 
-Exact by enumerating all 2^n coalitions up to `max_exact` players (16: 65,536 coalitions). Above that,
-Shapley values by permutation sampling (each permutation adds the heads one by one; the standard error
-per head is reported and sampling stops when every one is below `target_se` times |v(N) - v(empty)|, or
-at `max_permutations`), and each pair's interaction index by sampling its weighting directly (a random
-order of the other heads with the pair as one block; S = the heads before the block), `pair_samples`
-draws per pair; both are marked sampled in the repr and plot title.
+Exact by enumerating all 2^n coalitions up to `max_exact` players (16: 65,536 coalitions). Above that
+(`headcoop.analysis.estimators`, on shapiq): Shapley values by shapiq's KernelSHAP at a budget of
+coalitions (or headcoop's antithetic permutation sampling, or shapiq's SVARM or permutation sampling), each
+with a standard error per head; and the interaction index of the `top_pairs` strongest pairs only (shapiq's
+SVARM-IQ ranks every pair, then each top pair's weighting is sampled directly: a random order of the other
+heads with the pair as one block, S = the heads before the block, `pair_samples` draws per pair). Both are
+marked sampled in the repr and plot title; pairs not estimated are NaN.
 
 Verdicts, with tau = `threshold` (default 0.05) times |v(N) - v(empty)|: a pair is **redundant** when its
 interaction index is below -tau (on average each head substitutes for the other: removing one costs
@@ -185,7 +186,7 @@ def interactions(
     pair_samples: int = 64,
     threshold: float = 0.05,
     pos=None,
-    estimator: ShapleyEstimator = "permutation",
+    estimator: ShapleyEstimator = "kernelshap",
     budget: int | None = None,
     top_pairs: int | None = 20,
     screen_budget: int | None = None,
@@ -201,7 +202,9 @@ def interactions(
              `reference` and `seed` as there).
     method:  "auto" (exact up to max_exact heads, else sampled), "exact" or "sampled".
     Sampled (`headcoop.analysis.estimators`):
-    estimator: Shapley values by "permutation" (headcoop's antithetic permutations: stops when every
+    estimator: Shapley values by "kernelshap" (the default: shapiq's paired KernelSHAP had the smallest
+             errors at every budget measured, benchmarks/shapley_estimators.py), "permutation" (headcoop's
+             antithetic permutations: stops when every
              standard error is below target_se * |v(all) - v(none)|, or at `budget` coalitions, default
              max_permutations * (n + 1)), or shapiq's "kernelshap", "svarm" or "permutation-shapiq" at `budget`
              coalitions (default 20,000) split into `repeats` runs whose spread gives the standard error.
