@@ -3,7 +3,7 @@ d_model 768, d_mlp 3072, vocabulary 50,257, random weights), 8 inputs of 16 toke
 ablation over 64 reference sequences; plus the strongest pairwise interactions. And the memory of the
 analyses at batch 32.
 
-    python benchmarks/heads_144.py [--minutes 10] [--estimator permutation] [--json out.json]
+    python benchmarks/heads_144.py [--minutes 10] [--estimator kernelshap] [--json out.json]
     python benchmarks/heads_144.py --memory      # peak RSS of each analysis at batch 32, one process each
 
 Printed, measured in the same run:
@@ -174,7 +174,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--shapley-share", type=float, default=0.6, help="share of the time for Shapley values")
-    parser.add_argument("--estimator", default="permutation",
+    parser.add_argument("--estimator", default="kernelshap",
                         choices=["permutation", "kernelshap", "svarm", "permutation-shapiq"])
     parser.add_argument("--target", type=float, default=0.02)
     parser.add_argument("--top", type=int, default=20)
