@@ -130,11 +130,25 @@ def load_folder(folder, device: str | torch.device | None = None):
 
 
 def w_pos(model) -> torch.Tensor:
-    """The positional embedding W_pos [n_ctx, d_model]: a HookedTransformer's `W_pos`, a Bridge's
-    `pos_embed.W_pos` (the Bridge has no top-level alias)."""
-    if hasattr(model, "W_pos"):
+    """The positional embedding of each position [n_ctx, d_model]: a HookedTransformer's `W_pos`; on a Bridge,
+    what its forward pass puts at `hook_pos_embed` for positions 0..n_ctx-1 (a Hugging Face table may be
+    read with an offset, as OPT's is, so its raw weight is not the embedding of position i)."""
+    if not is_bridge(model):
         return model.W_pos
-    return model.pos_embed.W_pos
+    ids = torch.zeros(1, model.cfg.n_ctx, dtype=torch.long, device=model.W_E.device)
+    with torch.no_grad():
+        _, cache = model.run_with_cache(ids, names_filter=lambda name: name == "hook_pos_embed")
+    return cache["hook_pos_embed"][0]
+
+
+def w_e(model) -> torch.Tensor:
+    """The token embedding of each token [d_vocab, d_model] as the forward pass computes it: a
+    HookedTransformer's `W_E`; on a Bridge, its embedding component applied to every id (Gemma scales the
+    table by sqrt(d_model) there, so the raw weight is not the embedding)."""
+    if not is_bridge(model):
+        return model.W_E
+    with torch.no_grad():
+        return model.embed(torch.arange(model.cfg.d_vocab, device=model.W_E.device)[None])[0]
 
 
 def head_weight(attn, name: str, cfg) -> torch.Tensor:

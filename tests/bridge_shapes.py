@@ -47,6 +47,8 @@ def hf_model(shape: str, seed: int = 0):
                                                  intermediate_size=128, vocab_size=VOCAB, max_position_embeddings=N_CTX,
                                                  rotary_pct=0.25, use_parallel_residual=True, bos_token_id=0,
                                                  eos_token_id=0))  # fmt: skip
+    elif shape in MORE_SHAPES:
+        model = _more(shape)
     else:
         raise ValueError(shape)
     # larger weights than the init's 0.02 so that heads matter and patches move the logits
@@ -55,6 +57,34 @@ def hf_model(shape: str, seed: int = 0):
             if p.ndim == 2 and "emb" not in name and "wte" not in name and "wpe" not in name:
                 p.mul_(8.0)
     return model.eval()
+
+
+MORE_SHAPES = ("qwen2", "qwen3", "mistral", "gemma", "opt", "phi", "gptj")
+
+
+def _more(shape: str):
+    """Further architectures, checked against TransformerLens on the Bridge only (no twin): Qwen2 and Mistral
+    (grouped-query, rotary, q/k/v biases in Qwen2), Qwen3 (QK norm), Gemma (offset RMSNorm, scaled
+    embedding, one key/value head), OPT (learned positions read with an offset, ReLU), Phi (parallel block,
+    partial rotary), GPT-J (interleaved rotary pairs)."""
+    import transformers as t
+
+    common = dict(vocab_size=VOCAB, bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    small = dict(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4, max_position_embeddings=N_CTX)
+    if shape == "qwen2":
+        return t.Qwen2ForCausalLM(t.Qwen2Config(**small, num_key_value_heads=2, **common))
+    if shape == "qwen3":
+        return t.Qwen3ForCausalLM(t.Qwen3Config(**small, num_key_value_heads=2, head_dim=16, **common))
+    if shape == "mistral":
+        return t.MistralForCausalLM(t.MistralConfig(**small, num_key_value_heads=2, **common))
+    if shape == "gemma":
+        return t.GemmaForCausalLM(t.GemmaConfig(**small, num_key_value_heads=1, head_dim=16, **common))
+    if shape == "opt":
+        return t.OPTForCausalLM(t.OPTConfig(num_hidden_layers=2, hidden_size=64, ffn_dim=128, num_attention_heads=4,
+                                            max_position_embeddings=N_CTX, word_embed_proj_dim=64, **common))  # fmt: skip
+    if shape == "phi":
+        return t.PhiForCausalLM(t.PhiConfig(**small, partial_rotary_factor=0.5, **common))
+    return t.GPTJForCausalLM(t.GPTJConfig(n_layer=2, n_embd=64, n_head=4, rotary_dim=8, n_positions=N_CTX, **common))
 
 
 def model_folder(shape: str, root: Path, seed: int = 0) -> Path:

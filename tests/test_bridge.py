@@ -264,3 +264,26 @@ def test_report_reads_a_hugging_face_folder(built, tmp_path):
     for title in ("Head patching", "Direct logit attribution", "Cooperation", "QK and OV circuits"):
         assert title in page
     assert "TransformerBridge" in page
+
+
+@pytest.mark.parametrize("shape", shapes.MORE_SHAPES)
+def test_more_architectures_against_transformer_lens(tmp_path_factory, inputs, shape):
+    bridge = shapes.bridge(shapes.model_folder(shape, tmp_path_factory.mktemp(shape)))
+    clean, corrupt, answer, wrong = inputs
+    metric = metric_of(answer, wrong)
+    _, clean_cache = bridge.run_with_cache(clean)
+    ours = hc.patch(bridge, clean=clean, corrupt=corrupt, metric=metric)
+    close(ours.values, tl_patching.get_act_patch_attn_head_out_all_pos(bridge, corrupt, clean_cache, metric))
+    resid = hc.patch(bridge, clean=clean, corrupt=corrupt, metric=metric, component="resid_pre", positions="each")
+    close(resid.values, tl_patching.get_act_patch_resid_pre(bridge, corrupt, clean_cache, metric))
+    attr = hc.dla(bridge, clean, answer=answer, wrong=wrong)
+    close(attr.values.sum(1), attr.logits, atol=1e-4)  # checked inside too: it raises rather than miss
+    coop = hc.cooperation(bridge, inputs=hc.Batch.from_answers(clean, answer, wrong), metric="logit_diff", how="zero")
+    assert len(coop.pairs) == 28
+    # the QK table is checked against the Bridge's cached scores on layer 0, and refuses what it cannot read:
+    # Qwen3's q/k norm, OPT, GPT-J's interleaved rotary pairs
+    if shape in ("qwen3", "opt", "gptj"):
+        with pytest.raises(ValueError, match="qk|rotate"):
+            hc.qk(bridge, head="L1H2")
+    else:
+        assert hc.qk(bridge, head="L1H2").scores.ndim == 4

@@ -39,7 +39,7 @@ from headcoop.analysis.common import one_head, vocab_labels
 from headcoop.analysis.dla import check_decomposable, output_labels
 from headcoop.analysis.norms import norm_kind
 from headcoop.analysis.vocabulary import head_name
-from headcoop.bridge import apply_rotary, attn_scale, head_weight, w_pos
+from headcoop.bridge import apply_rotary, attn_scale, head_weight, is_bridge, w_e, w_pos
 from headcoop.tasks.base import check_ids
 
 MAX_TABLE_ENTRIES = 2**27  # a dense table beyond this (0.5 GB of float32) is refused
@@ -78,7 +78,7 @@ def _attn_inputs(model: HookedTransformer, layer: int, with_pos: bool, circuit: 
     """What a head of `layer` reads as query/key ("qk") or value ("v") input, one row per token, or per
     (token, position) token-major when with_pos: ln1 of the embedding (+ standard positional embedding),
     plus a shortformer's positional embedding after ln1 for q and k."""
-    W_E, n_ctx = model.W_E, model.cfg.n_ctx
+    W_E, n_ctx = w_e(model), model.cfg.n_ctx
     kind = model.cfg.positional_embedding_type
     if with_pos and kind == "standard":
         return _normed(model, layer, (W_E[:, None, :] + w_pos(model)[None, :, :]).flatten(0, 1))
@@ -308,6 +308,12 @@ def qk(model: HookedTransformer, head: int | str | tuple[int, int], layer: int |
     )  # fmt: skip
     if layer == 0:
         _check_against_cache(model, table)
+    elif is_bridge(model):  # a Bridge wraps Hugging Face code the table reimplements: check the method on layer 0
+        try:
+            qk(model, head=head, layer=0, positional=positional)
+        except ValueError as err:
+            raise ValueError(f"qk on a TransformerBridge checks its reading of the architecture on layer 0 first, "
+                             f"and it fails there: {err}") from None  # fmt: skip
     return table
 
 

@@ -61,14 +61,15 @@ def through_norm(
 
 def norm_weights(module: torch.nn.Module) -> tuple[Tensor | None, Tensor | None]:
     """(weight, bias) of a norm: TransformerLens's `w`/`b`, or the wrapped Hugging Face module's
-    `weight`/`bias` on a TransformerBridge (None where it has none). A Hugging Face RMSNorm with an offset
-    (Gemma's `1 + weight`) is not a plain weight: ValueError."""
-    if hasattr(module, "w"):
-        return module.w, getattr(module, "b", None)
-    inner = getattr(module, "_original_component", module)
-    if getattr(module.config if hasattr(module, "config") else None, "rmsnorm_uses_offset", False):
-        raise ValueError("cannot linearise an RMSNorm with an offset weight (1 + w)")
-    return getattr(inner, "weight", None), getattr(inner, "bias", None)
+    `weight`/`bias` on a TransformerBridge (None where it has none), with Gemma's offset (the norm scales by
+    1 + weight) added in."""
+    inner = getattr(module, "_original_component", None)
+    if inner is None:  # a TransformerLens norm
+        return getattr(module, "w", None), getattr(module, "b", None)
+    weight, bias = getattr(inner, "weight", None), getattr(inner, "bias", None)
+    if weight is not None and getattr(getattr(module, "config", None), "rmsnorm_uses_offset", False):
+        weight = 1 + weight  # Gemma's RMSNorm scales by (1 + weight)
+    return weight, bias
 
 
 def describe(kind: NormKind | None, where: str) -> str | None:
