@@ -22,11 +22,11 @@ approximators read it directly, and every coalition they ask for goes through he
 
 from __future__ import annotations
 
+import functools
 import itertools
 from typing import Literal
 
 import numpy as np
-import shapiq
 import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
@@ -37,31 +37,48 @@ ShapleyEstimator = Literal["permutation", "kernelshap", "svarm", "permutation-sh
 SHAPLEY_ESTIMATORS = ("permutation", "kernelshap", "svarm", "permutation-shapiq")
 
 
-class HeadGame(shapiq.Game):
+@functools.cache
+def _game_class():
+    """shapiq.Game's subclass for headcoop games, built on first use: importing shapiq takes seconds (numba),
+    which every `import headcoop` would otherwise pay."""
+    import shapiq
+
+    class HeadGame(shapiq.Game):
+        """A headcoop coalition game as a `shapiq.Game` (see `HeadGame`)."""
+
+        head_game = True
+
+        def __init__(self, game, names: list[str] | None = None):
+            self.game = game
+            self.evaluated = 0
+            super().__init__(n_players=len(game.players), normalize=False, player_names=names)
+
+        def value_function(self, coalitions: np.ndarray) -> np.ndarray:
+            masks = torch.as_tensor(np.asarray(coalitions, dtype=bool))
+            self.evaluated += len(masks)
+            return self.game.values(masks).cpu().numpy().astype(np.float64)
+
+    return HeadGame
+
+
+def HeadGame(game, names: list[str] | None = None):  # noqa: N802 (a class, built lazily)
     """A headcoop coalition game as a `shapiq.Game`: value_function(coalitions [m, n] bools) -> [m] values
     (float64), evaluated by `CoalitionGame.values`, batched. `evaluated` counts the coalitions asked for.
     Not normalised: v(empty) stays as it is (Shapley values and interactions do not depend on it)."""
-
-    def __init__(self, game, names: list[str] | None = None):
-        self.game = game
-        self.evaluated = 0
-        super().__init__(n_players=len(game.players), normalize=False, player_names=names)
-
-    def value_function(self, coalitions: np.ndarray) -> np.ndarray:
-        masks = torch.as_tensor(np.asarray(coalitions, dtype=bool))
-        self.evaluated += len(masks)
-        return self.game.values(masks).cpu().numpy().astype(np.float64)
+    return _game_class()(game, names)
 
 
 def masks_values(game, masks: Bool[Tensor, "coalition player"]) -> Float[Tensor, " coalition"]:
     """v of each coalition, through a HeadGame (counted) or a CoalitionGame."""
-    if isinstance(game, HeadGame):
+    if getattr(game, "head_game", False):
         return torch.from_numpy(game(masks.numpy()))
     return game.values(masks).cpu()
 
 
 def shapiq_exact(game: HeadGame) -> tuple[Tensor, Tensor]:
     """(Shapley values [n], Shapley interaction index [n, n]) by shapiq's ExactComputer (2^n coalitions)."""
+    import shapiq
+
     n = game.n_players
     computer = shapiq.ExactComputer(game, n_players=n)
     sv, sii = computer("SV", order=1), computer("SII", order=2)
@@ -118,6 +135,8 @@ def permutation_shapley(game, n: int, scale: float, target_se: float, budget: in
 def shapiq_shapley(game: HeadGame, estimator: str, budget: int, repeats: int, seed: int) -> tuple[Tensor, Tensor]:
     """Shapley values by one of shapiq's approximators: `repeats` independent runs of budget // repeats
     coalitions each (seeds seed..seed+repeats-1); returns (mean [n], standard error of the mean [n])."""
+    import shapiq
+
     n = game.n_players
     runs = []
     for r in range(repeats):
@@ -164,6 +183,8 @@ def pair_interactions(game, n: int, pairs: list[tuple[int, int]], samples: int, 
 def screen_pairs(game: HeadGame, budget: int, seed: int) -> Tensor:
     """Every pair's interaction index estimated by shapiq's SVARM-IQ at `budget` coalitions (each sampled
     coalition updates every pair): [n, n], symmetric, for ranking pairs only (no error estimate)."""
+    import shapiq
+
     n = game.n_players
     values = shapiq.SVARMIQ(n, max_order=2, index="SII", random_state=seed).approximate(budget, game)
     out = torch.zeros(n, n, dtype=torch.float64)
