@@ -250,6 +250,9 @@ def _additive_by_construction(model: HookedTransformer, metric: str, a: tuple[in
             and not (cfg.output_logits_soft_cap or 0) > 0 and a[0] == last and b[0] == last)  # fmt: skip
 
 
+ALL_PAIRS_UP_TO = 32  # heads: per-input evidence for every pair up to here (496 pairs, 2 coalitions each)
+
+
 def _head_dla(model, tokens, pos, answer, wrong) -> tuple[Tensor, Tensor] | None:
     """(per-head DLA [batch, layer, head, vocab], on ld [batch, layer, head]) of the current model (hooks
     included), or None where the model's architecture has no exact decomposition (`check_decomposable`);
@@ -284,7 +287,7 @@ def cooperation(
     min_share: float = 0.1,
     n: int = 512,
     max_exact: int = 16,
-    top_pairs: int = 20,
+    top_pairs: int | None = None,
     screen_budget: int | None = None,
 ) -> Cooperation:
     """The mechanism of every pair of heads and the role of every head (module docstring).
@@ -297,11 +300,14 @@ def cooperation(
     metric:    the per-input reading: "accuracy" (default; argmax is the answer), "logit_diff", "prob",
                "loss".
     max_exact: the Shapley interaction index of each pair (`interaction`) is computed exactly with
-               `hc.interactions` up to this many heads. Above, every pair is ranked by shapiq's SVARM-IQ at
-               `screen_budget` coalitions (default max(2,000, 20 x heads)), and only the `top_pairs` strongest
-               get an interaction (64 draws each) and per-input evidence: the pair table holds those pairs
-               only, and the repr says so. `interaction_full` (the pair's interaction with every other head
-               present, mean over inputs) is always given. No rule uses either.
+               `hc.interactions` up to this many heads; above, it is NaN while every pair still gets
+               per-input evidence (up to 32 heads: 2 coalitions per pair).
+    top_pairs: with more than 32 heads (or top_pairs given, above max_exact), every pair is ranked by
+               shapiq's SVARM-IQ at `screen_budget` coalitions (default max(2,000, 20 x heads)), and only the
+               top_pairs strongest (default 20) get an interaction (64 draws each) and per-input evidence: the
+               pair table holds those pairs only, and the repr says so. `interaction_full` (the pair's
+               interaction with every other head present, mean over inputs) is always given. No rule uses
+               either.
     threshold: tau as a share of |v(all) - v(none)| (module docstring); min_share: the share of inputs a
                pair must matter on.
     """
@@ -312,7 +318,8 @@ def cooperation(
     check_float("min_share", min_share, 0.0, 1.0)
     check_int("n", n, 1)
     check_int("max_exact", max_exact, 2, 24)
-    check_int("top_pairs", top_pairs, 1)
+    if top_pairs is not None:
+        check_int("top_pairs", top_pairs, 1)
     if screen_budget is not None:
         check_int("screen_budget", screen_budget, 2)
     check_seed(seed)
@@ -342,7 +349,8 @@ def cooperation(
     if k <= max_exact:
         inter = interactions(model, tokens=batch, heads=list(names), metric=metric, how=how,
                              reference=None if how == "zero" else reference, seed=seed, method="exact").interaction  # fmt: skip
-    else:  # per-input evidence for the strongest pairs only
+    elif top_pairs is not None or k > ALL_PAIRS_UP_TO:  # per-input evidence for the strongest pairs only
+        top_pairs = top_pairs if top_pairs is not None else 20
         screen = screen_budget if screen_budget is not None else max(2000, 20 * k)
         ranking = CoalitionGame(model, players, tokens=batch, metric=metric, how=how, seed=seed,
                                 reference=None if how == "zero" else reference)  # fmt: skip
@@ -350,6 +358,8 @@ def cooperation(
         pairs = sorted(pairs)
         pairs_note = (f"; per-input evidence for the top {len(pairs)} of {k * (k - 1) // 2:,} pairs by |interaction| "
                       f"only (shapiq SVARM-IQ at {screen:,} coalitions, then 64 draws per pair)")  # fmt: skip
+    else:
+        pairs_note = f"; Shapley interaction index not computed ({k} heads > max_exact={max_exact})"
     full, empty = torch.ones(k, dtype=torch.bool), torch.zeros(k, dtype=torch.bool)
     masks = [full, empty]
     for i in range(k):
