@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from headcoop.checks import installed_hooks
+from headcoop.checks import global_hooks, has_hooks, installed_hooks
 
 COMPATIBILITY_FIX = "call model.enable_compatibility_mode() first"
 
@@ -76,16 +76,9 @@ def user_hooks(model: nn.Module) -> list[str]:
     for name, module in model.named_modules():
         if not isinstance(module, HookPoint) and "_original_component" in name.split("."):
             continue  # a wrapped Hugging Face module: the Bridge's own routing hooks live there
-        if module._forward_hooks or module._forward_pre_hooks or module._backward_hooks or getattr(
-            module, "_backward_pre_hooks", None
-        ):
+        if has_hooks(module):
             found.append(canonical.get(id(module), name) or "<model>")
-    glob = nn.modules.module
-    for attr in ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
-                 "_global_backward_pre_hooks"):  # fmt: skip
-        if getattr(glob, attr, None):
-            found.append(f"torch.nn global {attr.strip('_')}")
-    return found
+    return found + global_hooks()
 
 
 def is_hf_folder(folder) -> bool:

@@ -142,18 +142,21 @@ def check_metric_value(value, what: str = "the metric") -> torch.Tensor:
 def installed_hooks(model: nn.Module) -> list[str]:
     """Where forward or backward hooks sit on `model` or its modules (TransformerLens hook points included),
     and the global module hooks of torch.nn, by name."""
-    found = []
-    for name, module in model.named_modules():
-        if module._forward_hooks or module._forward_pre_hooks or module._backward_hooks or getattr(
-            module, "_backward_pre_hooks", None
-        ):
-            found.append(name or "<model>")
+    found = [name or "<model>" for name, module in model.named_modules() if has_hooks(module)]
+    return found + global_hooks()
+
+
+def has_hooks(module: nn.Module) -> bool:
+    """Whether a forward or backward hook sits on `module` itself."""
+    return bool(module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
+                or getattr(module, "_backward_pre_hooks", None))  # fmt: skip
+
+
+def global_hooks() -> list[str]:
+    """The global module hooks of torch.nn that are set, by name."""
     glob = nn.modules.module
-    for attr in ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
-                 "_global_backward_pre_hooks"):  # fmt: skip
-        if getattr(glob, attr, None):
-            found.append(f"torch.nn global {attr.strip('_')}")
-    return found
+    attrs = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks", "_global_backward_pre_hooks")
+    return [f"torch.nn global {attr.strip('_')}" for attr in attrs if getattr(glob, attr, None)]
 
 
 def check_out_file(out, what: str) -> Path:
