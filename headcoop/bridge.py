@@ -5,8 +5,8 @@ weight layout (`W_Q` [layer, head, d_model, d_head], ...).
 Everything that must know which kind it holds asks here (`is_bridge`, `user_hooks`), so the analyses keep
 one code path. A Bridge has no `HookedTransformer` internals (its blocks wrap the Hugging Face modules), so
 the shortcuts that recompute one head from cached activations (`head-local`, the coalition game's shared
-prefixes) step aside for it, and the engine runs the stacked path (`start_at_layer`, the Bridge's own blocks
-with hooks) or the reference path; every result's `method` says which ran.
+prefixes) step aside for it. It has no `start_at_layer` either, so the engine's stacked path runs its copies
+from the tokens (batched, with hooks), beside the reference path; every result's `method` says which ran.
 
 Importing this module does not import the Bridge: with a TransformerLens without `model_bridge` every model
 is simply not a Bridge.
@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from headcoop.checks import global_hooks, has_hooks, installed_hooks
+from headcoop.tl import HookedTransformer
 
 COMPATIBILITY_FIX = "call model.enable_compatibility_mode() first"
 
@@ -47,6 +48,18 @@ def check_bridge(model, what: str) -> None:
             f"{what} needs a TransformerBridge in compatibility mode (the HookedTransformer hook names, "
             f"cache shapes and weight layout headcoop reads); {COMPATIBILITY_FIX}"
         )
+
+
+def require_model(model, what: str = "this function"):
+    """`model` when it is a HookedTransformer or a TransformerBridge in compatibility mode; TypeError naming
+    what was passed instead, ValueError naming the fix for a Bridge outside compatibility mode."""
+    if is_bridge(model):
+        check_bridge(model, what)
+        return model
+    if not isinstance(model, HookedTransformer):
+        raise TypeError(f"{what} needs a HookedTransformer (e.g. hc.load('count01')) or a TransformerBridge in "
+                        f"compatibility mode, got {type(model).__name__}")  # fmt: skip
+    return model
 
 
 def kind_label(model) -> str:
@@ -142,6 +155,12 @@ def w_e(model) -> torch.Tensor:
         return model.W_E
     with torch.no_grad():
         return model.embed(torch.arange(model.cfg.d_vocab, device=model.W_E.device)[None])[0]
+
+
+def out_bias(attn, d_model: int, like: torch.Tensor) -> torch.Tensor:
+    """A layer's attention output bias b_O [d_model] (zeros for a Bridge over a model without one, Llama)."""
+    b_o = getattr(attn, "b_O", None)
+    return b_o if b_o is not None else torch.zeros(d_model, dtype=like.dtype, device=like.device)
 
 
 def head_weight(attn, name: str, cfg) -> torch.Tensor:

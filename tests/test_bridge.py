@@ -85,7 +85,7 @@ def test_patch_matches_transformer_lens_own_patching_on_the_bridge(built, inputs
     pattern = hc.patch(bridge, clean=clean, corrupt=corrupt, metric=metric, component="pattern")
     close(pattern.values, tl_patching.get_act_patch_attn_head_pattern_all_pos(bridge, corrupt, clean_cache, metric))
     v = hc.patch(bridge, clean=clean, corrupt=corrupt, metric=metric, component="v", positions="each")
-    close(v.values.permute(0, 1, 2), tl_patching.get_act_patch_attn_head_v_by_pos(bridge, corrupt, clean_cache, metric))
+    close(v.values, tl_patching.get_act_patch_attn_head_v_by_pos(bridge, corrupt, clean_cache, metric))
     assert "TransformerBridge" in ours.method and "from the tokens" in ours.method
 
 

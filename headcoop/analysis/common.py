@@ -12,7 +12,7 @@ from transformer_lens import ActivationCache
 from headcoop.tl import HookedTransformer
 
 from headcoop.analysis.vocabulary import head_name
-from headcoop.bridge import check_bridge, is_bridge
+from headcoop.bridge import require_model  # noqa: F401  (the analyses import it from here)
 from headcoop.checks import check_choice  # noqa: F401  (analyses import it from here)
 from headcoop.tasks.base import Batch, Task
 
@@ -31,17 +31,6 @@ def require_task(model: HookedTransformer, what: str) -> Task:
         )
     return task
 
-
-def require_model(model, what: str = "this function") -> HookedTransformer:
-    """`model` when it is a HookedTransformer or a TransformerBridge in compatibility mode; TypeError naming
-    what was passed instead, ValueError naming the fix for a Bridge outside compatibility mode."""
-    if is_bridge(model):
-        check_bridge(model, what)
-        return model
-    if not isinstance(model, HookedTransformer):
-        raise TypeError(f"{what} needs a HookedTransformer (e.g. hc.load('count01')) or a TransformerBridge in "
-                        f"compatibility mode, got {type(model).__name__}")  # fmt: skip
-    return model
 
 
 def model_device(model: HookedTransformer) -> torch.device:

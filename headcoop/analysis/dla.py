@@ -42,16 +42,10 @@ from headcoop.analysis.common import (
     as_tokens, check_choice, check_layer, check_positions, head_names, require_model, require_task, vocab_labels,
 )
 from headcoop.analysis.norms import describe, norm_kind, through_norm
-from headcoop.bridge import user_hooks
+from headcoop.bridge import out_bias, user_hooks
 from headcoop.checks import check_finite
 from headcoop.tasks.base import Batch
 
-
-
-def attn_bias(attn, d_model: int, like: Tensor) -> Float[Tensor, " d_model"]:
-    """A layer's attention output bias b_O [d_model] (zeros for a Bridge over a model without one)."""
-    b_o = getattr(attn, "b_O", None)
-    return b_o if b_o is not None else torch.zeros(d_model, dtype=like.dtype, device=like.device)
 
 
 def check_decomposable(model: HookedTransformer, what: str) -> None:
@@ -312,7 +306,7 @@ def dla(model: HookedTransformer, tokens=None, pos=None, answer=None, wrong=None
         attn = model.blocks[lay].attn
         z = cache[get_act_name("z", lay)][rows, at_pos]  # [batch, head, d_head]
         parts.append(einsum(z, attn.W_O, "batch head d_head, head d_head d_model -> batch head d_model"))
-        parts.append(attn_bias(attn, cfg.d_model, z).expand(n, 1, -1))
+        parts.append(out_bias(attn, cfg.d_model, z).expand(n, 1, -1))
         if not cfg.attn_only:
             parts.append(cache[get_act_name("mlp_out", lay)][rows, at_pos][:, None])
     resid = torch.cat(parts, 1)  # [batch, component, d_model]

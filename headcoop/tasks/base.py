@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
+from headcoop.bridge import require_model
 from headcoop.tl import HookedTransformer, HookedTransformerConfig
 
 from headcoop.checks import check_device, check_finite, check_int, check_seed
@@ -221,8 +222,6 @@ class Task(ABC):
     def check_model(self, model: HookedTransformer, what: str = "this task") -> HookedTransformer:
         """`model` when its vocabulary and context fit this task; ValueError naming both otherwise
         (a SkipPair task on a Count01 model, say)."""
-        from headcoop.analysis.common import require_model  # the analyses import the tasks: import here
-
         require_model(model, what)
         cfg = model.cfg
         if cfg.d_vocab != self.d_vocab or cfg.d_vocab_out != self.d_vocab or cfg.n_ctx < self.n_ctx:

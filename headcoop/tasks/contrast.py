@@ -27,6 +27,7 @@ from typing import Any
 import torch
 from jaxtyping import Int
 from torch import Tensor
+from headcoop.bridge import require_model
 from headcoop.tl import HookedTransformer, HookedTransformerConfig
 
 from headcoop.checks import check_int, check_seed
@@ -175,8 +176,6 @@ class Contrast(Task):
         return [self.vocab[i] if self.vocab else str(i) for i in torch.as_tensor(ids).tolist()]
 
     def check_model(self, model: HookedTransformer, what: str = "this task") -> HookedTransformer:
-        from headcoop.analysis.common import require_model  # the analyses import the tasks: import here
-
         require_model(model, what)
         cfg = model.cfg
         if self._max_id >= min(cfg.d_vocab, cfg.d_vocab_out) or self.n_ctx > cfg.n_ctx:
