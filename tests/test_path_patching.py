@@ -41,6 +41,48 @@ def reference_edge(model, clean, corrupt, metric, sender, receiver, via):
 
 
 @torch.no_grad()
+def canonical_edge(model, clean, corrupt, metric, sender, receiver, via):
+    """Canonical two-step path patching, written here in plain TransformerLens with every installed hook on:
+    (1) run corrupt with the sender's z from clean, every other z and MLP output frozen at corrupt's, and read
+    the residual stream entering the receiver's layer; (2) run corrupt with the receiver's split `via` input
+    set to it and its ln1 scale frozen at corrupt's. Without hooks it equals `reference_edge`."""
+    (a, i), (b, j) = sender, receiver
+    _, src = model.run_with_cache(clean)
+    _, tgt = model.run_with_cache(corrupt)
+    hooks = []
+    for lay in range(model.cfg.n_layers):
+        z = tgt[f"blocks.{lay}.attn.hook_z"].clone()
+        if lay == a:
+            z[:, :, i] = src[f"blocks.{a}.attn.hook_z"][:, :, i]
+        hooks.append((f"blocks.{lay}.attn.hook_z", lambda x, hook, z=z: z))
+        if f"blocks.{lay}.hook_mlp_out" in tgt.cache_dict:
+            hooks.append((f"blocks.{lay}.hook_mlp_out", lambda x, hook, v=tgt[f"blocks.{lay}.hook_mlp_out"]: v))
+    with model.hooks(fwd_hooks=hooks):
+        _, step_one = model.run_with_cache(corrupt, names_filter=f"blocks.{b}.hook_resid_pre")
+    resid = step_one[f"blocks.{b}.hook_resid_pre"]
+    model.set_use_split_qkv_input(True)
+    try:
+        def put(x, hook):
+            x = x.clone()
+            x[:, :, j] = resid
+            return x
+
+        hooks = [(f"blocks.{b}.hook_{via}_input", put)]
+        if model.cfg.normalization_type is not None:
+            frozen = tgt[f"blocks.{b}.ln1.hook_scale"]
+
+            def scale(s, hook):
+                s = s.clone()
+                s[:, :, j] = frozen
+                return s
+
+            hooks.append((f"blocks.{b}.ln1.hook_scale", scale))
+        return float(metric(model.run_with_hooks(corrupt, fwd_hooks=hooks)))
+    finally:
+        model.set_use_split_qkv_input(False)
+
+
+@torch.no_grad()
 def reference_direct(model, clean, corrupt, metric, sender):
     a, i = sender
     _, src = model.run_with_cache(clean)
@@ -99,6 +141,40 @@ def test_inside_an_ablation_the_hooks_are_honoured():
                                receivers=["L2H1"], direct=False)  # fmt: skip
         for (_, _, via), value in result.values.items():
             assert value == pytest.approx(reference_edge(model, clean, corrupt, metric, (0, 0), (2, 1), via), abs=1e-5)
+
+
+@pytest.mark.parametrize("point", ["blocks.0.hook_attn_out", "blocks.0.hook_resid_post", "blocks.1.hook_resid_pre",
+                                   "blocks.1.hook_resid_mid", "blocks.1.hook_mlp_out", "blocks.2.hook_resid_pre"])
+def test_a_hook_between_sender_and_receiver_acts_on_the_senders_change(point):
+    """A hook that is part of the model (a scaled attn_out, a steering vector on the residual stream) changes
+    what reaches the receiver: every edge equals canonical two-step path patching with the hook on, which here
+    differs from adding the sender's raw change (so the test can fail), and `method` names the hook. A hook on
+an MLP's output is not on the path (MLPs are frozen at the target in step one): no difference there."""
+    model = attn_only_2l_like(seed=2, n_layers=3, attn_only=False, d_mlp=16, act_fn="gelu",
+                              positional_embedding_type="standard")  # fmt: skip
+    with torch.no_grad():
+        for block in model.blocks:
+            block.attn.W_O.mul_(3.0)
+    gen = torch.Generator().manual_seed(0)
+    clean = torch.randint(0, model.cfg.d_vocab, (6, 8), generator=gen)
+    corrupt = clean.flip(0)
+
+    def metric(logits):
+        return logits[:, -1, 4].mean() - logits[:, -1, 7].mean()
+
+    model.add_hook(point, lambda x, hook: x * 1.5 + 0.05)
+    try:
+        result = hc.path_patch(model, clean=clean, corrupt=corrupt, metric=metric, senders=["L0H1"],
+                               receivers=["L2H3"], direct=False)  # fmt: skip
+        moved = 0.0
+        for (_, _, via), value in result.values.items():
+            want = canonical_edge(model, clean, corrupt, metric, (0, 1), (2, 3), via)
+            assert value == pytest.approx(want, abs=1e-5, rel=1e-5), via
+            moved = max(moved, abs(want - reference_edge(model, clean, corrupt, metric, (0, 1), (2, 3), via)))
+        assert moved < 1e-5 if "mlp_out" in point else moved > 5e-4, moved
+        assert "canonical two-step" in result.method and point in result.method
+    finally:
+        model.reset_hooks(including_permanent=True)
 
 
 def test_bad_input():

@@ -58,10 +58,10 @@ def metric_of(model):
 
 
 def reference_path_edge(model, clean, corrupt, metric, sender, receiver, via):
-    """One forward pass per edge through TransformerLens's split q/k/v inputs (as tests/test_path_patching)."""
-    from test_path_patching import reference_edge
+    """Canonical two-step path patching with the user's hook on (tests/test_path_patching.canonical_edge)."""
+    from test_path_patching import canonical_edge
 
-    return reference_edge(model, clean, corrupt, metric, sender, receiver, via)
+    return canonical_edge(model, clean, corrupt, metric, sender, receiver, via)
 
 
 @pytest.mark.parametrize("shape, point", CASES, ids=[f"{s}:{p}" for s, p in CASES])

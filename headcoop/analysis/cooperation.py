@@ -64,6 +64,7 @@ from headcoop.tl import HookedTransformer
 from headcoop.analysis.ablation import ablate
 from headcoop.analysis.coalitions import CoalitionGame
 from headcoop.analysis.common import check_choice, parse_heads, require_model, require_task
+from headcoop.bridge import user_hooks
 from headcoop.analysis.estimators import HeadGame, top_interactions
 from headcoop.analysis.interactions import interactions
 from headcoop.analysis.vocabulary import ABLATION_HOWS, METRIC_NAMES, AblationHow, MetricName, head_name
@@ -253,17 +254,24 @@ def _additive_by_construction(model: HookedTransformer, metric: str, a: tuple[in
 ALL_PAIRS_UP_TO = 32  # heads: per-input evidence for every pair up to here (496 pairs, 2 coalitions each)
 
 
-def _head_dla(model, tokens, pos, answer, wrong) -> tuple[Tensor, Tensor] | None:
+def _head_dla(model, tokens, pos, answer, wrong) -> tuple[Tensor, Tensor] | str:
     """(per-head DLA [batch, layer, head, vocab], on ld [batch, layer, head]) of the current model (hooks
-    included), or None where the model's architecture has no exact decomposition (`check_decomposable`);
-    any other failure of `hc.dla` is raised."""
+    included), or why there is none: the model's architecture has no exact decomposition
+    (`check_decomposable`), or hooks installed on the model change the forward pass after the heads (their
+    outputs would no longer sum to the logits); any other failure of `hc.dla` is raised."""
     from headcoop.analysis.dla import check_decomposable, dla
 
     try:
         check_decomposable(model, "cooperation's direct effects")
     except ValueError:
-        return None
-    result = dla(model, tokens, pos=pos)
+        return "no exact DLA for this model"
+    hooks = user_hooks(model)
+    try:
+        result = dla(model, tokens, pos=pos)
+    except ValueError as err:
+        if hooks and "hooks installed" in str(err):
+            return f"the hooks installed at {', '.join(hooks[:4])} make DLA inexact"
+        raise
     heads = result.heads().double()  # [batch, layer, head, vocab]
     rows = torch.arange(len(answer))
     answer = answer.to(heads.device)
@@ -380,6 +388,8 @@ def cooperation(
     tau_ld = threshold * float((ld[0] - ld[1]).abs().mean()) / k
     tau_m = threshold * max(float((values[0] - values[1]).abs().mean()), 1e-12) * 2 / k
     dla_full = _head_dla(model, batch.tokens, pos, answer, wrong)
+    no_dla = dla_full if isinstance(dla_full, str) else None
+    dla_full = None if no_dla else dla_full
 
     # --- heads: roles, self-repair, compensation
     rows = []
@@ -459,7 +469,7 @@ def cooperation(
                        roles=roles, mechanism=overall, shares=shares, metric=metric, how=how,
                        method=f"{len(masks)} coalitions per input; {game.method}"
                               + pairs_note
-                              + ("" if dla_full is not None else "; no direct effects (no exact DLA for this model)"),
+                              + ("" if no_dla is None else f"; no direct effects ({no_dla})"),
                        threshold=threshold, v_full=float(values[0].mean()), v_empty=float(values[1].mean()),
                        input_class=torch.stack(input_class),
                        input_superposed=torch.stack(input_superposed))  # fmt: skip

@@ -329,16 +329,18 @@ def hooks_in_the_way(model: HookedTransformer) -> list[str]:
 BRIDGE_STACKED = " (TransformerBridge: every copy runs from the tokens, the Bridge has no start_at_layer)"
 
 
-def method_label(path: Path, fast: str, hooks: list[str], what: str = "copy", model=None) -> str:
+def method_label(path: Path, fast: str, hooks: list[str], what: str = "copy", model=None,
+                 reference: str | None = None) -> str:  # fmt: skip
     """The `method` string of a result: the fast path's name (on a Bridge, that its stacked copies run from
-    the tokens), or "reference: one pass per <what>" and why the reference ran (method='reference', or the
-    hooks installed)."""
+    the tokens), or "reference: <reference>" (default "one pass per <what>") and why the reference ran
+    (method='reference', or the hooks installed)."""
     if path != "reference":
         return fast + (BRIDGE_STACKED if path == "stacked" and is_bridge(model) else "")
+    route = reference or f"one pass per {what}"
     if not hooks:
-        return f"reference: one pass per {what} (method='reference')"
+        return f"reference: {route} (method='reference')"
     shown = ", ".join(hooks[:3]) + (f" and {len(hooks) - 3} more" if len(hooks) > 3 else "")
-    return f"reference: one pass per {what} (hooks at {shown})"
+    return f"reference: {route} (hooks at {shown})"
 
 
 @torch.no_grad()

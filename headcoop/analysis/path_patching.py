@@ -12,15 +12,20 @@ with its target scale frozen.
 
 Directions as `hc.patch`: "denoise" runs the corrupt input with clean sender outputs, "noise" the reverse.
 Edges of one receiver layer run stacked (one pass over many copies of the target batch, started at that
-layer). The slow reference beside it (`method="reference"`: `reference_edge`, `reference_direct`) runs one
-forward pass per edge through TransformerLens's split q/k/v inputs with the receiver's scale hooked; it is
-also the path taken whenever any hook is installed on the model (the user's own, `hc.ablate`'s, ...), so
-the patch is applied at the receiver's input and every hook acts on what follows, as in the reference.
+layer). The slow reference beside it (`method="reference"`: `reference_edge`, `reference_direct`) is
+canonical two-step path patching (Wang et al. 2022): the target run with the sender patched and every other
+head and MLP frozen at the target, then the receiver's q, k or v from that run's residual stream (ln1 at the
+target's scale). Without hooks the two agree (the residual stream entering layer b is then exactly the
+target's plus delta_A). Whenever any hook is installed on the model (the user's own, `hc.ablate`'s, ...) the
+reference is the path taken: a hook between sender and receiver (a scaled attn_out, a steering vector on the
+residual stream) then acts on the sender's change as it does in the model, and a hook on the receiver's
+ln1, q, k or v acts on its patched input; `method` names the hooks.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections import OrderedDict
 
 import numpy as np
 import pandas as pd
@@ -172,79 +177,87 @@ def _last_layer_rows(model, layer, q, k, v, heads, target_cache, target_logits, 
 
 
 @torch.no_grad()
-def reference_edge(model: HookedTransformer, target_tokens, target_cache, delta: Tensor, receiver, via: str,
+def reference_edge(model: HookedTransformer, target_tokens, target_cache, source_cache, sender, receiver, via: str,
                    metric) -> float:  # fmt: skip
-    """The slow, obviously-correct value of one edge: one forward pass of the target tokens with
-    TransformerLens's split q/k/v inputs, the receiver head's `via` input set to the target's resid_pre plus
-    the sender's change `delta` [batch, pos, d_model], and its ln1 scale held at the target run's. Every
-    hook installed on the model acts as in any forward pass."""
-    logits = _edge_logits(model, target_tokens, target_cache, delta, receiver, via)
+    """The slow, obviously-correct value of one edge by canonical two-step path patching, every installed
+    hook acting as in any forward pass: (1) the target run with the sender's z from the source and every
+    other head's z and every MLP's output frozen at the target's (`sender_run`); (2) the target run with
+    the receiver head's `via` activation set to what that head computes from step 1's residual stream
+    entering its layer, through ln1 with the target run's scale (`_edge_logits`). Without hooks this equals
+    the module docstring's definition (the target's resid_pre plus the sender's change)."""
+    logits = _edge_logits(model, target_tokens, target_cache, sender_run(model, target_tokens, target_cache,
+                                                                          source_cache, sender), receiver, via)  # fmt: skip
     return float(check_metric_value(metric(logits), "metric"))
 
 
-def _edge_logits(model, target_tokens, target_cache, delta, receiver, via) -> Tensor:
-    """The logits [batch, pos, vocab] of `reference_edge`'s forward pass."""
+@torch.no_grad()
+def sender_run(model, target_tokens, target_cache, source_cache, sender) -> dict[str, Tensor]:
+    """Step one of canonical path patching: the target run with sender (layer, head)'s z from `source_cache`,
+    every other head's z and every MLP's output held at `target_cache`'s (hooks appended after any installed
+    hook, so a hook on the path acts on the sender's change as in the model). Returns the residual stream
+    entering every later layer and leaving the last ({hook name: [batch, pos, d_model]})."""
+    a, i = sender
+    n_layers = model.cfg.n_layers
+    hooks = []
+    for lay in range(n_layers):
+        z_name = get_act_name("z", lay)
+        frozen_z = target_cache[z_name].clone()
+        if lay == a:
+            frozen_z[:, :, i] = source_cache[z_name][:, :, i]
+        hooks.append((z_name, lambda x, hook, v=frozen_z: v.to(x)))
+        mlp_name = get_act_name("mlp_out", lay)
+        if mlp_name in target_cache.cache_dict:
+            hooks.append((mlp_name, lambda x, hook, v=target_cache[mlp_name]: v.to(x)))
+    wanted = [get_act_name("resid_pre", lay) for lay in range(a + 1, n_layers)] + [get_act_name("resid_post", n_layers - 1)]
+    captured: dict[str, Tensor] = {}
+    for name in wanted:
+        hooks.append((name, lambda x, hook, name=name: captured.__setitem__(name, x.detach().clone())))
+    model.run_with_hooks(target_tokens, fwd_hooks=hooks)
+    return captured
+
+
+def _edge_logits(model, target_tokens, target_cache, resid: dict, receiver, via) -> Tensor:
+    """Step two of canonical path patching, logits [batch, pos, vocab]: one pass of the target tokens up to
+    the receiver's layer with its resid_pre set to step one's (`resid`, from `sender_run`) and ln1's scale at
+    the target's, reading the receiver head's `via` activation after every hook there; then one pass of the
+    target tokens with that head's `via` activation set to it. The same on a HookedTransformer and a
+    TransformerBridge (whose q/k/v inputs are shared by all heads), and every hook on ln1, q, k or v acts."""
     layer, head = receiver
-    resid = target_cache[get_act_name("resid_pre", layer)]
-
-    def add(x, hook):
-        x = x.clone()
-        x[:, :, head] = resid + delta
-        return x
-
-    if is_bridge(model):  # a Bridge's split q/k/v input is not per head: recompute the receiver's input
-        return model.run_with_hooks(target_tokens, fwd_hooks=[_bridge_edge_hook(model, target_cache, delta, receiver, via)])
-    hooks = [(f"blocks.{layer}.hook_{via}_input", add)]
+    name = get_act_name(via, layer)
+    resid_name = get_act_name("resid_pre", layer)
+    read: dict[str, Tensor] = {}
+    hooks = [(resid_name, lambda x, hook: resid[resid_name].to(x))]
     scale = target_cache.cache_dict.get(f"blocks.{layer}.ln1.hook_scale")
     if scale is not None:
-        def frozen(s, hook):
-            s = s.clone()
-            s[:, :, head] = scale
-            return s
+        hooks.append((f"blocks.{layer}.ln1.hook_scale", lambda s, hook: scale.to(s)))
+    hooks.append((name, lambda x, hook: read.__setitem__("value", x[:, :, head].detach().clone())))
+    model.run_with_hooks(target_tokens, fwd_hooks=hooks, stop_at_layer=layer + 1)
 
-        hooks.append((f"blocks.{layer}.ln1.hook_scale", frozen))
-    split = model.cfg.use_split_qkv_input
-    model.set_use_split_qkv_input(True)
-    try:
-        return model.run_with_hooks(target_tokens, fwd_hooks=hooks)
-    finally:
-        model.set_use_split_qkv_input(split)
+    def receive(x, hook):
+        x = x.clone()
+        x[:, :, head] = read["value"].to(x)
+        return x
 
-
-def _bridge_edge_hook(model, target_cache, delta, receiver, via):
-    """The hook of one edge on a TransformerBridge: the receiver head's q, k or v recomputed from the target's
-    resid_pre plus the sender's change, through ln1 with the target run's scale. (The Bridge's
-    hook_{q,k,v}_input hold one input shared by every head, measured: adding to one head's slice moves every
-    head's q, k and v, so TransformerLens's per-head split input is not available there.)"""
-    layer, head = receiver
-    block = model.blocks[layer]
-    resid = target_cache[get_act_name("resid_pre", layer)]
-    scale = target_cache.cache_dict.get(f"blocks.{layer}.ln1.hook_scale")
-    x = _frozen_norm(block.ln1, resid + delta, scale) if scale is not None else resid + delta
-    value = x @ head_weight(block.attn, f"W_{via.upper()}", model.cfg)[head] + head_weight(block.attn, f"b_{via.upper()}", model.cfg)[head]
-
-    def hook(act, hook):
-        act = act.clone()
-        act[:, :, head] = value.to(act)
-        return act
-
-    return get_act_name(via, layer), hook
+    return model.run_with_hooks(target_tokens, fwd_hooks=[(name, receive)])
 
 
 @torch.no_grad()
-def reference_direct(model: HookedTransformer, target_tokens, target_cache, delta: Tensor, metric) -> float:
-    """The slow value of a sender's direct path: one forward pass of the target tokens with `delta` added to
-    the last layer's output and the final norm's scale held at the target run's."""
-    return float(check_metric_value(metric(_direct_logits(model, target_tokens, target_cache, delta)), "metric"))
+def reference_direct(model: HookedTransformer, target_tokens, target_cache, source_cache, sender, metric) -> float:
+    """The slow value of a sender's direct path by canonical path patching: step one as `reference_edge`,
+    then the target run with the last layer's output set to step one's and the final norm's scale held at
+    the target run's."""
+    logits = _direct_logits(model, target_tokens, target_cache, sender_run(model, target_tokens, target_cache,
+                                                                            source_cache, sender))  # fmt: skip
+    return float(check_metric_value(metric(logits), "metric"))
 
 
-def _direct_logits(model, target_tokens, target_cache, delta) -> Tensor:
-    """The logits [batch, pos, vocab] of `reference_direct`'s forward pass."""
-    last = model.cfg.n_layers - 1
-    hooks = [(get_act_name("resid_post", last), lambda x, hook: x + delta)]
+def _direct_logits(model, target_tokens, target_cache, resid: dict) -> Tensor:
+    """The logits [batch, pos, vocab] of `reference_direct`'s second pass."""
+    name = get_act_name("resid_post", model.cfg.n_layers - 1)
+    hooks = [(name, lambda x, hook: resid[name].to(x))]
     scale = target_cache.cache_dict.get("ln_final.hook_scale")
     if scale is not None:
-        hooks.append(("ln_final.hook_scale", lambda s, hook: scale))
+        hooks.append(("ln_final.hook_scale", lambda s, hook: scale.to(s)))
     return model.run_with_hooks(target_tokens, fwd_hooks=hooks)
 
 
@@ -321,11 +334,14 @@ def path_patch(
             f"sender (last in layer {last_sender}); a head cannot path-patch a head of its own or an earlier layer"
         )
     edges += [(s, "logits", "direct") for s in senders] if direct else []
-    values = evaluate(target, _path_copies(model, edges, deltas, target), path, memory_budget_mb).tolist()
+    values = evaluate(target, _path_copies(model, edges, deltas, target, source_cache), path, memory_budget_mb).tolist()
     out = {(head_name(*s), r if r == "logits" else head_name(*r), v): x for (s, r, v), x in zip(edges, values)}
     fast = "stacked copies from the receiver's layer" + (" (receiver head only)" if path == "local" else "")
     return PathPatchResult(values=out, clean_value=clean_value, corrupt_value=corrupt_value, direction=direction,
-                           assumptions=_assumptions(cfg), method=method_label(path, fast, hooks, "edge", model))  # fmt: skip
+                           assumptions=_assumptions(cfg), method=method_label(path, fast, hooks, "edge", model, reference=CANONICAL))  # fmt: skip
+
+
+CANONICAL = "canonical two-step path patching per edge (sender patched, other heads and MLPs frozen; then the receiver)"
 
 
 def _receiver_only(model: HookedTransformer) -> bool:
@@ -334,7 +350,7 @@ def _receiver_only(model: HookedTransformer) -> bool:
     return suffix.supported(model) and model.cfg.positional_embedding_type != "rotary"
 
 
-def _path_copies(model, edges: list, deltas: dict, target: Target) -> Copies:
+def _path_copies(model, edges: list, deltas: dict, target: Target, source_cache) -> Copies:
     """The specification of a path-patching sweep for the engine: copy i is edge i (sender, receiver, via),
     the first layer it changes the receiver's (n_layers for a direct path); edges sorted by that layer."""
     n_layers = model.cfg.n_layers
@@ -385,11 +401,17 @@ def _path_copies(model, edges: list, deltas: dict, target: Target) -> Copies:
             hooks.append((get_act_name(v, lay), hook))
         return hooks
 
+    step_one: OrderedDict = OrderedDict()  # sender -> its step-one residual streams, the 16 latest kept
+
     def reference(i: int) -> Tensor:
         sender, receiver, v = edges[i]
+        if sender not in step_one:
+            step_one[sender] = sender_run(model, target.tokens, target.cache, source_cache, sender)
+            if len(step_one) > 16:
+                step_one.popitem(last=False)
         if receiver == "logits":
-            return _direct_logits(model, target.tokens, target.cache, deltas[sender])
-        return _edge_logits(model, target.tokens, target.cache, deltas[sender], receiver, v)
+            return _direct_logits(model, target.tokens, target.cache, step_one[sender])
+        return _edge_logits(model, target.tokens, target.cache, step_one[sender], receiver, v)
 
     return Copies(layers=layers, setter=setter, reference=reference, local=local)
 
