@@ -167,16 +167,23 @@ def test_clopper_pearson_matches_scipy():
         assert (low, high) == pytest.approx((want_low, want_high), abs=1e-6)
 
 
-def test_graddrop_ranks_by_the_layers_dropped_one_at_a_time():
-    """On a two-layer model AtP*'s score is the mean over blocks of |estimate with that block's gradient
-    dropped| (its definition, recomputed here from hooks), not |estimate|."""
-    model = build("gelu-LN")
+@pytest.mark.parametrize("n_layers", [2, 3])
+@pytest.mark.parametrize("component", ["z", "v", "attn_out", "mlp_out", "resid_pre"])
+def test_graddrop_ranks_by_the_layers_dropped_one_at_a_time(component, n_layers):
+    """AtP*'s score, hand-computed for every component kind: the larger of |estimate| and the sum over blocks
+    of |estimate with that block's output detached| / (L - 1), here from plain hooks (`detach` on the block's
+    attn_out and mlp_out). A last-block node scores exactly |AtP| (measured before the fix: attn_out and
+    mlp_out scored L/(L-1) |AtP|, their gradient hook skipped), and no node scores below |AtP|."""
+    model = build("gelu-LN") if n_layers == 2 else _three_layers()
     clean, corrupt = _inputs()
-    star = hc.attribute(model, clean=clean, corrupt=corrupt, metric=_metric, component="v", method="atp*", verify=0, sample=0)
+    star = hc.attribute(model, clean=clean, corrupt=corrupt, metric=_metric, component=component, method="atp*",
+                        verify=0, sample=0)  # fmt: skip
     assert any("GradDrop" in a for a in star.assumptions)
     _, cache = model.run_with_cache(clean)
-    manual = []
-    for drop in range(2):
+    names = [f"blocks.{lay}.attn.hook_{component}" if component in ("z", "v") else f"blocks.{lay}.hook_{component}"
+             for lay in range(n_layers)]  # fmt: skip
+
+    def estimate(drop):
         acts = {}
 
         def keep(act, hook):
@@ -187,15 +194,39 @@ def test_graddrop_ranks_by_the_layers_dropped_one_at_a_time():
         def stop(act, hook):
             return act.detach()  # no gradient through this block's output
 
-        hooks = [(f"blocks.{lay}.attn.hook_v", keep) for lay in range(2)]
-        hooks += [(f"blocks.{drop}.hook_attn_out", stop), (f"blocks.{drop}.hook_mlp_out", stop)]
+        hooks = [("blocks.0.hook_resid_pre", lambda x, hook: x.detach().requires_grad_(True))]
+        hooks += [(name, keep) for name in names]
+        if drop is not None:
+            hooks += [(f"blocks.{drop}.hook_attn_out", stop), (f"blocks.{drop}.hook_mlp_out", stop)]
         _metric(model.run_with_hooks(corrupt, fwd_hooks=hooks)).backward()
-        est = torch.stack([((cache[f"blocks.{lay}.attn.hook_v"] - acts[f"blocks.{lay}.attn.hook_v"].detach())
-                            * (acts[f"blocks.{lay}.attn.hook_v"].grad if acts[f"blocks.{lay}.attn.hook_v"].grad is not None
-                               else torch.zeros_like(acts[f"blocks.{lay}.attn.hook_v"]))).sum(-1).sum(0)
-                           for lay in range(2)])  # fmt: skip
-        manual.append(est.abs())
-    torch.testing.assert_close(star.score, sum(manual) / 1, atol=1e-5, rtol=1e-4)
+        out = []
+        for name in names:
+            grad = acts[name].grad if acts[name].grad is not None else torch.zeros_like(acts[name])
+            out.append(((cache[name] - acts[name].detach()) * grad).sum(-1).sum(0))
+        return torch.stack(out)
+
+    plain = estimate(None)
+    dropped = sum(estimate(drop).abs() for drop in range(n_layers)) / (n_layers - 1)
+    torch.testing.assert_close(star.values - star.target_value, plain, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(star.score, torch.maximum(dropped, plain.abs()), atol=1e-5, rtol=1e-4)
+    if component != "resid_pre":  # a last-block output: no dropped block lies on its path, so exactly |AtP|
+        torch.testing.assert_close(star.score[-1], plain[-1].abs(), atol=1e-5, rtol=1e-4)
+
+
+def _three_layers():
+    cfg = HookedTransformerConfig(n_layers=3, d_model=16, d_head=4, n_heads=4, d_mlp=32, n_ctx=N_CTX, d_vocab=VOCAB,
+                                  act_fn="gelu", normalization_type="LN", seed=0)  # fmt: skip
+    return HookedTransformer(cfg)
+
+
+def test_graddrop_does_not_sink_a_node_whose_effect_runs_through_a_later_block():
+    """A layer-0 head read only by layer 1 of a two-layer model: every dropped term is 0, so GradDrop alone
+    would rank it last; its score is |estimate| (module docstring)."""
+    model = build("gelu-LN")
+    clean, corrupt = _inputs()
+    star = hc.attribute(model, clean=clean, corrupt=corrupt, metric=_metric, component="z", method="atp*", verify=0, sample=0)
+    plain = hc.attribute(model, clean=clean, corrupt=corrupt, metric=_metric, component="z", method="atp", verify=0, sample=0)
+    assert bool((star.score >= plain.score - 1e-6).all())
 
 
 def test_user_hooks_are_honoured_by_the_verification():

@@ -17,7 +17,10 @@ corrupt with clean activations, "noise" the reverse):
   *GradDrop*: the ranking score is ``1/(L-1) sum_l |estimate with the gradient through layer l's output
   dropped|`` (l over the L blocks; a block's output is its attn_out and mlp_out), so that direct and
   indirect effects that cancel in the plain gradient cannot both vanish. GradDrop is a magnitude: the signed
-  estimate (``values``) is the QK-fixed one; the ranking (``score``) is GradDrop's. A one-layer model has
+  estimate (``values``) is the QK-fixed one; the ranking (``score``) is the larger of GradDrop's and
+  |estimate|: GradDrop guards against cancellation, and a node whose whole effect runs through one later
+  block (a layer-0 head read by layer 1 of a two-layer model) has every dropped term 0 and would otherwise
+  rank last with a true effect of the whole gap. A one-layer model has
   nothing to drop: there the score is |estimate|, as the result's ``assumptions`` says.
 - ``"ig"`` (integrated gradients along the corrupt-clean path, as EAP-IG, Hanna et al. 2024): the input
   residual stream moves from the target's to the source's in ``steps`` midpoint steps; the gradients at each
@@ -221,6 +224,22 @@ class AttributionResult(Displayed):
 
 
 # --- the passes ---------------------------------------------------------------------------------------
+class _Gate(torch.autograd.Function):
+    """Identity forward; backward zeroes the gradient while state["layer"] == layer (GradDrop). A new node in
+    the graph, so a kept activation at the same hook (attn_out, mlp_out) receives its gradient through the
+    gate: a tensor hook on the kept tensor itself is skipped by autograd.grad when something further upstream
+    is also requested (measured: last-block attn_out/mlp_out scored L/(L-1) |AtP|)."""
+
+    @staticmethod
+    def forward(ctx, act, state, layer):
+        ctx.state, ctx.layer = state, layer
+        return act.view_as(act)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return (torch.zeros_like(grad) if ctx.state["layer"] == ctx.layer else grad), None, None
+
+
 def _run(model, tokens, names: list[str], start=None, graddrop: dict | None = None):
     """One forward pass of `tokens` with the activations `names` kept in the graph (in order), and
     (`start`: a function of the input residual stream) the input residual stream replaced. graddrop:
@@ -238,10 +257,8 @@ def _run(model, tokens, names: list[str], start=None, graddrop: dict | None = No
     hooks = [("blocks.0.hook_resid_pre", begin)] + [(n, keep) for n in names]
     if graddrop is not None:
         def gate(layer):
-            def fn(act, hook):
-                if act.requires_grad:
-                    act.register_hook(lambda g: torch.zeros_like(g) if graddrop["layer"] == layer else None)
-                return act
+            def fn(act, hook):  # a new tensor downstream: the kept activation's own gradient passes the gate
+                return _Gate.apply(act, graddrop, layer) if act.requires_grad else act
             return fn
         for lay in range(model.cfg.n_layers):
             hooks.append((f"blocks.{lay}.hook_attn_out", gate(lay)))
@@ -489,7 +506,8 @@ def attribute(
         dropped = [estimates(dict(zip(all_names, g))) for g in drop_grads]
         if heads and component not in RESID_COMPONENTS:
             dropped = [d[..., heads] for d in dropped]
-        score = (sum(d.abs() for d in dropped) / (n_layers - 1)).reshape(grid.shape).float().cpu()
+        graddrop_score = (sum(d.abs() for d in dropped) / (n_layers - 1)).reshape(grid.shape).float().cpu()
+        score = torch.maximum(graddrop_score, estimate.abs())  # GradDrop only raises a node (module docstring)
     else:
         score = estimate.abs()
     values = estimate + target_value

@@ -288,7 +288,10 @@ class CoalitionGame:
         parent_of = torch.zeros(len(masks), dtype=torch.long, device=masks.device)  # coalition -> its state
         for layer in range(cfg.n_layers):
             prefix = masks[:, layer_of <= layer]
-            unique, inverse = torch.unique(prefix, dim=0, return_inverse=True)
+            if prefix.shape[1] == 0:  # no player up to this layer: every coalition shares the one state
+                unique, inverse = prefix[:1], torch.zeros(len(masks), dtype=torch.long, device=masks.device)
+            else:
+                unique, inverse = torch.unique(prefix, dim=0, return_inverse=True)
             first = torch.full((len(unique),), len(masks), dtype=torch.long, device=masks.device)
             first = first.scatter_reduce(0, inverse, torch.arange(len(masks), device=masks.device), "amin")
             x = states[parent_of[first]]  # [state, batch, pos, d_model]

@@ -49,9 +49,9 @@ from headcoop.analysis.coalitions import CoalitionGame, all_masks, shapley_weigh
 from headcoop.analysis.vocabulary import AblationHow, head_name
 from headcoop.analysis.common import check_choice, parse_heads, require_model
 from headcoop.analysis.estimators import (
-    SHAPLEY_ESTIMATORS, HeadGame, ShapleyEstimator, pair_interactions, permutation_shapley, shapiq_shapley,
-    top_interactions,
-)
+    SHAPLEY_ESTIMATORS, HeadGame, ShapleyEstimator, check_budget, check_estimate, pair_interactions,
+    permutation_shapley, shapiq_shapley, top_interactions,
+)  # fmt: skip
 from headcoop.checks import check_finite, check_float, check_int, check_seed
 from headcoop.plot import Displayed
 
@@ -207,7 +207,11 @@ def interactions(
              antithetic permutations: stops when every
              standard error is below target_se * |v(all) - v(none)|, or at `budget` coalitions, default
              max_permutations * (n + 1)), or shapiq's "kernelshap", "svarm" or "permutation-shapiq" at `budget`
-             coalitions (default 20,000) split into `repeats` runs whose spread gives the standard error.
+             coalitions (default 20,000) split into `repeats` runs whose spread gives the standard error;
+             each run needs at least 4n + 2 coalitions (ValueError below, naming the budget that would do).
+             A budget of 2^n coalitions or more enumerates them exactly instead (the method says so). An
+             estimate whose value or standard error exceeds the game's range, or whose sum misses
+             v(all) - v(none) by more, is a ValueError, not a result.
     top_pairs: how many pairs get an interaction index: shapiq's SVARM-IQ ranks every pair at `screen_budget`
              coalitions (default max(2,000, 20 n)), and the top_pairs strongest are estimated again from
              `pair_samples` draws each, with a standard error; other pairs are NaN, their verdict "not
@@ -236,6 +240,10 @@ def interactions(
     if method not in ("auto", "exact", "sampled"):
         raise ValueError(f"unknown method {method!r}; valid values are ['auto', 'exact', 'sampled']")
     exact = method == "exact" or (method == "auto" and n <= max_exact)
+    capped = not exact and budget is not None and n <= 24 and budget >= 2**n
+    exact = exact or capped  # a budget of every coalition or more: enumerate them (the repr says so)
+    if not exact and estimator != "permutation":
+        check_budget(n, budget if budget is not None else 20_000, repeats)
     if exact and n > 24:
         raise ValueError(f"method='exact' with {n} heads would enumerate {2**n:,} coalitions; use method='sampled'")
     game = CoalitionGame(model, players, tokens=tokens, metric=metric, how=how, reference=reference, seed=seed,
@@ -249,6 +257,8 @@ def interactions(
         shapley, inter = exact_shapley(values, n)
         se = torch.zeros(n, dtype=torch.float64)
         how_computed = f"exact over {2**n:,} coalitions; {game.method}"
+        if capped:
+            how_computed = f"budget {budget:,} >= 2^{n} coalitions, so exact instead of sampled: " + how_computed
         ablation = _ablation_interaction(game, n, list(itertools.combinations(range(n), 2)))
     else:
         head_game = HeadGame(game)
@@ -257,6 +267,7 @@ def interactions(
             shapley, se, _ = permutation_shapley(head_game, n, scale, target_se, limit, seed)
         else:
             shapley, se = shapiq_shapley(head_game, estimator, budget if budget is not None else 20_000, repeats, seed)
+        check_estimate(shapley, se, v_full, v_empty, head_game.span, f"hc.interactions (estimator={estimator!r}, budget={budget})")
         shapley_cost = head_game.evaluated
         if top_pairs is None or top_pairs >= n * (n - 1) // 2:
             pairs = list(itertools.combinations(range(n), 2))
