@@ -58,7 +58,8 @@ from headcoop.analysis.vocabulary import (
     ATTRIBUTION_METHODS, COMPONENTS, DIRECTIONS, POSITIONS, RESID_COMPONENTS, AttributionMethod, Component,
     Direction, Positions, head_name, layer_name,
 )  # fmt: skip
-from headcoop.checks import check_bool, check_finite, check_int
+from headcoop.checks import check_bool, check_finite, check_float, check_int
+from headcoop.bridge import require_model
 from headcoop.plot import Displayed
 
 
@@ -140,7 +141,17 @@ class AttributionResult(Displayed):
         Spearman correlation of estimated and exact effects over every cell, recall@k (the share of the exact
         top-k by |effect| among the top-k by score; NaN where a tie at the k-th place leaves the exact top k
         undetermined), and the exact top-k cells the score missed (flat indices)."""
-        values = torch.as_tensor(exact) if isinstance(exact, (Tensor, np.ndarray)) else exact.values
+        if isinstance(exact, (Tensor, np.ndarray)):
+            values = torch.as_tensor(exact)
+        elif isinstance(getattr(exact, "values", None), Tensor):
+            values = exact.values
+        else:
+            raise TypeError(f"compare needs the exact sweep: hc.patch's PatchResult or its values (a tensor of shape "
+                            f"{tuple(self.values.shape)}), got {type(exact).__name__} {exact!r:.60}")  # fmt: skip
+        check_int("k", k, 1)
+        if not bool(torch.isfinite(values).all()):
+            raise ValueError(f"compare: {int((~torch.isfinite(values)).sum())} of the {values.numel()} exact values are "
+                             "NaN or inf; correlations and recall over them mean nothing")  # fmt: skip
         if tuple(values.shape) != tuple(self.values.shape):
             raise ValueError(f"exact values of shape {tuple(values.shape)} do not match this result's {tuple(self.values.shape)}")
         est = self.effect.reshape(-1).double()
@@ -269,7 +280,17 @@ def _run(model, tokens, names: list[str], start=None, graddrop: dict | None = No
 
 
 def _grads(value: Tensor, acts: list[Tensor], retain_graph: bool = False) -> list[Tensor]:
-    """d value / d act for each act (zeros where the value does not depend on it)."""
+    """d value / d act for each act (zeros where the value does not depend on it); ValueError when the
+    metric is not differentiable (argmax accuracy, a Python float) or not finite (logits that overflow)."""
+    if not isinstance(value, Tensor) or not value.requires_grad:
+        raise ValueError(
+            "hc.attribute needs a metric differentiable in the logits (a logit difference, a log-probability); "
+            f"this one returned {value!r} with no gradient (argmax accuracy or a Python number cannot be "
+            "attributed): use hc.patch for it"
+        )
+    if not bool(torch.isfinite(value.detach())):
+        raise ValueError(f"hc.attribute: the metric of the target run is {float(value.detach())}, not finite (do the "
+                         "logits overflow?); no gradient estimate can be made")  # fmt: skip
     g = torch.autograd.grad(value, acts, retain_graph=retain_graph, allow_unused=True)
     return [torch.zeros_like(a) if gi is None else gi for a, gi in zip(acts, g)]
 
@@ -405,7 +426,12 @@ def attribute(
              false-negative bound comes from them.
     Returns an AttributionResult ([layer, pos, head] etc. as PatchResult; `exact` NaN where not verified).
     """
+    require_model(model, "hc.attribute")
     check_finite(model, "hc.attribute")
+    check_float("memory_budget_mb", memory_budget_mb, 0, low_open=True)
+    if torch.is_inference_mode_enabled():
+        raise RuntimeError("hc.attribute needs gradients, which torch.inference_mode() turns off; call it outside "
+                           "that block (torch.no_grad() is fine: hc.attribute turns gradients on itself)")  # fmt: skip
     check_choice("component", component, COMPONENTS)
     check_choice("positions", positions, POSITIONS)
     check_choice("direction", direction, DIRECTIONS)
@@ -510,6 +536,12 @@ def attribute(
         score = torch.maximum(graddrop_score, estimate.abs())  # GradDrop only raises a node (module docstring)
     else:
         score = estimate.abs()
+    bad = int((~torch.isfinite(estimate)).sum() + (~torch.isfinite(score)).sum())
+    if bad or not math.isfinite(source_value):
+        raise ValueError(
+            f"hc.attribute: {bad} estimates or scores are NaN or inf (source metric {source_value}); the model's "
+            "logits or gradients overflow in float32 (check the weights' scale), so no cell can be ranked"
+        )
     values = estimate + target_value
     clean_value, corrupt_value = (source_value, target_value) if direction == "denoise" else (target_value, source_value)
     cost["estimate_s"] = time.perf_counter() - started

@@ -39,7 +39,7 @@ from headcoop.analysis.common import one_head, vocab_labels
 from headcoop.analysis.dla import check_decomposable, output_labels
 from headcoop.analysis.norms import norm_kind
 from headcoop.analysis.vocabulary import head_name
-from headcoop.bridge import apply_rotary, attn_scale, head_weight, is_bridge, w_e, w_pos
+from headcoop.bridge import apply_rotary, attn_scale, head_weight, is_bridge, user_hooks, w_e, w_pos
 from headcoop.tasks.base import check_ids
 
 MAX_TABLE_ENTRIES = 2**27  # a dense table beyond this (0.5 GB of float32) is refused
@@ -333,10 +333,11 @@ def _check_against_cache(model: HookedTransformer, table: QKTable) -> None:
     gap = float((cached[keep] - looked_up[keep]).abs().max()) if keep.any() else 0.0
     tol = (1e-4 if cached.dtype != torch.float64 else 1e-9) * max(1.0, float(cached[keep].abs().max()))
     if gap > tol:
-        raise ValueError(
-            f"qk: the table misses the cached scores of {table.name} by {gap:.3g}: this model's attention computes "
-            "its scores in a way the table does not model"
-        )
+        hooks = user_hooks(model)
+        why = (f"hooks installed at {', '.join(hooks[:4])} change the forward pass the table is read from the "
+               "weights of; remove them (model.reset_hooks()) to read the QK table") if hooks else (
+               "this model's attention computes its scores in a way the table does not model")  # fmt: skip
+        raise ValueError(f"qk: the table misses the cached scores of {table.name} by {gap:.3g}: {why}")
 
 
 @torch.no_grad()

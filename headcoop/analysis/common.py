@@ -45,6 +45,12 @@ def as_tokens(model: HookedTransformer, tokens) -> Int[Tensor, "batch pos"]:
     """
     require_model(model)
     if isinstance(tokens, Batch):
+        out = model.cfg.d_vocab_out if (model.cfg.d_vocab_out or -1) > 0 else model.cfg.d_vocab
+        for name in ("answer", "wrong"):
+            ids = getattr(tokens, name)
+            bad = ids[(ids < 0) | (ids >= out)].tolist()
+            if bad:
+                raise ValueError(f"the batch's {name} ids {bad[:5]} are outside the model's output vocabulary 0..{out - 1}")
         tokens = tokens.tokens
     elif isinstance(tokens, str) or (isinstance(tokens, (list, tuple)) and tokens and isinstance(tokens[0], str)):
         task = require_task(model, "text input")
@@ -53,6 +59,8 @@ def as_tokens(model: HookedTransformer, tokens) -> Int[Tensor, "batch pos"]:
         if len({len(e) for e in encoded}) != 1:
             raise ValueError(f"texts encode to different lengths {[len(e) for e in encoded]}; pass equal-length texts")
         tokens = torch.stack(encoded)
+    if isinstance(tokens, (list, tuple)) and len(tokens) == 0:
+        raise ValueError("tokens are empty ([]); pass at least one sequence of one token (ids, text(s) or a Batch)")
     if not isinstance(tokens, Tensor):
         try:
             tokens = torch.as_tensor(tokens)

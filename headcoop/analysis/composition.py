@@ -23,6 +23,7 @@ from headcoop.tl import HookedTransformer
 from headcoop.analysis.common import check_choice, require_model
 from headcoop.analysis.vocabulary import MODES, Mode, head_name
 from headcoop.bridge import is_bridge
+from headcoop.checks import check_finite
 from headcoop.plot import Displayed
 
 
@@ -95,6 +96,7 @@ def composition(model: HookedTransformer, mode: Mode | None = None) -> Compositi
     """Q-, K- and V-composition scores of every head pair across layers (module docstring); `mode` picks one
     ("Q", "K" or "V"), None all three."""
     require_model(model, "composition")
+    check_finite(model, "hc.composition")
     modes = MODES if mode is None else (check_choice("mode", mode, MODES),)
     scored = model
     assumptions = []

@@ -216,8 +216,17 @@ def superposed_writes(
     if dla_a.shape != dla_b.shape or dla_a.ndim != 2 or answer.shape != dla_a.shape[:1]:
         raise ValueError(f"superposed_writes needs dla_a, dla_b [batch, vocab] and answer [batch], got "
                          f"{tuple(dla_a.shape)}, {tuple(dla_b.shape)} and {tuple(answer.shape)}")  # fmt: skip
+    vocab = dla_a.shape[-1]
+    bad = answer[(answer < 0) | (answer >= vocab)].tolist()
+    if bad:
+        raise ValueError(f"superposed_writes: answer ids {bad[:5]} lie outside the {vocab} outputs of dla_a/dla_b")
     if outputs is not None:
         outputs = torch.as_tensor(outputs, dtype=torch.long, device=dla_a.device)
+        if len(set(outputs.tolist())) != len(outputs):
+            dup = sorted({o for o in outputs.tolist() if outputs.tolist().count(o) > 1})
+            raise ValueError(f"superposed_writes: outputs repeat {dup}; name each output once")
+        if bool(((outputs < 0) | (outputs >= vocab)).any()):
+            raise ValueError(f"superposed_writes: outputs {outputs.tolist()[:10]} must be ids in 0..{vocab - 1}")
         position = torch.full((dla_a.shape[-1],), -1, dtype=torch.long, device=dla_a.device)
         position[outputs] = torch.arange(len(outputs), device=dla_a.device)
         answer = position[answer.to(dla_a.device)]

@@ -138,7 +138,13 @@ def set_attention(
     if weights is not None:
         if others != 0.0:
             raise ValueError("others= only applies with tokens=")
-        weights = torch.as_tensor(weights, dtype=torch.float32)
+        if isinstance(weights, (str, bytes, dict)):
+            raise TypeError(f"weights must be a tensor of relative weights ([key], [query, key] or [batch, query, key]), "
+                            f"got {weights!r:.40}; for uniform attention pass torch.ones(n_keys)")  # fmt: skip
+        try:
+            weights = torch.as_tensor(weights, dtype=torch.float32)
+        except (TypeError, ValueError, RuntimeError) as err:
+            raise TypeError(f"weights must be a tensor of relative weights, got {type(weights).__name__} ({err})") from None
         if weights.ndim not in (1, 2, 3):
             raise ValueError(
                 f"weights must have shape [key], [query, key] or [batch, query, key], got {tuple(weights.shape)}"

@@ -379,7 +379,13 @@ def probe(
             raise ValueError("labels are required unless tokens is a Batch (whose labels are used)")
         labels = tokens.labels
     features, names, layers, heads = probe_features(model, tokens, site=site, head=head, layer=layer, pos=pos)
-    labels = torch.as_tensor(labels).cpu()
+    if isinstance(labels, (list, tuple)) and any(isinstance(x, str) for x in labels):
+        raise TypeError(f"labels must be integer class ids, got strings such as {next(x for x in labels if isinstance(x, str))!r}; "
+                        "map them to ids first, e.g. [classes.index(x) for x in labels]")  # fmt: skip
+    try:
+        labels = torch.as_tensor(labels).cpu()
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise TypeError(f"labels must be a [batch] vector of integer class ids, got {type(labels).__name__} ({err})") from None
     if labels.ndim != 1:
         raise ValueError(f"labels must be a [batch] vector, got shape {tuple(labels.shape)}")
     if labels.dtype.is_floating_point:

@@ -88,9 +88,20 @@ class Batch:
         fields = {"answer": answer, "wrong": wrong}
         for name, value in fields.items():
             value = torch.as_tensor(value).to(tokens.device)
+            if value.dtype == torch.bool:
+                raise TypeError(f"{name} must be integer token ids, got booleans {value.tolist()}")
             if value.ndim != 1 or len(value) != n or value.dtype.is_floating_point:
                 raise ValueError(f"{name} must be [{n}] integer token ids (one per input), got shape {tuple(value.shape)}")
+            if bool((value < 0).any()):
+                raise ValueError(f"{name} holds negative token ids: {value[value < 0].tolist()[:5]}")
             fields[name] = value.long()
+        same = (fields["answer"] == fields["wrong"]).nonzero().flatten().tolist()
+        if len(same) == n:  # as hc.contrast: refused on every input, warned on some
+            raise ValueError("answer == wrong on every input: the logit difference is 0 by construction, whatever the "
+                             "model does; give each input another wrong token")  # fmt: skip
+        if same:
+            warnings.warn(f"answer == wrong at input(s) {same[:8]}: their logit difference is 0 whatever the model does",
+                          stacklevel=2)  # fmt: skip
         pos = pos.long().to(tokens.device)
         return Batch(tokens=tokens.long(), loss_pos=pos[:, None], targets=fields["answer"][:, None], answer_pos=pos,
                      answer=fields["answer"], wrong=fields["wrong"], labels=torch.full_like(pos, -1), vocab=vocab)  # fmt: skip
@@ -98,6 +109,12 @@ class Batch:
     @staticmethod
     def cat(batches: list["Batch"]) -> "Batch":
         """Concatenate batches of the same width along the batch axis."""
+        if not batches:
+            raise ValueError("Batch.cat needs at least one batch, got none")
+        widths = sorted({b.tokens.shape[1] for b in batches})
+        if len(widths) > 1:
+            raise ValueError(f"Batch.cat needs batches of one width (tokens [batch, pos]); got widths {widths}: sample "
+                             "them from one task, or pad them to one width first")  # fmt: skip
         names = batches[0]._tensors()
         return Batch(**{name: torch.cat([getattr(b, name) for b in batches]) for name in names}, vocab=batches[0].vocab)
 

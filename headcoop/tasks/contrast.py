@@ -88,7 +88,9 @@ class Contrast(Task):
                            labels, vocab=strings)  # fmt: skip
         self.corrupted = self.clean.replace(tokens=bad, answer=wrong_ids, wrong=answer_ids,
                                             targets=wrong_ids[:, None])  # fmt: skip
-        self._max_id = int(max(tokens.max(), bad.max(), answer_ids.max(), wrong_ids.max()))
+        self._max_prompt_id = int(max(tokens.max(), bad.max()))  # read by the embedding: < d_vocab
+        self._max_answer_id = int(max(answer_ids.max(), wrong_ids.max()))  # read from the logits: < d_vocab_out
+        self._max_id = max(self._max_prompt_id, self._max_answer_id)
 
     # --- inputs --------------------------------------------------------------------------
     def _encode_text(self, text: str, what: str) -> list[int]:
@@ -117,6 +119,8 @@ class Contrast(Task):
     def _prompts(self, prompts, what: str) -> tuple[list[Tensor], list[int]]:
         if isinstance(prompts, str):
             prompts = [prompts]
+        if isinstance(prompts, Sequence) and len(prompts) == 0:
+            raise ValueError(f"{what} must hold at least one non-empty prompt, got an empty list")
         if isinstance(prompts, Sequence) and prompts and all(isinstance(p, str) for p in prompts):
             rows = [torch.tensor(self._encode_text(p, what), dtype=torch.long) for p in prompts]
         elif isinstance(prompts, Sequence) and prompts and all(
@@ -178,10 +182,12 @@ class Contrast(Task):
     def check_model(self, model: HookedTransformer, what: str = "this task") -> HookedTransformer:
         require_model(model, what)
         cfg = model.cfg
-        if self._max_id >= min(cfg.d_vocab, cfg.d_vocab_out) or self.n_ctx > cfg.n_ctx:
+        out = cfg.d_vocab_out if (cfg.d_vocab_out or -1) > 0 else cfg.d_vocab
+        if self._max_prompt_id >= cfg.d_vocab or self._max_answer_id >= out or self.n_ctx > cfg.n_ctx:
             raise ValueError(
-                f"{what}: the contrast's prompts need token ids up to {self._max_id} and {self.n_ctx} positions, "
-                f"but the model has d_vocab {cfg.d_vocab}, d_vocab_out {cfg.d_vocab_out} and n_ctx {cfg.n_ctx}"
+                f"{what}: the contrast's prompts need input ids up to {self._max_prompt_id}, answer ids up to "
+                f"{self._max_answer_id} and {self.n_ctx} positions, but the model has d_vocab {cfg.d_vocab}, "
+                f"d_vocab_out {out} and n_ctx {cfg.n_ctx}"
             )
         return model
 
