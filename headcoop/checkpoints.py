@@ -82,6 +82,7 @@ def _leftover_pattern(name: str) -> re.Pattern:
     return re.compile(r"^\.%s\.(tmp|old)-([0-9a-f]{8})-(\d+)-[A-Za-z0-9_]+$" % re.escape(name))
 
 
+_SAFETENSORS_TMP = re.compile(r"\.tmp[A-Za-z0-9_]{6}")  # the file safetensors writes through, then renames
 MARKER = ".headcoop-save"  # written first into every temporary folder: its writer's owner string
 
 
@@ -96,9 +97,13 @@ def _made_by_headcoop(folder: Path) -> bool:
     except OSError:
         return False
     names = {e.name for e in entries}
-    if not names <= {META, WEIGHTS, MARKER} or any(e.is_symlink() or not e.is_file() for e in entries):
+    if any(e.is_symlink() or not e.is_file() for e in entries):
         return False
-    return not names or MARKER in names or (META in names and is_checkpoint_meta(folder / META))
+    if MARKER in names:  # a save in progress, maybe killed inside safetensors' own write (its `.tmpXXXXXX`)
+        return all(n in (META, WEIGHTS, MARKER) or _SAFETENSORS_TMP.fullmatch(n) for n in names)
+    if not names <= {META, WEIGHTS}:
+        return False
+    return not names or (META in names and is_checkpoint_meta(folder / META))
 
 
 def is_checkpoint_meta(file: Path) -> bool:
