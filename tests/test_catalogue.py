@@ -276,6 +276,121 @@ CATALOGUE = [
 ]
 
 
+def overflowing():
+    model = two_layer()
+    with torch.no_grad():
+        model.W_U.mul_(1e38)
+    return model
+
+
+def nan_weights():
+    model = tiny()
+    with torch.no_grad():
+        model.blocks[0].attn.W_Q[0, 0, 0] = float("nan")
+    return model
+
+
+def attribution():
+    model = two_layer()
+    tokens = torch.randint(0, model.cfg.d_vocab, (2, 5), generator=torch.Generator().manual_seed(0))
+    return hc.attribute(model, clean=tokens, corrupt=tokens.flip(0), metric=lambda l: l[:, -1, 0].mean(), verify=2, sample=2)
+
+
+def twenty_heads():
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+    cfg = HookedTransformerConfig(n_layers=2, d_model=16, n_ctx=6, d_head=2, n_heads=10, d_vocab=8, attn_only=True,
+                                  act_fn="relu", seed=0)  # fmt: skip
+    return HookedTransformer(cfg)
+
+
+def game_inputs(model):
+    return torch.randint(0, model.cfg.d_vocab, (3, 5), generator=torch.Generator().manual_seed(0))
+
+
+def in_inference_mode(fn):
+    with torch.inference_mode():
+        return fn()
+
+
+def qk_under_a_hook():
+    model = tiny()
+    model.add_hook("blocks.0.attn.hook_q", lambda x, hook: x * 1.1)
+    return hc.qk(model, head="L0H0")
+
+
+# round three (issue 35): each row failed before with a raw library error or a silent result
+ROUND_THREE = [
+    ("hc.interactions", "sampled, budget 50 in 8 runs on 20 heads",
+     lambda t: hc.interactions(twenty_heads(), game_inputs(twenty_heads()), metric=lambda l: l[:, -1, 0].mean(),
+                               method="sampled", budget=50, repeats=8),
+     (ValueError, r"at least 4n \+ 2 = 82 per run with 20 heads.*budget >= 656")),
+    ("hc.interactions", "players all after layer 0", lambda t: hc.interactions(hc.Count01(max_len=6).model(
+        seed=0, n_heads=2, d_model=8, d_head=2, n_layers=2), heads=["L1H0", "L1H1"], how="zero"), "ok"),
+    ("hc.cooperation", "players all after layer 0", lambda t: hc.cooperation(hc.Count01(max_len=6).model(
+        seed=0, n_heads=2, d_model=8, d_head=2, n_layers=2), heads=["L1H0", "L1H1"], n=16), "ok"),
+    ("hc.attribute", "logits overflow (W_U * 1e38)",
+     lambda t: hc.attribute(overflowing(), clean=game_inputs(two_layer()), corrupt=game_inputs(two_layer()).flip(0),
+                            metric=lambda l: l[:, -1, 0].mean() - l[:, -1, 1].mean()), (ValueError, "not finite")),
+    ("hc.attribute", "argmax accuracy metric",
+     lambda t: hc.attribute(two_layer(), clean=game_inputs(two_layer()), corrupt=game_inputs(two_layer()).flip(0),
+                            metric=lambda l: (l[:, -1].argmax(-1) == 1).float().mean()), (ValueError, "differentiable")),
+    ("hc.attribute", "a metric returning a Python float",
+     lambda t: hc.attribute(two_layer(), clean=game_inputs(two_layer()), corrupt=game_inputs(two_layer()).flip(0),
+                            metric=lambda l: 0.5), (ValueError, "differentiable")),
+    ("hc.attribute", "under torch.inference_mode()",
+     lambda t: in_inference_mode(lambda: attribution()), (RuntimeError, "inference_mode")),
+    ("hc.attribute", "a torch.nn.Linear", lambda t: hc.attribute(torch.nn.Linear(2, 2)), (TypeError, "got Linear")),
+    ("hc.attribute", "memory_budget_mb='a'", lambda t: hc.attribute(two_layer(), memory_budget_mb="a"),
+     (TypeError, "memory_budget_mb must be a number")),
+    ("hc.attribute", "memory_budget_mb=nan", lambda t: hc.attribute(two_layer(), memory_budget_mb=float("nan")),
+     (ValueError, "memory_budget_mb must be finite")),
+    ("AttributionResult.compare", "None", lambda t: attribution().compare(None), (TypeError, "got NoneType")),
+    ("AttributionResult.compare", "'abc'", lambda t: attribution().compare("abc"), (TypeError, "got str")),
+    ("AttributionResult.compare", "k=-1", lambda t: attribution().compare(attribution().exact, k=-1),
+     (ValueError, "k must be >= 1")),
+    ("AttributionResult.compare", "k=2.5", lambda t: attribution().compare(attribution().exact, k=2.5),
+     (TypeError, "k must be an int")),
+    ("AttributionResult.compare", "all-NaN exact values",
+     lambda t: attribution().compare(torch.full_like(attribution().values, float("nan"))), (ValueError, "NaN or inf")),
+    ("hc.composition", "NaN weights", lambda t: hc.composition(nan_weights()), (ValueError, "non-finite weights")),
+    ("Batch.from_answers", "bools as ids",
+     lambda t: hc.Batch.from_answers(torch.zeros(2, 4, dtype=torch.long), [True, False], [0, 1]), (TypeError, "booleans")),
+    ("Batch.from_answers", "answer == wrong on every input",
+     lambda t: hc.Batch.from_answers(torch.zeros(2, 4, dtype=torch.long), [1, 2], [1, 2]), (ValueError, "every input")),
+    ("Batch.from_answers", "an answer id past the model's vocabulary, then hc.patch",
+     lambda t: hc.patch(tiny(), clean=hc.Batch.from_answers(torch.zeros(2, 4, dtype=torch.long), [100, 2], [1, 3]),
+                        corrupt=torch.zeros(2, 4, dtype=torch.long)), (ValueError, r"answer ids \[100\] are outside")),
+    ("hc.superposed_writes", "repeated outputs",
+     lambda t: hc.superposed_writes(torch.randn(3, 8), torch.randn(3, 8), torch.tensor([1, 2, 1]), outputs=[1, 2, 2]),
+     (ValueError, r"outputs repeat \[2\]")),
+    ("hc.superposed_writes", "an answer id past the outputs",
+     lambda t: hc.superposed_writes(torch.randn(3, 8), torch.randn(3, 8), torch.tensor([1, 2, 100])),
+     (ValueError, r"answer ids \[100\]")),
+    ("hc.contrast", "d_vocab_out larger than d_vocab", lambda t: hc.patch(hc.contrast([[1, 2, 3]], [[1, 4, 3]], [9], [8]).attach(
+        plain_model_out(d_vocab=8, d_vocab_out=12))), "ok"),
+    ("hc.contrast", "[], [], [], []", lambda t: hc.contrast([], [], [], []), (ValueError, "clean must hold at least one")),
+    ("Batch.cat", "batches of different widths",
+     lambda t: hc.Batch.cat([hc.Count01(max_len=6).sample(2, seed=0), hc.Count01(max_len=10).sample(2, seed=0)]),
+     (ValueError, "widths")),
+    ("hc.run", "[]", lambda t: hc.run(tiny(), []), (ValueError, r"tokens are empty \(\[\]\)")),
+    ("hc.probe", "string labels", lambda t: hc.probe(tiny(), torch.zeros(4, 5, dtype=torch.long), labels=["a", "b", "a", "b"]),
+     (TypeError, "got strings such as 'a'")),
+    ("hc.set_attention", 'weights="uniform"', lambda t: hc.set_attention(tiny(), head="L0H0", weights="uniform").__enter__(),
+     (TypeError, "got 'uniform'")),
+    ("hc.qk", "a user hook on hook_q", lambda t: qk_under_a_hook(), (ValueError, "hooks installed at blocks.0.attn.hook_q")),
+]
+CATALOGUE += ROUND_THREE
+
+
+def plain_model_out(d_vocab, d_vocab_out):
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+    cfg = HookedTransformerConfig(n_layers=1, d_model=8, n_ctx=6, d_head=4, n_heads=2, d_vocab=d_vocab,
+                                  d_vocab_out=d_vocab_out, attn_only=True, act_fn="relu", seed=0)  # fmt: skip
+    return HookedTransformer(cfg)
+
+
 @pytest.mark.parametrize("surface, case, action, expected", CATALOGUE, ids=[f"{s}: {c}" for s, c, _, _ in CATALOGUE])
 def test_catalogue(surface, case, action, expected, tmp_path):
     if expected == "ok":

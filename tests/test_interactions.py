@@ -215,3 +215,30 @@ def test_coalition_values_honour_hooks_installed_after_the_game_was_built():
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-6)
     assert "hooks installed" in game.method
     assert not torch.allclose(got, game.values(masks))  # outside the ablation the values differ
+
+
+@pytest.mark.parametrize("how", ["zero", "mean"])
+def test_a_game_whose_players_all_sit_after_layer_0_equals_the_ablation_loop(how):
+    """Players [L1H0, L1H1] only (no player in layer 0: the layered path once took torch.unique of an empty
+    prefix and crashed): every coalition's value equals hc.ablate's forward pass."""
+    import itertools
+
+    from headcoop.analysis.coalitions import CoalitionGame
+
+    model = hc.Count01(max_len=6).model(seed=0, n_heads=2, d_model=8, d_head=2, n_layers=2)
+    batch = hc.Count01(max_len=6).sample(16, seed=1)
+    players = [(1, 0), (1, 1)]
+
+    def metric(logits):
+        return logits[:, -1, 4].mean() - logits[:, -1, 5].mean()
+
+    game = CoalitionGame(model, players, tokens=batch.tokens, metric=metric, how=how, reference=batch.tokens)
+    masks = torch.tensor(list(itertools.product([False, True], repeat=2)))
+    for mask, value in zip(masks, game.values(masks)):
+        off = [f"L{a}H{b}" for (a, b), on in zip(players, mask.tolist()) if not on]
+        if off:
+            with hc.ablate(model, heads=off, how=how, reference=batch.tokens):
+                want = float(metric(model(batch.tokens)))
+        else:
+            want = float(metric(model(batch.tokens)))
+        assert float(value) == pytest.approx(want, abs=1e-5), mask.tolist()

@@ -184,3 +184,27 @@ def test_bad_input():
         hc.path_patch(model, clean=tokens, corrupt=tokens, metric=lambda l: l.mean(), via=("o",))
     with pytest.raises(ValueError, match="unknown direction"):
         hc.path_patch(model, clean=tokens, corrupt=tokens, metric=lambda l: l.mean(), direction="up")
+
+
+def test_bidirectional_attention_takes_the_reference_and_says_so():
+    """A block layout the stacked path does not model (bidirectional attention) is path-patched by the
+    canonical reference, which needs no causal mask: equal to canonical_edge; method='stacked' is refused."""
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+    cfg = HookedTransformerConfig(n_layers=2, d_model=16, n_ctx=8, d_head=4, n_heads=4, d_vocab=12, attn_only=True,
+                                  act_fn="relu", attention_dir="bidirectional", seed=0, normalization_type="LN")  # fmt: skip
+    model = HookedTransformer(cfg)
+    gen = torch.Generator().manual_seed(0)
+    clean, corrupt = torch.randint(0, 12, (3, 6), generator=gen), torch.randint(0, 12, (3, 6), generator=gen)
+
+    def metric(logits):
+        return logits[:, -1, 1].mean() - logits[:, -1, 2].mean()
+
+    for method in ("auto", "reference"):
+        result = hc.path_patch(model, clean=clean, corrupt=corrupt, metric=metric, senders=["L0H1"], receivers=["L1H2"],
+                               direct=False, method=method)  # fmt: skip
+        assert result.method.startswith("reference: canonical two-step")
+        for (_, _, via), value in result.values.items():
+            assert value == pytest.approx(canonical_edge(model, clean, corrupt, metric, (0, 1), (1, 2), via), abs=1e-6)
+    with pytest.raises(ValueError, match="another block layout: use method='auto'"):
+        hc.path_patch(model, clean=clean, corrupt=corrupt, metric=metric, method="stacked")

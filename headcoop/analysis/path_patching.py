@@ -261,13 +261,15 @@ def _direct_logits(model, target_tokens, target_cache, resid: dict) -> Tensor:
     return model.run_with_hooks(target_tokens, fwd_hooks=hooks)
 
 
+def _stacked_supported(model: HookedTransformer) -> bool:
+    """Whether the stacked path models this block layout (causal attention, attention then MLP, no norm after
+    a block's outputs; rotary and Bridges included). Other layouts take the reference, which runs the
+    model's own forward pass with hooks and needs none of this."""
+    return suffix.supported(model) or model.cfg.positional_embedding_type == "rotary" or is_bridge(model)
+
+
 def _check_model(model: HookedTransformer) -> None:
     cfg = model.cfg
-    if not suffix.supported(model) and cfg.positional_embedding_type != "rotary" and not is_bridge(model):
-        raise ValueError(
-            "path_patch supports standard TransformerLens blocks (causal attention, sequential attention then "
-            "MLP, no norm after a block's outputs); this model has another block layout"
-        )
     if cfg.n_key_value_heads is not None and cfg.n_key_value_heads != cfg.n_heads:
         raise ValueError("path_patch does not support grouped-query attention yet: a k or v input is shared by heads")
 
@@ -315,7 +317,15 @@ def path_patch(
     names = {get_act_name("z", lay) for lay in {lay for lay, _ in senders}}
     source_logits, source_cache = model.run_with_cache(source_tokens, names_filter=lambda n: n in names)
     hooks = hooks_in_the_way(model)
-    path = "reference" if method == "reference" or hooks else "local" if _receiver_only(model) else "stacked"
+    if method == "stacked" and not _stacked_supported(model):
+        raise ValueError(
+            "path_patch's stacked path supports standard TransformerLens blocks (causal attention, sequential "
+            "attention then MLP, no norm after a block's outputs); this model has another block layout: use "
+            "method='auto' or 'reference'"
+        )
+    layout = "" if _stacked_supported(model) else " (this block layout has no stacked path)"
+    path = ("reference" if method == "reference" or hooks or layout else "local" if _receiver_only(model)
+            else "stacked")  # fmt: skip
     target = target_run(model, target_tokens, score, lambda n: True, rows=path == "local")
     values_sc = float(score.one(source_logits)), target.value
     clean_value, corrupt_value = values_sc if direction == "denoise" else values_sc[::-1]
@@ -337,8 +347,10 @@ def path_patch(
     values = evaluate(target, _path_copies(model, edges, deltas, target, source_cache), path, memory_budget_mb).tolist()
     out = {(head_name(*s), r if r == "logits" else head_name(*r), v): x for (s, r, v), x in zip(edges, values)}
     fast = "stacked copies from the receiver's layer" + (" (receiver head only)" if path == "local" else "")
+    label = (f"reference: {CANONICAL}{layout}" if layout and not hooks and method == "auto"
+             else method_label(path, fast, hooks, "edge", model, reference=CANONICAL))  # fmt: skip
     return PathPatchResult(values=out, clean_value=clean_value, corrupt_value=corrupt_value, direction=direction,
-                           assumptions=_assumptions(cfg), method=method_label(path, fast, hooks, "edge", model, reference=CANONICAL))  # fmt: skip
+                           assumptions=_assumptions(cfg), method=label)  # fmt: skip
 
 
 CANONICAL = "canonical two-step path patching per edge (sender patched, other heads and MLPs frozen; then the receiver)"
