@@ -232,12 +232,13 @@ def test_a_game_whose_players_all_sit_after_layer_0_equals_the_ablation_loop(how
     def metric(logits):
         return logits[:, -1, 4].mean() - logits[:, -1, 5].mean()
 
-    game = CoalitionGame(model, players, tokens=batch.tokens, metric=metric, how=how, reference=batch.tokens)
+    reference = batch.tokens if how == "mean" else None
+    game = CoalitionGame(model, players, tokens=batch.tokens, metric=metric, how=how, reference=reference)
     masks = torch.tensor(list(itertools.product([False, True], repeat=2)))
     for mask, value in zip(masks, game.values(masks)):
         off = [f"L{a}H{b}" for (a, b), on in zip(players, mask.tolist()) if not on]
         if off:
-            with hc.ablate(model, heads=off, how=how, reference=batch.tokens):
+            with hc.ablate(model, heads=off, how=how, reference=reference):
                 want = float(metric(model(batch.tokens)))
         else:
             want = float(metric(model(batch.tokens)))
