@@ -48,6 +48,10 @@ def check_bridge(model, what: str) -> None:
             f"{what} needs a TransformerBridge in compatibility mode (the HookedTransformer hook names, "
             f"cache shapes and weight layout headcoop reads); {COMPATIBILITY_FIX}"
         )
+    if "blocks.0.attn.hook_z" not in getattr(model, "hook_dict", {}):
+        arch = getattr(model.cfg, "architecture", None) or type(getattr(model, "original_model", model)).__name__
+        raise ValueError(f"{what}: {DECODER_ONLY}; this TransformerBridge wraps {arch}, which has no attention "
+                         "heads' hook points (blocks.0.attn.hook_z)")  # fmt: skip
 
 
 def require_model(model, what: str = "this function"):
@@ -96,7 +100,8 @@ def user_hooks(model: nn.Module) -> list[str]:
 
 def is_hf_folder(folder) -> bool:
     """Whether `folder` holds a Hugging Face model: a config.json with a "model_type" (a TransformerLens export's
-    config.json holds HookedTransformerConfig fields instead)."""
+    config.json holds HookedTransformerConfig fields instead, d_model among them; a Hugging Face config with a
+    d_model, such as T5's, is told apart by its "transformers_version")."""
     import json
 
     config = Path(folder) / "config.json"
@@ -106,15 +111,66 @@ def is_hf_folder(folder) -> bool:
         data = json.loads(config.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
-    return isinstance(data, dict) and "model_type" in data and "d_model" not in data
+    return isinstance(data, dict) and "model_type" in data and ("d_model" not in data or "transformers_version" in data)
+
+
+NOT_DECODERS = ("t5", "mt5", "bart", "mbart", "pegasus", "marian", "mamba", "mamba2", "rwkv", "bert", "roberta",
+                "distilbert", "electra", "whisper", "encoder-decoder", "falcon_mamba", "recurrent_gemma")  # fmt: skip
+DECODER_ONLY = "headcoop needs a decoder-only transformer with attention heads"
+_LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
+_WIDTH_KEYS = ("hidden_size", "n_embd", "d_model")
+_EMBEDDINGS = ("embed_tokens.weight", "wte.weight", "embed_in.weight", "word_embeddings.weight")
+
+
+def check_folder(folder) -> dict:
+    """config.json of a Hugging Face model folder, checked before anything is built (as `hc.load` checks a
+    checkpoint): a decoder-only transformer (`DECODER_ONLY`, naming the model type it got), layer count and
+    width positive integers that agree with the weights' safetensors headers (layers counted from the tensor
+    names, width from the token embedding). ValueError naming the field and both values otherwise."""
+    import json
+    import re
+
+    from headcoop.checkpoints import weight_shapes
+
+    folder = Path(folder)
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise ValueError(f"cannot read {folder / 'config.json'}: {err}") from None
+    model_type = str(config.get("model_type", "?"))
+    archs = config.get("architectures") or []
+    if model_type in NOT_DECODERS or config.get("is_encoder_decoder") or not any(k in config for k in (
+            "num_attention_heads", "n_head", "num_heads", "n_heads")):  # fmt: skip
+        raise ValueError(f"{DECODER_ONLY}; {folder} holds a {model_type!r} model ({', '.join(map(str, archs)) or 'no architectures listed'})")
+    layers = next((config[k] for k in _LAYER_KEYS if k in config), None)
+    width = next((config[k] for k in _WIDTH_KEYS if k in config), None)
+    for name, value in (("number of layers", layers), ("width", width)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"{folder / 'config.json'}: its {name} is {value!r}; it must be a positive integer")
+    shapes: dict[str, tuple[int, ...]] = {}
+    for file in sorted(folder.glob("*.safetensors")):
+        shapes.update(weight_shapes(file))
+    if not shapes:
+        return config  # weights in another format: transformers checks them while loading
+    found = {int(m.group(1)) for name in shapes for m in [re.search(r"\.(?:layers|h|layer|blocks)\.(\d+)\.", name)] if m}
+    if layers is not None and found and layers != max(found) + 1:
+        raise ValueError(f"{folder / 'config.json'} says {layers} layers, but the weights hold {max(found) + 1} "
+                         "(counted from the tensor names); the config does not describe these weights")  # fmt: skip
+    embedding = next((shape for name, shape in shapes.items() if name.endswith(_EMBEDDINGS) and len(shape) == 2), None)
+    if width is not None and embedding is not None and width != embedding[1]:
+        raise ValueError(f"{folder / 'config.json'} says width {width}, but the weights' token embedding is "
+                         f"{list(embedding)}; the config does not describe these weights")  # fmt: skip
+    return config
 
 
 def load_folder(folder, device: str | torch.device | None = None):
     """A Hugging Face model folder (config.json, weights, tokenizer files) as a TransformerBridge in
-    compatibility mode, read offline (nothing is downloaded). ValueError for a folder without config.json."""
+    compatibility mode, read offline (nothing is downloaded). ValueError for a folder without config.json,
+    one `check_folder` refuses, or an architecture TransformerLens's Bridge cannot load (named)."""
     folder = Path(folder)
     if not (folder / "config.json").is_file():
         raise ValueError(f"{folder} is not a Hugging Face model folder: it has no config.json")
+    config = check_folder(folder)
     cls = bridge_class()
     if cls is None:  # pragma: no cover
         raise RuntimeError("this TransformerLens has no TransformerBridge (it needs TransformerLens >= 3.0)")
@@ -124,6 +180,13 @@ def load_folder(folder, device: str | torch.device | None = None):
     os.environ.update({k: "1" for k in offline})
     try:
         bridge = cls.boot_transformers(str(folder), device=device)
+    except (ValueError, KeyError, TypeError, RuntimeError, OSError) as err:
+        text = " ".join(str(err).split())
+        arch = ", ".join(map(str, config.get("architectures") or [])) or str(config.get("model_type", "?"))
+        if "not supported" in text.lower() or "unsupported" in text.lower() or "architecture" in text.lower():
+            raise ValueError(f"{DECODER_ONLY} that TransformerLens's Bridge can load; {folder} holds {arch}, which it "
+                             f"cannot ({text[:160]})") from None  # fmt: skip
+        raise ValueError(f"cannot load {folder} as a TransformerBridge ({arch}): {text[:300]}") from None
     finally:
         for k, v in offline.items():
             if v is None:

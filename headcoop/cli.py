@@ -149,6 +149,28 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 1 if len(failed) else 0
 
 
+def _check_model_argument(model: str) -> None:
+    """ValueError naming what `model` is when it is neither a shipped name nor a folder holding a model (a
+    headcoop checkpoint, a TransformerLens export or a Hugging Face model folder), before anything else is read."""
+    from pathlib import Path
+
+    from headcoop.checkpoints import META, SHIPPED
+    from headcoop.foreign import CONFIG
+
+    if model in SHIPPED:
+        return
+    path = Path(model)
+    what = f"the model {model!r} is neither a shipped name ({', '.join(SHIPPED)}) nor"
+    if not path.exists():
+        raise ValueError(f"{what} an existing folder")
+    if not path.is_dir():
+        raise ValueError(f"{what} a folder: it is a file (a model is a folder: a headcoop checkpoint, a TransformerLens "
+                         "export or a Hugging Face model folder)")  # fmt: skip
+    if not ((path / META).is_file() or (path / CONFIG).is_file()):
+        raise ValueError(f"{what} a model folder: {model} holds no {META} (headcoop checkpoint) or {CONFIG} "
+                         "(TransformerLens export, Hugging Face model)")  # fmt: skip
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     import time
     from pathlib import Path
@@ -157,6 +179,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     start = time.perf_counter()
     task = None
+    _check_model_argument(args.model)
     if args.prompts is not None:
         from headcoop.foreign import TOKENIZER, load_tokenizer, read_prompts
 

@@ -168,7 +168,11 @@ def load_tokenizer(path: str | os.PathLike):
     if not Path(path).is_file():
         raise ValueError(f"the tokenizer file {str(path)!r} does not exist (--tokenizer takes a tokenizer.json)")
     try:
-        return PreTrainedTokenizerFast(tokenizer_file=str(path))
+        unk = (json.loads(Path(path).read_text(encoding="utf-8")).get("model") or {}).get("unk_token")
+    except (OSError, ValueError, AttributeError):
+        unk = None
+    try:  # the model's unknown token named, so that a word the tokenizer does not know is caught, not encoded
+        return PreTrainedTokenizerFast(tokenizer_file=str(path), **({"unk_token": unk} if isinstance(unk, str) else {}))
     except Exception as err:  # noqa: BLE001 - the tokenizers library raises a bare Exception
         raise ValueError(f"{str(path)!r} is not a Hugging Face tokenizer.json ({' '.join(str(err).split())[:120]})") from None
 

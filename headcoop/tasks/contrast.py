@@ -100,7 +100,14 @@ class Contrast(Task):
                 ids = tok.encode(text)
             except Exception as err:  # noqa: BLE001 - a tokenizer's own error, e.g. an unknown word
                 raise ValueError(f"{what}: the tokenizer cannot encode {text!r} ({err})") from None
-            ids = list(ids.tolist() if hasattr(ids, "tolist") else ids)
+            ids = ids.tolist() if hasattr(ids, "tolist") else ids
+            if isinstance(ids, dict) or hasattr(ids, "input_ids"):  # a BatchEncoding
+                ids = ids["input_ids"]
+            if isinstance(ids, (list, tuple)) and len(ids) == 1 and isinstance(ids[0], (list, tuple)):
+                ids = ids[0]  # a [1, n] tensor (return_tensors="pt"): one prompt
+            if not isinstance(ids, (list, tuple)) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+                raise ValueError(f"{what}: the tokenizer's encode({text!r}) returned {ids!r:.80}, not a list of token ids")
+            ids = list(ids)
             unk, unk_text = getattr(tok, "unk_token_id", None), getattr(tok, "unk_token", None)
             if unk is not None and unk in ids and (unk_text is None or unk_text not in text):
                 raise ValueError(
