@@ -287,7 +287,27 @@ def _check_path_arg(path) -> Path:
         raise TypeError(f"path must be a str or os.PathLike, got {path!r} ({type(path).__name__})")
     if isinstance(path, str) and not path.strip():
         raise ValueError("path is an empty string; give a folder name")
-    return Path(os.path.abspath(path))
+    if "\x00" in os.fspath(path):
+        raise ValueError(f"path {os.fspath(path)!r} holds a NUL character, which no file name may hold")
+    path = Path(os.path.abspath(path))
+    # the longest name save writes beside it: the temporary folder .NAME.tmp-HOST-PID-XXXXXXXX
+    longest = len(f".{path.name}.tmp-{_HOST}-{os.getpid()}-xxxxxxxx".encode())
+    limit = _name_max(path.parent)
+    if longest > limit:
+        raise ValueError(f"the folder name {path.name[:40]!r}... is {len(path.name.encode())} bytes long; with the temporary "
+                         f"folder's suffix it exceeds this file system's {limit}-byte limit on a name: give a "
+                         f"name under {limit - (longest - len(path.name.encode()))} bytes")  # fmt: skip
+    return path
+
+
+def _name_max(folder: Path) -> int:
+    """The file system's longest file name in bytes at `folder` (or its nearest existing parent); 255 when unknown."""
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        return int(os.pathconf(folder, "PC_NAME_MAX"))
+    except (OSError, ValueError):
+        return 255
 
 
 def check_save_target(path: str | os.PathLike) -> Path:

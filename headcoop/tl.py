@@ -11,6 +11,14 @@ names the fix.
 from __future__ import annotations
 
 try:
+    import transformer_lens  # noqa: F401
+except ModuleNotFoundError as err:
+    if err.name != "transformer_lens":
+        raise
+    raise ImportError("headcoop needs TransformerLens, which is not installed: pip install 'transformer-lens>=3.5,<4' "
+                      "(3.x runs the toy tasks; 4.x runs every analysis on a TransformerBridge)") from None  # fmt: skip
+
+try:
     from transformer_lens import HookedTransformer, HookedTransformerConfig
 
     HAS_HOOKED_TRANSFORMER = True
@@ -21,9 +29,12 @@ except ImportError:  # TransformerLens >= 4.0
             "TransformerBridge in compatibility mode.")  # fmt: skip
 
     def _version() -> str:
-        from importlib.metadata import version
+        from importlib.metadata import PackageNotFoundError, version
 
-        return version("transformer-lens")
+        try:
+            return version("transformer-lens")
+        except PackageNotFoundError:  # importable but not installed as a distribution (a source tree)
+            return "(version unknown)"
 
     class HookedTransformer:  # type: ignore[no-redef]
         """Placeholder for TransformerLens 4.x, where HookedTransformer was removed: nothing is an instance."""

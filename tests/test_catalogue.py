@@ -379,7 +379,17 @@ ROUND_THREE = [
     ("hc.set_attention", 'weights="uniform"', lambda t: hc.set_attention(tiny(), head="L0H0", weights="uniform").__enter__(),
      (TypeError, "got 'uniform'")),
     ("hc.qk", "a user hook on hook_q", lambda t: qk_under_a_hook(), (ValueError, "hooks installed at blocks.0.attn.hook_q")),
+    ("hc.save", "a 256-character name", lambda t: hc.save(tiny(), t / ("a" * 256)), (ValueError, "255-byte limit on a name")),
+    ("hc.save", "a NUL in the name", lambda t: hc.save(tiny(), str(t) + "/a\x00b"), (ValueError, "NUL character")),
+    ("hc.patch", "a task whose answer id is past the vocabulary", lambda t: hc.patch(with_task(
+        hc.contrast([[1, 2, 3]], [[1, 4, 3]], [50], [6]))), (ValueError, r"answer ids \[50\] are outside")),
 ]
+
+
+def with_task(task):
+    model = tiny()
+    model.task = task  # set by hand, past attach()'s check
+    return model
 CATALOGUE += ROUND_THREE
 
 
@@ -584,3 +594,25 @@ def test_notebook_figures_carry_plotly_inline_once():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120).stdout.split()
     assert out[2:] == ["False", "True", "False"] and int(out[0]) > 3_000_000 > int(out[1])
+
+
+def test_without_transformer_lens_headcoop_names_the_install():
+    """TransformerLens missing: an ImportError naming the pip command (it was a PackageNotFoundError raised
+    inside the ImportError meant to explain the 4.x case)."""
+    code = textwrap.dedent(
+        """
+        import sys
+        class Block:
+            def find_spec(self, name, path=None, target=None):
+                if name == "transformer_lens" or name.startswith("transformer_lens."):
+                    raise ModuleNotFoundError("No module named 'transformer_lens'", name="transformer_lens")
+        sys.meta_path.insert(0, Block())
+        import headcoop as hc
+        try:
+            hc.patch
+        except ImportError as err:
+            print(err)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert "pip install 'transformer-lens>=3.5,<4'" in out.stdout, out.stdout + out.stderr
