@@ -162,7 +162,8 @@ def _check_model_argument(model: str) -> None:
     path = Path(model)
     what = f"the model {model!r} is neither a shipped name ({', '.join(SHIPPED)}) nor"
     if not path.exists():
-        raise ValueError(f"{what} an existing folder")
+        raise ValueError(f"{what} an existing folder: there is no headcoop checkpoint, TransformerLens export or "
+                         "Hugging Face model there")  # fmt: skip
     if not path.is_dir():
         raise ValueError(f"{what} a folder: it is a file (a model is a folder: a headcoop checkpoint, a TransformerLens "
                          "export or a Hugging Face model folder)")  # fmt: skip
