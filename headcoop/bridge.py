@@ -163,6 +163,28 @@ def check_folder(folder) -> dict:
     return config
 
 
+def _first_mismatch(folder: Path) -> str | None:
+    """The first tensor whose shape in the folder's safetensors headers differs from what its config.json builds
+    (the model built on the meta device: no memory), as "NAME: weights [..], config [..]"; None if none found."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from headcoop.checkpoints import weight_shapes
+
+    try:
+        config = AutoConfig.from_pretrained(str(folder), local_files_only=True)
+        with torch.device("meta"):
+            built = AutoModelForCausalLM.from_config(config)
+    except Exception:  # noqa: BLE001 - transformers' own errors: nothing better to name
+        return None
+    expected = {name: tuple(t.shape) for name, t in built.state_dict().items()}
+    for file in sorted(folder.glob("*.safetensors")):
+        for name, shape in weight_shapes(file).items():
+            for candidate in (name, name.split(".", 1)[-1], f"transformer.{name}", f"model.{name}"):
+                if candidate in expected and expected[candidate] != shape:
+                    return f"{name}: the weights hold {list(shape)}, the config builds {list(expected[candidate])}"
+    return None
+
+
 def load_folder(folder, device: str | torch.device | None = None):
     """A Hugging Face model folder (config.json, weights, tokenizer files) as a TransformerBridge in
     compatibility mode, read offline (nothing is downloaded). ValueError for a folder without config.json,
@@ -186,6 +208,9 @@ def load_folder(folder, device: str | torch.device | None = None):
         if "not supported" in text.lower() or "unsupported" in text.lower() or "architecture" in text.lower():
             raise ValueError(f"{DECODER_ONLY} that TransformerLens's Bridge can load; {folder} holds {arch}, which it "
                              f"cannot ({text[:160]})") from None  # fmt: skip
+        mismatch = _first_mismatch(folder) if "mismatched" in text or "report" in text else None
+        if mismatch:
+            raise ValueError(f"{folder / 'config.json'} does not describe its weights: {mismatch}") from None
         raise ValueError(f"cannot load {folder} as a TransformerBridge ({arch}): {text[:300]}") from None
     finally:
         for k, v in offline.items():

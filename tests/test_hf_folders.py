@@ -59,6 +59,7 @@ def prompts(tmp_path, answer="w5"):
     (dict(n_embd=10**9), "says width 1000000000, but the weights' token embedding is \\[96, 64\\]"),
     (dict(n_embd=32), "says width 32"),
     (dict(n_layer=3), "says 3 layers, but the weights hold 2"),
+    (dict(n_inner=100), "does not describe its weights: transformer.h.0.mlp.c_fc.bias: the weights hold \\[256\\], the config builds \\[100\\]"),
 ])  # fmt: skip
 def test_a_config_that_disagrees_with_its_weights_is_refused_before_building(gpt2_folder, tmp_path, changes, message):
     folder = edited(gpt2_folder, tmp_path, **changes)
