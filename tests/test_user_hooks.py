@@ -19,7 +19,8 @@ from headcoop.analysis.coalitions import CoalitionGame
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.mark.slow]
 
 SHAPES = ["LN", "gelu-LN", "shortformer-LN", "rotary-partial", "rotary-RMS-gqa-mlp", "LN-3layer"]
-FAST_PATHS = ["patch z each", "patch q all", "patch pattern each", "path_patch", "coalitions", "dla"]
+FAST_PATHS = ["patch z each", "patch q all", "patch pattern each", "path_patch", "coalitions", "dla", "attribute",
+              "cooperation"]
 
 
 def model_of(shape: str):
@@ -112,6 +113,30 @@ def test_fast_paths_are_exact_with_a_user_hook_anywhere(shape, point, fast_path)
                         if off else _nothing():  # fmt: skip
                     want = float(metric(model(clean)))
                 assert float(value) == pytest.approx(want, abs=2e-5, rel=2e-5), mask.tolist()
+        elif fast_path == "attribute":  # the verified cells: exact patching with the hook on
+            _, cache = model.run_with_cache(clean)
+            theirs = patching.get_act_patch_attn_head_out_by_pos(model, corrupt, cache, metric)
+            est = hc.attribute(model, clean=clean, corrupt=corrupt, metric=metric, verify=3, sample=2)
+            checked = ~torch.isnan(est.exact)
+            assert int(checked.sum()) == 5
+            torch.testing.assert_close(est.exact[checked].float(), theirs[checked].float(), atol=2e-5, rtol=2e-5)
+        elif fast_path == "cooperation":  # each pair's 2 x 2 game with the other player on, against hc.ablate
+            players = [(0, 0), (0, 3), (1, 1)]
+            heads = [f"L{a}H{b}" for a, b in players]
+            answer = torch.tensor([1 % model.cfg.d_vocab_out] * len(clean))
+            batch = hc.Batch.from_answers(clean, answer, (answer + 1) % model.cfg.d_vocab_out)
+            coop = hc.cooperation(model, inputs=batch, heads=heads, metric="logit_diff", reference=clean)
+            rows = torch.arange(len(clean))
+
+            def ld(off):
+                with hc.ablate(model, heads=off, how="mean", reference=clean) if off else _nothing():
+                    logits = model(clean)[rows, -1]
+                return float((logits[rows, answer] - logits[rows, (answer + 1) % model.cfg.d_vocab_out]).mean())
+
+            for _, row in coop.pairs.iterrows():
+                a, b = row.head_a, row.head_b
+                want = ld([]) - ld([b]) - ld([a]) + ld([a, b])
+                assert row.interaction_full == pytest.approx(want, abs=2e-5, rel=2e-5), (a, b)
         else:  # dla: the components sum to the hooked forward pass's logits, or it refuses by name
             try:
                 result = hc.dla(model, clean, answer=torch.ones(len(clean), dtype=torch.long),
