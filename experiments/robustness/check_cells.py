@@ -76,7 +76,9 @@ def check(rows: pd.DataFrame, recompute, s: Settings) -> bool:
     for _, row in rows.iterrows():
         again = recompute(row, s)
         for key, value in again.items():
-            same = abs(float(row[key]) - float(value)) <= 1e-6 * max(1.0, abs(float(value)))
+            # 1e-5 relative: a model retrained from scratch for 3,000 float32 steps on another CPU drifts (measured
+            # 2026-11-24: noise_loss 1.9758908 committed, 1.9758928 recomputed, 1.0e-6 relative; counts stay exact)
+            same = abs(float(row[key]) - float(value)) <= 1e-5 * max(1.0, abs(float(value)))
             ok &= same
             print(f"{row.variant}, {row.steps} steps, seed {row.seed}: {key} table {row[key]} recomputed {value}"
                   f"{'' if same else '  DIFFERS'}")  # fmt: skip
