@@ -132,7 +132,11 @@ def clean_leftovers(path: str | os.PathLike) -> list[Path]:
     if not path.parent.is_dir():
         return []
     pattern, touched = _leftover_pattern(path.name), []
-    for entry in sorted(path.parent.iterdir()):
+    try:
+        entries = sorted(path.parent.iterdir())
+    except PermissionError:  # a folder this user may not list: nothing of ours to tidy can be found there
+        return []
+    for entry in entries:
         match = pattern.match(entry.name)
         if not match or match.group(2) != _HOST or pid_alive(int(match.group(3))):
             continue
@@ -446,6 +450,9 @@ def resolve(name_or_path: str | os.PathLike) -> Path:
     else:
         path = Path(name_or_path)
         clean_leftovers(path)
+    if path.is_dir() and not os.access(path, os.R_OK | os.X_OK):
+        raise PermissionError(errno.EACCES, f"cannot read the checkpoint folder {str(path)!r}: permission denied for "
+                                            "this user (it needs read and execute permission)")  # fmt: skip
     if not (path / META).is_file() or not (path / WEIGHTS).is_file():
         missing = [f for f in (META, WEIGHTS) if not (path / f).is_file()]
         raise FileNotFoundError(

@@ -616,3 +616,15 @@ def test_without_transformer_lens_headcoop_names_the_install():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert "pip install 'transformer-lens>=3.5,<4'" in out.stdout, out.stdout + out.stderr
+
+
+def test_an_unreadable_checkpoint_is_named_for_an_unprivileged_user(tmp_path, monkeypatch):
+    """As an unprivileged user (simulated: this suite runs as root, which no permission stops, so os.access
+    answers as for a user without the rights): the folder or a file of it named, with "permission denied"."""
+    path = hc.save(tiny(), tmp_path / "ck", metrics={})
+    real = os.access
+    for locked in (path, path / META, path / "weights.safetensors"):
+        monkeypatch.setattr(os, "access", lambda p, mode, locked=locked: False if str(p) == str(locked) else real(p, mode))
+        with pytest.raises(PermissionError, match="permission denied"):
+            hc.load(path)
+        monkeypatch.setattr(os, "access", real)
