@@ -203,7 +203,7 @@ def load_folder(folder, device: str | torch.device | None = None):
     try:
         bridge = cls.boot_transformers(str(folder), device=device)
     except (ValueError, KeyError, TypeError, RuntimeError, OSError) as err:
-        text = " ".join(str(err).split())
+        text = " ".join(str(err).split()).split(" Available architectures")[0]  # not TransformerLens's list of 300
         arch = ", ".join(map(str, config.get("architectures") or [])) or str(config.get("model_type", "?"))
         if "not supported" in text.lower() or "unsupported" in text.lower() or "architecture" in text.lower():
             raise ValueError(f"{DECODER_ONLY} that TransformerLens's Bridge can load; {folder} holds {arch}, which it "

@@ -228,5 +228,6 @@ def evaluate(model: HookedTransformer, task: Task | None = None, **kwargs) -> di
         raise ValueError("this model carries no task; pass one: hc.evaluate(model, hc.Count01())")
     if not isinstance(task, Task):
         raise TypeError(f"task must be a headcoop Task such as hc.Count01(), got {type(task).__name__}")
+    check_finite(model, "hc.evaluate")  # whatever the task's own evaluate checks
     model.eval()
     return task.evaluate(model, **kwargs)

@@ -131,3 +131,24 @@ def test_a_bridge_without_attention_heads_is_named(tmp_path):
     with pytest.raises(ValueError, match="decoder-only transformer with attention heads; this TransformerBridge wraps"):
         hc.patch(bridge, clean=torch.ones(1, 4, dtype=torch.long), corrupt=torch.ones(1, 4, dtype=torch.long),
                  metric=lambda logits: logits.mean())  # fmt: skip
+
+
+def test_an_architecture_the_bridge_cannot_load_is_named_without_its_list(tmp_path):
+    import transformers as t
+
+    t.BioGptForCausalLM(t.BioGptConfig(vocab_size=96, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                                       intermediate_size=64)).save_pretrained(tmp_path / "biogpt")  # fmt: skip
+    with pytest.raises(ValueError, match="holds BioGptForCausalLM, which it cannot") as err:
+        load_folder(tmp_path / "biogpt")
+    assert "Available architectures" not in str(err.value) and len(str(err.value)) < 400
+
+
+def test_hc_evaluate_refuses_nan_weights_whatever_the_task():
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+    model = HookedTransformer(HookedTransformerConfig(n_layers=1, d_model=8, n_ctx=6, d_head=4, n_heads=2, d_vocab=10,
+                                                      attn_only=True, act_fn="relu", seed=0))  # fmt: skip
+    with torch.no_grad():
+        model.blocks[0].attn.W_Q[0, 0, 0] = float("nan")
+    with pytest.raises(ValueError, match="non-finite weights"):
+        hc.evaluate(model, hc.contrast([[1, 2, 3]], [[1, 4, 3]], [5], [6]))

@@ -101,6 +101,7 @@ class PlantedTask(Task):
         return batch.replace(tokens=tokens, targets=answer[:, None], answer=answer, labels=a2)
 
     def evaluate(self, model: HookedTransformer, n: int = 4096, seed: int = 10_000) -> dict[str, float]:
+        self.check_ready(model, f"{self.name} evaluate")
         batch = self.sample(n, seed)
         with torch.no_grad():
             logits = model(batch.tokens)
