@@ -5,30 +5,19 @@ is no model. Each folder is written by transformers' own save_pretrained from a 
 
 from __future__ import annotations
 
-import io
 import json
 import time
 import warnings
-from contextlib import redirect_stderr
 
 import pytest
 import torch
 
 import headcoop as hc
 from headcoop.bridge import check_folder, load_folder
-from headcoop.cli import main
 from tests import bridge_shapes as shapes
+from tests.test_catalogue import cli
 
 warnings.filterwarnings("ignore", message=".*gated-off hook.*")
-
-
-def cli(*argv):
-    err = io.StringIO()
-    with redirect_stderr(err):
-        code = main([str(a) for a in argv])
-    if code != 0:
-        raise ValueError(err.getvalue().strip().splitlines()[-1])
-    return code
 
 
 @pytest.fixture(scope="module")

@@ -18,14 +18,21 @@ def reference_edge(model, clean, corrupt, metric, sender, receiver, via):
     _, src = model.run_with_cache(clean)
     _, tgt = model.run_with_cache(corrupt)
     delta = (src[f"blocks.{a}.attn.hook_z"][:, :, i] - tgt[f"blocks.{a}.attn.hook_z"][:, :, i]) @ model.W_O[a, i]
+    return split_input_metric(model, corrupt, tgt, metric, receiver, via, tgt[f"blocks.{b}.hook_resid_pre"] + delta)
+
+
+def split_input_metric(model, corrupt, tgt, metric, receiver, via, resid):
+    """The metric of the corrupt run with the receiver's split `via` input set to `resid` [batch, pos, d_model]
+    and its ln1 scale frozen at the corrupt run's (`tgt`)."""
+    b, j = receiver
     model.set_use_split_qkv_input(True)
     try:
-        def add(x, hook):
+        def put(x, hook):
             x = x.clone()
-            x[:, :, j] = tgt[f"blocks.{b}.hook_resid_pre"] + delta
+            x[:, :, j] = resid
             return x
 
-        hooks = [(f"blocks.{b}.hook_{via}_input", add)]
+        hooks = [(f"blocks.{b}.hook_{via}_input", put)]
         if model.cfg.normalization_type is not None:
             frozen = tgt[f"blocks.{b}.ln1.hook_scale"]  # [batch, pos, 1]
 
@@ -60,26 +67,7 @@ def canonical_edge(model, clean, corrupt, metric, sender, receiver, via):
     with model.hooks(fwd_hooks=hooks):
         _, step_one = model.run_with_cache(corrupt, names_filter=f"blocks.{b}.hook_resid_pre")
     resid = step_one[f"blocks.{b}.hook_resid_pre"]
-    model.set_use_split_qkv_input(True)
-    try:
-        def put(x, hook):
-            x = x.clone()
-            x[:, :, j] = resid
-            return x
-
-        hooks = [(f"blocks.{b}.hook_{via}_input", put)]
-        if model.cfg.normalization_type is not None:
-            frozen = tgt[f"blocks.{b}.ln1.hook_scale"]
-
-            def scale(s, hook):
-                s = s.clone()
-                s[:, :, j] = frozen
-                return s
-
-            hooks.append((f"blocks.{b}.ln1.hook_scale", scale))
-        return float(metric(model.run_with_hooks(corrupt, fwd_hooks=hooks)))
-    finally:
-        model.set_use_split_qkv_input(False)
+    return split_input_metric(model, corrupt, tgt, metric, receiver, via, resid)
 
 
 @torch.no_grad()
