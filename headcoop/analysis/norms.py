@@ -42,6 +42,23 @@ def norm_kind(module: torch.nn.Module | None) -> NormKind | None:
     raise ValueError(f"cannot linearise a norm of type {type(module).__name__}; supported: LN, LNPre, RMS, RMSPre")
 
 
+def frozen_norm(module: torch.nn.Module | None, x: Float[Tensor, "*rows d_model"], scale: Tensor | None,
+                bias: bool = True) -> Float[Tensor, "*rows d_model"]:  # fmt: skip
+    """`module` (a TransformerLens norm, or a TransformerBridge's, `norm_kind`) applied to x with its scale held
+    at `scale` (broadcast against x's leading dims, [..., 1]): centre (LN), divide, weigh (LN, RMS), add the
+    bias (LN, unless bias=False). The one frozen-norm step every analysis uses; without a norm, x itself."""
+    kind = norm_kind(module)
+    if kind is None:
+        return x
+    if kind in ("LN", "LNPre"):
+        x = x - x.mean(-1, keepdim=True)
+    x = x / scale.to(x.dtype)
+    weight, b = norm_weights(module)
+    if kind in ("LN", "RMS"):
+        x = x * weight
+    return x + b if bias and kind == "LN" and b is not None else x
+
+
 def through_norm(
     parts: Float[Tensor, "batch component d_model"], module: torch.nn.Module | None, scale: Float[Tensor, "batch 1"] | None
 ) -> tuple[Float[Tensor, "batch component d_model"], Float[Tensor, " d_model"] | None]:
@@ -50,13 +67,7 @@ def through_norm(
     kind = norm_kind(module)
     if kind is None:
         return parts, None
-    if kind in ("LN", "LNPre"):
-        parts = parts - parts.mean(-1, keepdim=True)
-    parts = parts / scale[:, None].to(parts.dtype)
-    weight, bias = norm_weights(module)
-    if kind in ("LN", "RMS"):
-        parts = parts * weight
-    return parts, (bias if kind == "LN" else None)
+    return frozen_norm(module, parts, scale[:, None], bias=False), (norm_weights(module)[1] if kind == "LN" else None)
 
 
 def norm_weights(module: torch.nn.Module) -> tuple[Tensor | None, Tensor | None]:

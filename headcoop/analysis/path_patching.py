@@ -37,7 +37,7 @@ from transformer_lens.utilities import get_act_name
 
 from headcoop.analysis import suffix
 from headcoop.analysis.common import check_choice, parse_heads, require_model
-from headcoop.analysis.norms import norm_kind, norm_weights
+from headcoop.analysis.norms import frozen_norm
 from headcoop.analysis.vocabulary import DIRECTIONS, PATH_METHODS, VIAS, Direction, PathMethod, Via, head_name
 from headcoop.analysis.copies import (
     Copies, Rows, Target, clean_corrupt, evaluate, hooks_in_the_way, method_label, softmax_keys, target_run,
@@ -97,20 +97,6 @@ class PathPatchResult(Displayed):
                 f"corrupt={self.corrupt_value:.4g}; strongest: {shown}; method: {self.method})")  # fmt: skip
 
 
-def _frozen_norm(module, x: Tensor, scale: Tensor) -> Tensor:
-    """`module` applied to x with its scale fixed to `scale` ([..., 1])."""
-    kind = norm_kind(module)
-    if kind is None:
-        return x
-    if kind in ("LN", "LNPre"):
-        x = x - x.mean(-1, keepdim=True)
-    x = x / scale
-    weight, bias = norm_weights(module)
-    if kind in ("LN", "RMS"):
-        x = x * weight
-    return x + bias if kind == "LN" and bias is not None else x
-
-
 def _receiver_local(model, layer, chunk, deltas, target: Target) -> Rows | Tensor:
     """n edges into receivers of `layer`: each copy recomputes only its receiver head (its q, k or v moved by
     the sender's change through the frozen ln1) and adds the head's change of output to the target's
@@ -120,21 +106,13 @@ def _receiver_local(model, layer, chunk, deltas, target: Target) -> Rows | Tenso
     block, attn = model.blocks[layer], model.blocks[layer].attn
     act = lambda kind: target_cache[get_act_name(kind, layer)]  # noqa: E731
     scale = target_cache.cache_dict.get(f"blocks.{layer}.ln1.hook_scale")
-    kind = norm_kind(getattr(block, "ln1", None))
     n = len(chunk)
     batch, n_pos = act("z").shape[:2]
     heads = torch.tensor([r[1] for _, r, _ in chunk])
     qkv = {name: act(name)[:, :, heads].permute(2, 0, 1, 3).clone() for name in ("q", "k", "v")}  # [n, batch, pos, d]
     moved = {}
     for sender in {s for s, _, _ in chunk}:  # the frozen norm is linear in the change: centre, divide, weigh
-        x = deltas[sender]
-        if kind in ("LN", "LNPre"):
-            x = x - x.mean(-1, keepdim=True)
-        if kind is not None:
-            x = x / scale
-        if kind in ("LN", "RMS"):
-            x = x * block.ln1.w
-        moved[sender] = x
+        moved[sender] = frozen_norm(getattr(block, "ln1", None), deltas[sender], scale, bias=False)
     for via in ("q", "k", "v"):
         idx = [c for c, e in enumerate(chunk) if e[2] == via]
         if idx:
@@ -373,7 +351,7 @@ def _path_copies(model, edges: list, deltas: dict, target: Target, source_cache)
     def direct_logits(lo: int, hi: int) -> Tensor:  # [n * batch, pos, vocab]
         x = torch.stack([final + deltas[s] for s, _, _ in edges[lo:hi]])
         if final_scale is not None:
-            x = _frozen_norm(model.ln_final, x, final_scale)
+            x = frozen_norm(model.ln_final, x, final_scale)
         return model.unembed(x.flatten(0, 1))
 
     def local(layer: int, lo: int, hi: int):
@@ -398,7 +376,7 @@ def _path_copies(model, edges: list, deltas: dict, target: Target, source_cache)
             new_inputs = []
             for i in idx:
                 sender, (_, head), _ = chunk[i]
-                x = _frozen_norm(block.ln1, resid + deltas[sender], scale) if scale is not None else resid + deltas[sender]
+                x = frozen_norm(block.ln1, resid + deltas[sender], scale) if scale is not None else resid + deltas[sender]
                 if v in ("q", "k") and pos_embed is not None:
                     x = x + pos_embed
                 W, b = (head_weight(block.attn, f"{kind}_{v.upper()}", model.cfg)[head] for kind in ("W", "b"))
