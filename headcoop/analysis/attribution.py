@@ -53,7 +53,8 @@ from transformer_lens.utilities import get_act_name
 
 from headcoop.analysis.common import check_choice, model_device
 from headcoop.analysis.copies import causal, clean_corrupt, hooks_in_the_way, softmax_keys
-from headcoop.analysis.patching import _grid, _Grid, _kv_heads, _pos_labels, _selection, sweep
+from headcoop.analysis.grid import PatchGrid, kv_heads, normalized, pos_labels, select_cells
+from headcoop.analysis.patching import sweep
 from headcoop.analysis.vocabulary import (
     ATTRIBUTION_METHODS, COMPONENTS, DIRECTIONS, POSITIONS, RESID_COMPONENTS, AttributionMethod, Component,
     Direction, Positions, head_name, layer_name,
@@ -113,10 +114,7 @@ class AttributionResult(Displayed):
 
     def normalized(self) -> Tensor:
         """As PatchResult.normalized: (values - corrupt) / (clean - corrupt)."""
-        gap = self.clean_value - self.corrupt_value
-        if gap == 0:
-            raise ValueError("clean and corrupt baselines are equal, so the gap cannot be normalised")
-        return (self.values - self.corrupt_value) / gap
+        return normalized(self.values, self.clean_value, self.corrupt_value)
 
     def recall(self, k: int = 10) -> float:
         """Share of the exact top-k cells (by |exact effect|) among the top-k by score; needs every cell
@@ -315,7 +313,7 @@ def _scores(model, attn, q: Tensor, k: Tensor) -> Tensor:
 
 def _group(model, per_head: Tensor) -> Tensor:
     """Sum query heads [..., n_heads] into their key/value heads [..., n_kv] (grouped-query models)."""
-    n_kv = _kv_heads(model)
+    n_kv = kv_heads(model)
     if n_kv == model.cfg.n_heads:
         return per_head
     return per_head.reshape(*per_head.shape[:-1], n_kv, model.cfg.n_heads // n_kv).sum(-1)
@@ -442,7 +440,7 @@ def attribute(
     check_int("steps", steps, 1)
     check_int("seed", seed, 0)
     check_bool("graddrop", graddrop)
-    layers, heads = _selection(model, component, head, layer)
+    layers, heads = select_cells(model, component, head, layer)
     clean_tokens, corrupt_tokens, score_fn = clean_corrupt(model, clean, corrupt, metric)
     source_tokens, target_tokens = (clean_tokens, corrupt_tokens) if direction == "denoise" else (corrupt_tokens, clean_tokens)
     n_layers = model.cfg.n_layers
@@ -524,7 +522,7 @@ def attribute(
         return torch.stack(per_layer)
 
     estimate = estimates(grad_of_name)  # [layer, ...] in the grid's layout
-    grid = _grid(component, positions, layers, heads, clean_tokens.shape[1], model_device(model))
+    grid = PatchGrid.build(component, positions, layers, heads, clean_tokens.shape[1], model_device(model))
     if heads and component not in RESID_COMPONENTS:
         estimate = estimate[..., heads]
     estimate = estimate.reshape(grid.shape).float().cpu()
@@ -555,12 +553,12 @@ def attribute(
     return AttributionResult(
         values=values, score=score, exact=exact, top=top, sampled=sampled, dims=grid.dims, coords=grid.coords,
         clean_value=clean_value, corrupt_value=corrupt_value, target_value=target_value, component=component,
-        positions=positions, direction=direction, method=method, pos_labels=_pos_labels(model, clean_tokens),
+        positions=positions, direction=direction, method=method, pos_labels=pos_labels(model, clean_tokens),
         missed=missed, cost=cost, assumptions=tuple(assumptions), exact_method=exact_method,
     )  # fmt: skip
 
 
-def _verify(model, component, grid: _Grid, clean_tokens, corrupt_tokens, score_fn, direction, score: Tensor,
+def _verify(model, component, grid: PatchGrid, clean_tokens, corrupt_tokens, score_fn, direction, score: Tensor,
             verify, sample: int, seed: int, target_value: float, memory_budget_mb: float, cost: dict):  # fmt: skip
     """Patch exactly the top cells by score and a random sample of the rest; the false-negative bound."""
     n = score.numel()
@@ -577,9 +575,7 @@ def _verify(model, component, grid: _Grid, clean_tokens, corrupt_tokens, score_f
     method_label = ""
     if len(chosen):
         by_layer = chosen[torch.argsort(grid.layer[chosen], stable=True)]  # the engine takes layers in order
-        sub = _Grid(dims=grid.dims, coords=grid.coords, layer=grid.layer[by_layer],
-                    head=grid.head[by_layer.to(grid.head.device)] if grid.head is not None else None,
-                    pos=grid.pos[by_layer.to(grid.pos.device)] if grid.pos is not None else None)  # fmt: skip
+        sub = grid.take(by_layer)
         values, _, _, method_label = sweep(model, component, sub, clean_tokens, corrupt_tokens, score_fn, direction,
                                            memory_budget_mb=memory_budget_mb)  # fmt: skip
         exact[by_layer] = values.float().cpu()

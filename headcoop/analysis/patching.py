@@ -60,14 +60,15 @@ import numpy as np
 import pandas as pd
 import torch
 import torch.nn.functional as F
-from jaxtyping import Float, Int
+from jaxtyping import Float
 from torch import Tensor
 from headcoop.tl import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
 from headcoop.plot import Displayed
 from headcoop.analysis import suffix
-from headcoop.analysis.common import check_choice, check_layer, head_selection, model_device, require_model, task_symbols
+from headcoop.analysis.common import check_choice, model_device, require_model
+from headcoop.analysis.grid import PatchGrid, normalized, pos_labels, select_cells
 from headcoop.analysis.copies import (
     Copies, Rows, Target, causal, clean_corrupt, continuation, copies_per_chunk, evaluate, hooks_in_the_way,
     method_label, softmax_keys, target_run, w_o,
@@ -114,10 +115,7 @@ class PatchResult(Displayed):
     def normalized(self) -> Tensor:
         """(values - corrupt_value) / (clean_value - corrupt_value): the share of the clean-corrupt gap
         at which each patched run lands (0 = corrupt baseline, 1 = clean baseline). Same shape as values."""
-        gap = self.clean_value - self.corrupt_value
-        if gap == 0:
-            raise ValueError("clean and corrupt baselines are equal, so the gap cannot be normalised")
-        return (self.values - self.corrupt_value) / gap
+        return normalized(self.values, self.clean_value, self.corrupt_value)
 
     def item(self) -> float:
         """The single value of a one-patch result (e.g. one head, positions="all", one layer)."""
@@ -159,51 +157,7 @@ class PatchResult(Displayed):
 
 
 # --- inputs -------------------------------------------------------------------------------------------
-def _pos_labels(model: HookedTransformer, tokens: Int[Tensor, "batch pos"]) -> list[str]:
-    """'p tok' where every row holds the task symbol tok at position p, else 'p'."""
-    symbols = task_symbols(model)
-    same = (tokens == tokens[:1]).all(0).tolist()
-    first = tokens[0].tolist()
-    return [f"{p} {symbols[first[p]]}" if symbols and same[p] else str(p) for p in range(tokens.shape[1])]
-
-
 # --- the patch grid -----------------------------------------------------------------------------------
-@dataclasses.dataclass
-class _Grid:
-    """Every patch of a sweep, flattened in the order of `dims` (layer outermost)."""
-
-    dims: tuple[str, ...]
-    coords: dict[str, list[int]]
-    layer: Tensor  # [n_patches] (CPU)
-    head: Tensor | None  # [n_patches] on the model's device
-    pos: Tensor | None  # [n_patches] on the model's device
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return tuple(len(self.coords[d]) for d in self.dims)
-
-
-def _grid(component: str, positions: str, layers: list[int], heads: list[int], n_pos: int, device) -> _Grid:
-    if component in RESID_COMPONENTS:
-        dims = ("layer",) if positions == "all" else ("layer", "pos")
-    elif positions == "all":
-        dims = ("layer", "head")
-    else:
-        dims = ("layer", "dest_pos" if component == "pattern" else "pos", "head")
-    values = {"layer": layers, "head": heads, "pos": list(range(n_pos)), "dest_pos": list(range(n_pos))}
-    coords = {d: values[d] for d in dims}
-    mesh = torch.cartesian_prod(*[torch.tensor(coords[d]) for d in dims]).reshape(-1, len(dims))
-    column = {d: mesh[:, i] for i, d in enumerate(dims)}
-    pos = column.get("pos", column.get("dest_pos"))
-    return _Grid(
-        dims=dims,
-        coords=coords,
-        layer=column["layer"],
-        head=column["head"].to(device) if "head" in column else None,
-        pos=pos.to(device) if pos is not None else None,
-    )
-
-
 def _set_slices(act: Tensor, source: Tensor, component: str, head: Tensor | None, pos: Tensor | None) -> None:
     """In place: in copy i of `act` ([n, batch, ...]) put `source`'s slice (head[i], pos[i]).
 
@@ -225,14 +179,6 @@ def _set_slices(act: Tensor, source: Tensor, component: str, head: Tensor | None
         act[copy, :, :, head] = source[:, :, head].permute(2, 0, 1, 3)
     else:
         act[copy, :, pos, head] = source[:, pos, head].transpose(0, 1)
-
-
-def _kv_heads(model: HookedTransformer) -> int:
-    """How many key/value heads the k and v hooks hold (fewer than n_heads in a grouped-query model)."""
-    cfg = model.cfg
-    if cfg.n_key_value_heads is None or getattr(cfg, "ungroup_grouped_query_attention", False):
-        return cfg.n_heads
-    return cfg.n_key_value_heads
 
 
 def _prefix_reusable(model: HookedTransformer, component: str) -> bool:
@@ -313,9 +259,9 @@ def patch(
     check_float("memory_budget_mb", memory_budget_mb, 0.0, low_open=True)
     check_bool("head_local", head_local)
     check_choice("method", method, PATCH_METHODS)
-    layers, heads = _selection(model, component, head, layer)
+    layers, heads = select_cells(model, component, head, layer)
     clean_tokens, corrupt_tokens, score = clean_corrupt(model, clean, corrupt, metric)
-    grid = _grid(component, positions, layers, heads, clean_tokens.shape[1], model_device(model))
+    grid = PatchGrid.build(component, positions, layers, heads, clean_tokens.shape[1], model_device(model))
     values, clean_value, corrupt_value, label = sweep(model, component, grid, clean_tokens, corrupt_tokens, score,
                                                       direction, method, head_local, memory_budget_mb)  # fmt: skip
     return PatchResult(
@@ -327,36 +273,13 @@ def patch(
         component=component,
         positions=positions,
         direction=direction,
-        pos_labels=_pos_labels(model, clean_tokens),
+        pos_labels=pos_labels(model, clean_tokens),
         method=label,
     )
 
 
-def _selection(model: HookedTransformer, component: str, head, layer) -> tuple[list[int], list[int]]:
-    """(layers, heads) a sweep covers: `head`/`layer` as `hc.patch` takes them, checked against the component."""
-    if component in RESID_COMPONENTS and head is not None:
-        raise ValueError(f"component {component!r} has no head axis; pass head=None (use layer= to pick a layer)")
-    if component == "mlp_out" and (model.cfg.attn_only or not model.cfg.d_mlp):
-        raise ValueError("component 'mlp_out' needs a model with MLPs; this one is attention-only")
-    layer, picked = head_selection(model, head, layer)
-    layers = list(range(model.cfg.n_layers)) if layer is None else [check_layer(model, layer)]
-    n_kv = _kv_heads(model)
-    if component in RESID_COMPONENTS:
-        heads = []
-    elif component in ("k", "v") and n_kv != model.cfg.n_heads:
-        heads = list(range(n_kv)) if picked is None else picked
-        if max(heads) >= n_kv:
-            raise IndexError(
-                f"head {max(heads)} is out of range for component {component!r}: this grouped-query model has "
-                f"key/value heads 0..{n_kv - 1} (each shared by {model.cfg.n_heads // n_kv} query heads)"
-            )
-    else:
-        heads = list(range(model.cfg.n_heads)) if picked is None else picked
-    return layers, heads
-
-
 @torch.no_grad()
-def sweep(model: HookedTransformer, component: str, grid: _Grid, clean_tokens: Tensor, corrupt_tokens: Tensor,
+def sweep(model: HookedTransformer, component: str, grid: PatchGrid, clean_tokens: Tensor, corrupt_tokens: Tensor,
           score, direction: str, method: str = "auto", head_local: bool = True, memory_budget_mb: float = 256,
           ) -> tuple[Float[Tensor, " patch"], float, float, str]:  # fmt: skip
     """The exact metric after each patch of `grid` (any cells, their layers nondecreasing), on the engine:
@@ -398,7 +321,7 @@ def sweep(model: HookedTransformer, component: str, grid: _Grid, clean_tokens: T
     return values, clean_value, corrupt_value, method_label(path, "head-local" if path == "local" else "stacked", hooks, "patch", model)
 
 
-def _patch_copies(model, component: str, grid: _Grid, source_cache, target: Target) -> Copies:
+def _patch_copies(model, component: str, grid: PatchGrid, source_cache, target: Target) -> Copies:
     """The specification of a patch sweep for the engine: copy i patches (layer[i], head[i], pos[i])."""
     name = lambda lay: get_act_name(component, lay)  # noqa: E731
 
