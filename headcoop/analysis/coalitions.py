@@ -32,7 +32,7 @@ import math
 
 import torch
 import torch.nn.functional as F
-from jaxtyping import Bool, Float, Int
+from jaxtyping import Bool, Float
 from torch import Tensor
 from headcoop.tl import HookedTransformer
 from transformer_lens.utilities import apply_softcap, get_act_name
@@ -354,10 +354,6 @@ def all_masks(n: int, device=None) -> Bool[Tensor, "coalition player"]:
         raise ValueError(f"{n} players have {2**n:,} coalitions; enumerate at most 24 (use sampling above that)")
     ids = torch.arange(2**n, device=device)
     return (ids[:, None] >> torch.arange(n, device=device)) & 1 == 1
-
-
-def popcount(n: int, device=None) -> Int[Tensor, " coalition"]:
-    return all_masks(n, device).sum(1)
 
 
 def shapley_weights(n: int, sizes: Tensor, extra: int) -> Tensor:

@@ -14,12 +14,9 @@ from headcoop.tl import HookedTransformer
 from headcoop.analysis.vocabulary import head_name
 from headcoop.bridge import require_model  # noqa: F401  (the analyses import it from here)
 from headcoop.checks import check_choice  # noqa: F401  (analyses import it from here)
+from headcoop.tasks import task_of  # noqa: F401  (one definition; the analyses import it from here)
 from headcoop.tasks.base import Batch, Task
 
-
-def task_of(model: HookedTransformer) -> Task | None:
-    """The task a headcoop model carries (None for a model built elsewhere)."""
-    return getattr(model, "task", None)
 
 
 def require_task(model: HookedTransformer, what: str) -> Task:
