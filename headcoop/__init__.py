@@ -43,6 +43,8 @@ _LAZY = {
     "interactions": "headcoop.analysis.interactions",
     "composition": "headcoop.analysis.composition",
     "path_patch": "headcoop.analysis.path_patching",
+    "probe_patch": "headcoop.analysis.probe_patching",
+    "ablate_edges": "headcoop.analysis.edge_ablation",
     "Interactions": "headcoop.analysis.interactions",
     "cooperation": "headcoop.analysis.cooperation",
     "Cooperation": "headcoop.analysis.cooperation",

@@ -26,6 +26,7 @@ on), and the `method` string that says which path ran (`method_label`).
 from __future__ import annotations
 
 import dataclasses
+import re
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Literal, Union
@@ -126,6 +127,8 @@ def target_run(model: HookedTransformer, tokens: Tensor, score: "Score", names: 
         warnings.filterwarnings("ignore", message="run_with_cache: skipped")
         logits, cache = model.run_with_cache(tokens, names_filter=names)
     target = Target(model, tokens, logits, cache, score, continuation(model, tokens))
+    if score is None:  # read at a site (`Readout`), not scored on the logits
+        return target
     value = score.one(logits)  # checked before anything else reads the metric
     target.value = float(value) if value.numel() == 1 else None  # None: the "logits" reading
     if rows:
@@ -275,15 +278,63 @@ class Copies:
     """n modified copies of a target run (module docstring): `layers` [n] the first layer each changes
     (nondecreasing; n_layers for a change after the last block), `setter(lo, hi)` hooks for the stacked
     path, `local(layer, lo, hi)` the hook-free shortcut (None: none), `reference(i)` one copy's logits by
-    one plain forward pass."""
+    one plain forward pass; `reference_hooks(i)` (optional) the hooks of that pass, with which the engine
+    runs it itself and can read it at any site (`Readout`)."""
 
     layers: Sequence[int]
     setter: Callable[[int, int], Hooks] | None
     reference: Callable[[int], Tensor]
     local: Callable[[int, int, int], Logits | Rows] | None = None
+    reference_hooks: Callable[[int], Hooks] | None = None
 
     def __len__(self) -> int:
         return len(self.layers)
+
+
+@dataclasses.dataclass(frozen=True)
+class Readout:
+    """What each copy is read as, instead of its logits: the activation at hook `site` (a TransformerLens
+    hook name), stacked over copies [n, batch, ...], reduced by `read` to one value per copy ([n]). Copies
+    stop after the site's block (`stop_at_layer`): nothing later is computed. `Score` is the logits case."""
+
+    site: str
+    read: Callable[[Tensor], Tensor]
+
+    @property
+    def layer(self) -> int | None:
+        """The block the site belongs to (-1: the embeddings, before block 0; None: after the last block)."""
+        match = re.match(r"blocks\.(\d+)\.", self.site)
+        if match:
+            return int(match.group(1))
+        return -1 if self.site in ("hook_embed", "hook_pos_embed") else None
+
+    def of_target(self, target: "Target") -> Tensor:
+        """The unmodified run's reading ([] per copy, for one copy): from the target's cache."""
+        return self.read(target.cache[self.site][None])[0]
+
+
+def read_stacked(target: "Target", layer: int, n: int, hooks: Hooks, readout: Readout) -> Tensor:
+    """`readout` of n copies of the target run from the residual stream entering `layer`, through the model's
+    own blocks with `hooks`, stopped after the site's block: [n] values."""
+    model, seen = target.model, {}
+    stop = None if readout.layer is None else readout.layer + 1
+    capture = (readout.site, lambda act, hook: seen.__setitem__("act", act))
+    if is_bridge(model):
+        model.run_with_hooks(target.tokens.repeat(n, 1), fwd_hooks=hooks + [capture], stop_at_layer=stop)
+    else:
+        model.run_with_hooks(target.act("resid_pre", layer).repeat(n, 1, 1), start_at_layer=layer, stop_at_layer=stop,
+                             fwd_hooks=hooks + [capture], **repeat_extras(target.extras, n))  # fmt: skip
+    return readout.read(seen["act"].view(n, target.batch, *seen["act"].shape[1:]))
+
+
+def read_reference(target: "Target", hooks: Hooks, readout: Readout) -> Tensor:
+    """`readout` of one copy by one plain forward pass from the tokens with `hooks` (every installed hook on,
+    the capture after them all): [] value."""
+    seen = {}
+    stop = None if readout.layer is None else readout.layer + 1
+    target.model.run_with_hooks(target.tokens, stop_at_layer=stop,
+                                fwd_hooks=hooks + [(readout.site, lambda act, hook: seen.__setitem__("act", act))])  # fmt: skip
+    return readout.read(seen["act"][None])[0]
 
 
 def copies_per_chunk(
@@ -345,10 +396,13 @@ def method_label(path: Path, fast: str, hooks: list[str], what: str = "copy", mo
 
 @torch.no_grad()
 def evaluate(target: Target, copies: Copies, path: Path, memory_budget_mb: float,
-             head_local: bool = True) -> Float[Tensor, " copy"]:  # fmt: skip
+             head_local: bool = True, readout: Readout | None = None) -> Float[Tensor, " copy"]:  # fmt: skip
     """The metric of every copy, [n] on the target's device, computed by `path`:
     "local" (the specification's shortcut, then the row-wise suffix), "stacked" (the model's blocks with the
-    setter's hooks from each copy's first layer) or "reference" (one plain forward pass per copy)."""
+    setter's hooks from each copy's first layer) or "reference" (one plain forward pass per copy). With a
+    `readout`, each copy is read at its site instead (`evaluate_readout`)."""
+    if readout is not None:
+        return evaluate_readout(target, copies, path, memory_budget_mb, readout)
     model = target.model
     batch, n_pos = target.batch, target.n_pos
     layers = torch.as_tensor(list(copies.layers))
@@ -370,6 +424,34 @@ def evaluate(target: Target, copies: Copies, path: Path, memory_budget_mb: float
                 logits = run_stacked(target, layer, stop - start, copies.setter(start, stop))
             out.append(target.score(logits, stop - start, batch))
     return torch.cat(out)
+
+
+@torch.no_grad()
+def evaluate_readout(target: Target, copies: Copies, path: Path, memory_budget_mb: float,
+                     readout: Readout) -> Tensor:  # fmt: skip
+    """`readout` of every copy, [n]: the shortcuts return logits, so "local" runs stacked; a copy whose first
+    change lies after the site's block reads as the target (nothing before the site changed); the reference
+    runs the specification's `reference_hooks` with the capture after every hook."""
+    if path == "reference" and copies.reference_hooks is None:
+        raise ValueError("this specification has no reference_hooks, so its reference path cannot be read at a site")
+    site_layer = readout.layer if readout.layer is not None else target.model.cfg.n_layers
+    layers = torch.as_tensor(list(copies.layers))
+    unchanged = readout.of_target(target)
+    out = []
+    if path == "reference":
+        for i in range(len(copies)):
+            value = unchanged if int(layers[i]) > site_layer else read_reference(target, copies.reference_hooks(i), readout)
+            out.append(value.to(unchanged.device))
+        return torch.stack(out) if out else torch.zeros(0)
+    for layer in layers.unique().tolist():
+        lo, hi = int((layers < layer).sum()), int((layers <= layer).sum())
+        if layer > site_layer:
+            out.append(unchanged[None].expand(hi - lo, *unchanged.shape))
+            continue
+        size = copies_per_chunk(target.model, target.batch, target.n_pos, memory_budget_mb, from_layer=layer)
+        for start, stop in chunks(lo, hi, size):
+            out.append(read_stacked(target, layer, stop - start, copies.setter(start, stop), readout).to(unchanged.device))
+    return torch.cat(out) if out else torch.zeros(0)
 
 
 def run_stacked(target: Target, layer: int, n: int, hooks: Hooks) -> Float[Tensor, "copy_batch pos vocab"]:
@@ -469,5 +551,5 @@ def w_o(attn) -> Float[Tensor, "d_model head_d_head"]:
     return einops.rearrange(attn.W_O, "head d_head d_model -> d_model (head d_head)").contiguous()
 
 
-__all__ = ["Copies", "Target", "Score", "Rows", "AtRows", "evaluate", "copies_per_chunk", "target_run",
+__all__ = ["Copies", "Target", "Score", "Readout", "Rows", "AtRows", "evaluate", "copies_per_chunk", "target_run",
            "named_metric", "continue_rows", "run_stacked", "method_label"]  # fmt: skip

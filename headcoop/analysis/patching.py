@@ -316,12 +316,12 @@ def sweep(model: HookedTransformer, component: str, grid: PatchGrid, clean_token
     clean_value, corrupt_value = (
         (source_value, target_value) if direction == "denoise" else (target_value, source_value)
     )
-    copies = _patch_copies(model, component, grid, source_cache, target)
+    copies = patch_copies(model, component, grid, source_cache, target)
     values = evaluate(target, copies, path, memory_budget_mb)
     return values, clean_value, corrupt_value, method_label(path, "head-local" if path == "local" else "stacked", hooks, "patch", model)
 
 
-def _patch_copies(model, component: str, grid: PatchGrid, source_cache, target: Target) -> Copies:
+def patch_copies(model, component: str, grid: PatchGrid, source_cache, target: Target) -> Copies:
     """The specification of a patch sweep for the engine: copy i patches (layer[i], head[i], pos[i])."""
     name = lambda lay: get_act_name(component, lay)  # noqa: E731
 
@@ -349,6 +349,7 @@ def _patch_copies(model, component: str, grid: PatchGrid, source_cache, target: 
         setter=lambda lo, hi: hook(layers[lo], lo, hi),
         reference=lambda i: model.run_with_hooks(target.tokens, fwd_hooks=hook(layers[i], i, i + 1)),
         local=local,
+        reference_hooks=lambda i: hook(layers[i], i, i + 1),
     )
 
 

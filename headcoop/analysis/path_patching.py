@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import OrderedDict
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -246,7 +247,7 @@ def _stacked_supported(model: HookedTransformer) -> bool:
     return suffix.supported(model) or model.cfg.positional_embedding_type == "rotary" or is_bridge(model)
 
 
-def _check_model(model: HookedTransformer) -> None:
+def check_path_model(model: HookedTransformer) -> None:
     cfg = model.cfg
     if cfg.n_key_value_heads is not None and cfg.n_key_value_heads != cfg.n_heads:
         raise ValueError("path_patch does not support grouped-query attention yet: a k or v input is shared by heads")
@@ -278,7 +279,7 @@ def path_patch(
     """
     require_model(model, "path_patch")
     check_finite(model, "hc.path_patch")
-    _check_model(model)
+    check_path_model(model)
     check_choice("direction", direction, DIRECTIONS)
     check_choice("method", method, PATH_METHODS)
     via = (via,) if isinstance(via, str) else tuple(via)
@@ -322,7 +323,7 @@ def path_patch(
             f"sender (last in layer {last_sender}); a head cannot path-patch a head of its own or an earlier layer"
         )
     edges += [(s, "logits", "direct") for s in senders] if direct else []
-    values = evaluate(target, _path_copies(model, edges, deltas, target, source_cache), path, memory_budget_mb).tolist()
+    values = evaluate(target, path_copies(model, edges, deltas, target, lambda sender: (source_cache, sender)), path, memory_budget_mb).tolist()
     out = {(head_name(*s), r if r == "logits" else head_name(*r), v): x for (s, r, v), x in zip(edges, values)}
     fast = "stacked copies from the receiver's layer" + (" (receiver head only)" if path == "local" else "")
     label = (f"reference: {CANONICAL}{layout}" if layout and not hooks and method == "auto"
@@ -340,9 +341,13 @@ def _receiver_only(model: HookedTransformer) -> bool:
     return suffix.supported(model) and model.cfg.positional_embedding_type != "rotary"
 
 
-def _path_copies(model, edges: list, deltas: dict, target: Target, source_cache) -> Copies:
-    """The specification of a path-patching sweep for the engine: copy i is edge i (sender, receiver, via),
-    the first layer it changes the receiver's (n_layers for a direct path); edges sorted by that layer."""
+def path_copies(model, edges: list, deltas: dict, target: Target, sources: Callable) -> Copies:
+    """The specification of a path-patching sweep for the engine: copy i is edge i (key, receiver, via), the
+    first layer it changes the receiver's (n_layers for a direct path); edges sorted by that layer. `key` names
+    the copy's change: deltas[key] [batch, pos, d_model] is what the sender's output adds (its own value per
+    copy: one sender under several replacements is several keys), and sources(key) = (a cache holding the
+    sender's replacement z, the sender (layer, head)) for the canonical reference. `hc.path_patch` keys by
+    sender; `ablate_edges` by (sender, reference)."""
     n_layers = model.cfg.n_layers
     layers = [n_layers if r == "logits" else r[0] for _, r, _ in edges]
     final = target.act("resid_post", n_layers - 1)
@@ -391,17 +396,17 @@ def _path_copies(model, edges: list, deltas: dict, target: Target, source_cache)
             hooks.append((get_act_name(v, lay), hook))
         return hooks
 
-    step_one: OrderedDict = OrderedDict()  # sender -> its step-one residual streams, the 16 latest kept
+    step_one: OrderedDict = OrderedDict()  # key -> its step-one residual streams, the 16 latest kept
 
     def reference(i: int) -> Tensor:
-        sender, receiver, v = edges[i]
-        if sender not in step_one:
-            step_one[sender] = sender_run(model, target.tokens, target.cache, source_cache, sender)
+        key, receiver, v = edges[i]
+        if key not in step_one:
+            step_one[key] = sender_run(model, target.tokens, target.cache, *sources(key))
             if len(step_one) > 16:
                 step_one.popitem(last=False)
         if receiver == "logits":
-            return _direct_logits(model, target.tokens, target.cache, step_one[sender])
-        return _edge_logits(model, target.tokens, target.cache, step_one[sender], receiver, v)
+            return _direct_logits(model, target.tokens, target.cache, step_one[key])
+        return _edge_logits(model, target.tokens, target.cache, step_one[key], receiver, v)
 
     return Copies(layers=layers, setter=setter, reference=reference, local=local)
 
@@ -410,4 +415,4 @@ def _assumptions(cfg) -> tuple[str, ...]:
     return ("receiver and final norm scales frozen at the target run's",) if cfg.normalization_type else ()
 
 
-__all__ = ["path_patch", "PathPatchResult", "reference_edge", "reference_direct"]
+__all__ = ["path_patch", "PathPatchResult", "path_copies", "reference_edge", "reference_direct", "sender_run"]
