@@ -109,6 +109,7 @@ def test_ablate_edges_over_several_references_equals_the_plain_loop(shape):
         want = plain_edge_ablation(model, tokens, references[row.reference], metric, sender, receiver, row.via)
         assert row.value == pytest.approx(want, abs=1e-5, rel=1e-5), (row.sender, row.receiver, row.via, row.reference)
     assert frame.groupby(["sender", "receiver", "via"]).value.nunique().max() > 1  # the references differ
+    assert frame.attrs["method"].startswith("stacked")
 
 
 def test_ablate_edges_with_a_user_hook_takes_the_canonical_reference():

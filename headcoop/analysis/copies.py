@@ -380,6 +380,32 @@ def hooks_in_the_way(model: HookedTransformer) -> list[str]:
 BRIDGE_STACKED = " (TransformerBridge: every copy runs from the tokens, the Bridge has no start_at_layer)"
 
 
+@dataclasses.dataclass(frozen=True)
+class Route:
+    """Which path the engine takes for one analysis call, and why: `path` ("local", "stacked", "reference"),
+    the hooks that forced the reference (empty if none did), and `label`, the result's `method` string."""
+
+    path: Path
+    hooks: tuple[str, ...]
+    label: str
+
+
+def route(model: HookedTransformer, method: str, fast: Path, fast_label: str, what: str = "copy",
+          reference: str | None = None, no_fast: str | None = None) -> Route:  # fmt: skip
+    """The engine's one policy: the reference path when `method` is "reference", when any hook is installed
+    on the model (every shortcut would bypass it, and stacking changes the batch a hook may depend on), or
+    when the model has no fast path (`no_fast`: why, shown in the label); else `fast` (the caller's choice for
+    "auto" or a named fast path). The label names the path, on a Bridge that stacked copies run from the
+    tokens, and why the reference ran."""
+    hooks = tuple(hooks_in_the_way(model))
+    if method != "reference" and not hooks and no_fast is None:
+        return Route(fast, hooks, method_label(fast, fast_label, list(hooks), what, model))
+    label = method_label("reference", fast_label, list(hooks), what, model, reference=reference)
+    if no_fast is not None and not hooks and method != "reference":
+        label = f"reference: {reference or f'one pass per {what}'} ({no_fast})"
+    return Route("reference", hooks, label)
+
+
 def method_label(path: Path, fast: str, hooks: list[str], what: str = "copy", model=None,
                  reference: str | None = None) -> str:  # fmt: skip
     """The `method` string of a result: the fast path's name (on a Bridge, that its stacked copies run from
@@ -551,5 +577,5 @@ def w_o(attn) -> Float[Tensor, "d_model head_d_head"]:
     return einops.rearrange(attn.W_O, "head d_head d_model -> d_model (head d_head)").contiguous()
 
 
-__all__ = ["Copies", "Target", "Score", "Readout", "Rows", "AtRows", "evaluate", "copies_per_chunk", "target_run",
+__all__ = ["Copies", "Target", "Score", "Readout", "Route", "route", "Rows", "AtRows", "evaluate", "copies_per_chunk", "target_run",
            "named_metric", "continue_rows", "run_stacked", "method_label"]  # fmt: skip

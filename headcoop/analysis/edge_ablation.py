@@ -12,7 +12,7 @@ import torch
 from transformer_lens.utilities import get_act_name
 
 from headcoop.analysis.common import as_tokens, parse_heads
-from headcoop.analysis.copies import Score, evaluate, hooks_in_the_way, target_run
+from headcoop.analysis.copies import Score, evaluate, route, target_run
 from headcoop.analysis.path_patching import check_path_model, path_copies
 from headcoop.analysis.vocabulary import head_name
 
@@ -39,12 +39,14 @@ def ablate_edges(model, tokens, edges, references, metric, memory_budget_mb: flo
     z = lambda key: target.cache[get_act_name("z", key[0][0])][:, :, key[0][1]]  # noqa: E731
     deltas = {key: (means[key[1]][get_act_name("z", key[0][0])][:, :, key[0][1]] - z(key))
               @ model.blocks[key[0][0]].attn.W_O[key[0][1]] for key, _, _ in copies}  # fmt: skip
-    path = "reference" if hooks_in_the_way(model) else "stacked"
+    chosen = route(model, "auto", "stacked", "stacked copies from the receiver's layer", "edge")
     spec = path_copies(model, copies, deltas, target, lambda key: (means[key[1]], key[0]))
-    values = evaluate(target, spec, path, memory_budget_mb).tolist()
+    values = evaluate(target, spec, chosen.path, memory_budget_mb).tolist()
     rows = [dict(sender=head_name(*s), receiver=head_name(*rec), via=v, reference=r, value=x, unablated=target.value)
             for ((s, r), rec, v), x in zip(copies, values)]  # fmt: skip
-    return pd.DataFrame(rows).sort_values(["sender", "receiver", "via", "reference"], ignore_index=True)
+    frame = pd.DataFrame(rows).sort_values(["sender", "receiver", "via", "reference"], ignore_index=True)
+    frame.attrs["method"] = chosen.label  # which path ran (the reference whenever a hook is installed)
+    return frame
 
 
 __all__ = ["ablate_edges"]

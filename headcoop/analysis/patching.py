@@ -54,6 +54,7 @@ Results stay on the device until one transfer at the end; only the activations n
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -70,8 +71,8 @@ from headcoop.analysis import suffix
 from headcoop.analysis.common import check_choice, model_device, require_model
 from headcoop.analysis.grid import PatchGrid, normalized, pos_labels, select_cells
 from headcoop.analysis.copies import (
-    Copies, Rows, Target, causal, clean_corrupt, continuation, copies_per_chunk, evaluate, hooks_in_the_way,
-    method_label, softmax_keys, target_run, w_o,
+    Copies, Rows, Target, causal, clean_corrupt, continuation, copies_per_chunk, evaluate, route, softmax_keys,
+    target_run, w_o,
 )  # fmt: skip
 from headcoop.checks import check_bool, check_finite, check_float
 from headcoop.analysis.vocabulary import (
@@ -213,7 +214,7 @@ def patch(
     positions: Positions = "all",
     direction: Direction = "denoise",
     memory_budget_mb: float = 256,
-    head_local: bool = True,
+    head_local: bool | None = None,
     method: PatchMethod = "auto",
 ) -> PatchResult:
     """Activation patching of one head or every head (or the residual stream), all patches batched.
@@ -235,9 +236,7 @@ def patch(
                  position for "pattern", like transformer_lens's pattern-by-pos).
     direction:   "denoise" runs corrupt with clean activations patched in; "noise" the reverse.
     memory_budget_mb: memory for one stacked pass; sets how many patches share a pass.
-    head_local:  reuse the target run's activations of the patched layer and recompute only the
-                 patched head there (where the model's blocks allow, see the module docstring);
-                 False runs every copy through the whole model with hooks.
+    head_local:  deprecated, the older knob for method= (False: method="stacked"); a DeprecationWarning.
     method:      "auto" (head-local where it applies, else stacked; the reference whenever a hook is
                  installed), "head-local", "stacked", or "reference": the slow, obviously-correct path, one
                  forward pass from the tokens per patch with a hook on the component, as
@@ -257,13 +256,18 @@ def patch(
     check_choice("positions", positions, POSITIONS)
     check_choice("direction", direction, DIRECTIONS)
     check_float("memory_budget_mb", memory_budget_mb, 0.0, low_open=True)
-    check_bool("head_local", head_local)
     check_choice("method", method, PATCH_METHODS)
+    if head_local is not None:  # the older knob for the same choice: method= says it (one knob per choice)
+        check_bool("head_local", head_local)
+        warnings.warn("hc.patch(head_local=...) is method='head-local' (True) or method='stacked' (False); "
+                      "pass method= instead", DeprecationWarning, stacklevel=2)  # fmt: skip
+        if method == "auto" and not head_local:
+            method = "stacked"
     layers, heads = select_cells(model, component, head, layer)
     clean_tokens, corrupt_tokens, score = clean_corrupt(model, clean, corrupt, metric)
     grid = PatchGrid.build(component, positions, layers, heads, clean_tokens.shape[1], model_device(model))
     values, clean_value, corrupt_value, label = sweep(model, component, grid, clean_tokens, corrupt_tokens, score,
-                                                      direction, method, head_local, memory_budget_mb)  # fmt: skip
+                                                      direction, method, memory_budget_mb)  # fmt: skip
     return PatchResult(
         values=values.reshape(grid.shape).float().cpu(),
         dims=grid.dims,
@@ -280,7 +284,7 @@ def patch(
 
 @torch.no_grad()
 def sweep(model: HookedTransformer, component: str, grid: PatchGrid, clean_tokens: Tensor, corrupt_tokens: Tensor,
-          score, direction: str, method: str = "auto", head_local: bool = True, memory_budget_mb: float = 256,
+          score, direction: str, method: str = "auto", memory_budget_mb: float = 256,
           ) -> tuple[Float[Tensor, " patch"], float, float, str]:  # fmt: skip
     """The exact metric after each patch of `grid` (any cells, their layers nondecreasing), on the engine:
     (values [n_patches] on the model's device, clean value, corrupt value, the method label). `hc.patch`
@@ -289,19 +293,15 @@ def sweep(model: HookedTransformer, component: str, grid: PatchGrid, clean_token
     source_tokens, target_tokens = (
         (clean_tokens, corrupt_tokens) if direction == "denoise" else (corrupt_tokens, clean_tokens)
     )
-    hooks = hooks_in_the_way(model)
     extras = continuation(model, target_tokens)
     # the head-local scores use the causal mask alone: not with a padding mask
     possible = _prefix_reusable(model, component) and extras["attention_mask"] is None
     if method == "head-local" and not possible:
         raise ValueError(f"method='head-local' does not apply to component {component!r} of this model (its "
                          "blocks or a padding mask need the whole layer recomputed); use 'auto' or 'stacked'")  # fmt: skip
-    if method == "reference" or hooks:
-        path = "reference"
-    elif possible and (method == "head-local" or (method == "auto" and head_local)):
-        path = "local"
-    else:
-        path = "stacked"
+    fast = "local" if possible and method in ("head-local", "auto") else "stacked"
+    chosen = route(model, method, fast, "head-local" if fast == "local" else "stacked", "patch")
+    path = chosen.path
     patched = {get_act_name(component, lay) for lay in layers}
     # The target run supplies each copy's starting point: the residual stream entering the patched layer,
     # and, for the head-local shortcut, that layer's activations the patch leaves alone.
@@ -318,7 +318,7 @@ def sweep(model: HookedTransformer, component: str, grid: PatchGrid, clean_token
     )
     copies = patch_copies(model, component, grid, source_cache, target)
     values = evaluate(target, copies, path, memory_budget_mb)
-    return values, clean_value, corrupt_value, method_label(path, "head-local" if path == "local" else "stacked", hooks, "patch", model)
+    return values, clean_value, corrupt_value, chosen.label
 
 
 def patch_copies(model, component: str, grid: PatchGrid, source_cache, target: Target) -> Copies:

@@ -41,7 +41,7 @@ from headcoop.analysis.common import check_choice, parse_heads, require_model
 from headcoop.analysis.norms import frozen_norm
 from headcoop.analysis.vocabulary import DIRECTIONS, PATH_METHODS, VIAS, Direction, PathMethod, Via, head_name
 from headcoop.analysis.copies import (
-    Copies, Rows, Target, clean_corrupt, evaluate, hooks_in_the_way, method_label, softmax_keys, target_run,
+    Copies, Rows, Target, clean_corrupt, evaluate, route, softmax_keys, target_run,
 )  # fmt: skip
 from headcoop.bridge import head_weight, is_bridge
 from headcoop.checks import check_finite, check_metric_value
@@ -295,16 +295,17 @@ def path_patch(
     source_tokens, target_tokens = (clean_tokens, corrupt_tokens) if direction == "denoise" else (corrupt_tokens, clean_tokens)
     names = {get_act_name("z", lay) for lay in {lay for lay, _ in senders}}
     source_logits, source_cache = model.run_with_cache(source_tokens, names_filter=lambda n: n in names)
-    hooks = hooks_in_the_way(model)
     if method == "stacked" and not _stacked_supported(model):
         raise ValueError(
             "path_patch's stacked path supports standard TransformerLens blocks (causal attention, sequential "
             "attention then MLP, no norm after a block's outputs); this model has another block layout: use "
             "method='auto' or 'reference'"
         )
-    layout = "" if _stacked_supported(model) else " (this block layout has no stacked path)"
-    path = ("reference" if method == "reference" or hooks or layout else "local" if _receiver_only(model)
-            else "stacked")  # fmt: skip
+    fast = "local" if _receiver_only(model) else "stacked"
+    chosen = route(model, method, fast, "stacked copies from the receiver's layer" + (
+        " (receiver head only)" if fast == "local" else ""), "edge", reference=CANONICAL,
+        no_fast=None if _stacked_supported(model) else "this block layout has no stacked path")  # fmt: skip
+    path = chosen.path
     target = target_run(model, target_tokens, score, lambda n: True, rows=path == "local")
     values_sc = float(score.one(source_logits)), target.value
     clean_value, corrupt_value = values_sc if direction == "denoise" else values_sc[::-1]
@@ -325,11 +326,8 @@ def path_patch(
     edges += [(s, "logits", "direct") for s in senders] if direct else []
     values = evaluate(target, path_copies(model, edges, deltas, target, lambda sender: (source_cache, sender)), path, memory_budget_mb).tolist()
     out = {(head_name(*s), r if r == "logits" else head_name(*r), v): x for (s, r, v), x in zip(edges, values)}
-    fast = "stacked copies from the receiver's layer" + (" (receiver head only)" if path == "local" else "")
-    label = (f"reference: {CANONICAL}{layout}" if layout and not hooks and method == "auto"
-             else method_label(path, fast, hooks, "edge", model, reference=CANONICAL))  # fmt: skip
     return PathPatchResult(values=out, clean_value=clean_value, corrupt_value=corrupt_value, direction=direction,
-                           assumptions=_assumptions(cfg), method=label)  # fmt: skip
+                           assumptions=_assumptions(cfg), method=chosen.label)  # fmt: skip
 
 
 CANONICAL = "canonical two-step path patching per edge (sender patched, other heads and MLPs frozen; then the receiver)"

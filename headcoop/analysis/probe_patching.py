@@ -12,7 +12,7 @@ from torch import Tensor
 from transformer_lens.utilities import get_act_name
 
 from headcoop.analysis.common import as_tokens, check_positions
-from headcoop.analysis.copies import Readout, evaluate, hooks_in_the_way, method_label, target_run
+from headcoop.analysis.copies import Readout, evaluate, route, target_run
 from headcoop.analysis.grid import PatchGrid, pos_labels
 from headcoop.analysis.patching import PatchResult, patch_copies
 from headcoop.analysis.probes import ProbeResult
@@ -51,15 +51,14 @@ def probe_patch(model, clean, corrupt, probe: ProbeResult, index: int = 0, pos=N
     _, source_cache = model.run_with_cache(clean_tokens, names_filter=lambda n: n.endswith("hook_resid_pre") or n == readout.site)
     target = target_run(model, corrupt_tokens, None, lambda n: True)
     grid = PatchGrid.build("resid_pre", "each", list(range(model.cfg.n_layers)), [], n_pos, corrupt_tokens.device)
-    hooks = hooks_in_the_way(model)
-    path = "reference" if hooks else "stacked"
-    values = evaluate(target, patch_copies(model, "resid_pre", grid, source_cache, target), path, memory_budget_mb,
-                      readout=readout)  # fmt: skip
+    chosen = route(model, "auto", "stacked", "stacked copies read by the probe, stopped after its block", "patch")
+    values = evaluate(target, patch_copies(model, "resid_pre", grid, source_cache, target), chosen.path,
+                      memory_budget_mb, readout=readout)  # fmt: skip
     return PatchResult(values=values.reshape(grid.shape).float().cpu(), dims=grid.dims, coords=grid.coords,
                        clean_value=float(readout.read(source_cache[readout.site][None])[0]),
                        corrupt_value=float(readout.of_target(target)), component="resid_pre", positions="each",
                        direction="denoise", pos_labels=pos_labels(model, corrupt_tokens),
-                       method=method_label(path, "stacked copies read by the probe, stopped after its block", hooks))  # fmt: skip
+                       method=chosen.label)  # fmt: skip
 
 
 __all__ = ["probe_patch", "probe_readout"]
