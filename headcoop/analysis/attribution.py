@@ -52,7 +52,8 @@ from headcoop.tl import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
 from headcoop.analysis.common import check_choice, model_device
-from headcoop.analysis.copies import causal, clean_corrupt, hooks_in_the_way, softmax_keys
+from headcoop.analysis.copies import clean_corrupt, hooks_in_the_way
+from headcoop.analysis.kernels import causal, softmax_keys
 from headcoop.analysis.grid import PatchGrid, kv_heads, normalized, pos_labels, select_cells
 from headcoop.analysis.patching import sweep
 from headcoop.analysis.vocabulary import (

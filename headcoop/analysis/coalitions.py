@@ -19,7 +19,7 @@ metric is its default). The paths (`method`), each compared with the reference i
   after layer l, so layer l runs once per distinct such prefix (a random order of 32 heads in 4 layers has
   33 coalitions but 9 + 17 + 25 + 33 = 84 distinct layer states instead of 132), through TransformerLens's
   own block with a hook on z; with a named metric, the last layer computes only the row each input is read
-  at (`headcoop.analysis.suffix.supported` models);
+  at (`headcoop.analysis.kernels.supported` models);
 - "stacked": the engine's stacked path, C coalitions at a time through the model's blocks from the first
   player's layer, one hook per layer setting each copy's ablated heads;
 - "reference": `hc.ablate` of the players outside S and one plain forward pass per coalition. It is also
@@ -31,7 +31,6 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from jaxtyping import Bool, Float
 from torch import Tensor
 from headcoop.tl import HookedTransformer
@@ -42,7 +41,7 @@ from headcoop.analysis.common import as_tokens, check_choice, check_positions, r
 from headcoop.analysis.copies import (
     BRIDGE_STACKED, AtRows, Copies, Score, Target, evaluate, hooks_in_the_way, target_run,
 )
-from headcoop.analysis.suffix import finish_block, mask_future, supported, unembed
+from headcoop.analysis.kernels import attention_out, finish_block, mask_future, softmax_keys, supported, unembed
 from headcoop.analysis.vocabulary import ABLATION_HOWS, GAME_METHODS, METRIC_NAMES, AblationHow, GameMethod, head_name
 from headcoop.bridge import is_bridge
 from headcoop.tasks.base import Batch
@@ -334,7 +333,7 @@ class CoalitionGame:
         q, k, v = attn.calculate_qkv_matrices(qk_in[rows, at][:, None], qk_in, normed)
         scores = attn.calculate_attention_scores(q, k)  # [state*batch, head, 1, key]
         scores = mask_future(scores, attn, at, align="copy")  # one query row per [state*batch] entry
-        pattern = F.softmax(scores, dim=-1).to(model.cfg.dtype)
+        pattern = softmax_keys(scores).to(model.cfg.dtype)  # the guard for fully masked rows, as every path
         z = attn.calculate_z_scores(v, pattern)  # [state*batch, 1, head, d_head]
         idx = [i for i, (lay, _) in enumerate(self.players) if lay == layer]
         if idx:
@@ -342,9 +341,7 @@ class CoalitionGame:
             source = torch.stack([self.replacement[self.players[i]][torch.arange(n), self.pos] for i in idx], 1)
             off = (~active[:, idx]).repeat_interleave(n, 0)  # [state*batch, k]
             z[:, 0, heads] = torch.where(off[:, :, None], source.repeat(states, 1, 1).to(z), z[:, 0, heads])
-        w = attn.W_O.reshape(-1, attn.W_O.shape[-1]).T
-        out = F.linear(z.reshape(len(z), -1), w.contiguous(), attn.b_O)
-        x = finish_block(model, layer, flat[rows, at] + out)
+        x = finish_block(model, layer, flat[rows, at] + attention_out(attn, z[:, 0]))
         return unembed(model, x[:, None])[:, 0]
 
 

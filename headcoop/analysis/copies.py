@@ -13,7 +13,7 @@ contiguous) and three ways to make its change:
   activations (patch's head-local shortcut, path patching's receiver-only shortcut, the coalition game's
   shared prefixes). It returns logits (`Logits`) or a `Rows`: the copies' residual stream from some layer
   on, at rows r0.. only, which the engine runs through the later layers row-wise (`continue_rows`,
-  `suffix.run_from`) and the last layer only at the rows the metric reads.
+  `kernels.run_from`) and the last layer only at the rows the metric reads.
 - `reference(i)`: copy i's logits [batch, pos, vocab] by the slow, obviously-correct route, one plain
   forward pass from the tokens (hooks on the activation, `hc.ablate`, TransformerLens's split q/k/v input).
 
@@ -31,16 +31,14 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Literal, Union
 
-import einops
 import torch
-import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 from headcoop.tl import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
-from headcoop.analysis import suffix
-from headcoop.analysis.suffix import RowLogits
+from headcoop.analysis import kernels
+from headcoop.analysis.kernels import RowLogits
 from headcoop.analysis.common import as_tokens, task_of
 from headcoop.bridge import is_bridge, user_hooks
 from headcoop.checks import check_metric_value
@@ -137,12 +135,12 @@ def target_run(model: HookedTransformer, tokens: Tensor, score: "Score", names: 
 
 
 def read_rows(score: "Score", logits: Float[Tensor, "batch pos vocab"]) -> Int[Tensor, " row"] | None:
-    """The logit rows (positions) the metric reads, when a small candidate set passes `suffix.reads_only`:
+    """The logit rows (positions) the metric reads, when a small candidate set passes `kernels.reads_only`:
     the rows the metric names (a task's answer positions), else the last position; None (every row)
     otherwise."""
     candidates = score.rows if score.rows is not None else torch.tensor([logits.shape[1] - 1])
     candidates = candidates.unique().to(logits.device)
-    return candidates if suffix.reads_only(score.metric, logits, candidates) else None
+    return candidates if kernels.reads_only(score.metric, logits, candidates) else None
 
 
 def clean_corrupt(model: HookedTransformer, clean, corrupt, metric) -> tuple[Tensor, Tensor, Score]:
@@ -511,7 +509,7 @@ def row_groups(first_row: Int[Tensor, " copy"], groups: int) -> list[tuple[int, 
 
 def continue_rows(target: Target, resid: Rows) -> Float[Tensor, "copy_batch pos vocab"] | RowLogits:
     """Logits of copies given as `Rows`: the copies are grouped by their first changed row (`row_groups`)
-    and each group runs the later layers on its rows from there (`suffix.run_from`; the last layer only at
+    and each group runs the later layers on its rows from there (`kernels.run_from`; the last layer only at
     `target.needed`, when known); every other row is the target's. Returns [n * batch, pos, vocab], or
     `RowLogits` when the metric reads known rows."""
     model, target_logits, needed = target.model, target.logits, target.needed
@@ -520,9 +518,9 @@ def continue_rows(target: Target, resid: Rows) -> Float[Tensor, "copy_batch pos 
     n, batch = (resid.resid[1] if one_row else resid.resid).shape[:2]
     kept = torch.arange(target_logits.shape[1], device=target_logits.device) if needed is None else needed
     if one_row and needed is not None and resid.start == model.cfg.n_layers - 1 and resid.finish is None:
-        # one changed row entering the last layer: all copies in one pass (suffix.last_layer_one_row)
+        # one changed row entering the last layer: all copies in one pass (kernels.last_layer_one_row)
         base, rows_new = resid.resid
-        logits = suffix.last_layer_one_row(model, base, rows_new, first_row, target.cache,
+        logits = kernels.last_layer_one_row(model, base, rows_new, first_row, target.cache,
                                            target.extras["shortformer_pos_embed"], needed)  # fmt: skip
         return RowLogits(target_logits, needed, logits.view(n, batch, len(needed), -1))
     out = target_logits[:, kept][None].repeat(n, 1, 1, 1)  # [n, batch, kept row, vocab]; changed rows below
@@ -530,7 +528,7 @@ def continue_rows(target: Target, resid: Rows) -> Float[Tensor, "copy_batch pos 
     if one_row and after_last and resid.finish is None:  # only a changed row the metric reads is unembedded
         copy, at = (first_row[:, None] == kept[None]).nonzero(as_tuple=True)
         if len(copy):
-            out[copy, :, at] = suffix.unembed(model, resid.resid[1][copy][:, :, None])[:, :, 0]
+            out[copy, :, at] = kernels.unembed(model, resid.resid[1][copy][:, :, None])[:, :, 0]
         return out.view(n * batch, *target_logits.shape[1:]) if needed is None else RowLogits(target_logits, kept, out)
     for r0, group in row_groups(first_row, 1 if after_last else len(first_row)):
         if one_row:
@@ -545,12 +543,12 @@ def continue_rows(target: Target, resid: Rows) -> Float[Tensor, "copy_batch pos 
                 continue
             x = x[:, :, rows - r0]
             if resid.finish is not None:
-                x = suffix.finish_block(model, resid.finish, x)
-            logits = suffix.unembed(model, x.reshape(len(group) * batch, len(rows), -1))
+                x = kernels.finish_block(model, resid.finish, x)
+            logits = kernels.unembed(model, x.reshape(len(group) * batch, len(rows), -1))
         else:
             if resid.finish is not None:
-                x = suffix.finish_block(model, resid.finish, x)
-            rows, logits = suffix.run_from(model, resid.start, x, r0, target.cache, target_logits,
+                x = kernels.finish_block(model, resid.finish, x)
+            rows, logits = kernels.run_from(model, resid.start, x, r0, target.cache, target_logits,
                                            target.extras["shortformer_pos_embed"], needed)  # fmt: skip
         if logits is not None:
             at = torch.searchsorted(kept, rows)  # rows is a subset of kept, both sorted
@@ -558,23 +556,6 @@ def continue_rows(target: Target, resid: Rows) -> Float[Tensor, "copy_batch pos 
     if needed is None:
         return out.view(n * batch, *target_logits.shape[1:])
     return RowLogits(target_logits, kept, out)
-
-
-# --- attention arithmetic the shortcuts share ---------------------------------------------------------
-def causal(model: HookedTransformer, attn) -> bool:
-    """Whether `attn` masks future keys."""
-    return (getattr(attn, "_attention_dir_override", None) or model.cfg.attention_dir) == "causal"
-
-
-def softmax_keys(scores: Tensor) -> Tensor:
-    """The attention module's softmax over keys, with NaN rows (all keys masked) set to zero."""
-    pattern = F.softmax(scores, dim=-1)
-    return torch.where(torch.isnan(pattern), torch.zeros_like(pattern), pattern)
-
-
-def w_o(attn) -> Float[Tensor, "d_model head_d_head"]:
-    """W_O as the attention module feeds it to F.linear: [d_model, head * d_head]."""
-    return einops.rearrange(attn.W_O, "head d_head d_model -> d_model (head d_head)").contiguous()
 
 
 __all__ = ["Copies", "Target", "Score", "Readout", "Route", "route", "Rows", "AtRows", "evaluate", "copies_per_chunk", "target_run",

@@ -33,7 +33,7 @@ patch p. P comes from ``memory_budget_mb`` (the engine's one memory formula). Th
   stream at the patched layer (``start_at_layer``; earlier layers are not rerun), with one hook on the
   patched activation that overwrites, in copy p, exactly the slice (head[p], pos[p]) from the source
   run -- one advanced-index assignment with index tensors per chunk, not one per patch.
-- head-local (the default where the blocks allow it, `suffix.supported`: standard causal attention with
+- head-local (the default where the blocks allow it, `kernels.supported`: standard causal attention with
   standard, shortformer or rotary positions (rotary: z, v and pattern patches; its cached q and k are
   before the rotation), LayerNorm / RMSNorm and MLPs allowed, no grouped queries, sinks or soft-capping,
   no padding mask): a patch of head h's q, k, v, pattern or z changes only
@@ -42,9 +42,9 @@ patch p. P comes from ``memory_budget_mb`` (the engine's one memory formula). Th
   softmax, ``pattern @ v``), applies ``F.linear(z, W_O, b_O)``, adds the target's resid_pre and runs the
   block's MLP, as the block does; a one-position patch of z, q or pattern changes a single row of z, so
   only that row is recomputed. Later layers then run row-wise from the first row the patch can change
-  (``headcoop.analysis.suffix``: with causal attention no earlier row changes; the keys and values of
+  (``headcoop.analysis.kernels``: with causal attention no earlier row changes; the keys and values of
   earlier rows come from the target's cache), and the last layer only at the rows the metric reads
-  (checked on every call, see ``suffix.reads_only``).
+  (checked on every call, see ``kernels.reads_only``).
 
 The metric is evaluated per copy on the stacked logits: the task's logit difference is vectorised over
 the patch axis; a user metric is called on each copy's [batch, pos, vocab] slice (no forward pass).
@@ -60,20 +60,19 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import pandas as pd
 import torch
-import torch.nn.functional as F
 from jaxtyping import Float
 from torch import Tensor
 from headcoop.tl import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
 from headcoop.plot import Displayed
-from headcoop.analysis import suffix
+from headcoop.analysis import kernels
 from headcoop.analysis.common import check_choice, model_device, require_model
 from headcoop.analysis.grid import PatchGrid, normalized, pos_labels, select_cells
 from headcoop.analysis.copies import (
-    Copies, Rows, Target, causal, clean_corrupt, continuation, copies_per_chunk, evaluate, route, softmax_keys,
-    target_run, w_o,
+    Copies, Rows, Target, clean_corrupt, continuation, copies_per_chunk, evaluate, route, target_run,
 )  # fmt: skip
+from headcoop.analysis.kernels import attention_out, causal, softmax_keys
 from headcoop.checks import check_bool, check_finite, check_float
 from headcoop.analysis.vocabulary import (
     COMPONENTS, DIRECTIONS, PATCH_METHODS, POSITIONS, RESID_COMPONENTS, Component, Direction, PatchMethod, Positions,
@@ -186,8 +185,8 @@ def _prefix_reusable(model: HookedTransformer, component: str) -> bool:
     """Whether the head-local shortcut reproduces the model's own computation: blocks whose attention
     output is `F.linear(z, W_O, b_O)` added to resid_pre (then the MLP, per row), scores from the hooked q/k
     by `calculate_attention_scores` and the causal mask alone, and later layers the row-wise suffix
-    (`headcoop.analysis.suffix`) runs exactly."""
-    if component in RESID_COMPONENTS or not suffix.supported(model):
+    (`headcoop.analysis.kernels`) runs exactly."""
+    if component in RESID_COMPONENTS or not kernels.supported(model):
         return False
     # the cached q and k of a rotary model are before the rotation the scores use: q/k patches go stacked
     return not (model.cfg.positional_embedding_type == "rotary" and component in ("q", "k"))
@@ -392,12 +391,9 @@ def _head_local(model, component, layer, n, head, pos, source_cache, target: Tar
             q, k, v = (patched if kind == component else x for kind, x in zip("qkv", (q, k, v)))
         if component in ("q", "k"):
             flat = lambda x: x.reshape(n * batch, n_pos, 1, -1)  # noqa: E731
-            scores = attn.calculate_attention_scores(flat(q), flat(k))
-            if causal(model, attn):
-                scores = attn.apply_causal_mask(scores)
-            pattern = softmax_keys(scores).view(n, batch, n_pos, n_pos)
+            pattern = kernels.pattern_of(model, attn, flat(q), flat(k)).view(n, batch, n_pos, n_pos)
         z[copy, :, :, head] = pattern @ v
-    out = F.linear(z.view(n * batch, n_pos, -1), w_o(attn), attn.b_O)
+    out = attention_out(attn, z.view(n * batch, n_pos, *z.shape[-2:]))
     resid_mid = act("resid_pre") + out.view(n, batch, n_pos, -1)
     # a k or v patch at position p changes no query row before p: the MLP and later layers start at row p
     starts = torch.zeros(n, dtype=torch.long, device=resid_mid.device) if pos is None else pos
@@ -425,12 +421,12 @@ def _row_local(model, component, layer, n, head, pos, source_cache, target: Targ
                 scores[at] = (q[at].transpose(0, 1) @ act("k")[:, :, h].transpose(1, 2)).transpose(0, 1)
             scores = scores / attn.attn_scale
             if causal(model, attn):
-                scores = suffix.mask_future(scores, attn, pos, align="copy")
+                scores = kernels.mask_future(scores, attn, pos, align="copy")
             pattern = softmax_keys(scores)
         for h, at in by_head:  # [batch, copies, key_pos] @ [batch, key_pos, d_head]
             z_row[at, :, h] = (pattern[at].transpose(0, 1) @ act("v")[:, :, h]).transpose(0, 1)
-    out = F.linear(z_row.reshape(n, batch, -1), w_o(attn), attn.b_O)  # [n, batch, d_model]
-    new_rows = suffix.finish_block(model, layer, act("resid_pre")[:, pos].transpose(0, 1) + out)  # [n, batch, d]
+    out = attention_out(attn, z_row.reshape(n, batch, *z_row.shape[-2:]))  # [n, batch, d_model]
+    new_rows = kernels.finish_block(model, layer, act("resid_pre")[:, pos].transpose(0, 1) + out)  # [n, batch, d]
     return Rows(layer + 1, (act("resid_post"), new_rows), pos)
 
 

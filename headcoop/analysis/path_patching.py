@@ -36,12 +36,13 @@ from torch import Tensor
 from headcoop.tl import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
-from headcoop.analysis import suffix
+from headcoop.analysis import kernels
+from headcoop.analysis.kernels import softmax_keys
 from headcoop.analysis.common import check_choice, parse_heads, require_model
 from headcoop.analysis.norms import frozen_norm
 from headcoop.analysis.vocabulary import DIRECTIONS, PATH_METHODS, VIAS, Direction, PathMethod, Via, head_name
 from headcoop.analysis.copies import (
-    Copies, Rows, Target, clean_corrupt, evaluate, route, softmax_keys, target_run,
+    Copies, Rows, Target, clean_corrupt, evaluate, route, target_run,
 )  # fmt: skip
 from headcoop.bridge import head_weight, is_bridge
 from headcoop.checks import check_finite, check_metric_value
@@ -124,19 +125,15 @@ def _receiver_local(model, layer, chunk, deltas, target: Target) -> Rows | Tenso
     if layer == model.cfg.n_layers - 1 and target.needed is not None:  # only the rows the metric reads
         return _last_layer_rows(model, layer, q, k, v, heads, target_cache, target.logits, target.needed)
     flat = lambda x: x.reshape(n * batch, n_pos, 1, -1)  # noqa: E731
-    scores = attn.calculate_attention_scores(flat(q), flat(k))
-    scores = attn.apply_causal_mask(scores)
-    pattern = softmax_keys(scores).view(n, batch, n_pos, n_pos).to(model.cfg.dtype)
+    pattern = kernels.pattern_of(model, attn, flat(q), flat(k)).view(n, batch, n_pos, n_pos).to(model.cfg.dtype)
     z = pattern @ v  # [n, batch, pos, d_head]
-    change = (z - act("z")[:, :, heads].permute(2, 0, 1, 3)) @ attn.W_O[heads][:, None]  # [n, batch, pos, d_model]
+    change = kernels.head_change(attn, z, act("z")[:, :, heads].permute(2, 0, 1, 3), heads)  # [n, batch, pos, d_model]
     resid_mid = act("resid_pre") + act("attn_out") + change
     return Rows(layer + 1, resid_mid, torch.zeros(n, dtype=torch.long, device=resid_mid.device), finish=layer)
 
 
 def _last_layer_rows(model, layer, q, k, v, heads, target_cache, target_logits, needed) -> Tensor:
     """As `_receiver_local` for receivers in the last layer, computing only the query rows `needed`."""
-    from headcoop.analysis.suffix import finish_block
-
     attn = model.blocks[layer].attn
     act = lambda kind: target_cache[get_act_name(kind, layer)]  # noqa: E731
     n, batch, n_pos, _ = q.shape
@@ -144,12 +141,12 @@ def _last_layer_rows(model, layer, q, k, v, heads, target_cache, target_logits, 
     scores = attn.calculate_attention_scores(
         q[:, :, rows].reshape(n * batch, len(rows), 1, -1), k.reshape(n * batch, n_pos, 1, -1)
     )  # [n*batch, 1, row, key]
-    scores = suffix.mask_future(scores, attn, rows)
+    scores = kernels.mask_future(scores, attn, rows)
     pattern = softmax_keys(scores).view(n, batch, len(rows), n_pos).to(model.cfg.dtype)
     z = pattern @ v  # [n, batch, row, d_head]
-    change = (z - act("z")[:, rows][:, :, heads].permute(2, 0, 1, 3)) @ attn.W_O[heads][:, None]
-    resid = finish_block(model, layer, (act("resid_pre") + act("attn_out"))[:, rows] + change)
-    logits = suffix.unembed(model, resid.reshape(n * batch, len(rows), -1))
+    change = kernels.head_change(attn, z, act("z")[:, rows][:, :, heads].permute(2, 0, 1, 3), heads)
+    resid = kernels.finish_block(model, layer, (act("resid_pre") + act("attn_out"))[:, rows] + change)
+    logits = kernels.unembed(model, resid.reshape(n * batch, len(rows), -1))
     out = target_logits[None].repeat(n, 1, 1, 1)
     out[:, :, rows] = logits.view(n, batch, len(rows), -1)
     return out.view(n * batch, n_pos, -1)
@@ -244,7 +241,7 @@ def _stacked_supported(model: HookedTransformer) -> bool:
     """Whether the stacked path models this block layout (causal attention, attention then MLP, no norm after
     a block's outputs; rotary and Bridges included). Other layouts take the reference, which runs the
     model's own forward pass with hooks and needs none of this."""
-    return suffix.supported(model) or model.cfg.positional_embedding_type == "rotary" or is_bridge(model)
+    return kernels.supported(model) or model.cfg.positional_embedding_type == "rotary" or is_bridge(model)
 
 
 def check_path_model(model: HookedTransformer) -> None:
@@ -335,8 +332,8 @@ CANONICAL = "canonical two-step path patching per edge (sender patched, other he
 
 def _receiver_only(model: HookedTransformer) -> bool:
     """Whether the receiver-only shortcut applies: it scores from the cached q and k, which a rotary model
-    rotates afterwards, and runs later layers row-wise (`suffix.supported`)."""
-    return suffix.supported(model) and model.cfg.positional_embedding_type != "rotary"
+    rotates afterwards, and runs later layers row-wise (`kernels.supported`)."""
+    return kernels.supported(model) and model.cfg.positional_embedding_type != "rotary"
 
 
 def path_copies(model, edges: list, deltas: dict, target: Target, sources: Callable) -> Copies:
