@@ -41,7 +41,7 @@ from headcoop.analysis.common import as_tokens, check_choice, check_positions, r
 from headcoop.analysis.copies import (
     BRIDGE_STACKED, AtRows, Copies, Score, Target, evaluate, hooks_in_the_way, target_run,
 )
-from headcoop.analysis.kernels import attention_out, finish_block, mask_future, softmax_keys, supported, unembed
+from headcoop.analysis.kernels import attention_out, finish_block, pattern_at_rows, supported, unembed
 from headcoop.analysis.vocabulary import ABLATION_HOWS, GAME_METHODS, METRIC_NAMES, AblationHow, GameMethod, head_name
 from headcoop.bridge import is_bridge
 from headcoop.tasks.base import Batch
@@ -331,9 +331,7 @@ class CoalitionGame:
         normed = block.ln1(flat)
         qk_in = normed if shortformer is None else normed + shortformer
         q, k, v = attn.calculate_qkv_matrices(qk_in[rows, at][:, None], qk_in, normed)
-        scores = attn.calculate_attention_scores(q, k)  # [state*batch, head, 1, key]
-        scores = mask_future(scores, attn, at, align="copy")  # one query row per [state*batch] entry
-        pattern = softmax_keys(scores).to(model.cfg.dtype)  # the guard for fully masked rows, as every path
+        pattern = pattern_at_rows(model, attn, q, k, at, align="copy")  # one query row per [state*batch] entry
         z = attn.calculate_z_scores(v, pattern)  # [state*batch, 1, head, d_head]
         idx = [i for i, (lay, _) in enumerate(self.players) if lay == layer]
         if idx:

@@ -96,6 +96,15 @@ def pattern_of(model: HookedTransformer, attn, q: Float[Tensor, "n pos 1 d_head"
     return softmax_keys(scores)
 
 
+def pattern_at_rows(model: HookedTransformer, attn, q: Float[Tensor, "n row head d_head"],
+                    k: Float[Tensor, "n key head d_head"], q_pos: Int[Tensor, "..."], align: str = "q") -> Tensor:  # fmt: skip
+    """The attention pattern [n, head, row, key] of queries at chosen absolute positions `q_pos` (`mask_future`'s
+    alignment) against every key: the module's scores, the causal mask at those rows, the guarded softmax, in
+    the model's dtype."""
+    scores = mask_future(attn.calculate_attention_scores(q, k), attn, q_pos, align=align)
+    return softmax_keys(scores).to(model.cfg.dtype)
+
+
 def head_change(attn, z_new: Float[Tensor, "n batch pos d_head"], z_old: Float[Tensor, "n batch pos d_head"],
                 heads: Tensor) -> Float[Tensor, "n batch pos d_model"]:  # fmt: skip
     """What replacing head heads[i]'s z by z_new[i] adds to the attention output of copy i: (z_new - z_old)
@@ -158,10 +167,8 @@ def run_from(
         if r0 > 0:  # the prefix's keys (rotated, for rotary) and values from the target run
             prefix = lambda kind: target_cache[f"blocks.{layer}.attn.hook_{kind}"][:, :r0].repeat(n, 1, 1, 1)  # noqa: E731
             k, v = torch.cat([prefix("rot_k" if rotary else "k"), k], 1), torch.cat([prefix("v"), v], 1)
-        scores = attn.calculate_attention_scores(q, k)  # [copy*batch, head, q_row, key]
         q_pos = rows[keep]
-        scores = mask_future(scores, attn, q_pos)
-        pattern = softmax_keys(scores).to(model.cfg.dtype)
+        pattern = pattern_at_rows(model, attn, q, k, q_pos)  # [copy*batch, head, q_row, key]
         z = attn.calculate_z_scores(v, pattern)  # [copy*batch, q_row, head, d_head]
         resid_mid = flat[:, keep] + attention_out(attn, z)
         x = finish_block(model, layer, resid_mid).view(n, batch, -1, d_model)

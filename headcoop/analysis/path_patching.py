@@ -37,7 +37,6 @@ from headcoop.tl import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
 from headcoop.analysis import kernels
-from headcoop.analysis.kernels import softmax_keys
 from headcoop.analysis.common import check_choice, parse_heads, require_model
 from headcoop.analysis.norms import frozen_norm
 from headcoop.analysis.vocabulary import DIRECTIONS, PATH_METHODS, VIAS, Direction, PathMethod, Via, head_name
@@ -138,11 +137,8 @@ def _last_layer_rows(model, layer, q, k, v, heads, target_cache, target_logits, 
     act = lambda kind: target_cache[get_act_name(kind, layer)]  # noqa: E731
     n, batch, n_pos, _ = q.shape
     rows = needed.to(q.device)
-    scores = attn.calculate_attention_scores(
-        q[:, :, rows].reshape(n * batch, len(rows), 1, -1), k.reshape(n * batch, n_pos, 1, -1)
-    )  # [n*batch, 1, row, key]
-    scores = kernels.mask_future(scores, attn, rows)
-    pattern = softmax_keys(scores).view(n, batch, len(rows), n_pos).to(model.cfg.dtype)
+    pattern = kernels.pattern_at_rows(model, attn, q[:, :, rows].reshape(n * batch, len(rows), 1, -1),
+                                      k.reshape(n * batch, n_pos, 1, -1), rows).view(n, batch, len(rows), n_pos)  # fmt: skip
     z = pattern @ v  # [n, batch, row, d_head]
     change = kernels.head_change(attn, z, act("z")[:, rows][:, :, heads].permute(2, 0, 1, 3), heads)
     resid = kernels.finish_block(model, layer, (act("resid_pre") + act("attn_out"))[:, rows] + change)
