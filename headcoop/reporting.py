@@ -34,6 +34,7 @@ from headcoop.analysis.attention import attention_data
 from headcoop.pages import Code, Details, Figure, Html, Section, Table, Text, render, stylesheet
 from headcoop.views import attention_heads_html, circuitsvis_bundle
 from headcoop.analysis.common import head_names, require_model, require_task
+from headcoop.analysis.copies import task_score
 from headcoop.bridge import is_bridge, is_hf_folder, kind_label, load_folder
 from headcoop.studies import study_for
 from headcoop.tasks.base import Batch, Task
@@ -53,6 +54,11 @@ class _Context:
     exact_limit_s: float = 60.0  # by-position patching longer than this (predicted) is shown as AtP* estimates
     _memo: dict = dataclasses.field(default_factory=dict)
 
+    @property
+    def metric(self):
+        """The task's metric on the clean batch, passed to every analysis (the model's own `task` is not read)."""
+        return task_score(self.task, self.clean)
+
     def once(self, key: str, compute: Callable):
         """`compute()` the first time `key` is asked for, the stored value after (sections share results)."""
         if key not in self._memo:
@@ -63,7 +69,7 @@ class _Context:
         """hc.patch of every head's z on the clean / corrupt batches (denoising)."""
         return self.once(
             f"patch-{positions}",
-            lambda: hc.patch(self.model, clean=self.clean, corrupt=self.corrupt, positions=positions),
+            lambda: hc.patch(self.model, clean=self.clean, corrupt=self.corrupt, metric=self.metric, positions=positions),
         )
 
     def patch_each(self, threshold_s: float):
@@ -71,7 +77,8 @@ class _Context:
         `threshold_s` (extrapolated from the verified cells of an AtP* run), that run's estimates, verified on
         their top 20 cells and 20 sampled ones. Returns (PatchResult or AttributionResult, predicted exact s)."""
         def compute():
-            estimate = hc.attribute(self.model, clean=self.clean, corrupt=self.corrupt, method="atp*", verify=20, sample=20)
+            estimate = hc.attribute(self.model, clean=self.clean, corrupt=self.corrupt, metric=self.metric, method="atp*",
+                                    verify=20, sample=20)  # fmt: skip
             verified = max(1, int(estimate.verified.sum()))
             predicted = estimate.cost["verification_s"] / verified * estimate.values.numel()
             return (estimate if predicted > threshold_s else self.patch("each")), predicted
@@ -345,7 +352,7 @@ def _head_to_head(ctx: _Context) -> tuple:
         "scores</b> (<code>hc.composition</code>) are the weights-only evidence for the same pairs."
     )]  # fmt: skip
     try:
-        paths = path_patch(model, clean=ctx.clean, corrupt=ctx.corrupt)
+        paths = path_patch(model, clean=ctx.clean, corrupt=ctx.corrupt, metric=ctx.metric)
         blocks.append(Figure(paths.plot(), height=460))
     except ValueError as err:  # a block layout path patching does not model: say so
         blocks.append(_note(html.escape(str(err))))
@@ -528,15 +535,9 @@ def report(
             raise TypeError(f"task must be a headcoop Task such as hc.contrast(...), got {type(task).__name__}")
         task.check_ready(model, "report")
     start = time.perf_counter()
-    previous = getattr(model, "task", None)
-    if task is not None:
-        model.task = task  # the analyses take their defaults from model.task; restored below
-    try:
-        sections = report_sections(model, source, examples=examples, progress=progress, task=task,
-                                   exact_limit_s=exact_limit_s)
-    finally:
-        if task is not None:
-            model.task = previous
+    # the task reaches every analysis as arguments (inputs, `task_score` as the metric): model.task is not set
+    sections = report_sections(model, source, examples=examples, progress=progress, task=task,
+                               exact_limit_s=exact_limit_s)  # fmt: skip
     elapsed = time.perf_counter() - start
     calls = [b.script for s in sections for b in s.blocks if isinstance(b, Html) and b.script]
     page = render(

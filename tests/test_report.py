@@ -84,7 +84,7 @@ def test_sections(pages, name, extra, absent):
     for head in head_names(model):
         assert f"<th>{head}</th>" in html  # a row of the per-head table
         assert f"<summary>{head}</summary>" in html  # its QK / OV tables
-    assert model.cfg.model_name in html and repr(model.task).split("(")[0] in html
+    assert model.cfg.model_name in html and repr(getattr(model, "task", None)).split("(")[0] in html
     # the cooperation section: the mechanism heatmap, each head's role, the pair table
     assert "Mechanism of each pair of heads" in html and "backs_up" in html
     assert re.search(r"<td>(supports|competes|inactive)</td>", html)
@@ -383,3 +383,30 @@ def test_slow_by_position_patching_is_shown_as_verified_estimates():
     assert "sampled ones were patched exactly" in estimated[2].text
     exact = section(1e9)
     assert [b.figure.layout.title.text for b in exact if hasattr(b, "figure")][-1].endswith("(exact)")
+
+
+def test_the_report_does_not_set_the_models_task(tmp_path):
+    """A task given to the report reaches every analysis as arguments (inputs and `task_score` as the metric):
+    a model built without a task has none afterwards (the report once set model.task and restored it)."""
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+    cfg = HookedTransformerConfig(n_layers=2, d_model=16, n_ctx=8, d_head=4, n_heads=2, d_vocab=12, attn_only=True,
+                                  act_fn="relu", seed=0)  # fmt: skip
+    model = HookedTransformer(cfg)
+    assert not hasattr(model, "task")
+    task = hc.contrast([[1, 2, 3, 4], [1, 5, 3, 4]], [[1, 6, 3, 4], [1, 7, 3, 4]], [8, 9], [9, 8])
+    seen = []
+    original = type(model).__setattr__
+
+    def watch(self, name, value):
+        if name == "task":
+            seen.append(value)
+        original(self, name, value)
+
+    type(model).__setattr__ = watch
+    try:
+        hc.report(model, out=tmp_path / "r.html", task=task, progress=False)
+    finally:
+        type(model).__setattr__ = original
+    assert seen == [] and not hasattr(model, "task")
+    assert (tmp_path / "r.html").stat().st_size > 0

@@ -143,10 +143,18 @@ def read_rows(score: "Score", logits: Float[Tensor, "batch pos vocab"]) -> Int[T
     return candidates if kernels.reads_only(score.metric, logits, candidates) else None
 
 
+def task_score(task, batch: Batch) -> "Score":
+    """A task's own metric on `batch` as a `Score`: it keeps leading axes (one call scores every stacked copy)
+    and reads the answer positions (checked by `read_rows`). Pass it as `metric=` to measure with a task the
+    model does not carry (the report does: no analysis needs `model.task` set)."""
+    return Score(lambda logits: task.metric(logits, batch.to(logits.device)), stacked=True, rows=batch.answer_pos)
+
+
 def clean_corrupt(model: HookedTransformer, clean, corrupt, metric) -> tuple[Tensor, Tensor, Score]:
     """(clean tokens [batch, pos], corrupt tokens [batch, pos], the metric as a `Score`) of a patching
     analysis, with the task's defaults: its `patching_inputs()`, `task.corrupt(clean)` for a Batch, and its
-    logit difference on the clean Batch (which keeps leading axes: one call scores every copy)."""
+    logit difference on the clean Batch (which keeps leading axes: one call scores every copy). A `Score`
+    given as the metric (`task_score`) is used as it is."""
     task = task_of(model)
     if clean is None and corrupt is None:
         if task is None:
@@ -170,6 +178,8 @@ def clean_corrupt(model: HookedTransformer, clean, corrupt, metric) -> tuple[Ten
             f"clean and corrupt inputs must have the same shape, got clean {tuple(clean_tokens.shape)} "
             f"and corrupt {tuple(corrupt_tokens.shape)}"
         )
+    if isinstance(metric, Score):
+        return clean_tokens, corrupt_tokens, metric
     if metric is None:
         if task is None:
             raise ValueError(
@@ -181,11 +191,7 @@ def clean_corrupt(model: HookedTransformer, clean, corrupt, metric) -> tuple[Ten
                 "the default metric (the task's logit difference) needs clean= as a Batch, which knows the "
                 "answers; pass a Batch or an explicit metric="
             )
-        task_batch = clean.to(clean_tokens.device)
-        # the task's metric keeps leading axes, so it also scores every stacked copy in one call; it reads
-        # the answer positions (checked by read_rows)
-        return clean_tokens, corrupt_tokens, Score(lambda logits: task.metric(logits, task_batch), stacked=True,
-                                                   rows=task_batch.answer_pos)  # fmt: skip
+        return clean_tokens, corrupt_tokens, task_score(task, clean.to(clean_tokens.device))
     if not callable(metric):
         raise TypeError(f"metric must be callable (logits [batch, pos, vocab] -> scalar), got {type(metric).__name__}")
     return clean_tokens, corrupt_tokens, Score(metric)
