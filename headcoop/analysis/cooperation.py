@@ -63,6 +63,7 @@ from headcoop.tl import HookedTransformer
 
 from headcoop.analysis.ablation import ablate
 from headcoop.analysis.coalitions import CoalitionGame
+from headcoop.analysis.copies import per_input_metric
 from headcoop.analysis.common import check_choice, parse_heads, require_model, require_task
 from headcoop.bridge import user_hooks
 from headcoop.analysis.estimators import HeadGame, top_interactions
@@ -163,20 +164,7 @@ class Cooperation(Displayed):
 def _per_input(metric: str, logits: Tensor, answer: Tensor, wrong: Tensor | None) -> Tensor:
     """[coalition, batch] values of a named metric at each input (higher is better: loss is negated).
     Accuracy is strict: a tie for the top logit is not an answer (argmax would pick by token order)."""
-    right = logits.gather(-1, answer.expand(*logits.shape[:-1])[..., None])[..., 0]
-    if metric == "accuracy":
-        return (right > _alternative(logits, answer, None)).double()
-    if metric == "logit_diff":
-        return right - _alternative(logits, answer, wrong)
-    logp = right - logits.logsumexp(-1)
-    return logp if metric == "loss" else logp.exp()
-
-
-def _alternative(logits: Tensor, answer: Tensor, wrong: Tensor | None) -> Tensor:
-    if wrong is not None:
-        return logits.gather(-1, wrong.expand(*logits.shape[:-1])[..., None])[..., 0]
-    others = logits.scatter(-1, answer.expand(*logits.shape[:-1])[..., None], float("-inf"))
-    return others.max(-1).values
+    return per_input_metric(metric, logits, answer, wrong, ties="none")
 
 
 def _classes(f11, f10, f01, f00, binary: bool, tau: float) -> tuple[Tensor, dict[str, Tensor]]:

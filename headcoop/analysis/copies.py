@@ -199,22 +199,43 @@ def clean_corrupt(model: HookedTransformer, clean, corrupt, metric) -> tuple[Ten
 
 
 # --- the metric per copy ------------------------------------------------------------------------------
+def per_input_metric(name: str, logits: Float[Tensor, "*copy batch vocab"], answer: Tensor, wrong: Tensor | None,
+                     ties: Literal["argmax", "none"] = "argmax") -> Float[Tensor, "*copy batch"]:  # fmt: skip
+    """A named metric at each input, the one definition every analysis reads: "logit_diff" (logit(answer) -
+    logit(wrong), or the best other token where wrong is None), "accuracy" (1 where the answer is the top
+    logit; ties: "argmax" breaks a tie for the top by token order, as torch's argmax, "none" counts a tie as no
+    answer), "loss" (cross-entropy of the answer, negated with ties="none" so that higher is better, as the
+    per-input evidence reads it), "prob" (the answer's probability)."""
+    right = logits.gather(-1, answer.expand(*logits.shape[:-1])[..., None])[..., 0]
+    if name == "accuracy":
+        if ties == "argmax":
+            return (logits.argmax(-1) == answer).to(logits.dtype)
+        return (right > _best_other(logits, answer, None)).to(logits.dtype)
+    if name == "logit_diff":
+        return right - _best_other(logits, answer, wrong)
+    logp = right - logits.logsumexp(-1)
+    if name == "loss":
+        return logp if ties == "none" else -logp
+    return logp.exp()
+
+
+def _best_other(logits: Tensor, answer: Tensor, wrong: Tensor | None) -> Tensor:
+    """logit(wrong), or the largest logit other than the answer's where wrong is None."""
+    if wrong is not None:
+        return logits.gather(-1, wrong.expand(*logits.shape[:-1])[..., None])[..., 0]
+    others = logits.scatter(-1, answer.expand(*logits.shape[:-1])[..., None], float("-inf"))
+    return others.max(-1).values
+
+
 def named_metric(name: str, logits: Float[Tensor, "*copy batch vocab"], answer: Tensor, wrong: Tensor | None) -> Tensor:
-    """A named metric of logits at the answer positions, one value per leading copy (mean over inputs):
-    "logit_diff" (logit(answer) - logit(wrong)), "accuracy" (argmax is the answer), "loss" (cross-entropy
-    of the answer), "prob" (the answer's probability); "logits": the logits themselves, no mean (what
-    per-input evidence reads)."""
+    """A named metric of logits at the answer positions, one value per leading copy (`per_input_metric`'s mean
+    over inputs; accuracy by argmax): "logit_diff", "accuracy", "loss", "prob"; "logits": the logits
+    themselves, no mean (what per-input evidence reads)."""
     if name == "logits":
         return logits
-    right = logits.gather(-1, answer.expand(*logits.shape[:-1])[..., None])[..., 0]
-    if name == "logit_diff":
-        if wrong is None:
-            raise ValueError('metric "logit_diff" needs the wrong answers: pass a Batch or wrong=')
-        return (right - logits.gather(-1, wrong.expand(*logits.shape[:-1])[..., None])[..., 0]).mean(-1)
-    if name == "accuracy":
-        return (logits.argmax(-1) == answer).to(logits.dtype).mean(-1)
-    logp = right - logits.logsumexp(-1)
-    return (-logp).mean(-1) if name == "loss" else logp.exp().mean(-1)
+    if name == "logit_diff" and wrong is None:
+        raise ValueError('metric "logit_diff" needs the wrong answers: pass a Batch or wrong=')
+    return per_input_metric(name, logits, answer, wrong).mean(-1)
 
 
 @dataclasses.dataclass(frozen=True)
