@@ -83,7 +83,7 @@ def main() -> None:
             return (last[rows, answer] - last[rows, (answer + 1) % last.shape[-1]]).mean()
 
         kw = dict(clean=clean, corrupt=corrupt, metric=metric, component="z")
-        hc.attribute(model, **kw, method="atp", verify=0, sample=0)  # warm-up
+        hc.attribute(model, **kw, estimator="atp", verify=0, sample=0)  # warm-up
         t_exact, exact = timed(lambda: hc.patch(model, **kw, positions="each"))
         cells = exact.values.numel()
         print(f"\n{name}: {cells} cells; exact hc.patch sweep {t_exact:.2f} s ({exact.method})", flush=True)
@@ -106,7 +106,7 @@ def main() -> None:
         for label, method, verify, sample in (("atp", "atp", 0, 0), ("atp*", "atp*", 0, 0), ("ig (10 steps)", "ig", 0, 0),
                                               (f"atp, verified {VERIFY}+{SAMPLE}", "atp", VERIFY, SAMPLE),
                                               (f"atp*, verified {VERIFY}+{SAMPLE}", "atp*", VERIFY, SAMPLE)):
-            t, result = timed(lambda: hc.attribute(model, **kw, method=method, verify=verify, sample=sample))
+            t, result = timed(lambda: hc.attribute(model, **kw, estimator=method, verify=verify, sample=sample))
             c = result.compare(exact, k=10)
             pearson, spearman, recall = c["pearson"], c["spearman"], c["recall@10"]
             cost = result.cost["estimate"] + result.cost.get("verification", 0)

@@ -131,7 +131,7 @@ def shapley_run(args) -> dict:
 MEMORY_CASES = {
     "hc.patch z by head and position": "hc.patch(model, clean=tokens, corrupt=corrupt, metric=metric, positions='each', layer=5)",
     "hc.patch resid_pre by position": "hc.patch(model, clean=tokens, corrupt=corrupt, metric=metric, component='resid_pre', positions='each')",
-    "hc.attribute atp* by position": "hc.attribute(model, clean=tokens, corrupt=corrupt, metric=metric, positions='each', method='atp*', verify=8, sample=8)",
+    "hc.attribute atp* by position": "hc.attribute(model, clean=tokens, corrupt=corrupt, metric=metric, positions='each', estimator='atp*', verify=8, sample=8)",
     "hc.dla": "hc.dla(model, tokens, answer=answer, wrong=wrong)",
     "hc.path_patch (layer 10 receivers)": "hc.path_patch(model, clean=tokens, corrupt=corrupt, metric=metric, senders=[(9, h) for h in range(12)], receivers=[(10, 0), (10, 1)], via='v')",
     "coalition game, 64 coalitions of 144 heads": "CoalitionGame(model, players, tokens=tokens, metric='logit_diff', answer=answer, wrong=wrong, how='zero').values(torch.rand(64, 144) < 0.5)",

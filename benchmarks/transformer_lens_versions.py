@@ -100,7 +100,7 @@ def run_checks() -> dict:
                 check(f"{shape}: hc.patch {comp} by position",
                       lambda c=comp: hc.patch(b, clean=clean, corrupt=corrupt, metric=metric, component=c, positions="each"))
             check(f"{shape}: hc.attribute atp*",
-                  lambda: hc.attribute(b, clean=clean, corrupt=corrupt, metric=metric, method="atp*", verify=4, sample=4))
+                  lambda: hc.attribute(b, clean=clean, corrupt=corrupt, metric=metric, estimator="atp*", verify=4, sample=4))
             check(f"{shape}: hc.path_patch", lambda: hc.path_patch(b, clean=clean, corrupt=corrupt, metric=metric))
             check(f"{shape}: hc.dla", lambda: hc.dla(b, clean, answer=answer, wrong=wrong))
             check(f"{shape}: hc.qk", lambda: hc.qk(b, head="L1H2"))

@@ -77,7 +77,7 @@ class _Context:
         `threshold_s` (extrapolated from the verified cells of an AtP* run), that run's estimates, verified on
         their top 20 cells and 20 sampled ones. Returns (PatchResult or AttributionResult, predicted exact s)."""
         def compute():
-            estimate = hc.attribute(self.model, clean=self.clean, corrupt=self.corrupt, metric=self.metric, method="atp*",
+            estimate = hc.attribute(self.model, clean=self.clean, corrupt=self.corrupt, metric=self.metric, estimator="atp*",
                                     verify=20, sample=20)  # fmt: skip
             verified = max(1, int(estimate.verified.sum()))
             predicted = estimate.cost["verification_s"] / verified * estimate.values.numel()

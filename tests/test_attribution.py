@@ -295,3 +295,17 @@ def test_graddrop_can_be_turned_off():
     assert with_drop.cost["estimate"] > fix_only.cost["estimate"]
     with pytest.raises((TypeError, ValueError), match="graddrop"):
         hc.attribute(model, clean=clean, corrupt=corrupt, metric=_metric, method="atp*", graddrop="yes")
+
+
+def test_the_estimator_argument_and_its_older_name():
+    """`estimator=` names the estimate (as hc.interactions's estimator=); `method=` is a deprecated alias of it,
+    and the two disagreeing is an error naming both."""
+    model = build("gelu-LN")
+    clean, corrupt = _inputs()
+    new = hc.attribute(model, clean=clean, corrupt=corrupt, metric=_metric, estimator="atp*", verify=0, sample=0)
+    with pytest.warns(DeprecationWarning, match="estimator="):
+        old = hc.attribute(model, clean=clean, corrupt=corrupt, metric=_metric, method="atp*", verify=0, sample=0)
+    torch.testing.assert_close(new.score, old.score)
+    assert new.method == old.method == "atp*"
+    with pytest.raises(ValueError, match="method='ig' and estimator='atp\\*'"):
+        hc.attribute(model, clean=clean, corrupt=corrupt, metric=_metric, method="ig", estimator="atp*")

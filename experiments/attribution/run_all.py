@@ -28,8 +28,8 @@ from headcoop.analysis.vocabulary import head_name, layer_name
 
 DEFAULT_OUT = Path(__file__).resolve().parents[2] / "docs" / "results"
 # label -> hc.attribute arguments
-METHODS = {"atp": dict(method="atp"), "atp*": dict(method="atp*"), "atp* (QK fix only)": dict(method="atp*", graddrop=False),
-           "ig": dict(method="ig")}
+METHODS = {"atp": dict(estimator="atp"), "atp*": dict(estimator="atp*"), "atp* (QK fix only)": dict(estimator="atp*", graddrop=False),
+           "ig": dict(estimator="ig")}
 SHAPES = {
     "gelu-2l-like (LN, MLPs)": dict(n_layers=2, d_model=64, d_head=16, n_heads=4, d_mlp=256, attn_only=False,
                                     normalization_type="LN"),

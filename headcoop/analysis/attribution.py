@@ -41,6 +41,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+import warnings
 from collections.abc import Sequence
 from typing import Literal
 
@@ -403,7 +404,7 @@ def attribute(
     metric=None,
     component: Component = "z",
     positions: Positions = "each",
-    method: AttributionMethod = "atp",
+    method: AttributionMethod | None = None,
     verify: int | str = 20,
     sample: int = 20,
     seed: int = 0,
@@ -413,13 +414,15 @@ def attribute(
     head=None,
     layer: int | None = None,
     memory_budget_mb: float = 256,
+    estimator: AttributionMethod = "atp",
 ) -> AttributionResult:
     """Gradient estimates of every patch of a sweep, the top ones and a random sample verified exactly.
 
     model, clean, corrupt, metric, component, positions, direction, head, layer: as `hc.patch` (same defaults
     except positions, "each" here); the result's grid and `.values` are laid out as `hc.patch`'s.
-    method:  "atp" (first order), "atp*" (QK fix + GradDrop) or "ig" (integrated gradients, `steps` steps);
+    estimator: "atp" (first order), "atp*" (QK fix + GradDrop) or "ig" (integrated gradients, `steps` steps);
              see the module docstring. graddrop=False: "atp*" ranks by |QK-fixed estimate| (the QK fix alone).
+             (`method=` is its older name, kept as a deprecated alias: `method` elsewhere names the engine's path.)
     verify:  how many cells, best by score, to patch exactly (0: none); "all": the whole exact sweep.
     sample:  how many further cells, drawn at random (`seed`) from the rest, to patch exactly: the
              false-negative bound comes from them.
@@ -434,7 +437,15 @@ def attribute(
     check_choice("component", component, COMPONENTS)
     check_choice("positions", positions, POSITIONS)
     check_choice("direction", direction, DIRECTIONS)
-    check_choice("method", method, ATTRIBUTION_METHODS)
+    check_choice("estimator", estimator, ATTRIBUTION_METHODS)
+    if method is not None:  # the older name of the estimator argument
+        check_choice("method", method, ATTRIBUTION_METHODS)
+        if estimator != "atp" and estimator != method:
+            raise ValueError(f"method={method!r} and estimator={estimator!r} name the same choice; pass estimator= only")
+        warnings.warn("hc.attribute(method=...) is estimator=...; method= is deprecated here", DeprecationWarning,
+                      stacklevel=2)  # fmt: skip
+        estimator = method
+    method = estimator  # below, `method` is the estimator (the result's field keeps its name)
     if verify != "all":
         check_int("verify", verify, 0)
     check_int("sample", sample, 0)
