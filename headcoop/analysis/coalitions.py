@@ -37,14 +37,13 @@ from headcoop.tl import HookedTransformer
 from transformer_lens.utilities import apply_softcap, get_act_name
 
 from headcoop.analysis.ablation import ablate, reference_z, replacement, resample_order
-from headcoop.analysis.common import as_tokens, check_choice, check_positions, require_task, task_of
+from headcoop.analysis.common import check_choice, require_task
 from headcoop.analysis.copies import (
-    BRIDGE_STACKED, AtRows, Copies, Score, Target, evaluate, hooks_in_the_way, target_run,
+    BRIDGE_STACKED, AtRows, Copies, Score, Target, evaluate, hooks_in_the_way, measure, target_run,
 )
 from headcoop.analysis.kernels import attention_out, finish_block, pattern_at_rows, supported, unembed
-from headcoop.analysis.vocabulary import ABLATION_HOWS, GAME_METHODS, METRIC_NAMES, AblationHow, GameMethod, head_name
+from headcoop.analysis.vocabulary import ABLATION_HOWS, GAME_METHODS, AblationHow, GameMethod, head_name
 from headcoop.bridge import is_bridge
-from headcoop.tasks.base import Batch
 
 
 class CoalitionGame:
@@ -65,34 +64,10 @@ class CoalitionGame:
         if how == "zero" and reference is not None:
             raise ValueError('reference= only applies to how="mean" or "resample", not how=\'zero\'')
         self.model, self.players, self.how, self.seed = model, list(players), how, seed
-        task = task_of(model)
-        if tokens is None:
-            tokens = require_task(model, "the inputs of a coalition game").patching_inputs()[0]
-        batch = tokens if isinstance(tokens, Batch) else None
-        self.tokens = as_tokens(model, tokens)
-        n, width = self.tokens.shape
-        device = self.tokens.device
-        if pos is None:
-            pos = batch.answer_pos if batch is not None else -1
-        self.pos = check_positions(pos, n, width).to(device)
-        answer = batch.answer if answer is None and batch is not None else answer
-        wrong = batch.wrong if wrong is None and batch is not None else wrong
-        if metric is None:
-            if task is None or batch is None:
-                raise ValueError('pass metric= (a name such as "logit_diff", or a callable): the default is the '
-                                 "task's metric on a Batch")  # fmt: skip
-            metric = lambda logits: task.metric(logits, batch.to(device))  # noqa: E731
-        if isinstance(metric, str):
-            check_choice("metric", metric, METRIC_NAMES)
-            if answer is None:
-                raise ValueError(f"metric {metric!r} needs the right answers: pass a Batch or answer=")
-            answer = torch.as_tensor(answer).to(device)
-            wrong = None if wrong is None else torch.as_tensor(wrong).to(device)
-            self.score = Score.of_name(metric, answer, wrong, self.pos)
-        elif callable(metric):
-            self.score = Score(metric)
-        else:
-            raise TypeError(f"metric must be a name {list(METRIC_NAMES)} or a callable, got {type(metric).__name__}")
+        measured = measure(model, tokens, metric, answer=answer, wrong=wrong, pos=pos)  # inputs resolved once
+        self.measurement = measured
+        self.tokens, self.pos, self.score = measured.tokens, measured.positions, measured.score
+        metric = metric if metric is not None else measured.score.metric
         self.metric = metric
         self.memory_budget_mb = memory_budget_mb
         self._prepare_replacements(reference)

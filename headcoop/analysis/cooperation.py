@@ -342,10 +342,10 @@ def cooperation(
     if k < 2:
         raise ValueError(f"cooperation needs at least 2 heads, got {k}")
     names = tuple(head_name(*p) for p in players)
-    device = batch.tokens.device
-    answer, wrong, pos = batch.answer.to(device), batch.wrong.to(device), batch.answer_pos.to(device)
     game = CoalitionGame(model, players, tokens=batch, metric="logit_diff", how=how, seed=seed,
                          reference=None if how == "zero" else reference)  # fmt: skip
+    measured = game.measurement  # the inputs, read positions and answers, resolved once (copies.measure)
+    answer, wrong, pos = measured.answer, measured.wrong, measured.positions
 
     # the coalitions: all, none, all but i, i alone, all but i and j, i and j alone
     pairs = list(itertools.combinations(range(k), 2))

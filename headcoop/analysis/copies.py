@@ -39,7 +39,8 @@ from transformer_lens.utilities import get_act_name
 
 from headcoop.analysis import kernels
 from headcoop.analysis.kernels import RowLogits
-from headcoop.analysis.common import as_tokens, task_of
+from headcoop.analysis.common import as_tokens, check_choice, check_positions, require_task, task_of
+from headcoop.analysis.vocabulary import METRIC_NAMES
 from headcoop.bridge import is_bridge, user_hooks
 from headcoop.checks import check_metric_value
 from headcoop.tasks.base import Batch
@@ -150,12 +151,52 @@ def task_score(task, batch: Batch) -> "Score":
     return Score(lambda logits: task.metric(logits, batch.to(logits.device)), stacked=True, rows=batch.answer_pos)
 
 
-def clean_corrupt(model: HookedTransformer, clean, corrupt, metric) -> tuple[Tensor, Tensor, Score]:
-    """(clean tokens [batch, pos], corrupt tokens [batch, pos], the metric as a `Score`) of a patching
-    analysis, with the task's defaults: its `patching_inputs()`, `task.corrupt(clean)` for a Batch, and its
-    logit difference on the clean Batch (which keeps leading axes: one call scores every copy). A `Score`
-    given as the metric (`task_score`) is used as it is."""
+@dataclasses.dataclass(frozen=True)
+class Measurement:
+    """What an analysis measures, resolved once from a model, its task and the inputs (`measure`): the inputs
+    `tokens` [batch, pos] (and `corrupt` [batch, pos] for a patching analysis), the positions read [batch],
+    the right and wrong answers [batch] (None where neither a Batch nor the caller gave them), the Batch given
+    (None for plain ids), and the metric as a `Score` (a callable, a name read at `positions`, a `Score`, or
+    the task's own metric on the Batch). Every analysis that runs copies resolves its inputs here."""
+
+    tokens: Int[Tensor, "batch pos"]
+    positions: Int[Tensor, " batch"]
+    score: "Score"
+    answer: Tensor | None = None
+    wrong: Tensor | None = None
+    batch: Batch | None = None
+    corrupt: Int[Tensor, "batch pos"] | None = None
+
+
+def measure(model: HookedTransformer, tokens=None, metric=None, *, corrupt=None, paired: bool = False,
+            answer=None, wrong=None, pos=None) -> Measurement:  # fmt: skip
+    """The `Measurement` of an analysis, with the task's defaults. paired (patching): clean `tokens` and
+    `corrupt` inputs, default the task's `patching_inputs()` or `task.corrupt(clean)` for a Batch, and a
+    callable metric (default the task's logit difference on the clean Batch). Unpaired (a coalition game):
+    inputs default the task's clean patching inputs; the metric a name ("logit_diff", ...) read at `pos`
+    (default the Batch's answer positions, else the last) with `answer` / `wrong` (default the Batch's), a
+    callable, or the task's metric. ValueError / TypeError naming what is missing."""
     task = task_of(model)
+    if paired:
+        clean_tokens, corrupt_tokens, tokens = _paired_inputs(model, task, tokens, corrupt)
+    else:
+        if tokens is None:
+            tokens = require_task(model, "the inputs of a coalition game").patching_inputs()[0]
+        clean_tokens, corrupt_tokens = as_tokens(model, tokens), None
+    batch = tokens if isinstance(tokens, Batch) else None
+    n, width = clean_tokens.shape
+    device = clean_tokens.device
+    positions = check_positions(pos if pos is not None else batch.answer_pos if batch is not None else -1, n, width).to(device)
+    answer = batch.answer if answer is None and batch is not None else answer
+    wrong = batch.wrong if wrong is None and batch is not None else wrong
+    answer = None if answer is None else torch.as_tensor(answer).to(device)
+    wrong = None if wrong is None else torch.as_tensor(wrong).to(device)
+    score = _score_of(metric, task, batch, answer, wrong, positions, paired, device)
+    return Measurement(clean_tokens, positions, score, answer, wrong, batch, corrupt_tokens)
+
+
+def _paired_inputs(model, task, clean, corrupt) -> tuple[Tensor, Tensor, object]:
+    """(clean tokens, corrupt tokens, the clean inputs as given or defaulted) of a patching analysis."""
     if clean is None and corrupt is None:
         if task is None:
             raise ValueError(
@@ -178,24 +219,45 @@ def clean_corrupt(model: HookedTransformer, clean, corrupt, metric) -> tuple[Ten
             f"clean and corrupt inputs must have the same shape, got clean {tuple(clean_tokens.shape)} "
             f"and corrupt {tuple(corrupt_tokens.shape)}"
         )
+    return clean_tokens, corrupt_tokens, clean
+
+
+def _score_of(metric, task, batch, answer, wrong, positions, paired: bool, device) -> "Score":
+    """The metric of a `Measurement` as a `Score` (see `measure`)."""
     if isinstance(metric, Score):
-        return clean_tokens, corrupt_tokens, metric
+        return metric
     if metric is None:
-        if task is None:
+        if paired and task is None:
             raise ValueError(
                 "this model carries no headcoop task, so there is no default metric; pass "
                 "metric=lambda logits: ... (logits [batch, pos, vocab] -> scalar tensor)"
             )
-        if not isinstance(clean, Batch):
+        if paired and batch is None:
             raise ValueError(
                 "the default metric (the task's logit difference) needs clean= as a Batch, which knows the "
                 "answers; pass a Batch or an explicit metric="
             )
-        return clean_tokens, corrupt_tokens, task_score(task, clean.to(clean_tokens.device))
-    if not callable(metric):
+        if task is None or batch is None:
+            raise ValueError('pass metric= (a name such as "logit_diff", or a callable): the default is the '
+                             "task's metric on a Batch")  # fmt: skip
+        return task_score(task, batch.to(device))
+    if isinstance(metric, str) and not paired:
+        check_choice("metric", metric, METRIC_NAMES)
+        if answer is None:
+            raise ValueError(f"metric {metric!r} needs the right answers: pass a Batch or answer=")
+        return Score.of_name(metric, answer, wrong, positions)
+    if callable(metric):
+        return Score(metric)
+    if paired:
         raise TypeError(f"metric must be callable (logits [batch, pos, vocab] -> scalar), got {type(metric).__name__}")
-    return clean_tokens, corrupt_tokens, Score(metric)
+    raise TypeError(f"metric must be a name {list(METRIC_NAMES)} or a callable, got {type(metric).__name__}")
 
+
+def clean_corrupt(model: HookedTransformer, clean, corrupt, metric) -> tuple[Tensor, Tensor, "Score"]:
+    """(clean tokens [batch, pos], corrupt tokens [batch, pos], the metric as a `Score`) of a patching
+    analysis: `measure(..., paired=True)`."""
+    m = measure(model, clean, metric, corrupt=corrupt, paired=True)
+    return m.tokens, m.corrupt, m.score
 
 
 # --- the metric per copy ------------------------------------------------------------------------------
@@ -585,5 +647,5 @@ def continue_rows(target: Target, resid: Rows) -> Float[Tensor, "copy_batch pos 
     return RowLogits(target_logits, kept, out)
 
 
-__all__ = ["Copies", "Target", "Score", "Readout", "Route", "route", "Rows", "AtRows", "evaluate", "copies_per_chunk", "target_run",
+__all__ = ["Copies", "Target", "Score", "Readout", "Route", "route", "Measurement", "measure", "task_score", "Rows", "AtRows", "evaluate", "copies_per_chunk", "target_run",
            "named_metric", "continue_rows", "run_stacked", "method_label"]  # fmt: skip
