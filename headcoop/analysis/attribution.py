@@ -54,7 +54,7 @@ from transformer_lens.utilities import get_act_name
 
 from headcoop.analysis.common import check_choice, model_device
 from headcoop.analysis.copies import clean_corrupt, hooks_in_the_way
-from headcoop.analysis.kernels import causal, softmax_keys
+from headcoop.analysis.kernels import scores_of, softmax_keys
 from headcoop.analysis.grid import PatchGrid, kv_heads, normalized, pos_labels, select_cells
 from headcoop.analysis.patching import sweep
 from headcoop.analysis.vocabulary import (
@@ -305,14 +305,6 @@ def _per_cell(component: str, positions: str, prod: Tensor) -> Tensor:
     return per.sum(0) if positions == "all" else per
 
 
-def _scores(model, attn, q: Tensor, k: Tensor) -> Tensor:
-    """Attention scores [batch, head, dest, src] from hooked (pre-rotation) q and k, masked as the module does."""
-    if model.cfg.positional_embedding_type == "rotary":
-        q, k = attn.apply_rotary(q, 0, None), attn.apply_rotary(k, 0, None)
-    scores = attn.calculate_attention_scores(q, k)
-    return attn.apply_causal_mask(scores) if causal(model, attn) else scores
-
-
 def _group(model, per_head: Tensor) -> Tensor:
     """Sum query heads [..., n_heads] into their key/value heads [..., n_kv] (grouped-query models)."""
     n_kv = kv_heads(model)
@@ -329,14 +321,14 @@ def _qk_fixed(model, layer: int, component: str, positions: str, acts: dict, sou
     q_s, k_s = source["q"].double(), source["k"].double()
     with torch.no_grad():
         if component == "q":
-            p_new = softmax_keys(_scores(model, attn, q_s, k_t))
+            p_new = softmax_keys(scores_of(model, attn, q_s, k_t))
             per = ((p_new - p_t) * g).sum(-1).sum(0).transpose(0, 1)  # [dest, head]
             return per.sum(0) if positions == "all" else per
         if positions == "all":
-            p_new = softmax_keys(_scores(model, attn, q_t, k_s))
+            p_new = softmax_keys(scores_of(model, attn, q_t, k_s))
             return _group(model, ((p_new - p_t) * g).sum((-1, -2)).sum(0))
-        t = _scores(model, attn, q_t, k_t)  # [batch, head, dest, src]
-        ks = _scores(model, attn, q_t, k_s)
+        t = scores_of(model, attn, q_t, k_t)  # [batch, head, dest, src]
+        ks = scores_of(model, attn, q_t, k_s)
         n = t.shape[-1]
         idx = torch.arange(n, device=t.device)
         out = torch.zeros(t.shape[1], n, dtype=t.dtype, device=t.device)  # [head, patched src]
@@ -349,13 +341,13 @@ def _qk_fixed(model, layer: int, component: str, positions: str, acts: dict, sou
 
 
 def _qk_fix_applies(model, layers: list[int], acts: dict) -> bool:
-    """Whether `_scores` reproduces the cached pattern of every layer (rotary, scale and mask as the module
+    """Whether `kernels.scores_of` reproduces the cached pattern of every layer (rotary, scale and mask as the module
     has them); where it does not (e.g. ALiBi, soft-capping), AtP* keeps plain AtP for q and k and says so."""
     with torch.no_grad():
         for lay in layers:
             attn = model.blocks[lay].attn
             a = acts[lay]
-            if not torch.allclose(softmax_keys(_scores(model, attn, a["q"].detach(), a["k"].detach())),
+            if not torch.allclose(softmax_keys(scores_of(model, attn, a["q"].detach(), a["k"].detach())),
                                   a["pattern"].detach(), atol=1e-4):  # fmt: skip
                 return False
     return True

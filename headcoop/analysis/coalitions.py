@@ -39,7 +39,7 @@ from transformer_lens.utilities import apply_softcap, get_act_name
 from headcoop.analysis.ablation import ablate, reference_z, replacement, resample_order
 from headcoop.analysis.common import check_choice, require_task
 from headcoop.analysis.copies import (
-    BRIDGE_STACKED, AtRows, Copies, Score, Target, evaluate, hooks_in_the_way, measure, target_run,
+    BRIDGE_STACKED, AtRows, Copies, Score, Target, evaluate, hooks_in_the_way, measure, route, target_run,
 )
 from headcoop.analysis.kernels import attention_out, finish_block, pattern_at_rows, supported, unembed
 from headcoop.analysis.vocabulary import ABLATION_HOWS, GAME_METHODS, AblationHow, GameMethod, head_name
@@ -125,7 +125,7 @@ class CoalitionGame:
 
     # --- evaluation ---------------------------------------------------------------------------------
     def _path(self) -> str:
-        if self.requested == "reference" or hooks_in_the_way(self.model):
+        if route(self.model, self.requested, "stacked", "").path == "reference":  # the engine's one policy
             return "reference"
         if self.linear:
             return "linear"

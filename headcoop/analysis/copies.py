@@ -40,7 +40,7 @@ from transformer_lens.utilities import get_act_name
 from headcoop.analysis import kernels
 from headcoop.analysis.kernels import RowLogits
 from headcoop.analysis.common import as_tokens, check_choice, check_positions, require_task, task_of
-from headcoop.analysis.vocabulary import METRIC_NAMES
+from headcoop.analysis.vocabulary import METRIC_NAMES, TieRule
 from headcoop.bridge import is_bridge, user_hooks
 from headcoop.checks import check_metric_value
 from headcoop.tasks.base import Batch
@@ -262,7 +262,7 @@ def clean_corrupt(model: HookedTransformer, clean, corrupt, metric) -> tuple[Ten
 
 # --- the metric per copy ------------------------------------------------------------------------------
 def per_input_metric(name: str, logits: Float[Tensor, "*copy batch vocab"], answer: Tensor, wrong: Tensor | None,
-                     ties: Literal["argmax", "none"] = "argmax") -> Float[Tensor, "*copy batch"]:  # fmt: skip
+                     ties: TieRule = "argmax") -> Float[Tensor, "*copy batch"]:  # fmt: skip
     """A named metric at each input, the one definition every analysis reads: "logit_diff" (logit(answer) -
     logit(wrong), or the best other token where wrong is None), "accuracy" (1 where the answer is the top
     logit; ties: "argmax" breaks a tie for the top by token order, as torch's argmax, "none" counts a tie as no

@@ -86,14 +86,20 @@ def attention_out(attn, z: Float[Tensor, "... head d_head"]) -> Float[Tensor, ".
     return F.linear(z.reshape(*z.shape[:-2], -1), w_o(attn), attn.b_O)
 
 
-def pattern_of(model: HookedTransformer, attn, q: Float[Tensor, "n pos 1 d_head"],
-               k: Float[Tensor, "n key 1 d_head"]) -> Float[Tensor, "n 1 pos key"]:  # fmt: skip
-    """One head's attention pattern from its q and k (every row): the module's scores, its causal mask where
-    it masks, the guarded softmax."""
+def scores_of(model: HookedTransformer, attn, q: Float[Tensor, "n pos head d_head"],
+              k: Float[Tensor, "n key head d_head"]) -> Float[Tensor, "n head pos key"]:  # fmt: skip
+    """Attention scores from hooked (pre-rotation) q and k at every row: rotated where the model is rotary,
+    scaled and masked as the module does (its causal mask where it masks)."""
+    if model.cfg.positional_embedding_type == "rotary":
+        q, k = attn.apply_rotary(q, 0, None), attn.apply_rotary(k, 0, None)
     scores = attn.calculate_attention_scores(q, k)
-    if causal(model, attn):
-        scores = attn.apply_causal_mask(scores)
-    return softmax_keys(scores)
+    return attn.apply_causal_mask(scores) if causal(model, attn) else scores
+
+
+def pattern_of(model: HookedTransformer, attn, q: Float[Tensor, "n pos head d_head"],
+               k: Float[Tensor, "n key head d_head"]) -> Float[Tensor, "n head pos key"]:  # fmt: skip
+    """The attention pattern from hooked q and k at every row: `scores_of`, then the guarded softmax."""
+    return softmax_keys(scores_of(model, attn, q, k))
 
 
 def pattern_at_rows(model: HookedTransformer, attn, q: Float[Tensor, "n row head d_head"],

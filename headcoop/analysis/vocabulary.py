@@ -71,3 +71,6 @@ HEAD_SITES, RESID_SITES = SITES[:5], SITES[5:]
 
 # TransformerLens norm modules
 NormKind = Literal["LN", "LNPre", "RMS", "RMSPre"]
+
+TieRule = Literal["argmax", "none"]  # accuracy at a tie for the top logit: argmax's token order, or no answer
+TIE_RULES: tuple[str, ...] = get_args(TieRule)
