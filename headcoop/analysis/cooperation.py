@@ -164,7 +164,8 @@ class Cooperation(Displayed):
 def _per_input(metric: str, logits: Tensor, answer: Tensor, wrong: Tensor | None) -> Tensor:
     """[coalition, batch] values of a named metric at each input (higher is better: loss is negated).
     Accuracy is strict: a tie for the top logit is not an answer (argmax would pick by token order)."""
-    return per_input_metric(metric, logits, answer, wrong, ties="none")
+    values = per_input_metric(metric, logits, answer, wrong, ties="none")
+    return -values if metric == "loss" else values
 
 
 def _classes(f11, f10, f01, f00, binary: bool, tau: float) -> tuple[Tensor, dict[str, Tensor]]:

@@ -266,8 +266,7 @@ def per_input_metric(name: str, logits: Float[Tensor, "*copy batch vocab"], answ
     """A named metric at each input, the one definition every analysis reads: "logit_diff" (logit(answer) -
     logit(wrong), or the best other token where wrong is None), "accuracy" (1 where the answer is the top
     logit; ties: "argmax" breaks a tie for the top by token order, as torch's argmax, "none" counts a tie as no
-    answer), "loss" (cross-entropy of the answer, negated with ties="none" so that higher is better, as the
-    per-input evidence reads it), "prob" (the answer's probability)."""
+    answer), "loss" (cross-entropy of the answer), "prob" (the answer's probability)."""
     right = logits.gather(-1, answer.expand(*logits.shape[:-1])[..., None])[..., 0]
     if name == "accuracy":
         if ties == "argmax":
@@ -276,9 +275,7 @@ def per_input_metric(name: str, logits: Float[Tensor, "*copy batch vocab"], answ
     if name == "logit_diff":
         return right - _best_other(logits, answer, wrong)
     logp = right - logits.logsumexp(-1)
-    if name == "loss":
-        return logp if ties == "none" else -logp
-    return logp.exp()
+    return -logp if name == "loss" else logp.exp()
 
 
 def _best_other(logits: Tensor, answer: Tensor, wrong: Tensor | None) -> Tensor:
@@ -395,6 +392,11 @@ class Readout:
             return int(match.group(1))
         return -1 if self.site in ("hook_embed", "hook_pos_embed") else None
 
+    @property
+    def stop_at_layer(self) -> int | None:
+        """Where copies stop: after the site's block (None: run to the end)."""
+        return None if self.layer is None else self.layer + 1
+
     def of_target(self, target: "Target") -> Tensor:
         """The unmodified run's reading ([] per copy, for one copy): from the target's cache."""
         return self.read(target.cache[self.site][None])[0]
@@ -403,8 +405,7 @@ class Readout:
 def read_stacked(target: "Target", layer: int, n: int, hooks: Hooks, readout: Readout) -> Tensor:
     """`readout` of n copies of the target run from the residual stream entering `layer`, through the model's
     own blocks with `hooks`, stopped after the site's block: [n] values."""
-    model, seen = target.model, {}
-    stop = None if readout.layer is None else readout.layer + 1
+    model, seen, stop = target.model, {}, readout.stop_at_layer
     capture = (readout.site, lambda act, hook: seen.__setitem__("act", act))
     if is_bridge(model):
         model.run_with_hooks(target.tokens.repeat(n, 1), fwd_hooks=hooks + [capture], stop_at_layer=stop)
@@ -418,8 +419,7 @@ def read_reference(target: "Target", hooks: Hooks, readout: Readout) -> Tensor:
     """`readout` of one copy by one plain forward pass from the tokens with `hooks` (every installed hook on,
     the capture after them all): [] value."""
     seen = {}
-    stop = None if readout.layer is None else readout.layer + 1
-    target.model.run_with_hooks(target.tokens, stop_at_layer=stop,
+    target.model.run_with_hooks(target.tokens, stop_at_layer=readout.stop_at_layer,
                                 fwd_hooks=hooks + [(readout.site, lambda act, hook: seen.__setitem__("act", act))])  # fmt: skip
     return readout.read(seen["act"][None])[0]
 
