@@ -57,7 +57,7 @@ class CoalitionGame:
     def __init__(
         self, model: HookedTransformer, players: list[tuple[int, int]], tokens=None, metric=None,
         how: AblationHow = "mean", reference=None, seed: int = 0, answer=None, wrong=None, pos=None,
-        memory_budget_mb: float = 256, method: GameMethod = "auto",
+        memory_budget_mb: float = 256, method: GameMethod = "auto", replacements: dict | None = None,
     ):  # fmt: skip
         check_choice("how", how, ABLATION_HOWS)
         check_choice("method", method, GAME_METHODS)
@@ -70,7 +70,10 @@ class CoalitionGame:
         metric = metric if metric is not None else measured.score.metric
         self.metric = metric
         self.memory_budget_mb = memory_budget_mb
-        self._prepare_replacements(reference)
+        if replacements is None:
+            self._prepare_replacements(reference)
+        else:  # the caller's values (a family of references stacked on the batch axis: hc.cooperation)
+            self._set_replacements(replacements)
         cfg = model.cfg
         self.linear = (
             isinstance(metric, str) and cfg.n_layers == 1 and cfg.attn_only and cfg.normalization_type is None
@@ -108,6 +111,19 @@ class CoalitionGame:
         for lay, head in self.players:
             value = replacement(ref_z[lay][:, :, head, None], self.how, n, width, order)[:, :, 0]
             self.replacement[(lay, head)] = value.to(self.tokens.device)
+
+    def _set_replacements(self, replacements: dict) -> None:
+        n, width = self.tokens.shape
+        self.custom = True
+        self.replacement = {}
+        for player in self.players:
+            if player not in replacements:
+                raise ValueError(f"replacements= has no value for player {head_name(*player)}")
+            value = torch.as_tensor(replacements[player]).to(self.tokens.device)
+            if value.shape[:2] != (n, width) or value.shape[2] != self.model.cfg.d_head:
+                raise ValueError(f"replacements[{head_name(*player)}] must be [{n}, {width}, {self.model.cfg.d_head}], "
+                                 f"got {tuple(value.shape)}")  # fmt: skip
+            self.replacement[player] = value
 
     # --- one layer, linear -------------------------------------------------------------------------
     @torch.no_grad()
@@ -201,6 +217,9 @@ class CoalitionGame:
             off = [head_name(*p) for p, on in zip(self.players, masks[i].tolist()) if not on]
             if not off:
                 return model(self.tokens)
+            if getattr(self, "custom", False):  # the caller's replacement values, set on z by plain hooks
+                off_players = [p for p, on in zip(self.players, masks[i].tolist()) if not on]
+                return _run_replaced(model, self.tokens, {p: self.replacement[p] for p in off_players})
             with ablate(model, heads=off, how=self.how, reference=None if self.how == "zero" else self.reference,
                         seed=self.seed):  # fmt: skip
                 return model(self.tokens)
@@ -316,6 +335,24 @@ class CoalitionGame:
             z[:, 0, heads] = torch.where(off[:, :, None], source.repeat(states, 1, 1).to(z), z[:, 0, heads])
         x = finish_block(model, layer, flat[rows, at] + attention_out(attn, z[:, 0]))
         return unembed(model, x[:, None])[:, 0]
+
+
+def _run_replaced(model: HookedTransformer, tokens: Tensor, values: dict) -> Tensor:
+    """One forward pass with each (layer, head) of `values` writing its given z ([batch, pos, d_head])."""
+    from headcoop.analysis.ablation import hooks_added
+
+    def hook_for(layer: int):
+        def hook(z: Tensor, hook=None) -> Tensor:
+            z = z.clone()
+            for (lay, head), value in values.items():
+                if lay == layer:
+                    z[:, :, head] = value[:, : z.shape[1]].to(z.dtype)
+            return z
+        return hook
+
+    hooks = [(get_act_name("z", lay), hook_for(lay)) for lay in sorted({lay for lay, _ in values})]
+    with hooks_added(model, hooks):
+        return model(tokens)
 
 
 def all_masks(n: int, device=None) -> Bool[Tensor, "coalition player"]:

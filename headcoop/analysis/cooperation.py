@@ -1,57 +1,79 @@
-"""Which mechanism joins two heads: redundant, division of labour, superposition, competition, independent,
-or undetermined, from per-input evidence (issue 23).
+"""Which mechanism joins two heads, read from separate axes and kept only where a family of readings agrees
+(issue 37).
 
-    result = hc.cooperation(model)               # the task's inputs, accuracy, mean ablation
-    result.mechanism, result.roles               # the model's verdict; "supports" / "competes" / "inactive"
-    result.to_dataframe()                        # one row per pair: mechanism and the evidence behind it
+    result = hc.cooperation(model)               # the task's inputs, accuracy, the default reading family
+    result.mechanism, result.agreement           # the model's word and the share of readings that give it
+    result.to_dataframe()                        # one row per pair: word, agreement, what flips it, the axes
+    result.readings                              # one row per reading: how, draw, threshold band, words
 
-Averages of the coalition game cannot separate the mechanisms (a division of labour and superposition both
-give a zero or positive interaction index); which inputs each head answers can. For every pair (i, j) and
-every input b the instrument reads the 2 x 2 game f11, f10, f01, f00 (the metric with both, only i, only j,
-neither of the two active) in two contexts: "full" (every other head as in the model) and "isolated"
-(every other player ablated), from `CoalitionGame.row_logits`, the same engine as `hc.interactions`.
+**The axes** (`headcoop.analysis.mechanisms`), per pair (i, j) and input:
 
-Per input, in the binary reading (metric "accuracy": f is 0 or 1; the answer's logit strictly above every
-other, so a tie is no answer), the pair *matters* when f11 = 1 and
-f00 = 0, and then the input is OR (f10 = f01 = 1), AND (f10 = f01 = 0), i-only or j-only. In a continuous
-reading (logit_diff, prob, loss as -loss), it matters when D = f11 - f00 > tau_m = threshold x mean |v(all) - v(none)| x 2 / k, and with a_i =
-(f10 - f00) / D and a_j likewise: OR when both >= 0.8, AND when both <= 0.2, i-only when a_i >= 0.8 and
-a_j <= 0.2, shared when both lie in (0.2, 0.8) and |a_i + a_j - 1| <= 0.2 (the effects add).
+- *necessity*: the pair's 2 x 2 game on the user's metric (both, only i, only j, neither active; every other
+  head as in the model: the "full" context, or every other head ablated: "isolated" where the pair
+  matters on fewer than `min_share` of inputs in the full one): OR, AND, i-only, j-only, shared. Accuracy
+  counts a tie for the top logit as no answer, as `hc.interactions` does (`per_input_metric(ties="none")`).
+- *writes* (the clean run; direct logit attribution with the final norm's scale frozen): which of the
+  task's completions (`outputs`, default every answer of the inputs) each head pushes up (a positive
+  contribution: "will only constructively interfere on the correct token" reads positive logit
+  contributions), whether it pushes up at least 2 completions *consistent with the source token it attends
+  to* (answers of inputs where it attends that token), the rank of its map from attended sources to writes,
+  and whether the answer is the only completion both heads push up;
+- *attention*: which source token each head attends to most from the read row; distributed where the two
+  differ ("they distribute important source tokens between them");
+- *sign*: each head's total effect (the metric with every head minus without it) and isolated effect (alone
+  minus none), with 95% intervals over inputs, on the user's metric read continuously (accuracy: the margin
+  logit(answer) - the best other logit; loss negated); its direct effect (DLA) beside it.
 
-Evidence per head, on the logit difference ld (answer minus `wrong`, else minus the best other token):
-its direct effect (mean DLA on ld, `hc.dla`, the final norm's scale frozen), total effect (ld with the
-head minus ld without it, others as in the model), isolated effect (ld of the head alone minus ld of no
-player). Role, with tau = threshold x mean |ld(all) - ld(none)| / k (k players: a tenth of a head's fair
-share by default): the sign of the first of direct, total,
-isolated effect whose mean exceeds tau in size ("supports" +, "competes" -); "inactive" if none does.
+**Roles.** A head "supports" (or "competes") when its total effect exceeds tau in size with an interval
+that excludes 0, else by its isolated effect likewise; else "inactive". tau = `role` x S / k, with S the
+sum over the k heads of max(|total|, |isolated|): relative to the heads' absolute effects, not their net
+sum. `via` says whether the support is direct (the direct effect carries at least half of it) or through
+later heads (composition).
 
-Pair verdict, in this order (every share is of the inputs where the pair matters, in the full context, or
-in the isolated one when the pair matters on fewer than `min_share` of the inputs in the full one):
-1. "competition": one head competes and the other supports;
-2. "undetermined" when a head is inactive, when the metric is additive over the two heads by construction
-   (logit_diff, both heads in the last layer of an attention-only model without norms: every interaction
-   is 0 whatever the weights), or when the pair matters on fewer than `min_share` of the inputs in both
-   contexts;
-3. "redundant": OR on at least half;
-4. "superposition": AND on at least half, and on at least half of those both heads write to several
-   outputs and share only the answer (superposed writes: each head's DLA minus its mean over the vocabulary
-   is at least half of that on the answer (> 0) on >= 2 tokens, and the two sets meet only at the answer);
-   "independent": AND on at least half without superposed writes, the logit difference additive there
-   (|ld11 - ld10 - ld01 + ld00| <= 0.2 |ld11 - ld00|) on at least half;
-5. "division": i-only and j-only each on at least 20%, together at least half;
-6. "independent": shared (continuous readings) on at least half;
-7. otherwise "undetermined" (the evidence conflicts); `reason` says which rule decided.
+**Words**, in this order (each word's source in `WORD_SOURCES`):
 
-The model's `mechanism` is the one held by more than half of all pairs, else "undetermined": no net sum,
-so one pair cannot tip it. Backup and self-repair per head (McGrath et al. 2023; Rushing & Nanda 2024):
-self_repair = direct - total effect; `compensation[i, j]` = the rise of head j's direct effect when head
-i alone is ablated; j backs up i when that rise is at least half of i's direct effect (and that exceeds tau).
+1. "inactive": a head of the pair has no effect on the metric under this reading;
+2. "competition": one head supports and the other competes (total effect against the answer);
+3. "composition": i sits in an earlier layer than j and at least `composition` of i's total effect runs
+   through j's inputs (i's output replaced by its ablated value in j's q, k and v inputs only: path
+   patching from i to j), Elhage et al. 2021's Q/K/V-composition;
+4. "superposition": the post's OV-coherent mechanism: both heads support, each map from attended sources
+   to writes has rank >= 2 (singular values above `rank_tol` of the largest), both write to several
+   consistent completions on at least `min_share` of inputs, on at least `majority` of those the answer
+   is the only completion both push up, and they attend to different source tokens on at least `majority`
+   of inputs. Whether both heads are needed on an input is not part of it (the post's own
+   "least favourite token repeated" contexts are answered by one head);
+5. necessity (in the chosen context, among inputs where the pair matters; "undetermined" below
+   `min_share`): "redundant" when OR on at least `majority`; "division" when i-only and j-only each on at
+   least `division` and together `majority`; "independent" when AND or shared on `majority` and the
+   logit difference (answer minus the fixed wrong token) adds over the two heads
+   (|ld11 - ld10 - ld01 + ld00| <= `cutoff` |ld11 - ld00|) on `majority` of them, but "not testable" where
+   the logit difference is additive over the two heads by construction (an attention-only model without
+   norms with both heads in the last layer: true whatever the weights);
+6. otherwise "undetermined", with what conflicts.
+
+**Readings.** Every word is computed under a family of readings: each ablation in `how` ("zero", "mean",
+"resample", and "mean-aligned": the mean over references of z at the same offset from their answer
+position, so a variable-length task's '=' is averaged with other '='s), `draws` draws of the reference
+for each of mean / resample / mean-aligned (independent task samples, or bootstrap resamples of a given
+reference), and each threshold at half and at twice its default (one at a time; a share is at most
+(1 + default) / 2). A pair's word stands where at least `agree` of the readings give it; else
+"undetermined", with the first reading that gives another word. The model's word per reading is the word
+of more than half of its active pairs (pairs whose heads both have an effect), and stands the same way.
+Composition and backup are measured on each ablation's first draw.
+
+**Backup** (McGrath et al. 2023; Rushing & Nanda 2024), for i in an earlier layer than j: ablate i; j's
+compensation is the rise of its direct effect, split into what j's own output change gives (the final
+norm's scale frozen at the unablated run's) and what the norm's rescaling gives (the rest). j backs up i
+when its own change restores at least half of i's direct effect, or at least half of the answers that are
+lost when j is also held at its unablated output (`answers_restored`). Both shares are shown.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections import Counter
 from typing import Literal, get_args
 
 import pandas as pd
@@ -59,59 +81,119 @@ import plotly.graph_objects as go
 import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
-from headcoop.tl import HookedTransformer
+from transformer_lens.utilities import get_act_name
 
-from headcoop.analysis.ablation import ablate
+from headcoop.analysis.ablation import hooks_added, reference_z, resample_order
 from headcoop.analysis.coalitions import CoalitionGame
+from headcoop.analysis.common import as_tokens, check_choice, parse_heads, require_model, require_task
 from headcoop.analysis.copies import per_input_metric
-from headcoop.analysis.common import check_choice, parse_heads, require_model, require_task
-from headcoop.bridge import user_hooks
 from headcoop.analysis.estimators import HeadGame, top_interactions
 from headcoop.analysis.interactions import interactions
-from headcoop.analysis.vocabulary import ABLATION_HOWS, METRIC_NAMES, AblationHow, MetricName, head_name
+from headcoop.analysis.mechanisms import (
+    attended_sources, conditional_rank, consistent_outputs, distributed, effect_interval, necessity_classes,
+    superposed, write_sets,
+)  # fmt: skip
+from headcoop.analysis.vocabulary import METRIC_NAMES, MetricName, head_name
+from headcoop.bridge import is_bridge, user_hooks
 from headcoop.checks import check_float, check_int, check_seed
 from headcoop.plot import Displayed
-from headcoop.tasks.base import Batch
+from headcoop.tasks.base import Batch, generator
+from headcoop.tl import HookedTransformer
 
-MECHANISMS = ("redundant", "division", "superposition", "competition", "independent", "undetermined")
-ROLES = ("supports", "competes", "inactive")
-CLASSES = ("or", "and", "i_only", "j_only", "shared")
+MECHANISMS = ("superposition", "redundant", "division", "composition", "competition", "independent",
+              "not testable", "inactive", "undetermined")  # fmt: skip
+ROLES = ("supports", "competes", "inactive", "undetermined")
 INPUT_CLASSES = ("not_needed", "or", "and", "a_only", "b_only", "shared", "other")  # codes of `input_class`
-WriteReading = Literal["half_answer", "positive", "centered"]
+CLASSES = ("or", "and", "i_only", "j_only", "shared")
+ReadingHow = Literal["zero", "mean", "resample", "mean-aligned"]
+READING_HOWS: tuple[str, ...] = get_args(ReadingHow)
+WriteReading = Literal["positive", "centered", "half_answer"]
 WRITE_READINGS: tuple[str, ...] = get_args(WriteReading)
+# the thresholds of the rules (module docstring) and their defaults; each is banded at half and twice
+THRESHOLDS = {"role": 0.1, "min_share": 0.1, "majority": 0.5, "division": 0.2, "cutoff": 0.2, "rank_tol": 0.1,
+              "composition": 0.5, "floor": 0.1}  # fmt: skip
+
+WORD_SOURCES = {
+    "superposition": 'The SkipPair post: "In contexts where both heads write to multiple outputs, they will only '
+                     'constructively interfere on the correct token"; "they distribute important source tokens '
+                     'between them, and constructively interfere to produce the correct answer."',
+    "redundant": "Either head alone gives the answer where the pair matters (OR); the Count01 paper's "
+                 '"pseudo-ensemble" of heads that "each solve the task" is read this way.',
+    "division": "Each head answers its own share of the inputs (i-only and j-only): a division of labour.",
+    "composition": 'Elhage et al. 2021: a head\'s output read by a later head\'s query, key or value ("Q-, K- '
+                   'and V-composition"), as a previous-token head feeds an induction head.',
+    "competition": "One head's total effect on the metric supports the answer, the other's opposes it.",
+    "independent": "Both heads are needed (AND) or share the effect, and their logit effects add: no "
+                   "interaction, where additivity could have failed.",
+    "not testable": "Additivity holds by construction (logits linear in the two heads' outputs): the "
+                    "measurement cannot tell independent heads from any other.",
+    "inactive": "A head of the pair has no effect on the metric under the reading.",
+    "undetermined": "The axes conflict, or the readings disagree (the first flipping reading is named).",
+    "backs up": 'McGrath et al. 2023 ("The Hydra Effect"): later heads compensate when an earlier one is '
+                'ablated; Rushing & Nanda 2024 ("self-repair"): the compensation through the final norm is '
+                "separated from a head's own change.",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Reading:
+    """One reading of the family: an ablation, a draw of its reference, and one threshold at a factor."""
+
+    how: str
+    draw: int
+    threshold: str | None = None
+    factor: float = 1.0
+
+    @property
+    def label(self) -> str:
+        where = self.how if self.how == "zero" else f"{self.how} draw {self.draw}"
+        return where if self.threshold is None else f"{where}, {self.threshold} x{self.factor:g}"
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
 class Cooperation(Displayed):
-    """The mechanism of every pair of heads and the role of every head (module docstring).
+    """The word of every pair of heads and the role of every head, each with the share of readings that
+    agree (module docstring).
 
-    pairs: one row per pair (`to_dataframe`); heads: one row per head (role, direct / total / isolated
-    effect, self_repair, backs_up); compensation [head, head]; roles {head: role}; mechanism (the model's
-    verdict) and shares {mechanism: share of pairs}; metric, how, method (how the values were computed);
-    input_class [pair, batch] (codes into INPUT_CLASSES, in the pair's `context`) and input_superposed
-    [pair, batch] (superposed writes, reading "half_answer"), the per-input evidence (`per_input`); v_full,
-    v_empty: the metric's mean with every player and with none (loss negated: higher is better)."""
+    pairs: one row per pair (`to_dataframe`); head_table: one row per head; backup: one row per (earlier,
+    later) head pair and ablation; readings: one row per reading (its model word and word counts); words:
+    [pair, reading] the word of each pair under each reading; roles {head: role}; mechanism and agreement
+    (the model's word and its share of readings); shares {word: share of pairs}; metric, how (the primary
+    reading, whose evidence `per_input` shows), hows (the family), method; input_class [pair, batch] and
+    input_superposed [pair, batch] (the primary reading's per-input evidence)."""
 
     heads: tuple[str, ...]
     pairs: pd.DataFrame
     head_table: pd.DataFrame
+    backup: pd.DataFrame
+    readings: pd.DataFrame
+    words: pd.DataFrame
     compensation: Float[Tensor, "head head"]
     roles: dict
     mechanism: str
+    agreement: float
+    flips: str
     shares: dict
     metric: str
     how: str
+    hows: tuple[str, ...]
     method: str
-    threshold: float
+    thresholds: dict
+    agree: float
     v_full: float
     v_empty: float
     input_class: Int[Tensor, "pair batch"]
     input_superposed: Bool[Tensor, "pair batch"]
 
+    @property
+    def threshold(self) -> float:
+        """The role threshold (a share of a head's fair share of the heads' absolute effects)."""
+        return self.thresholds["role"]
+
     def per_input(self) -> pd.DataFrame:
-        """One row per (pair, input): head_a, head_b, input (index into the inputs), context, class (the
-        pair's 2 x 2 game on that input: not_needed, or, and, a_only, b_only, shared, other) and superposed
-        (both heads write to several outputs and share only the answer; False without DLA)."""
+        """One row per (pair, input) under the primary reading: head_a, head_b, input, context, class (the
+        pair's 2 x 2 game: not_needed, or, and, a_only, b_only, shared, other) and superposed (both heads
+        write to several consistent completions and push up only the answer together)."""
         n_pairs, n_inputs = self.input_class.shape
         pairs = self.pairs.loc[self.pairs.index.repeat(n_inputs), ["head_a", "head_b", "context"]].reset_index(drop=True)
         pairs.insert(2, "input", torch.arange(n_inputs).repeat(n_pairs).numpy())
@@ -120,15 +202,18 @@ class Cooperation(Displayed):
         return pairs
 
     def to_dataframe(self) -> pd.DataFrame:
-        """One row per pair: head_a, head_b, mechanism, reason, context, the shares of the inputs where the
-        pair matters that are OR / AND / a-only / b-only / shared, superposed (share of AND inputs with
-        superposed writes), additive_ld, interaction (Shapley interaction index; NaN above max_exact heads),
-        interaction_full (f11 - f10 - f01 + f00 with every other head present, mean over inputs), matters
-        (share of inputs)."""
+        """One row per pair: head_a, head_b, mechanism (the word that stands), agreement (share of readings
+        giving the pair's most common word), flips_under (the first reading giving another word), reason;
+        the primary reading's axes: context, matters, or / and / a_only / b_only / shared (shares of the
+        inputs where the pair matters), additive_ld; multi, only_answer, distributed, rank_a, rank_b
+        (writes and attention); composition (share of the earlier head's effect through the later one);
+        interaction (Shapley interaction index, NaN above max_exact heads) and interaction_full."""
         return self.pairs.copy()
 
     def plot(self, title: str | None = None) -> go.Figure:
-        """The mechanism of every pair (a heatmap coloured by mechanism) and each head's role."""
+        """A heatmap of every pair's word (hover: agreement and reason) with each head's role on the axes."""
+        from headcoop.plot import TEMPLATE
+
         n = len(self.heads)
         code = {m: k for k, m in enumerate(MECHANISMS)}
         z = [[None] * n for _ in range(n)]
@@ -136,8 +221,9 @@ class Cooperation(Displayed):
         for row in self.pairs.itertuples():
             i, j = self.heads.index(row.head_a), self.heads.index(row.head_b)
             z[i][j] = z[j][i] = code[row.mechanism]
-            text[i][j] = text[j][i] = f"{row.head_a} & {row.head_b}: {row.mechanism} ({row.reason})"
-        colours = ["#4c78a8", "#72b7b2", "#e45756", "#f58518", "#54a24b", "#bab0ac"]
+            text[i][j] = text[j][i] = (f"{row.head_a} & {row.head_b}: {row.mechanism} "
+                                       f"({row.agreement:.0%} of readings; {row.reason})")  # fmt: skip
+        colours = ["#e45756", "#4c78a8", "#72b7b2", "#b279a2", "#f58518", "#54a24b", "#9d755d", "#eeeeee", "#bab0ac"]
         scale = []
         for k, colour in enumerate(colours):
             scale += [(k / len(colours), colour), ((k + 1) / len(colours), colour)]
@@ -145,43 +231,38 @@ class Cooperation(Displayed):
         fig = go.Figure(go.Heatmap(z=z, x=labels, y=labels, text=text, hoverinfo="text", zmin=-0.5,
                                    zmax=len(MECHANISMS) - 0.5, colorscale=scale,
                                    colorbar=dict(tickvals=list(range(len(MECHANISMS))), ticktext=list(MECHANISMS))))  # fmt: skip
-        from headcoop.plot import TEMPLATE
-
-        fig.update_yaxes(autorange="reversed")
-        fig.update_layout(template=TEMPLATE, title=title or (
-            f"Mechanism of each pair of heads: {self.mechanism} overall ({self.metric}, {self.how} ablation)<br><sup>"
-            f"per-input 2x2 games; direct effects by DLA with the final norm's scale frozen; {self.method}</sup>"))  # fmt: skip
+        fig.update_yaxes(autorange="reversed", automargin=True)
+        fig.update_xaxes(automargin=True)
+        fig.update_layout(template=TEMPLATE, margin=dict(l=140), title=title or (
+            f"Mechanism of each pair of heads: {self.mechanism} ({self.agreement:.0%} of {len(self.readings)} "
+            f"readings; {self.metric})<br><sup>readings: {', '.join(self.hows)} ablation x reference draws x "
+            f"threshold bands; direct effects by DLA with the final norm's scale frozen</sup>"))  # fmt: skip
         return fig
 
     def __repr__(self) -> str:
         counts = self.pairs["mechanism"].value_counts().to_dict()
         shown = ", ".join(f"{counts[m]} {m}" for m in MECHANISMS if m in counts)
         competing = [h for h, r in self.roles.items() if r == "competes"]
-        return (f"Cooperation({len(self.heads)} heads, {self.metric}, {self.how} ablation: {self.mechanism}; "
-                f"pairs {shown}; competing heads: {', '.join(competing) or 'none'}; {self.method})")  # fmt: skip
+        flips = f"; flips under {self.flips}" if self.flips else ""
+        return (f"Cooperation({len(self.heads)} heads, {self.metric}: {self.mechanism} in {self.agreement:.0%} of "
+                f"{len(self.readings)} readings{flips}; pairs {shown}; competing heads: {', '.join(competing) or 'none'}; "
+                f"{self.method})")  # fmt: skip
 
 
+# --- the metric per input -------------------------------------------------------------------------------
 def _per_input(metric: str, logits: Tensor, answer: Tensor, wrong: Tensor | None) -> Tensor:
-    """[coalition, batch] values of a named metric at each input (higher is better: loss is negated).
-    Accuracy is strict: a tie for the top logit is not an answer (argmax would pick by token order)."""
+    """[..., batch] values of a named metric per input, higher is better (loss negated); accuracy counts a
+    tie for the top logit as no answer (the rule `hc.interactions` shares)."""
     values = per_input_metric(metric, logits, answer, wrong, ties="none")
     return -values if metric == "loss" else values
 
 
-def _classes(f11, f10, f01, f00, binary: bool, tau: float) -> tuple[Tensor, dict[str, Tensor]]:
-    """(matters [batch], {class: [batch] bool}) of one pair's 2 x 2 game per input (module docstring)."""
-    if binary:
-        matters = (f11 > 0.5) & (f00 < 0.5)
-        i_on, j_on = f10 > 0.5, f01 > 0.5
-        return matters, {"or": i_on & j_on, "and": ~i_on & ~j_on, "i_only": i_on & ~j_on, "j_only": ~i_on & j_on,
-                         "shared": torch.zeros_like(matters)}  # fmt: skip
-    delta = f11 - f00
-    matters = delta > tau
-    safe = torch.where(matters, delta, torch.ones_like(delta))
-    a_i, a_j = (f10 - f00) / safe, (f01 - f00) / safe
-    hi_i, hi_j, lo_i, lo_j = a_i >= 0.8, a_j >= 0.8, a_i <= 0.2, a_j <= 0.2
-    mid = ~hi_i & ~lo_i & ~hi_j & ~lo_j & ((a_i + a_j - 1).abs() <= 0.2)
-    return matters, {"or": hi_i & hi_j, "and": lo_i & lo_j, "i_only": hi_i & lo_j, "j_only": lo_i & hi_j, "shared": mid}
+def _signed(metric: str, logits: Tensor, answer: Tensor, wrong: Tensor | None) -> Tensor:
+    """The user's metric read continuously, for signs and roles: accuracy's margin (the answer's logit minus
+    the best other), else the metric itself (higher is better)."""
+    if metric == "accuracy":
+        return per_input_metric("logit_diff", logits, answer, None)
+    return _per_input(metric, logits, answer, wrong)
 
 
 def superposed_writes(
@@ -189,74 +270,64 @@ def superposed_writes(
     dla_b: Float[Tensor, "batch vocab"],
     answer: Int[Tensor, " batch"],
     outputs: Int[Tensor, " output"] | None = None,
-    reading: WriteReading = "half_answer",
+    reading: WriteReading = "positive",
+    source_a: Int[Tensor, " batch"] | None = None,
+    source_b: Int[Tensor, " batch"] | None = None,
 ) -> tuple[Bool[Tensor, " batch"], Bool[Tensor, " batch"]]:
-    """(several, superposed) per input: whether heads a and b (direct logit attributions [batch, vocab])
-    each write to at least 2 of the `outputs` (token ids; default the whole vocabulary), and whether, in
-    addition, the outputs both heads write to are the answer alone ("they will only constructively
-    interfere on the correct token"). Which outputs a head writes to, by `reading`:
-
-    "half_answer": its DLA minus its mean over the outputs is at least half of that on the answer, which
-                   must be above 0 (so a decoy written more strongly than the answer does not hide the answer);
-    "positive": its DLA is above 0 (raw contributions, as the SkipPair post's figure shows them);
-    "centered": its DLA is above its mean over the outputs (softmax ignores a shift common to all logits).
-    The answer must be one of the outputs."""
+    """(multi, superposed) per input for heads a and b (direct logit attributions [batch, vocab]): multi where
+    each writes to at least 2 of the `outputs` (token ids; default every answer in `answer`), counting only
+    outputs consistent with its attended source token where `source_a` / `source_b` are given; superposed
+    where, in addition, the answer is the only output both write to. Which outputs a head writes to, by
+    `reading`: "positive" (its contribution is above 0, the post's reading and the default), "centered"
+    (above its mean over the outputs, a contrast reading), "half_answer" (centred, and at least half the
+    centred contribution to the answer, which must be above 0)."""
     check_choice("reading", reading, WRITE_READINGS)
     if dla_a.shape != dla_b.shape or dla_a.ndim != 2 or answer.shape != dla_a.shape[:1]:
         raise ValueError(f"superposed_writes needs dla_a, dla_b [batch, vocab] and answer [batch], got "
                          f"{tuple(dla_a.shape)}, {tuple(dla_b.shape)} and {tuple(answer.shape)}")  # fmt: skip
     vocab = dla_a.shape[-1]
+    answer = torch.as_tensor(answer).long().cpu()
     bad = answer[(answer < 0) | (answer >= vocab)].tolist()
     if bad:
         raise ValueError(f"superposed_writes: answer ids {bad[:5]} lie outside the {vocab} outputs of dla_a/dla_b")
-    if outputs is not None:
-        outputs = torch.as_tensor(outputs, dtype=torch.long, device=dla_a.device)
-        if len(set(outputs.tolist())) != len(outputs):
-            dup = sorted({o for o in outputs.tolist() if outputs.tolist().count(o) > 1})
-            raise ValueError(f"superposed_writes: outputs repeat {dup}; name each output once")
-        if bool(((outputs < 0) | (outputs >= vocab)).any()):
-            raise ValueError(f"superposed_writes: outputs {outputs.tolist()[:10]} must be ids in 0..{vocab - 1}")
-        position = torch.full((dla_a.shape[-1],), -1, dtype=torch.long, device=dla_a.device)
-        position[outputs] = torch.arange(len(outputs), device=dla_a.device)
-        answer = position[answer.to(dla_a.device)]
-        if (answer < 0).any():
-            raise ValueError("superposed_writes: every answer must be one of `outputs`")
-        dla_a, dla_b = dla_a[:, outputs], dla_b[:, outputs]
-    rows = torch.arange(len(answer), device=dla_a.device)
-    answer = answer.to(dla_a.device)
+    outputs = answer.unique() if outputs is None else torch.as_tensor(outputs, dtype=torch.long).cpu()
+    if len(set(outputs.tolist())) != len(outputs):
+        dup = sorted({o for o in outputs.tolist() if outputs.tolist().count(o) > 1})
+        raise ValueError(f"superposed_writes: outputs repeat {dup}; name each output once")
+    if bool(((outputs < 0) | (outputs >= vocab)).any()):
+        raise ValueError(f"superposed_writes: outputs {outputs.tolist()[:10]} must be ids in 0..{vocab - 1}")
+    position = torch.full((vocab,), -1, dtype=torch.long)
+    position[outputs] = torch.arange(len(outputs))
+    col = position[answer]
+    if (col < 0).any():
+        raise ValueError("superposed_writes: every answer must be one of `outputs`")
     sets = []
-    for d in (dla_a.double(), dla_b.double()):
-        if reading == "positive":
-            sets.append(d > 0)
-            continue
-        d = d - d.mean(-1, keepdim=True)
-        if reading == "centered":
-            sets.append(d > 0)
-            continue
-        on_answer = d[rows, answer][:, None]
-        sets.append((d >= 0.5 * on_answer) & (on_answer > 0))
-    several = (sets[0].sum(-1) >= 2) & (sets[1].sum(-1) >= 2)
-    both = sets[0] & sets[1]
-    return several, several & both[rows, answer] & (both.sum(-1) == 1)
+    for d in (dla_a.double().cpu()[:, outputs], dla_b.double().cpu()[:, outputs]):
+        if reading == "half_answer":
+            d = d - d.mean(-1, keepdim=True)
+            on_answer = d[torch.arange(len(col)), col][:, None]
+            sets.append((d >= 0.5 * on_answer) & (on_answer > 0))
+        else:
+            sets.append(write_sets(d, reading))
+    everything = torch.ones(len(col), len(outputs), dtype=torch.bool)
+    cons = [everything if s is None else consistent_outputs(torch.as_tensor(s).cpu(), answer, outputs)
+            for s in (source_a, source_b)]  # fmt: skip
+    return superposed(sets[0], sets[1], cons[0], cons[1], col)
 
 
-def _additive_by_construction(model: HookedTransformer, metric: str, a: tuple[int, int], b: tuple[int, int]) -> bool:
-    """Whether `metric` is additive over heads a and b whatever the weights: logit_diff, an attention-only
+def _additive_by_construction(model: HookedTransformer, a: tuple[int, int], b: tuple[int, int]) -> bool:
+    """Whether the logit difference is additive over heads a and b whatever the weights: an attention-only
     model without norms or soft-capping, both heads in the last layer (nothing reads their outputs)."""
     cfg = model.cfg
     last = cfg.n_layers - 1
-    return (metric == "logit_diff" and cfg.attn_only and cfg.normalization_type is None
-            and not (cfg.output_logits_soft_cap or 0) > 0 and a[0] == last and b[0] == last)  # fmt: skip
+    return (bool(cfg.attn_only) and cfg.normalization_type is None and not (cfg.output_logits_soft_cap or 0) > 0
+            and a[0] == last and b[0] == last)  # fmt: skip
 
 
-ALL_PAIRS_UP_TO = 32  # heads: per-input evidence for every pair up to here (496 pairs, 2 coalitions each)
-
-
-def _head_dla(model, tokens, pos, answer, wrong) -> tuple[Tensor, Tensor] | str:
-    """(per-head DLA [batch, layer, head, vocab], on ld [batch, layer, head]) of the current model (hooks
-    included), or why there is none: the model's architecture has no exact decomposition
-    (`check_decomposable`), or hooks installed on the model change the forward pass after the heads (their
-    outputs would no longer sum to the logits); any other failure of `hc.dla` is raised."""
+# --- the clean run: writes and attention -------------------------------------------------------------
+def _head_dla(model: HookedTransformer, tokens: Tensor, pos: Tensor) -> Tensor | str:
+    """Each head's direct logit attribution [batch, layer, head, vocab] at the read rows (the final norm's
+    scale frozen), or why there is none (no exact DLA for the model, or installed hooks make it inexact)."""
     from headcoop.analysis.dla import check_decomposable, dla
 
     try:
@@ -270,13 +341,310 @@ def _head_dla(model, tokens, pos, answer, wrong) -> tuple[Tensor, Tensor] | str:
         if hooks and "hooks installed" in str(err):
             return f"the hooks installed at {', '.join(hooks[:4])} make DLA inexact"
         raise
-    heads = result.heads().double()  # [batch, layer, head, vocab]
-    rows = torch.arange(len(answer))
-    answer = answer.to(heads.device)
-    if wrong is None:  # the best other token of the full logits
-        wrong = result.total().double().scatter(-1, answer[:, None], float("-inf")).argmax(-1)
-    wrong = wrong.to(heads.device)
-    return heads, heads[rows, :, :, answer] - heads[rows, :, :, wrong]
+    return result.heads().double().cpu()
+
+
+def _patterns(model: HookedTransformer, tokens: Tensor, pos: Tensor, layers: list[int]) -> dict[int, Tensor]:
+    """{layer: [batch, head, key]} attention patterns of the read rows in the clean run."""
+    names = {get_act_name("pattern", lay): lay for lay in layers}
+    _, cache = model.run_with_cache(tokens, names_filter=lambda n: n in names)
+    rows = torch.arange(len(tokens), device=tokens.device)
+    return {lay: cache[name][rows, :, pos.to(tokens.device)].cpu() for name, lay in names.items()}
+
+
+# --- the family of ablation references ----------------------------------------------------------------
+def _draw_references(task, reference, how: str, draws: int, seed: int) -> list:
+    """The references of one ablation: `draws` independent task samples of 512 (seeds seed + 1 + d), or
+    bootstrap resamples of the given reference (draw 0 is the reference itself)."""
+    if reference is None:
+        return [task.sample(512, seed=seed + 1 + d) for d in range(draws)]
+    out = [reference]
+    n = len(reference)
+    for d in range(1, draws):
+        pick = torch.randint(0, n, (n,), generator=generator(seed + 1000 + d))
+        out.append(reference[pick] if isinstance(reference, Batch) else torch.as_tensor(reference)[pick])
+    return out
+
+
+def _aligned_mean(ref_z: Tensor, ref_ans: Tensor, ans: Tensor, width: int) -> Tensor:
+    """[batch, pos, head, d_head]: at input b's position p, the mean over references r of z_r at
+    ref_ans[r] + (p - ans[b]) (the same offset from the answer position), where that position exists; the
+    per-position mean where no reference has it."""
+    n_ref, ref_w = ref_z.shape[:2]
+    plain = ref_z.mean(0)  # [ref_pos, head, d_head]
+    offsets = torch.arange(-(width - 1), width)
+    table = []
+    rows = torch.arange(n_ref)
+    for d in offsets.tolist():
+        at = ref_ans.cpu() + d
+        ok = (at >= 0) & (at < ref_w)
+        if ok.any():
+            table.append(ref_z[rows[ok], at[ok]].mean(0))
+        else:
+            table.append(None)
+    out = torch.empty(len(ans), width, *ref_z.shape[2:], dtype=ref_z.dtype)
+    for b, a in enumerate(ans.cpu().tolist()):
+        for p in range(width):
+            value = table[p - a + width - 1]
+            out[b, p] = value if value is not None else plain[min(p, ref_w - 1)]
+    return out
+
+
+def _replacements(model, players, batch: Batch, how: str, references: list, seed: int) -> dict:
+    """{player: [draws * batch, pos, d_head]}: what each player writes when ablated, one block of inputs per
+    reference draw (stacked on the batch axis)."""
+    n, width = batch.tokens.shape
+    layers = sorted({lay for lay, _ in players})
+    if how == "zero":
+        return {p: torch.zeros(n, width, model.cfg.d_head) for p in players}
+    blocks: dict = {p: [] for p in players}
+    for d, ref in enumerate(references):
+        ref_tokens = as_tokens(model, ref)
+        if ref_tokens.shape[1] < width:
+            raise ValueError(f"inputs of length {width} are longer than the {how}-ablation reference "
+                             f"({ref_tokens.shape[1]} positions)")  # fmt: skip
+        ref_z = {lay: z.cpu() for lay, z in reference_z(model, ref_tokens, set(layers)).items()}
+        for lay, head in players:
+            z = ref_z[lay][:, :, head]  # [ref, ref_pos, d_head]
+            if how == "mean":
+                value = z[:, :width].mean(0).expand(n, -1, -1)
+            elif how == "resample":
+                order = resample_order(len(z), seed + d)
+                value = z[order[torch.arange(n) % len(z)], :width]
+            else:  # mean-aligned
+                value = _aligned_mean(z[:, :, None], ref.answer_pos, batch.answer_pos, width)[:, :, 0]
+            blocks[(lay, head)].append(value)
+    return {p: torch.cat(v) for p, v in blocks.items()}
+
+
+# --- composition and backup (plain hooks: each measurement is a forward pass) ---------------------------
+def _path_to_inputs(model, tokens, pos, sender, receiver, delta: Tensor) -> Tensor:
+    """Logits at the read rows with `delta` ([batch, pos, d_model], the sender's ablated output minus its
+    output) added to the receiver's q, k and v inputs only (TransformerLens's split inputs): path patching
+    from sender to receiver."""
+    lay, head = receiver
+    old = model.cfg.use_split_qkv_input
+    model.cfg.use_split_qkv_input = True
+    try:
+        def hook(x, hook=None):
+            x = x.clone()
+            x[:, :, head] += delta.to(x.dtype)
+            return x
+
+        names = [f"blocks.{lay}.hook_{w}_input" for w in ("q", "k", "v")]
+        with hooks_added(model, [(n, hook) for n in names]):
+            logits = model(tokens)
+    finally:
+        model.cfg.use_split_qkv_input = old
+    return logits[torch.arange(len(tokens)), pos].double().cpu()
+
+
+def _run_with(model, tokens, pos, values: dict, cache_names=()) -> tuple[Tensor, dict]:
+    """(logits at the read rows, cache) with each (layer, head) of `values` writing its given z."""
+    def hook_for(layer):
+        def hook(z, hook=None):
+            z = z.clone()
+            for (lay, head), value in values.items():
+                if lay == layer:
+                    z[:, :, head] = value.to(z.dtype).to(z.device)
+            return z
+        return hook
+
+    hooks = [(get_act_name("z", lay), hook_for(lay)) for lay in sorted({lay for lay, _ in values})]
+    cache = {}
+
+    def keep(x, hook):
+        cache[hook.name] = x.detach()
+
+    with hooks_added(model, hooks + [(name, keep) for name in cache_names]):
+        logits = model(tokens)
+    return logits[torch.arange(len(tokens)), pos].double().cpu(), cache
+
+
+def _head_direct(model, z: Tensor, head: tuple[int, int], rows, pos, scale: Tensor | None) -> Tensor:
+    """[batch, vocab] head's direct contribution to the logits at the read rows from its z [batch, pos,
+    d_head], through the final norm with its scale held at `scale` ([batch, 1])."""
+    from headcoop.analysis.norms import frozen_norm
+
+    out = z[rows, pos].to(model.W_U.dtype) @ model.blocks[head[0]].attn.W_O[head[1]]
+    ln = getattr(model, "ln_final", None)
+    out = frozen_norm(ln, out, scale, bias=False) if scale is not None else out
+    return (out @ model.W_U).double().cpu()
+
+
+# --- words --------------------------------------------------------------------------------------------
+def _band(thresholds: dict, band: tuple[float, float]) -> list[tuple[str | None, float, dict]]:
+    """The threshold readings: the defaults, then each threshold at each factor of `band` (a share at most
+    (1 + default) / 2)."""
+    out = [(None, 1.0, dict(thresholds))]
+    for name, value in thresholds.items():
+        for factor in band:
+            changed = dict(thresholds)
+            changed[name] = min(value * factor, (1 + value) / 2) if value < 1 else value * factor
+            out.append((name, factor, changed))
+    return out
+
+
+class _Writes:
+    """The writes axis of every pair (clean run), per write floor and rank tolerance, computed once each:
+    a head writes to a completion where its contribution exceeds `floor` times its largest on that input."""
+
+    def __init__(self, heads_dla, players, pairs, answer, outs, source):
+        self.ok = not isinstance(heads_dla, str)
+        self.players, self.pairs, self.answer, self.outs, self.source = players, pairs, answer, outs, source
+        self.dla = None if not self.ok else [heads_dla[:, lay, h][:, outs] for lay, h in players]
+        self._at, self._ranks = {}, {}
+
+    def at(self, floor: float) -> list[tuple[float, float, Tensor]]:
+        """Per pair: (multi share of inputs, only-answer share of those, only-answer-and-multi [batch])."""
+        if floor not in self._at:
+            n = len(self.answer)
+            if not self.ok:
+                self._at[floor] = [(0.0, 0.0, torch.zeros(n, dtype=torch.bool))] * len(self.pairs)
+                return self._at[floor]
+            position = torch.full((int(max(self.outs.max(), self.answer.max())) + 1,), -1, dtype=torch.long)
+            position[self.outs] = torch.arange(len(self.outs))
+            col = position[self.answer]
+            sets = [d > floor * d.max(-1, keepdim=True).values.clamp(min=0) for d in self.dla]
+            cons = [consistent_outputs(self.source[:, i], self.answer, self.outs) for i in range(len(self.players))]
+            out = []
+            for i, j in self.pairs:
+                multi, only = superposed(sets[i], sets[j], cons[i], cons[j], col)
+                out.append((float(multi.double().mean()), float((only & multi).sum()) / max(int(multi.sum()), 1),
+                            only & multi))  # fmt: skip
+            self._at[floor] = out
+        return self._at[floor]
+
+    def ranks(self, m: int, tol: float) -> tuple[int, int]:
+        if not self.ok:
+            return 0, 0
+        i, j = self.pairs[m]
+        for h in (i, j):
+            if (h, tol) not in self._ranks:
+                self._ranks[(h, tol)] = conditional_rank(self.dla[h], self.source[:, h], tol)
+        return self._ranks[(i, tol)], self._ranks[(j, tol)]
+
+
+class _Evidence:
+    """The per-input evidence of one ablation reading (one draw): metric values of every coalition, and
+    the heads' effects."""
+
+    def __init__(self, v: Tensor, s: Tensor, ld: Tensor, k: int, pairs: list, binary: bool):
+        self.v, self.s, self.ld, self.k, self.pairs, self.binary = v, s, ld, k, pairs, binary
+        idx_without = torch.tensor([2 + 2 * i for i in range(k)])
+        idx_alone = idx_without + 1
+        self.total = s[0][None] - s[idx_without]  # [k, batch]
+        self.isolated = s[idx_alone] - s[1][None]
+        self.total_ci = effect_interval(self.total)
+        self.isolated_ci = effect_interval(self.isolated)
+        scale_s = torch.maximum(self.total_ci[0].abs(), self.isolated_ci[0].abs()).sum()
+        self.scale_s = float(scale_s)
+        self.total_v = v[0][None] - v[idx_without]
+        self.total_v_ci = effect_interval(self.total_v)
+        self.isolated_v_ci = effect_interval(v[idx_alone] - v[1][None])
+        if not binary:  # a continuous metric is its own continuous reading
+            self.total_v_ci, self.isolated_v_ci = self.total_ci, self.isolated_ci
+        scale_v = torch.maximum(self.total_v_ci[0].abs(), self.isolated_v_ci[0].abs()).sum()
+        self.scale_v = max(float(scale_v), 1e-12)
+        at = torch.tensor([2 + 2 * k + 2 * m for m in range(len(pairs))], dtype=torch.long)
+        ii = torch.tensor([i for i, _ in pairs], dtype=torch.long)
+        jj = torch.tensor([j for _, j in pairs], dtype=torch.long)
+        w, a = 2 + 2 * jj, 3 + 2 * ii
+        self.full = (v[0][None].expand(len(pairs), -1), v[w], v[2 + 2 * ii], v[at])
+        self.isol = (v[at + 1], v[a], v[3 + 2 * jj], v[1][None].expand(len(pairs), -1))
+        self.full_ld = (ld[0][None].expand(len(pairs), -1), ld[w], ld[2 + 2 * ii], ld[at])
+        self.isol_ld = (ld[at + 1], ld[a], ld[3 + 2 * jj], ld[1][None].expand(len(pairs), -1))
+
+    def roles(self, role: float) -> tuple[list[str], list[str]]:
+        """(role per head, which reading decided it: "v" the metric, "s" its continuous reading). The total
+        effect, else the isolated one, on the metric; for accuracy, where neither moves it, the margin's."""
+        tau_v, tau_s = role * self.scale_v / self.k, role * self.scale_s / self.k
+        readings = [("v", self.total_v_ci, tau_v), ("v", self.isolated_v_ci, tau_v)]
+        if self.binary:
+            readings += [("s", self.total_ci, tau_s), ("s", self.isolated_ci, tau_s)]
+        out, kinds = [], []
+        for i in range(self.k):
+            found, kind = "inactive", ""
+            for which, (mean, lo, hi), tau in readings:
+                m, low, high = float(mean[i]), float(lo[i]), float(hi[i])
+                if m > tau and low > 0:
+                    found, kind = "supports", which
+                    break
+                if m < -tau and high < 0:
+                    found, kind = "competes", which
+                    break
+            out.append(found)
+            kinds.append(kind)
+        return out, kinds
+
+    def necessity(self, th: dict) -> dict:
+        """Shares per pair [pair] in the chosen context, and the chosen context's codes [pair, batch]."""
+        tau = th["role"] * self.scale_v * 2 / self.k
+        result = {}
+        for context, f, l in (("full", self.full, self.full_ld), ("isolated", self.isol, self.isol_ld)):
+            matters, classes = necessity_classes(*f, self.binary, tau, th["cutoff"])
+            count = matters.sum(-1).clamp(min=1).double()
+            share = {c: (classes[c] & matters).sum(-1).double() / count for c in CLASSES}
+            needed = (classes["and"] | classes["shared"]) & matters
+            l11, l10, l01, l00 = l
+            additive = ((l11 - l10 - l01 + l00).abs() <= th["cutoff"] * (l11 - l00).abs().clamp(min=1e-9)) & needed
+            result[context] = dict(matters=matters.double().mean(-1), additive=additive.sum(-1).double()
+                                   / needed.sum(-1).clamp(min=1).double(), classes=classes, mask=matters, **share)  # fmt: skip
+        use_full = (result["full"]["matters"] >= th["min_share"]) | (result["isolated"]["matters"] < th["min_share"])
+        return dict(use_full=use_full, **result)
+
+
+def _pair_word(a, b, ra, rb, th, nec, m, static, writes, comp) -> tuple[str, str]:
+    """(word, reason) of pair m under one reading (module docstring, rules 1-6)."""
+    if "inactive" in (ra, rb):
+        return "inactive", f"{a if ra == 'inactive' else b} has no effect on the metric"
+    if {ra, rb} == {"supports", "competes"}:
+        return "competition", f"{a if ra == 'competes' else b} pushes against the answer"
+    if ra == rb == "competes":
+        return "undetermined", "both heads push against the answer"
+    if comp is not None and comp >= th["composition"]:
+        return "composition", f"{comp:.0%} of the earlier head's effect runs through the later head's inputs"
+    st = static[m]
+    multi, only, _ = writes.at(th["floor"])[m]
+    rank_a, rank_b = writes.ranks(m, th["rank_tol"])
+    if (rank_a >= 2 and rank_b >= 2 and multi >= th["min_share"] and only >= th["majority"]
+            and st["distributed"] >= th["majority"]):
+        return "superposition", (f"both write several consistent completions on {multi:.0%}, only the answer "
+                                 f"together on {only:.0%} of those, sources distributed on {st['distributed']:.0%}")  # fmt: skip
+    e = nec["full"] if bool(nec["use_full"][m]) else nec["isolated"]
+    matters = float(e["matters"][m])
+    if matters < th["min_share"]:
+        return "undetermined", f"the pair matters on {matters:.0%} of inputs"
+    s = {c: float(e[c][m]) for c in CLASSES}
+    if s["or"] >= th["majority"]:
+        return "redundant", f"either alone answers {s['or']:.0%}"
+    if s["i_only"] >= th["division"] and s["j_only"] >= th["division"] and s["i_only"] + s["j_only"] >= th["majority"]:
+        return "division", f"{a} alone on {s['i_only']:.0%}, {b} alone on {s['j_only']:.0%}"
+    needed = s["and"] + s["shared"]
+    if needed >= th["majority"]:
+        if st["by_construction"]:
+            return "not testable", "the logit difference is additive over these heads by construction"
+        if float(e["additive"][m]) >= th["majority"]:
+            return "independent", f"both needed on {needed:.0%}, logit effects add on {float(e['additive'][m]):.0%}"
+        return "undetermined", f"both needed on {needed:.0%}, neither superposed nor additive"
+    shown = ", ".join(f"{c} {v:.0%}" for c, v in s.items() if v > 0)
+    return "undetermined", f"the evidence conflicts ({shown or 'no class'})"
+
+
+def _model_word(words: list[str]) -> str:
+    active = [w for w in words if w != "inactive"]
+    if not active:
+        return "undetermined"
+    word, count = Counter(active).most_common(1)[0]
+    return word if count > len(active) / 2 else "undetermined"
+
+
+def _stand(words: list[str], labels: list[str], agree: float) -> tuple[str, float, str]:
+    """(word that stands, agreement share of the most common word, the first reading giving another)."""
+    word, count = Counter(words).most_common(1)[0]
+    share = count / len(words)
+    flip = next((f"{lab} ({w})" for lab, w in zip(labels, words) if w != word), "")
+    return (word if share >= agree else "undetermined"), share, flip
 
 
 @torch.no_grad()
@@ -284,88 +652,137 @@ def cooperation(
     model: HookedTransformer,
     task=None,
     heads=None,
-    how: AblationHow = "mean",
+    how: ReadingHow | tuple | list | str = "family",
     metric: MetricName = "accuracy",
     inputs=None,
     reference=None,
     seed: int = 0,
-    threshold: float = 0.1,
-    min_share: float = 0.1,
+    threshold: float | None = None,
+    min_share: float | None = None,
     n: int = 512,
     max_exact: int = 16,
     top_pairs: int | None = None,
     screen_budget: int | None = None,
+    draws: int = 4,
+    thresholds: dict | None = None,
+    band: tuple[float, float] = (0.5, 2.0),
+    agree: float = 0.9,
+    outputs=None,
 ) -> Cooperation:
-    """The mechanism of every pair of heads and the role of every head (module docstring).
+    """The word of every pair of heads and the role of every head over a family of readings (module
+    docstring).
 
     task:      the task whose inputs are used (default the model's); inputs: a Batch (answers known),
                default task.sample(n, seed).
     heads:     the players, in any form `hc.ablate` takes; default every head.
-    how:       "zero", "mean" or "resample" ablation of heads outside a coalition (`reference`, `seed` as
-               `hc.ablate`).
-    metric:    the per-input reading: "accuracy" (default; argmax is the answer), "logit_diff", "prob",
-               "loss".
-    max_exact: the Shapley interaction index of each pair (`interaction`) is computed exactly with
-               `hc.interactions` up to this many heads; above, it is NaN while every pair still gets
-               per-input evidence (up to 32 heads: 2 coalitions per pair).
-    top_pairs: with more than 32 heads (or top_pairs given, above max_exact), every pair is ranked by
-               shapiq's SVARM-IQ at `screen_budget` coalitions (default max(2,000, 20 x heads)), and only the
-               top_pairs strongest (default 20) get an interaction (64 draws each) and per-input evidence: the
-               pair table holds those pairs only, and the repr says so. `interaction_full` (the pair's
-               interaction with every other head present, mean over inputs) is always given. No rule uses
-               either.
-    threshold: tau as a share of |v(all) - v(none)| (module docstring); min_share: the share of inputs a
-               pair must matter on.
+    how:       "family" (zero, mean, resample and mean-aligned), one of them, or a list of them.
+    metric:    "accuracy" (default; a tie is no answer), "logit_diff", "prob", "loss".
+    reference: the ablation reference (default task samples of 512); draws: reference draws per ablation.
+    thresholds: overrides of `THRESHOLDS` (threshold= and min_share= set "role" and "min_share"); band: the
+               factors each threshold is read at besides 1; agree: the share of readings a word needs.
+    outputs:   the completions the writes are read over (token ids; default every answer of the inputs).
+    max_exact: the Shapley interaction index of each pair (`interaction`, no rule uses it) is computed
+               exactly up to this many heads (mean ablation, first draw); above, NaN, or shapiq's ranking
+               with top_pairs / screen_budget as `hc.interactions`.
     """
     require_model(model, "cooperation")
-    check_choice("how", how, ABLATION_HOWS)
     check_choice("metric", metric, METRIC_NAMES)
-    check_float("threshold", threshold, 0.0, 1.0)
-    check_float("min_share", min_share, 0.0, 1.0)
+    hows = _parse_hows(how)
     check_int("n", n, 1)
     check_int("max_exact", max_exact, 2, 24)
+    check_int("draws", draws, 1, 64)
+    check_float("agree", agree, 0.5, 1.0)
     if top_pairs is not None:
         check_int("top_pairs", top_pairs, 1)
     if screen_budget is not None:
         check_int("screen_budget", screen_budget, 2)
     check_seed(seed)
-    if task is None and (inputs is None or (reference is None and how != "zero")):
-        task = require_task(model, "hc.cooperation's inputs" if inputs is None else f'the reference of how="{how}"')
-    batch = inputs if inputs is not None else task.sample(n, seed=seed)
+    th = dict(THRESHOLDS)
+    for name, value in (thresholds or {}).items():
+        if name not in THRESHOLDS:
+            raise ValueError(f"unknown threshold {name!r}; valid names are {list(THRESHOLDS)}")
+        th[name] = value
+    if threshold is not None:
+        th["role"] = threshold
+    if min_share is not None:
+        th["min_share"] = min_share
+    for name, value in th.items():
+        check_float(f"thresholds[{name!r}]", value, 0.0, 1.0)
+    if len(band) != 2 or not all(isinstance(f, (int, float)) and f > 0 for f in band):
+        raise ValueError(f"band must be two positive factors (default (0.5, 2.0)), got {band!r}")
+    ablating = [h for h in hows if h != "zero"]
+    if task is None and (inputs is None or (reference is None and ablating)):
+        task = require_task(model, "hc.cooperation's inputs" if inputs is None else "the ablation reference")
+    batch = inputs if inputs is not None else task.mechanism_inputs(n, seed=seed)
     if not isinstance(batch, Batch):
         raise TypeError(f"inputs= must be a Batch (answers known, e.g. task.sample(n) or Batch.from_answers), "
                         f"got {type(batch).__name__}")  # fmt: skip
-    if reference is None and how != "zero":
-        reference = task.sample(512, seed=seed + 1)
+    if "mean-aligned" in hows and reference is not None and not isinstance(reference, Batch):
+        hows = tuple(h for h in hows if h != "mean-aligned")  # plain ids carry no answer positions
     players = [(lay, h) for lay in range(model.cfg.n_layers) for h in range(model.cfg.n_heads)] if heads is None \
         else parse_heads(model, heads)  # fmt: skip
     k = len(players)
     if k < 2:
         raise ValueError(f"cooperation needs at least 2 heads, got {k}")
+    if k > ALL_PAIRS_UP_TO and top_pairs is None:
+        raise ValueError(f"cooperation reads every pair of up to {ALL_PAIRS_UP_TO} heads; {k} given: pass heads= "
+                         f"(the heads to compare) or top_pairs= (the strongest pairs by interaction)")  # fmt: skip
     names = tuple(head_name(*p) for p in players)
-    game = CoalitionGame(model, players, tokens=batch, metric="logit_diff", how=how, seed=seed,
-                         reference=None if how == "zero" else reference)  # fmt: skip
-    measured = game.measurement  # the inputs, read positions and answers, resolved once (copies.measure)
-    answer, wrong, pos = measured.answer, measured.wrong, measured.positions
+    device = batch.tokens.device
+    pos = batch.answer_pos.to(device)
+    answer = batch.answer.cpu()
+    binary = metric == "accuracy"
 
-    # the coalitions: all, none, all but i, i alone, all but i and j, i and j alone
+    # the pairs with per-input evidence
     pairs = list(itertools.combinations(range(k), 2))
     inter = torch.full((k, k), float("nan"))
     pairs_note = ""
+    primary_how = "mean" if "mean" in hows else hows[0]
+    primary_refs = None
+    if primary_how != "zero":
+        primary_refs = _draw_references(task, reference, primary_how if primary_how != "mean-aligned" else "mean", 1, seed)
     if k <= max_exact:
-        inter = interactions(model, tokens=batch, heads=list(names), metric=metric, how=how,
-                             reference=None if how == "zero" else reference, seed=seed, method="exact").interaction  # fmt: skip
-    elif top_pairs is not None or k > ALL_PAIRS_UP_TO:  # per-input evidence for the strongest pairs only
-        top_pairs = top_pairs if top_pairs is not None else 20
+        inter = interactions(model, tokens=batch, heads=list(names), metric=metric,
+                             how="zero" if primary_how == "zero" else ("resample" if primary_how == "resample" else "mean"),
+                             reference=None if primary_how == "zero" else primary_refs[0], seed=seed,
+                             method="exact").interaction  # fmt: skip
+    elif top_pairs is not None:
         screen = screen_budget if screen_budget is not None else max(2000, 20 * k)
-        ranking = CoalitionGame(model, players, tokens=batch, metric=metric, how=how, seed=seed,
-                                reference=None if how == "zero" else reference)  # fmt: skip
+        ranking = CoalitionGame(model, players, tokens=batch, metric=metric, how="zero" if primary_how == "zero" else "mean",
+                                seed=seed, reference=None if primary_how == "zero" else primary_refs[0])  # fmt: skip
         inter, _, pairs = top_interactions(HeadGame(ranking), top_pairs, screen, 64, seed)
         pairs = sorted(pairs)
         pairs_note = (f"; per-input evidence for the top {len(pairs)} of {k * (k - 1) // 2:,} pairs by |interaction| "
                       f"only (shapiq SVARM-IQ at {screen:,} coalitions, then 64 draws per pair)")  # fmt: skip
     else:
         pairs_note = f"; Shapley interaction index not computed ({k} heads > max_exact={max_exact})"
+
+    # --- the clean run: writes, attention, direct effects (the same under every reading)
+    logits_clean = model(batch.tokens)[torch.arange(len(batch)), pos].double().cpu()
+    wrong = batch.wrong.cpu() if batch.wrong is not None else None
+    fixed_wrong = wrong if wrong is not None else logits_clean.scatter(-1, answer[:, None], float("-inf")).argmax(-1)
+    heads_dla = _head_dla(model, batch.tokens, pos)
+    no_dla = heads_dla if isinstance(heads_dla, str) else None
+    rows = torch.arange(len(batch))
+    best_other = logits_clean.scatter(-1, answer[:, None], float("-inf")).argmax(-1)
+    sign_wrong = best_other if metric == "accuracy" or wrong is None else wrong
+    direct = torch.full((k,), float("nan"), dtype=torch.float64)
+    if no_dla is None:
+        direct = torch.stack([(heads_dla[rows, lay, h, answer] - heads_dla[rows, lay, h, sign_wrong]).mean()
+                              for lay, h in players])  # fmt: skip
+    patterns = _patterns(model, batch.tokens, pos, sorted({lay for lay, _ in players}))
+    source = torch.stack([attended_sources(patterns[lay][:, h:h + 1], batch.tokens.cpu())[1][:, 0]
+                          for lay, h in players], 1)  # [batch, player]: the token each head attends most  # fmt: skip
+    declared = None if task is None or outputs is not None else task.completions()
+    outs = torch.as_tensor(outputs if outputs is not None else declared if declared is not None else answer.unique(),
+                           dtype=torch.long).cpu()  # fmt: skip
+    outs = torch.cat([outs, answer.unique()]).unique()  # every answer is a completion
+    static = [dict(by_construction=_additive_by_construction(model, players[i], players[j]),
+                   distributed=float(distributed(source[:, i], source[:, j]).double().mean())) for i, j in pairs]
+    writes = _Writes(heads_dla, players, pairs, answer, outs, source)
+    input_superposed = [writes.at(th["floor"])[m][2] for m in range(len(pairs))]
+
+    # --- the coalitions: all, none, all but i, i alone, all but i and j, i and j alone
     full, empty = torch.ones(k, dtype=torch.bool), torch.zeros(k, dtype=torch.bool)
     masks = [full, empty]
     for i in range(k):
@@ -373,131 +790,233 @@ def cooperation(
     for i, j in pairs:
         both = torch.tensor([i, j])
         masks += [full.clone().index_fill_(0, both, False), empty.clone().index_fill_(0, both, True)]
-    logits = game.row_logits(torch.stack(masks)).cpu()  # [coalition, batch, vocab]
-    answer_c, wrong_c = answer.cpu(), wrong.cpu()
-    values = _per_input(metric, logits, answer_c, wrong_c)  # [coalition, batch]
-    ld = _per_input("logit_diff", logits, answer_c, wrong_c)
-    without = lambda i: 2 + 2 * i  # noqa: E731
-    alone = lambda i: 3 + 2 * i  # noqa: E731
-    pair_at = {pair: 2 + 2 * k + 2 * m for m, pair in enumerate(pairs)}
+    masks = torch.stack(masks)
+    cross = [(m, i, j) for m, (i, j) in enumerate(pairs) if players[i][0] != players[j][0]]
 
-    # thresholds scale with the number of players: a head's fair share of the whole effect is 1/k of it,
-    # a pair's 2/k
-    tau_ld = threshold * float((ld[0] - ld[1]).abs().mean()) / k
-    tau_m = threshold * max(float((values[0] - values[1]).abs().mean()), 1e-12) * 2 / k
-    dla_full = _head_dla(model, batch.tokens, pos, answer, wrong)
-    no_dla = dla_full if isinstance(dla_full, str) else None
-    dla_full = None if no_dla else dla_full
+    evidence: dict[tuple[str, int], _Evidence] = {}
+    composition: dict[str, dict[int, float]] = {}
+    backup_rows, compensation = [], torch.zeros(k, k, dtype=torch.float64)
+    methods = []
+    for h in hows:
+        refs = [None] if h == "zero" else _draw_references(task, reference, h, draws, seed)
+        repl = _replacements(model, players, batch, h, refs, seed)
+        stacked = Batch.cat([batch] * len(refs)) if len(refs) > 1 else batch
+        game = CoalitionGame(model, players, tokens=stacked, metric="logit_diff", how="zero" if h == "zero" else "mean",
+                             reference=None if h == "zero" else refs[0], seed=seed, replacements=repl)  # fmt: skip
+        logits = game.row_logits(masks).cpu().reshape(len(masks), len(refs), len(batch), -1)
+        methods.append(f"{h}: {game.method}")
+        for d in range(len(refs)):
+            lg = logits[:, d]
+            evidence[(h, d)] = _Evidence(_per_input(metric, lg, answer, wrong), _signed(metric, lg, answer, wrong),
+                                         per_input_metric("logit_diff", lg, answer, fixed_wrong), k, pairs, binary)  # fmt: skip
+        first = {p: v[: len(batch)] for p, v in repl.items()}
+        composition[h] = _composition(model, batch.tokens, pos, players, cross, first, evidence[(h, 0)], metric,
+                                      answer, wrong)  # fmt: skip
+        if no_dla is None and cross:
+            rows_h, comp_h = _backup(model, batch.tokens, pos, players, names, cross, first, h, answer, sign_wrong,
+                                     direct, metric, wrong, logits_clean, th)  # fmt: skip
+            backup_rows += rows_h
+            if h == primary_how:
+                compensation = comp_h
 
-    # --- heads: roles, self-repair, compensation
-    rows = []
-    direct = torch.zeros(k, dtype=torch.float64)
-    if dla_full is not None:
-        direct = torch.stack([dla_full[1][:, lay, h].mean() for lay, h in players]).cpu()
-    roles = {}
-    for i, name in enumerate(names):
-        total = float((ld[0] - ld[without(i)]).mean())
-        isolated = float((ld[alone(i)] - ld[1]).mean())
-        effects = ([float(direct[i])] if dla_full is not None else []) + [total, isolated]
-        role = next(("supports" if e > 0 else "competes" for e in effects if abs(e) > tau_ld), "inactive")
-        roles[name] = role
-        rows.append(dict(head=name, role=role, direct_effect=float(direct[i]) if dla_full is not None else float("nan"),
-                         total_effect=total, isolated_effect=isolated,
-                         self_repair=float(direct[i]) - total if dla_full is not None else float("nan")))  # fmt: skip
-    compensation = torch.zeros(k, k, dtype=torch.float64)
-    if dla_full is not None:
-        for i, name in enumerate(names):
-            # ablating head i changes no head's direct effect in its own or an earlier layer, unless through
-            # a final norm's scale: those entries are 0 without a run
-            if model.cfg.normalization_type is None and not any(lay > players[i][0] for lay, _ in players):
-                continue
-            with ablate(model, heads=[name], how=how, reference=None if how == "zero" else reference, seed=seed):
-                after = _head_dla(model, batch.tokens, pos, answer, wrong)
-            if after is not None:
-                compensation[i] = torch.stack([after[1][:, lay, h].mean() for lay, h in players]).cpu() - direct
-                compensation[i, i] = 0.0
-    for i, row in enumerate(rows):
-        row["backs_up"] = ", ".join(names[j] for j in range(k) if direct[j] > tau_ld
-                                    and compensation[j, i] >= 0.5 * direct[j])  # fmt: skip
-    head_table = pd.DataFrame(rows).set_index("head")
+    # --- words under every reading
+    threshold_readings = _band(th, band)
+    readings = [Reading(h, d, name, f) for (h, d) in evidence for name, f, _ in threshold_readings]
+    all_words, all_reasons, all_roles, model_words = [], [], [], []
+    for (h, d), ev in evidence.items():
+        for name, f, thr in threshold_readings:
+            roles, kinds = ev.roles(thr["role"])
+            nec = ev.necessity(thr)
+            words, reasons = [], []
+            for m, (i, j) in enumerate(pairs):
+                comp = _composition_share(composition[h].get(m), ev, roles, kinds, thr["role"])
+                word, reason = _pair_word(names[i], names[j], roles[i], roles[j], thr, nec, m, static, writes, comp)
+                words.append(word)
+                reasons.append(reason)
+            all_words.append(words)
+            all_reasons.append(reasons)
+            all_roles.append(roles)
+            model_words.append(_model_word(words))
+    labels = [r.label for r in readings]
+    primary = next(idx for idx, r in enumerate(readings) if r.how == primary_how and r.draw == 0 and r.threshold is None)
 
-    # --- pairs
-    binary = metric == "accuracy"
-    table, input_class, input_superposed = [], [], []
-    for (i, j) in pairs:
-        a, b = names[i], names[j]
-        at = pair_at[(i, j)]
-        contexts = {
-            "full": (values[0], values[without(j)], values[without(i)], values[at], ld[0], ld[without(j)], ld[without(i)], ld[at]),
-            "isolated": (values[at + 1], values[alone(i)], values[alone(j)], values[1],
-                         ld[at + 1], ld[alone(i)], ld[alone(j)], ld[1]),
-        }  # fmt: skip
-        sup = None if dla_full is None else superposed_writes(dla_full[0][:, players[i][0], players[i][1]].cpu(),
-                                                              dla_full[0][:, players[j][0], players[j][1]].cpu(), answer_c)[1]  # fmt: skip
-        evidence, codes = {}, {}
-        for context, (f11, f10, f01, f00, l11, l10, l01, l00) in contexts.items():
-            matters, classes = _classes(f11, f10, f01, f00, binary, tau_m)
-            code = torch.full(matters.shape, INPUT_CLASSES.index("other"), dtype=torch.int8)
-            for c, name in zip(CLASSES, ("or", "and", "a_only", "b_only", "shared")):
-                code[classes[c]] = INPUT_CLASSES.index(name)
-            codes[context] = code.masked_fill_(~matters, 0)
-            count = max(int(matters.sum()), 1)
-            share = {c: float((classes[c] & matters).sum()) / count for c in CLASSES}
-            and_inputs = classes["and"] & matters
-            additive = ((l11 - l10 - l01 + l00).abs() <= 0.2 * (l11 - l00).abs().clamp(min=tau_ld)) & and_inputs
-            superposed = float("nan") if sup is None else float((sup & and_inputs).sum()) / max(int(and_inputs.sum()), 1)
-            evidence[context] = dict(matters=float(matters.float().mean()), **share, superposed=superposed,
-                                     additive_ld=float(additive.sum()) / max(int(and_inputs.sum()), 1))  # fmt: skip
-        context = "full" if evidence["full"]["matters"] >= min_share or evidence["isolated"]["matters"] < min_share \
-            else "isolated"  # fmt: skip
-        e = evidence[context]
-        input_class.append(codes[context])
-        input_superposed.append(sup if sup is not None else torch.zeros(len(answer_c), dtype=torch.bool))
-        mechanism, reason = _decide(model, metric, players[i], players[j], a, b, roles, e, min_share)
-        table.append(dict(head_a=a, head_b=b, mechanism=mechanism, reason=reason, context=context,
-                          matters=e["matters"], **{c: e[c] for c in CLASSES}, superposed=e["superposed"],
-                          additive_ld=e["additive_ld"], interaction=float(inter[i, j]),
-                          interaction_full=float((values[0] - values[without(j)] - values[without(i)] + values[at]).mean()),
-                          isolated_matters=evidence["isolated"]["matters"]))  # fmt: skip
+    # --- what stands
+    ev0 = evidence[(primary_how, 0)]
+    nec0 = ev0.necessity(th)
+    table, input_class = [], []
+    for m, (i, j) in enumerate(pairs):
+        words = [w[m] for w in all_words]
+        word, share, flip = _stand(words, labels, agree)
+        reason = all_reasons[primary][m] if word == all_words[primary][m] else \
+            f"readings disagree: {share:.0%} give {Counter(words).most_common(1)[0][0]}"  # fmt: skip
+        use_full = bool(nec0["use_full"][m])
+        e = nec0["full"] if use_full else nec0["isolated"]
+        code = torch.full((len(batch),), INPUT_CLASSES.index("other"), dtype=torch.int8)
+        for c, label in zip(CLASSES, ("or", "and", "a_only", "b_only", "shared")):
+            code[e["classes"][c][m]] = INPUT_CLASSES.index(label)
+        input_class.append(code.masked_fill_(~e["mask"][m], 0))
+        st = static[m]
+        multi, only, _ = writes.at(th["floor"])[m]
+        rank_a, rank_b = writes.ranks(m, th["rank_tol"])
+        f = ev0.full
+        table.append(dict(head_a=names[i], head_b=names[j], mechanism=word, agreement=share, flips_under=flip,
+                          reason=reason, primary_word=all_words[primary][m], context="full" if use_full else "isolated",
+                          matters=float(e["matters"][m]), **{c: float(e[c][m]) for c in CLASSES},
+                          additive_ld=float(e["additive"][m]), multi=multi, only_answer=only,
+                          distributed=st["distributed"], rank_a=rank_a, rank_b=rank_b, composition=_share_or_nan(composition[primary_how].get(m), ev0, th),
+                          interaction=float(inter[i, j]),
+                          interaction_full=float((f[0][m] - f[1][m] - f[2][m] + f[3][m]).mean()),
+                          isolated_matters=float(nec0["isolated"]["matters"][m])))  # fmt: skip
     frame = pd.DataFrame(table).rename(columns={"i_only": "a_only", "j_only": "b_only"})
+    role_table, roles_final = [], {}
+    for i, name in enumerate(names):
+        rs = [r[i] for r in all_roles]
+        role, share, flip = _stand(rs, labels, agree)
+        roles_final[name] = role
+        tot, tlo, thi = (float(x[i]) for x in ev0.total_ci)
+        iso = float(ev0.isolated_ci[0][i])
+        dir_i = float(direct[i])
+        later = [c for c in frame.itertuples() if name in (c.head_a, c.head_b) and c.composition == c.composition
+                 and c.composition >= th["composition"] and players[names.index(c.head_a if c.head_b != name else c.head_b)][0]
+                 > players[i][0]]  # fmt: skip
+        via = "later heads" if later and role == "supports" else \
+            ("direct" if role == "supports" and no_dla is None and dir_i >= 0.5 * tot else "")  # fmt: skip
+        role_table.append(dict(head=name, role=role, role_agreement=share, role_flips_under=flip, total_effect=tot,
+                               total_low=tlo, total_high=thi, isolated_effect=iso, direct_effect=dir_i, via=via,
+                               self_repair=dir_i - tot if no_dla is None else float("nan")))  # fmt: skip
+    head_table = pd.DataFrame(role_table).set_index("head")
+    backers = {name: [] for name in names}
+    for row in backup_rows:
+        if row["backs_up"] and row["how"] == primary_how:
+            backers[row["backup"]].append(row["of"])
+    head_table["backs_up"] = [", ".join(backers[name]) for name in names]
+    overall, overall_share, overall_flip = _stand(model_words, labels, agree)
     counts = frame["mechanism"].value_counts()
     shares = {m: float(counts.get(m, 0)) / len(frame) for m in MECHANISMS}
-    overall = next((m for m in MECHANISMS if shares[m] > 0.5), "undetermined")
-    return Cooperation(heads=names, pairs=frame, head_table=head_table, compensation=compensation.float(),
-                       roles=roles, mechanism=overall, shares=shares, metric=metric, how=how,
-                       method=f"{len(masks)} coalitions per input; {game.method}"
-                              + pairs_note
-                              + ("" if no_dla is None else f"; no direct effects ({no_dla})"),
-                       threshold=threshold, v_full=float(values[0].mean()), v_empty=float(values[1].mean()),
-                       input_class=torch.stack(input_class),
-                       input_superposed=torch.stack(input_superposed))  # fmt: skip
+    words_frame = pd.DataFrame([w for w in all_words], index=labels,
+                               columns=[f"{names[i]}&{names[j]}" for i, j in pairs]).T  # fmt: skip
+    reading_rows = [dict(reading=r.label, how=r.how, draw=r.draw, threshold=r.threshold or "", factor=r.factor,
+                         model_word=mw, **{w: ws.count(w) for w in MECHANISMS})
+                    for r, mw, ws in zip(readings, model_words, all_words)]  # fmt: skip
+    method = (f"{len(masks)} coalitions per input and reading; {len(readings)} readings ({len(evidence)} ablation "
+              f"readings x {len(threshold_readings)} threshold readings); a word stands at {agree:.0%} agreement; "
+              + "; ".join(methods) + pairs_note + ("" if no_dla is None else f"; no direct effects ({no_dla}): writes "
+              "not measured, superposition cannot be said"))  # fmt: skip
+    return Cooperation(heads=names, pairs=frame, head_table=head_table, backup=pd.DataFrame(backup_rows, columns=BACKUP_COLUMNS),
+                       readings=pd.DataFrame(reading_rows), words=words_frame, compensation=compensation.float(),
+                       roles=roles_final, mechanism=overall, agreement=overall_share,
+                       flips=overall_flip if overall_share < 1 else "", shares=shares, metric=metric, how=primary_how,
+                       hows=tuple(hows), method=method, thresholds=th, agree=agree,
+                       v_full=float(ev0.v[0].mean()), v_empty=float(ev0.v[1].mean()),
+                       input_class=torch.stack(input_class), input_superposed=torch.stack(input_superposed))  # fmt: skip
 
 
-def _decide(model, metric, pa, pb, a: str, b: str, roles: dict, e: dict, min_share: float) -> tuple[str, str]:
-    """(mechanism, reason) of one pair from its evidence (module docstring, rules 1-7)."""
-    ra, rb = roles[a], roles[b]
-    if {ra, rb} == {"supports", "competes"}:
-        loser = a if ra == "competes" else b
-        return "competition", f"{loser} pushes against the answer"
-    if "inactive" in (ra, rb):
-        return "undetermined", f"{a if ra == 'inactive' else b} is inactive"
-    if _additive_by_construction(model, metric, pa, pb):
-        return "undetermined", "the metric is additive over these heads by construction"
-    if e["matters"] < min_share:
-        return "undetermined", f"the pair matters on {e['matters']:.0%} of inputs"
-    if e["or"] >= 0.5:
-        return "redundant", f"either alone answers {e['or']:.0%}"
-    if e["and"] >= 0.5:
-        if e["superposed"] >= 0.5:
-            return "superposition", f"both needed on {e['and']:.0%}, superposed writes on {e['superposed']:.0%} of those"
-        if e["additive_ld"] >= 0.5:
-            return "independent", f"both needed on {e['and']:.0%}, logit difference additive on {e['additive_ld']:.0%}"
-        return "undetermined", f"both needed on {e['and']:.0%}, neither superposed nor additive"
-    if e["i_only"] >= 0.2 and e["j_only"] >= 0.2 and e["i_only"] + e["j_only"] >= 0.5:
-        return "division", f"{a} alone on {e['i_only']:.0%}, {b} alone on {e['j_only']:.0%}"
-    if e["shared"] >= 0.5:
-        return "independent", f"effects add on {e['shared']:.0%}"
-    return "undetermined", "the evidence conflicts"
+ALL_PAIRS_UP_TO = 32
+BACKUP_COLUMNS = ["backup", "of", "how", "own_compensation", "norm_compensation", "logit_share", "answers_lost",
+                  "answers_restored", "backs_up"]  # fmt: skip
 
 
-__all__ = ["cooperation", "Cooperation", "MECHANISMS", "ROLES", "INPUT_CLASSES", "superposed_writes"]
+def _share_or_nan(comp, ev: _Evidence, th: dict) -> float:
+    roles, kinds = ev.roles(th["role"])
+    share = _composition_share(comp, ev, roles, kinds, th["role"])
+    return float("nan") if share is None else share
+
+
+def _parse_hows(how) -> tuple[str, ...]:
+    if isinstance(how, str):
+        check_choice("how", how, READING_HOWS + ("family",))
+        return READING_HOWS if how == "family" else (how,)
+    hows = tuple(how)
+    if not hows:
+        raise ValueError(f"how= needs at least one ablation of {list(READING_HOWS)}")
+    for h in hows:
+        check_choice("how", h, READING_HOWS)
+    return hows
+
+
+def _composition(model, tokens, pos, players, cross, repl_first, ev: _Evidence, metric, answer, wrong) -> dict:
+    """{pair index: (earlier head, later head, through on the metric, through on its continuous reading)}: the
+    mean drop of the metric when the earlier head's output is replaced by its ablated value in the later
+    head's q, k and v inputs only (path patching on plain hooks; HookedTransformers only)."""
+    if is_bridge(model) or not cross:
+        return {}
+    out = {}
+    cache_names = {get_act_name("z", players[i][0]) for _, i, j in cross}
+    _, cache = model.run_with_cache(tokens, names_filter=lambda n: n in cache_names)
+    for m, i, j in cross:
+        (si, sj) = (i, j) if players[i][0] < players[j][0] else (j, i)
+        lay, head = players[si]
+        z = cache[get_act_name("z", lay)][:, :, head]
+        delta = (repl_first[players[si]].to(z.device).to(z.dtype) - z) @ model.blocks[lay].attn.W_O[head]
+        logits = _path_to_inputs(model, tokens, pos, players[si], players[sj], delta)
+        through_v = float((ev.v[0] - _per_input(metric, logits, answer, wrong)).mean())
+        through_s = float((ev.s[0] - _signed(metric, logits, answer, wrong)).mean())
+        out[m] = (si, sj, through_v, through_s)
+    return out
+
+
+def _composition_share(comp, ev: _Evidence, roles: list[str], kinds: list[str], role: float) -> float | None:
+    """The share of the earlier head's total effect (on the reading that decided its role) that runs through
+    the later head's inputs, where that total effect is significant and has the role's sign; else None."""
+    if comp is None:
+        return None
+    e, _, through_v, through_s = comp
+    kind = kinds[e] or "s"
+    mean, lo, hi = ev.total_v_ci if kind == "v" else ev.total_ci
+    tau = role * (ev.scale_v if kind == "v" else ev.scale_s) / ev.k
+    total = float(mean[e])
+    sign = {"supports": 1, "competes": -1}.get(roles[e], 0)
+    if sign == 0 or sign * total <= tau or (float(lo[e]) <= 0 <= float(hi[e])):
+        return None
+    return (through_v if kind == "v" else through_s) / total
+
+
+def _backup(model, tokens, pos, players, names, cross, repl_first, how, answer, sign_wrong, direct, metric, wrong,
+            logits_clean, th) -> tuple[list, Tensor]:  # fmt: skip
+    """Backup rows (module docstring) for every (earlier head i, later head j), and compensation [i, j]."""
+    k = len(players)
+    rows = torch.arange(len(tokens))
+    comp = torch.zeros(k, k, dtype=torch.float64)
+    out = []
+    has_norm = getattr(model, "ln_final", None) is not None and model.cfg.normalization_type is not None
+    scale_name = "ln_final.hook_scale"
+    zl = sorted({get_act_name("z", lay) for lay, _ in players})
+    _, clean = _run_with(model, tokens, pos, {}, zl + ([scale_name] if has_norm else []))
+    scale0 = clean[scale_name][rows, pos][:, None] if has_norm else None
+    pairs = {}
+    for _, i, j in cross:
+        e, l = (i, j) if players[i][0] < players[j][0] else (j, i)
+        pairs.setdefault(e, []).append(l)
+    ok_clean = _per_input("accuracy", logits_clean, answer, None) > 0.5
+    for e, laters in pairs.items():
+        value = {players[e]: repl_first[players[e]]}
+        ablated_logits, abl = _run_with(model, tokens, pos, value, zl + ([scale_name] if has_norm else []))
+        scale1 = abl[scale_name][rows, pos][:, None] if has_norm else None
+        ok_free = _per_input("accuracy", ablated_logits, answer, None) > 0.5
+        for l in laters:
+            lay, head = players[l]
+            zname = get_act_name("z", lay)
+            before = _head_direct(model, clean[zname][:, :, head], players[l], rows, pos, scale0)
+            frozen = _head_direct(model, abl[zname][:, :, head], players[l], rows, pos, scale0)
+            free = _head_direct(model, abl[zname][:, :, head], players[l], rows, pos, scale1)
+            ld = lambda d: d[rows, answer] - d[rows, sign_wrong]  # noqa: E731
+            own = float((ld(frozen) - ld(before)).mean())
+            norm = float((ld(free) - ld(frozen)).mean())
+            held = dict(value)
+            held[players[l]] = clean[zname][:, :, head]
+            held_logits, _ = _run_with(model, tokens, pos, held)
+            ok_held = _per_input("accuracy", held_logits, answer, None) > 0.5
+            lost = ok_clean & ~ok_held
+            restored = float((lost & ok_free).sum()) / max(int(lost.sum()), 1)
+            share = own / float(direct[e]) if float(direct[e]) > 1e-9 else float("nan")
+            backs = (float(lost.double().mean()) >= th["min_share"] and restored >= th["majority"]) or \
+                (share == share and share >= th["majority"])  # fmt: skip
+            comp[e, l] = own + norm
+            out.append(dict(backup=names[l], of=names[e], how=how, own_compensation=own, norm_compensation=norm,
+                            logit_share=share, answers_lost=float(lost.double().mean()), answers_restored=restored,
+                            backs_up=bool(backs)))  # fmt: skip
+    return out, comp
+
+
+__all__ = ["cooperation", "Cooperation", "MECHANISMS", "ROLES", "INPUT_CLASSES", "THRESHOLDS", "WORD_SOURCES",
+           "READING_HOWS", "superposed_writes"]  # fmt: skip

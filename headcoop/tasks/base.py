@@ -273,6 +273,15 @@ class Task(ABC):
     def corrupt(self, batch: Batch) -> Batch:
         """The minimally different inputs whose answer is `batch.wrong`."""
 
+    def mechanism_inputs(self, n: int = 512, seed: int = 0) -> Batch:
+        """The inputs a mechanism claim is about (`hc.cooperation`'s default): `sample(n, seed)` unless the
+        task narrows it (SkipPair: signal contexts only)."""
+        return self.sample(n, seed=seed)
+
+    def completions(self) -> Int[Tensor, " output"] | None:
+        """The token ids a head's writes are read over (`hc.cooperation`); None: every answer of the inputs."""
+        return None
+
     def patching_inputs(self, n: int = 256, seed: int = 0) -> tuple[Batch, Batch]:
         """Default (clean, corrupt) pair for activation patching."""
         clean = self.sample(n, seed=seed)

@@ -214,6 +214,14 @@ class SkipPair(Task):
             labels[rows] = self._pair_index[tokens[rows, pos[:, 0]], tokens[rows, pos[:, 1]]]
         return batch.replace(tokens=tokens, targets=answer[:, None].clone(), answer=answer, wrong=wrong, labels=labels)
 
+    def mechanism_inputs(self, n: int = 512, seed: int = 0) -> Batch:
+        """Signal contexts only: the post's claims about the heads are about them (noise has no pattern)."""
+        return self.sample(n, seed=seed, signal_fraction=1.0)
+
+    def completions(self) -> Tensor:
+        """The 10 signal completions (the post's figure reads contributions over them)."""
+        return torch.tensor(sorted(set(self.mapping.values())))
+
     def patching_inputs(self, n: int = 256, seed: int = 0) -> tuple[Batch, Batch]:
         """Signal-only clean inputs and their corruption."""
         clean = self.sample(n, seed=seed, signal_fraction=1.0)
