@@ -51,6 +51,8 @@ _LAZY = {
     "superposed_writes": "headcoop.analysis.cooperation",
     "planted": "headcoop.tasks.planted",
     "PlantedTask": "headcoop.tasks.planted",
+    "bench": "headcoop.tasks.bench",
+    "BenchTask": "headcoop.tasks.bench",
     "train_many": "headcoop.fast_train",
     "sweep": "headcoop.sweeps",
     "dask_client": "headcoop.executors",

@@ -8,7 +8,7 @@ W_O) is replaced as `hc.ablate` replaces it, by the same function (`ablation.rep
 perm[i % n_ref], perm seeded by `seed`).
 
 Metrics are read at the answer position of each input: by name "logit_diff" (logit(answer) -
-logit(wrong)), "accuracy" (argmax is the answer), "loss" (cross-entropy of the answer) and "prob" (the
+logit(wrong)), "accuracy" (the answer is the top logit; a tie is no answer), "loss" (cross-entropy of the answer) and "prob" (the
 answer's probability), each a mean over inputs; or a callable on [batch, pos, vocab] logits (the task's
 metric is its default). The paths (`method`), each compared with the reference in the tests:
 

@@ -312,7 +312,8 @@ def superposed_writes(
     everything = torch.ones(len(col), len(outputs), dtype=torch.bool)
     cons = [everything if s is None else consistent_outputs(torch.as_tensor(s).cpu(), answer, outputs)
             for s in (source_a, source_b)]  # fmt: skip
-    return superposed(sets[0], sets[1], cons[0], cons[1], col)
+    multi, only = superposed(sets[0], sets[1], cons[0], cons[1], col)
+    return multi, multi & only
 
 
 def _additive_by_construction(model: HookedTransformer, a: tuple[int, int], b: tuple[int, int]) -> bool:
@@ -466,10 +467,10 @@ def _head_direct(model, z: Tensor, head: tuple[int, int], rows, pos, scale: Tens
     d_head], through the final norm with its scale held at `scale` ([batch, 1])."""
     from headcoop.analysis.norms import frozen_norm
 
-    out = z[rows, pos].to(model.W_U.dtype) @ model.blocks[head[0]].attn.W_O[head[1]]
+    out = (z[rows, pos].to(model.W_U.dtype) @ model.blocks[head[0]].attn.W_O[head[1]]).cpu()
     ln = getattr(model, "ln_final", None)
     out = frozen_norm(ln, out, scale, bias=False) if scale is not None else out
-    return (out @ model.W_U).double().cpu()
+    return (out @ model.W_U.cpu()).double()
 
 
 # --- words --------------------------------------------------------------------------------------------
@@ -877,7 +878,7 @@ def cooperation(
         iso = float(ev0.isolated_ci[0][i])
         dir_i = float(direct[i])
         later = [c for c in frame.itertuples() if name in (c.head_a, c.head_b) and c.composition == c.composition
-                 and c.composition >= th["composition"] and players[names.index(c.head_a if c.head_b != name else c.head_b)][0]
+                 and c.composition >= th["composition"] and players[names.index(c.head_b if c.head_a == name else c.head_a)][0]
                  > players[i][0]]  # fmt: skip
         via = "later heads" if later and role == "supports" else \
             ("direct" if role == "supports" and no_dla is None and dir_i >= 0.5 * tot else "")  # fmt: skip
@@ -982,7 +983,7 @@ def _backup(model, tokens, pos, players, names, cross, repl_first, how, answer, 
     scale_name = "ln_final.hook_scale"
     zl = sorted({get_act_name("z", lay) for lay, _ in players})
     _, clean = _run_with(model, tokens, pos, {}, zl + ([scale_name] if has_norm else []))
-    scale0 = clean[scale_name][rows, pos][:, None] if has_norm else None
+    scale0 = clean[scale_name][rows, pos].cpu() if has_norm else None  # [batch, 1]
     pairs = {}
     for _, i, j in cross:
         e, l = (i, j) if players[i][0] < players[j][0] else (j, i)
@@ -991,7 +992,7 @@ def _backup(model, tokens, pos, players, names, cross, repl_first, how, answer, 
     for e, laters in pairs.items():
         value = {players[e]: repl_first[players[e]]}
         ablated_logits, abl = _run_with(model, tokens, pos, value, zl + ([scale_name] if has_norm else []))
-        scale1 = abl[scale_name][rows, pos][:, None] if has_norm else None
+        scale1 = abl[scale_name][rows, pos].cpu() if has_norm else None
         ok_free = _per_input("accuracy", ablated_logits, answer, None) > 0.5
         for l in laters:
             lay, head = players[l]

@@ -288,13 +288,14 @@ def _best_other(logits: Tensor, answer: Tensor, wrong: Tensor | None) -> Tensor:
 
 def named_metric(name: str, logits: Float[Tensor, "*copy batch vocab"], answer: Tensor, wrong: Tensor | None) -> Tensor:
     """A named metric of logits at the answer positions, one value per leading copy (`per_input_metric`'s mean
-    over inputs; accuracy by argmax): "logit_diff", "accuracy", "loss", "prob"; "logits": the logits
-    themselves, no mean (what per-input evidence reads)."""
+    over inputs; accuracy counts a tie for the top logit as no answer, the rule `hc.cooperation` reads per
+    input): "logit_diff", "accuracy", "loss", "prob"; "logits": the logits themselves, no mean (what per-input
+    evidence reads)."""
     if name == "logits":
         return logits
     if name == "logit_diff" and wrong is None:
         raise ValueError('metric "logit_diff" needs the wrong answers: pass a Batch or wrong=')
-    return per_input_metric(name, logits, answer, wrong).mean(-1)
+    return per_input_metric(name, logits, answer, wrong, ties="none").mean(-1)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -20,7 +20,8 @@ Mechanisms (`PLANTED`; `planted_truth` gives each pair's planted verdict and eac
   +2: both write to several outputs and add up only on the answer (the SkipPair post's definition).
 - "competition": L0H0 copies a with +2, L0H1 writes -1 on out_a: it pushes against the answer.
 - "independent": L0H0 and L0H1 each add +0.4 to out_a against none's 0.6: both are needed, each
-  writes one output, and their effects add (logits are linear in the heads).
+  writes one output, and their effects add, but in one attention-only layer without norms the logits are
+  linear in the heads whatever the weights, so the truth the instrument can reach is "not testable".
 - "independent-2l": the same with L0H0 and L1H0 in two layers (L1H0's attention reads positions only), so
   additivity is a property of these weights, not of the architecture.
 - "backup": L0H0 copies a (+1) and L1H0 is its backup: its query reads out_a's direction, so it attends to
@@ -235,7 +236,8 @@ def planted_truth(mechanism: Planted) -> dict:
         pairs = {("L0H0", "L0H1"): "redundant", ("L0H0", "L0H2"): "competition", ("L0H1", "L0H2"): "competition"}
         roles = {"L0H0": "supports", "L0H1": "supports", "L0H2": "competes"}
     else:
-        verdict = {"independent-2l": "independent", "backup": "redundant"}.get(mechanism, mechanism)
+        verdict = {"independent-2l": "independent", "backup": "redundant",
+                   "independent": "not testable"}.get(mechanism, mechanism)  # fmt: skip
         pairs = {two: verdict}
         roles = {two[0]: "supports", two[1]: "competes" if mechanism == "competition" else "supports"}
     return {"pairs": pairs, "roles": roles, "backup": {"L1H0": "L0H0"} if mechanism == "backup" else {}}

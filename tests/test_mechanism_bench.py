@@ -1,0 +1,182 @@
+"""The mechanism bench (headcoop.tasks.bench): each model's truth is checked here with plain
+TransformerLens hooks on hook_z, independently of hc.cooperation, and then hc.cooperation is run on it
+under every ablation and metric: it gives the truth or "undetermined", never another word (issue 37)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import headcoop as hc
+from headcoop.tasks.bench import BENCH
+
+
+def _logits(model, tokens, off=(), keep=None):
+    """Logits at the last position with the heads in `off` zeroed on hook_z (plain hooks); keep: {(layer,
+    head): z} values to hold instead."""
+    hooks = []
+    for layer in range(model.cfg.n_layers):
+        def hook(z, hook, layer=layer):
+            z = z.clone()
+            for lay, head in off:
+                if lay == layer:
+                    z[:, :, head] = 0.0
+            for (lay, head), value in (keep or {}).items():
+                if lay == layer:
+                    z[:, :, head] = value
+            return z
+        hooks.append((f"blocks.{layer}.attn.hook_z", hook))
+    with torch.no_grad():
+        return model.run_with_hooks(tokens, fwd_hooks=hooks)[:, -1]
+
+
+def _correct(logits, answer):
+    right = logits.gather(1, answer[:, None])[:, 0]
+    others = logits.scatter(1, answer[:, None], float("-inf")).max(1).values
+    return right > others  # a tie is no answer
+
+
+def _writes(model, tokens, layer, head):
+    """[batch, vocab] the head's direct contribution at the last position (no norm in these models)."""
+    _, cache = model.run_with_cache(tokens)
+    z = cache[f"blocks.{layer}.attn.hook_z"][:, -1, head]
+    return z @ model.W_O[layer, head] @ model.W_U
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("which", BENCH)
+def test_each_truth_holds_on_plain_hooks(which):
+    model = hc.bench(which)
+    batch = model.task.sample(256, seed=3)
+    tokens, answer = batch.tokens, batch.answer
+    ok = lambda off=(), keep=None: _correct(_logits(model, tokens, off, keep), answer)  # noqa: E731
+    assert ok().all(), "the model answers every input"
+    h0, h1 = (0, 0), ((1, 0) if model.cfg.n_layers == 2 else (0, 1))
+    if which in ("post", "four"):
+        comp = model.task.completions()
+        wa, wb = _writes(model, tokens, 0, 0)[:, comp], _writes(model, tokens, 0, 1)[:, comp]
+        col = (answer[:, None] == comp[None]).float().argmax(1)
+        both = (wa > 0.01) & (wb > 0.01)  # (attention leaks 1e-8 elsewhere)
+        assert (both.sum(1) == 1).all() and both[torch.arange(len(col)), col].all()  # only the answer, from both
+        alone = ok(off=[h1]) | ok(off=[h0])
+        assert 0 < alone.float().mean() < 1  # one head alone answers some contexts (a token repeated), not all
+        assert ((wa > 0.01).sum(1) >= 2).float().mean() > 0.5
+    elif which == "rank1":
+        for h in (0, 1):
+            ov = model.W_V[0, h] @ model.W_O[0, h] @ model.W_U
+            assert torch.linalg.matrix_rank(ov) == 1
+        assert not (ok(off=[h0]) | ok(off=[h1])).any()  # both needed
+    elif which in ("and-junk", "and-suppress", "ln-2l"):
+        assert not (ok(off=[h0]) | ok(off=[h1])).any()  # both needed on every input
+        if which == "and-suppress":
+            assert (_writes(model, tokens, 0, 1) <= 1e-6).all()  # L0H1 pushes nothing up
+        if which == "ln-2l":  # L1H0's own output does not change when L0H0 is ablated (it reads positions)
+            _, clean = model.run_with_cache(tokens)
+            keep = {(1, 0): clean["blocks.1.attn.hook_z"][:, :, 0]}
+            assert torch.equal(ok(off=[h0]), ok(off=[h0], keep=keep))
+    elif which in ("feeder", "induction"):
+        assert not (ok(off=[h0]) | ok(off=[h1])).any()
+        # L0H0's effect runs through L1H0: hold L1H0 at what it computes without L0H0, keep L0H0 on
+        with model.hooks(fwd_hooks=[("blocks.0.attn.hook_z", lambda z, hook: z * 0)]):
+            _, without = model.run_with_cache(tokens)
+        assert not ok(keep={(1, 0): without["blocks.1.attn.hook_z"][:, :, 0]}).any()
+    elif which == "partial-backup":
+        assert ok(off=[h0]).all() and ok(off=[h1]).all()  # either alone answers
+        _, clean = model.run_with_cache(tokens)
+        assert not ok(off=[h0], keep={(1, 0): clean["blocks.1.attn.hook_z"][:, :, 0]}).any()  # L1H0 restores them
+        logit_a = _logits(model, tokens).gather(1, answer[:, None])
+        logit_b = _logits(model, tokens, off=[h0]).gather(1, answer[:, None])
+        assert torch.allclose(logit_b, 0.4 * logit_a, atol=1e-3)
+    elif which == "unequal":
+        assert ok(off=[h0]).all() and ok(off=[h1]).all()
+    elif which == "uneven":
+        only0, only1 = ok(off=[h1]) & ~ok(off=[h0]), ok(off=[h0]) & ~ok(off=[h1])
+        assert (only0 | only1).all() and 0.6 < only0.float().mean() < 0.9
+    elif which == "cancel":
+        base = _logits(model, tokens).gather(1, answer[:, None])
+        lower = _logits(model, tokens, off=[(0, 2)]).gather(1, answer[:, None])
+        assert (lower > base).all()  # L0H2 pushes against the answer
+        assert torch.equal(_logits(model, tokens, off=[(0, 3)]), _logits(model, tokens))  # L0H3 does nothing
+
+
+# where the logit difference reads a model differently from accuracy: a continuous metric sees the two
+# heads' logit effects add (0.59 and 0.41 of the pair's), which no 0/1 reading of redundancy shows
+LOGIT_DIFF_TRUTH = {"unequal": {("L0H0", "L0H1"): "not testable"}}
+
+
+def _no_wrong_word(result, truth, overrides=None):
+    for row in result.pairs.itertuples():
+        want = {**truth["pairs"], **(overrides or {})}.get((row.head_a, row.head_b))
+        if want is not None:
+            assert row.mechanism in (want, "undetermined"), (row.head_a, row.head_b, row.mechanism, want, row.reason)
+    for head, role in result.roles.items():
+        assert role in (truth["roles"][head], "undetermined"), (head, role)
+    model_word = next(iter(overrides.values())) if overrides else truth["model"]
+    assert result.mechanism in (model_word, "undetermined"), (result.mechanism, model_word)
+
+
+@pytest.mark.parametrize("metric", ["accuracy", "logit_diff"])
+@pytest.mark.parametrize("which", BENCH)
+def test_no_confident_wrong_word_over_the_family(which, metric):
+    model = hc.bench(which)
+    overrides = LOGIT_DIFF_TRUTH.get(which) if metric == "logit_diff" else None
+    _no_wrong_word(hc.cooperation(model, n=256, metric=metric), model.truth, overrides)
+
+
+@pytest.mark.parametrize("which", BENCH)
+def test_zero_ablation_on_accuracy_names_the_truth(which):
+    """The reading where a head is absent (zero ablation, accuracy): every word and role is the truth."""
+    model = hc.bench(which)
+    result = hc.cooperation(model, n=256, how="zero")
+    got = {(r.head_a, r.head_b): r.mechanism for r in result.pairs.itertuples()}
+    assert {p: got[p] for p in model.truth["pairs"]} == model.truth["pairs"]
+    assert result.roles == model.truth["roles"]
+    assert result.mechanism == model.truth["model"]
+
+
+@pytest.mark.parametrize("which", ["post", "four", "feeder", "induction", "cancel"])
+def test_the_words_that_stand_over_the_whole_family(which):
+    """Where the mechanism does not hang on the ablation, the default family agrees on it."""
+    model = hc.bench(which)
+    result = hc.cooperation(model, n=256)
+    assert result.mechanism == model.truth["model"] and result.agreement >= 0.9
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["zero", "mean", "resample"])
+@pytest.mark.parametrize("which", BENCH)
+def test_no_confident_wrong_word_under_weight_noise(which, how):
+    model = hc.bench(which, weight_noise=0.01, seed=5)
+    _no_wrong_word(hc.cooperation(model, n=256, how=how, seed=2), model.truth)
+
+
+def test_backup_is_split_from_the_norm():
+    """ln-2l: ablating L0H0 moves the final norm's scale, which raises L1H0's direct effect (and L1H0's own
+    output moves a little through its input norm): together more than half of L0H0's direct effect, the
+    old rule's "backup"; the norm's part split off, L1H0 restores 35% of the logit and no answer: no backup.
+    partial-backup: restores every answer, 40% of the logit: a backup."""
+    ln = hc.cooperation(hc.bench("ln-2l"), n=128, how="zero")
+    row = ln.backup.iloc[0]
+    direct = ln.head_table.loc["L0H0", "direct_effect"]
+    assert row.own_compensation + row.norm_compensation >= 0.5 * direct  # what the old rule read as backup
+    assert row.norm_compensation > 0.5 and row.logit_share < 0.5 and row.answers_restored == 0.0 and not row.backs_up
+    partial = hc.cooperation(hc.bench("partial-backup"), n=128, how="zero")
+    row = partial.backup.iloc[0]
+    assert row.answers_restored == 1.0 and row.logit_share == pytest.approx(0.4, abs=1e-4) and row.backs_up
+    assert partial.head_table.loc["L1H0", "backs_up"] == "L0H0"
+
+
+def test_rank_one_heads_are_not_superposition_though_their_writes_meet_only_at_the_answer():
+    result = hc.cooperation(hc.bench("rank1"), n=256, how="zero")
+    row = result.pairs.iloc[0]
+    assert row.only_answer == 1.0 and row.multi == 1.0 and row.rank_a == 1 and row.rank_b == 1
+    assert row.mechanism != "superposition"
+
+
+def test_a_supporting_feeder_is_not_competition():
+    """L0H0's direct effect opposes the answer; its total effect supports it through L1H0."""
+    result = hc.cooperation(hc.bench("feeder"), n=128, metric="logit_diff", how="zero")
+    heads = result.head_table
+    assert heads.loc["L0H0", "direct_effect"] < 0 < heads.loc["L0H0", "total_effect"]
+    assert heads.loc["L0H0", "role"] == "supports" and heads.loc["L0H0", "via"] == "later heads"
+    assert result.pairs.mechanism[0] == "composition"
