@@ -266,7 +266,7 @@ MAX_REPORT_PAIRS_HEADS = 32  # hc.cooperation's coalitions grow as the square of
 def _section_cooperation(ctx: _Context) -> tuple:
     """The mechanism of every pair of heads and each head's role (hc.cooperation), then Shapley values and
     pairwise interactions on accuracy (hc.interactions) where the coalitions are few enough."""
-    from headcoop.analysis.cooperation import cooperation
+    from headcoop.analysis.cooperation import MECHANISMS, cooperation
     from headcoop.analysis.interactions import interactions
 
     model = ctx.model
@@ -278,39 +278,41 @@ def _section_cooperation(ctx: _Context) -> tuple:
         blocks.append(_note(f"This model has {n} heads: too many pairs for this page. "
                             "<code>hc.cooperation(model, heads=[...])</code> names the mechanism of the heads you choose."))  # fmt: skip
     else:
-        coop = cooperation(model, inputs=ctx.clean, metric="accuracy", how="mean", reference=ctx.clean.tokens,
+        coop = cooperation(model, inputs=ctx.clean, metric="accuracy", reference=ctx.clean,
                            max_exact=max(2, exact_limit))  # fmt: skip
         shown = coop.to_dataframe()
-        order = {m: k for k, m in enumerate(("competition", "superposition", "division", "redundant", "independent",
-                                             "undetermined"))}  # fmt: skip
+        order = {m: k for k, m in enumerate(MECHANISMS)}
         shown = shown.iloc[shown.mechanism.map(order).argsort(kind="stable")].head(12)
-        roles = coop.head_table.reset_index()[["head", "role", "direct_effect", "total_effect", "isolated_effect",
-                                               "self_repair", "backs_up"]]  # fmt: skip
+        roles = coop.head_table.reset_index()[["head", "role", "role_agreement", "total_effect", "total_low",
+                                               "total_high", "direct_effect", "via", "backs_up"]]  # fmt: skip
         counts = ", ".join(f"{int(c * len(coop.pairs) + 0.5)} {m}" for m, c in coop.shares.items() if c > 0)
+        flips = f" What flips it: {html.escape(coop.flips)}." if coop.flips else ""
         blocks += [
             _note(
-                "Which <b>mechanism</b> joins each pair of heads (<code>hc.cooperation</code>), from per-input "
-                "evidence: on each input where the pair matters (both heads on: right; both off: wrong; heads "
-                "outside the pair as in the model, mean-ablated when off), whether either head alone answers "
-                "(<b>redundant</b>), only both together do (<b>superposition</b> when both heads write to several "
-                "outputs that add up only on the answer, <b>independent</b> when their effects add), or each head "
-                "answers its own inputs (<b>division</b> of labour); <b>competition</b> when one head pushes "
-                "against the answer; <b>undetermined</b> when the evidence conflicts or a head is inactive. "
-                f"Overall: <b>{html.escape(coop.mechanism)}</b> (pairs: {html.escape(counts)}; a model's verdict is "
-                "the mechanism of more than half of its pairs). Rules and thresholds: the docstring of "
+                "Which <b>mechanism</b> joins each pair of heads (<code>hc.cooperation</code>), read from separate "
+                "axes: what each head writes (<b>superposition</b>: both write to several completions consistent "
+                "with the token they attend to, only the answer from both, sources distributed: the SkipPair "
+                "post's mechanism), which heads the accuracy needs on each input (<b>redundant</b>: either alone "
+                "answers; <b>division</b>: each answers its own inputs; <b>independent</b> where both are needed "
+                "and their effects add, <b>not testable</b> where they add by construction), the sign of each "
+                "head's total effect (<b>competition</b>) and whether one head's effect runs through a later one "
+                "(<b>composition</b>). Each word is computed under a family of readings (zero, mean, resample "
+                "and answer-aligned mean ablation, reference draws, every threshold at half and twice its "
+                f"default: {len(coop.readings)} readings) and stands where {coop.agree:.0%} of them agree, else "
+                f"<b>undetermined</b>. Overall: <b>{html.escape(coop.mechanism)}</b> in {coop.agreement:.0%} of "
+                f"the readings.{flips} Pairs: {html.escape(counts)}. Rules and thresholds: the docstring of "
                 f"<code>hc.cooperation</code>. {html.escape(coop.method)}."
             ),
-            Figure(coop.plot(title=f"Mechanism of each pair of heads: {coop.mechanism} overall (accuracy, mean "
-                                   "ablation)<br><sup>per-input 2x2 games; direct effects by DLA with the final "
-                                   "norm's scale frozen</sup>"), height=480),  # fmt: skip
-            _note("Each head's <b>role</b> (supports / competes / inactive: the sign of the first of its direct, "
-                  "total and isolated effects on the logit difference that exceeds a tenth of its fair share), its "
-                  "self-repair (direct &minus; total effect) and the heads whose direct effect it restores when "
-                  "they are ablated (<code>backs_up</code>):"),
+            Figure(coop.plot(), height=520),
+            _note("Each head's <b>role</b> (supports / competes / inactive: the sign of its total effect on the "
+                  "accuracy, else of its isolated effect, else of the margin's, with a 95% interval that excludes "
+                  "0), the share of readings that agree, whether its support is direct or through later heads, "
+                  "and the heads whose answers it restores when they are ablated (<code>backs_up</code>):"),
             _table(roles, index=False, digits=4),
-            _note(f"Pairs, {len(shown)} of {len(coop.pairs)} (competition and superposition first):"),
-            _table(shown[["head_a", "head_b", "mechanism", "reason", "matters", "or", "and", "a_only", "b_only",
-                          "superposed", "interaction"]], index=False, digits=3),  # fmt: skip
+            _note(f"Pairs, {len(shown)} of {len(coop.pairs)}, with the share of readings that agree and what flips "
+                  "the word:"),
+            _table(shown[["head_a", "head_b", "mechanism", "agreement", "flips_under", "reason", "matters", "or", "and",
+                          "a_only", "b_only", "multi", "only_answer", "interaction"]], index=False, digits=3),  # fmt: skip
         ]
     if n > 16 or (n > MAX_REPORT_PLAYERS and not linear):
         blocks.append(_note(f"This model has {n} heads: too many coalitions for Shapley values on this page. "

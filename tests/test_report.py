@@ -87,7 +87,7 @@ def test_sections(pages, name, extra, absent):
     assert model.cfg.model_name in html and repr(getattr(model, "task", None)).split("(")[0] in html
     # the cooperation section: the mechanism heatmap, each head's role, the pair table
     assert "Mechanism of each pair of heads" in html and "backs_up" in html
-    assert re.search(r"<td>(supports|competes|inactive)</td>", html)
+    assert re.search(r"<td>(supports|competes|inactive|undetermined)</td>", html)
 
 
 def test_offline_and_scripts_inlined_once(pages):

@@ -35,8 +35,9 @@ later heads (composition).
 1. "inactive": a head of the pair has no effect on the metric under this reading;
 2. "competition": one head supports and the other competes (total effect against the answer);
 3. "composition": i sits in an earlier layer than j and at least `composition` of i's total effect runs
-   through j's inputs (i's output replaced by its ablated value in j's q, k and v inputs only: path
-   patching from i to j), Elhage et al. 2021's Q/K/V-composition;
+   through j (only j's z set to what it computes with i ablated: every path from i into j's q, k and v
+   inputs, the rest of the run as it is), with the sign of i's role: Elhage et al. 2021's
+   Q/K/V-composition, as a previous-token head feeds an induction head;
 4. "superposition": the post's OV-coherent mechanism: both heads support, each map from attended sources
    to writes has rank >= 2 (singular values above `rank_tol` of the largest), both write to several
    consistent completions on at least `min_share` of inputs, on at least `majority` of those the answer
@@ -58,7 +59,9 @@ position, so a variable-length task's '=' is averaged with other '='s), `draws` 
 for each of mean / resample / mean-aligned (independent task samples, or bootstrap resamples of a given
 reference), and each threshold at half and at twice its default (one at a time; a share is at most
 (1 + default) / 2). A pair's word stands where at least `agree` of the readings give it; else
-"undetermined", with the first reading that gives another word. The model's word per reading is the word
+"undetermined", and `flips_under` names the most common other word and the group of readings (an
+ablation, or one threshold at one factor) where it holds least often ("redundant in 48% of readings, 0%
+under resample"); `words` holds every reading's word. The model's word per reading is the word
 of more than half of its active pairs (pairs whose heads both have an effect), and stands the same way.
 Composition and backup are measured on each ablation's first draw.
 
@@ -94,7 +97,7 @@ from headcoop.analysis.mechanisms import (
     superposed, write_sets,
 )  # fmt: skip
 from headcoop.analysis.vocabulary import METRIC_NAMES, MetricName, head_name
-from headcoop.bridge import is_bridge, user_hooks
+from headcoop.bridge import user_hooks
 from headcoop.checks import check_float, check_int, check_seed
 from headcoop.plot import Displayed
 from headcoop.tasks.base import Batch, generator
@@ -203,7 +206,8 @@ class Cooperation(Displayed):
 
     def to_dataframe(self) -> pd.DataFrame:
         """One row per pair: head_a, head_b, mechanism (the word that stands), agreement (share of readings
-        giving the pair's most common word), flips_under (the first reading giving another word), reason;
+        giving the pair's most common word), flips_under (the most common word other than "undetermined", its
+        share of readings and the group of readings where it holds least), reason;
         the primary reading's axes: context, matters, or / and / a_only / b_only / shared (shares of the
         inputs where the pair matters), additive_ld; multi, only_answer, distributed, rank_a, rank_b
         (writes and attention); composition (share of the earlier head's effect through the later one);
@@ -243,7 +247,7 @@ class Cooperation(Displayed):
         counts = self.pairs["mechanism"].value_counts().to_dict()
         shown = ", ".join(f"{counts[m]} {m}" for m in MECHANISMS if m in counts)
         competing = [h for h, r in self.roles.items() if r == "competes"]
-        flips = f"; flips under {self.flips}" if self.flips else ""
+        flips = f"; {self.flips}" if self.flips else ""
         return (f"Cooperation({len(self.heads)} heads, {self.metric}: {self.mechanism} in {self.agreement:.0%} of "
                 f"{len(self.readings)} readings{flips}; pairs {shown}; competing heads: {', '.join(competing) or 'none'}; "
                 f"{self.method})")  # fmt: skip
@@ -419,27 +423,6 @@ def _replacements(model, players, batch: Batch, how: str, references: list, seed
 
 
 # --- composition and backup (plain hooks: each measurement is a forward pass) ---------------------------
-def _path_to_inputs(model, tokens, pos, sender, receiver, delta: Tensor) -> Tensor:
-    """Logits at the read rows with `delta` ([batch, pos, d_model], the sender's ablated output minus its
-    output) added to the receiver's q, k and v inputs only (TransformerLens's split inputs): path patching
-    from sender to receiver."""
-    lay, head = receiver
-    old = model.cfg.use_split_qkv_input
-    model.cfg.use_split_qkv_input = True
-    try:
-        def hook(x, hook=None):
-            x = x.clone()
-            x[:, :, head] += delta.to(x.dtype)
-            return x
-
-        names = [f"blocks.{lay}.hook_{w}_input" for w in ("q", "k", "v")]
-        with hooks_added(model, [(n, hook) for n in names]):
-            logits = model(tokens)
-    finally:
-        model.cfg.use_split_qkv_input = old
-    return logits[torch.arange(len(tokens)), pos].double().cpu()
-
-
 def _run_with(model, tokens, pos, values: dict, cache_names=()) -> tuple[Tensor, dict]:
     """(logits at the read rows, cache) with each (layer, head) of `values` writing its given z."""
     def hook_for(layer):
@@ -640,11 +623,25 @@ def _model_word(words: list[str]) -> str:
     return word if count > len(active) / 2 else "undetermined"
 
 
-def _stand(words: list[str], labels: list[str], agree: float) -> tuple[str, float, str]:
-    """(word that stands, agreement share of the most common word, the first reading giving another)."""
-    word, count = Counter(words).most_common(1)[0]
+def _stand(words: list[str], readings: list[Reading], agree: float) -> tuple[str, float, str]:
+    """(the word that stands, the share of readings giving the most common word, what flips it). What flips
+    it: the candidate (the most common word other than "undetermined") and the group of readings (an
+    ablation, or a threshold at a factor) where it holds least often, e.g. "redundant: 0% under resample"."""
+    counts = Counter(words)
+    word, count = counts.most_common(1)[0]
     share = count / len(words)
-    flip = next((f"{lab} ({w})" for lab, w in zip(labels, words) if w != word), "")
+    candidates = [w for w, _ in counts.most_common() if w != "undetermined"]
+    if share == 1.0 or not candidates:
+        return word, share, ""
+    cand = candidates[0]
+    groups: dict[str, list[bool]] = {}
+    for r, w in zip(readings, words):
+        groups.setdefault(r.how, []).append(w == cand)
+        if r.threshold is not None:
+            groups.setdefault(f"{r.threshold} x{r.factor:g}", []).append(w == cand)
+    held = {g: sum(v) / len(v) for g, v in groups.items()}
+    worst = min(held, key=lambda g: (held[g], list(held).index(g)))
+    flip = f"{cand} in {counts[cand] / len(words):.0%} of readings, {held[worst]:.0%} under {worst}"
     return (word if share >= agree else "undetermined"), share, flip
 
 
@@ -847,7 +844,7 @@ def cooperation(
     table, input_class = [], []
     for m, (i, j) in enumerate(pairs):
         words = [w[m] for w in all_words]
-        word, share, flip = _stand(words, labels, agree)
+        word, share, flip = _stand(words, readings, agree)
         reason = all_reasons[primary][m] if word == all_words[primary][m] else \
             f"readings disagree: {share:.0%} give {Counter(words).most_common(1)[0][0]}"  # fmt: skip
         use_full = bool(nec0["use_full"][m])
@@ -872,7 +869,7 @@ def cooperation(
     role_table, roles_final = [], {}
     for i, name in enumerate(names):
         rs = [r[i] for r in all_roles]
-        role, share, flip = _stand(rs, labels, agree)
+        role, share, flip = _stand(rs, readings, agree)
         roles_final[name] = role
         tot, tlo, thi = (float(x[i]) for x in ev0.total_ci)
         iso = float(ev0.isolated_ci[0][i])
@@ -891,7 +888,7 @@ def cooperation(
         if row["backs_up"] and row["how"] == primary_how:
             backers[row["backup"]].append(row["of"])
     head_table["backs_up"] = [", ".join(backers[name]) for name in names]
-    overall, overall_share, overall_flip = _stand(model_words, labels, agree)
+    overall, overall_share, overall_flip = _stand(model_words, readings, agree)
     counts = frame["mechanism"].value_counts()
     shares = {m: float(counts.get(m, 0)) / len(frame) for m in MECHANISMS}
     words_frame = pd.DataFrame([w for w in all_words], index=labels,
@@ -906,7 +903,7 @@ def cooperation(
     return Cooperation(heads=names, pairs=frame, head_table=head_table, backup=pd.DataFrame(backup_rows, columns=BACKUP_COLUMNS),
                        readings=pd.DataFrame(reading_rows), words=words_frame, compensation=compensation.float(),
                        roles=roles_final, mechanism=overall, agreement=overall_share,
-                       flips=overall_flip if overall_share < 1 else "", shares=shares, metric=metric, how=primary_how,
+                       flips=overall_flip, shares=shares, metric=metric, how=primary_how,
                        hows=tuple(hows), method=method, thresholds=th, agree=agree,
                        v_full=float(ev0.v[0].mean()), v_empty=float(ev0.v[1].mean()),
                        input_class=torch.stack(input_class), input_superposed=torch.stack(input_superposed))  # fmt: skip
@@ -936,23 +933,24 @@ def _parse_hows(how) -> tuple[str, ...]:
 
 
 def _composition(model, tokens, pos, players, cross, repl_first, ev: _Evidence, metric, answer, wrong) -> dict:
-    """{pair index: (earlier head, later head, through on the metric, through on its continuous reading)}: the
-    mean drop of the metric when the earlier head's output is replaced by its ablated value in the later
-    head's q, k and v inputs only (path patching on plain hooks; HookedTransformers only)."""
-    if is_bridge(model) or not cross:
-        return {}
+    """{pair index: (earlier head, later head, through on the metric, through on its continuous reading)}:
+    the drop of the metric when only the later head's z takes the value it has with the earlier head
+    ablated (every path from the earlier head into the later one's q, k and v; the rest of the run as it
+    is). Plain hooks on hook_z: HookedTransformers and TransformerBridges alike."""
     out = {}
-    cache_names = {get_act_name("z", players[i][0]) for _, i, j in cross}
-    _, cache = model.run_with_cache(tokens, names_filter=lambda n: n in cache_names)
+    by_earlier: dict[int, list] = {}
     for m, i, j in cross:
-        (si, sj) = (i, j) if players[i][0] < players[j][0] else (j, i)
-        lay, head = players[si]
-        z = cache[get_act_name("z", lay)][:, :, head]
-        delta = (repl_first[players[si]].to(z.device).to(z.dtype) - z) @ model.blocks[lay].attn.W_O[head]
-        logits = _path_to_inputs(model, tokens, pos, players[si], players[sj], delta)
-        through_v = float((ev.v[0] - _per_input(metric, logits, answer, wrong)).mean())
-        through_s = float((ev.s[0] - _signed(metric, logits, answer, wrong)).mean())
-        out[m] = (si, sj, through_v, through_s)
+        e, l = (i, j) if players[i][0] < players[j][0] else (j, i)
+        by_earlier.setdefault(e, []).append((m, l))
+    for e, items in by_earlier.items():
+        names = sorted({get_act_name("z", players[l][0]) for _, l in items})
+        _, ablated = _run_with(model, tokens, pos, {players[e]: repl_first[players[e]]}, names)
+        for m, l in items:
+            lay, head = players[l]
+            logits, _ = _run_with(model, tokens, pos, {players[l]: ablated[get_act_name("z", lay)][:, :, head]})
+            through_v = float((ev.v[0] - _per_input(metric, logits, answer, wrong)).mean())
+            through_s = float((ev.s[0] - _signed(metric, logits, answer, wrong)).mean())
+            out[m] = (e, l, through_v, through_s)
     return out
 
 
