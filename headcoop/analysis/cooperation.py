@@ -176,6 +176,7 @@ class Cooperation(Displayed):
     mechanism: str
     agreement: float
     flips: str
+    by_ablation: str
     shares: dict
     metric: str
     how: str
@@ -207,7 +208,8 @@ class Cooperation(Displayed):
     def to_dataframe(self) -> pd.DataFrame:
         """One row per pair: head_a, head_b, mechanism (the word that stands), agreement (share of readings
         giving the pair's most common word), flips_under (the most common word other than "undetermined", its
-        share of readings and the group of readings where it holds least), reason;
+        share of readings and the group of readings where it holds least), by_ablation (each ablation's most
+        common word and its share), reason;
         the primary reading's axes: context, matters, or / and / a_only / b_only / shared (shares of the
         inputs where the pair matters), additive_ld; multi, only_answer, distributed, rank_a, rank_b
         (writes and attention); composition (share of the earlier head's effect through the later one);
@@ -249,7 +251,7 @@ class Cooperation(Displayed):
         competing = [h for h, r in self.roles.items() if r == "competes"]
         flips = f"; {self.flips}" if self.flips else ""
         return (f"Cooperation({len(self.heads)} heads, {self.metric}: {self.mechanism} in {self.agreement:.0%} of "
-                f"{len(self.readings)} readings{flips}; pairs {shown}; competing heads: {', '.join(competing) or 'none'}; "
+                f"{len(self.readings)} readings{flips}; by ablation: {self.by_ablation}; pairs {shown}; competing heads: {', '.join(competing) or 'none'}; "
                 f"{self.method})")  # fmt: skip
 
 
@@ -615,6 +617,16 @@ def _pair_word(a, b, ra, rb, th, nec, m, static, writes, comp) -> tuple[str, str
     return "undetermined", f"the evidence conflicts ({shown or 'no class'})"
 
 
+def _by_ablation(words: list[str], readings: list[Reading]) -> str:
+    """Per ablation, its most common word and that word's share of the ablation's readings."""
+    parts = []
+    for how in dict.fromkeys(r.how for r in readings):
+        mine = [w for w, r in zip(words, readings) if r.how == how]
+        word, count = Counter(mine).most_common(1)[0]
+        parts.append(f"{how}: {word}" + ("" if count == len(mine) else f" {count / len(mine):.0%}"))
+    return "; ".join(parts)
+
+
 def _model_word(words: list[str]) -> str:
     active = [w for w in words if w != "inactive"]
     if not active:
@@ -640,7 +652,8 @@ def _stand(words: list[str], readings: list[Reading], agree: float) -> tuple[str
         if r.threshold is not None:
             groups.setdefault(f"{r.threshold} x{r.factor:g}", []).append(w == cand)
     held = {g: sum(v) / len(v) for g, v in groups.items()}
-    worst = min(held, key=lambda g: (held[g], list(held).index(g)))
+    ablations = {r.how for r in readings}
+    worst = min(held, key=lambda g: (held[g], g not in ablations, list(held).index(g)))  # ablations named first
     flip = f"{cand} in {counts[cand] / len(words):.0%} of readings, {held[worst]:.0%} under {worst}"
     return (word if share >= agree else "undetermined"), share, flip
 
@@ -858,7 +871,7 @@ def cooperation(
         rank_a, rank_b = writes.ranks(m, th["rank_tol"])
         f = ev0.full
         table.append(dict(head_a=names[i], head_b=names[j], mechanism=word, agreement=share, flips_under=flip,
-                          reason=reason, primary_word=all_words[primary][m], context="full" if use_full else "isolated",
+                          reason=reason, primary_word=all_words[primary][m], by_ablation=_by_ablation(words, readings), context="full" if use_full else "isolated",
                           matters=float(e["matters"][m]), **{c: float(e[c][m]) for c in CLASSES},
                           additive_ld=float(e["additive"][m]), multi=multi, only_answer=only,
                           distributed=st["distributed"], rank_a=rank_a, rank_b=rank_b, composition=_share_or_nan(composition[primary_how].get(m), ev0, th),
@@ -889,6 +902,7 @@ def cooperation(
             backers[row["backup"]].append(row["of"])
     head_table["backs_up"] = [", ".join(backers[name]) for name in names]
     overall, overall_share, overall_flip = _stand(model_words, readings, agree)
+    overall_by = _by_ablation(model_words, readings)
     counts = frame["mechanism"].value_counts()
     shares = {m: float(counts.get(m, 0)) / len(frame) for m in MECHANISMS}
     words_frame = pd.DataFrame([w for w in all_words], index=labels,
@@ -903,7 +917,7 @@ def cooperation(
     return Cooperation(heads=names, pairs=frame, head_table=head_table, backup=pd.DataFrame(backup_rows, columns=BACKUP_COLUMNS),
                        readings=pd.DataFrame(reading_rows), words=words_frame, compensation=compensation.float(),
                        roles=roles_final, mechanism=overall, agreement=overall_share,
-                       flips=overall_flip, shares=shares, metric=metric, how=primary_how,
+                       flips=overall_flip, by_ablation=overall_by, shares=shares, metric=metric, how=primary_how,
                        hows=tuple(hows), method=method, thresholds=th, agree=agree,
                        v_full=float(ev0.v[0].mean()), v_empty=float(ev0.v[1].mean()),
                        input_class=torch.stack(input_class), input_superposed=torch.stack(input_superposed))  # fmt: skip
