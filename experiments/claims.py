@@ -428,16 +428,19 @@ REGISTRY: tuple[ClaimEntry, ...] = (
        "come without any head; each cell shows answer and [EOS] accuracy with every head zeroed, so a reader sees "
        "what the heads carry."),
     ClaimEntry("finding", FINDING, "count01-paper-abstract.md", "typical", tuple(
-        Reading(f"{key}, {how} ablation", rule + f"; hc.cooperation on accuracy, {how} ablation, over cooperation.md's "
-                "Count01 models", _ensemble(key, how), table="cooperation/count01_models",
+        Reading(f"{key}, {how}" + ("" if how == "family" else " ablation"), rule + f"; hc.cooperation on accuracy, "
+                + ("the default reading family (a word where 90% of zero, mean, resample and aligned-mean readings, "
+                   "reference draws and threshold bands agree)" if how == "family" else f"{how} ablation")
+                + ", over cooperation.md's Count01 models", _ensemble(key, how), table="cooperation/count01_models",
                 favoured="the abstract's question defines a pseudo-ensemble as heads \"all solving the same subtask\"; "
                 "neither source fixes the ablation" if key == "R3" else "")
         for key, rule in (("R3", "models in which every pair of active heads is redundant"),
                           ("R2", "models in which most pairs of active heads are redundant"),
-                          ("R1", "models whose hc.cooperation verdict (a majority of all pairs) is redundant"))
-        for how in ("zero", "mean")),
-        "count01", note="A head is *active* unless none of its direct, total or isolated effects on the logit "
-        "difference exceeds a tenth of its fair share; cooperation.md section 1 has the pairs."),
+                          ("R1", "models whose hc.cooperation word (a majority of the active pairs) is redundant"))
+        for how in ("zero", "mean", "family")),
+        "count01", note="A head is *active* unless neither its total nor its isolated effect on the accuracy (nor on "
+        "its margin) exceeds a tenth of its fair share of the heads' absolute effects with a 95% interval that "
+        "excludes 0; cooperation.md section 1 has the pairs."),
     # SkipPair
     ClaimEntry("perfect", S["perfect"], POST, "existence", (
         Reading("some seed", "2-head, d_head 5 seeds right on every sampled signal input",
@@ -524,17 +527,18 @@ REGISTRY: tuple[ClaimEntry, ...] = (
                 table="cooperation/skip_pair_contexts"),
     ), "skip_pair"),
     ClaimEntry("superpose", SUPERPOSE, POST, "existence", (
-        Reading("the example model, mean ablation", "hc.cooperation's verdict of the two heads of the shipped 2-head, "
-                "d_head 5 model (accuracy, mean ablation) is superposition", _superposed("shipped", "mean"),
-                table="cooperation/skip_pair_mechanisms",
-                favoured="\"this shows\": the post's example model, which the shipped d_head 5 model reproduces"),
-        Reading("the example model, zero ablation", "the same, zero ablation", _superposed("shipped", "zero"),
-                table="cooperation/skip_pair_mechanisms"),
-        *(Reading(f"some d_head 5 seed, {how} ablation", f"d_head 5 seeds of cooperation.md whose pair verdict ({how} "
-                  "ablation) is superposition", _superposed("seeds", how), table="cooperation/skip_pair_mechanisms")
-          for how in ("mean", "zero")),
-        Reading("most d_head 5 seeds, mean ablation", "the same, read as typical (shown for contrast)",
-                _superposed("seeds", "mean"), table="cooperation/skip_pair_mechanisms"),
+        Reading("the example model, reading family", "hc.cooperation's word for the two heads of the shipped 2-head, "
+                "d_head 5 model (accuracy, the default reading family: the word where 90% of the readings agree) is "
+                "superposition", _superposed("shipped", "family"), table="cooperation/skip_pair_mechanisms",
+                favoured="\"this shows\": the post's example model, which the shipped d_head 5 model reproduces; "
+                "superposition is the post's mechanism (writes and attention), stable over the readings"),
+        *(Reading(f"the example model, {how} ablation", f"the same, {how} ablation alone", _superposed("shipped", how),
+                  table="cooperation/skip_pair_mechanisms") for how in ("mean", "zero")),
+        *(Reading(f"some d_head 5 seed, {label}", f"d_head 5 seeds of cooperation.md whose pair word ({label}) is "
+                  "superposition", _superposed("seeds", how), table="cooperation/skip_pair_mechanisms")
+          for how, label in (("family", "reading family"), ("mean", "mean ablation"), ("zero", "zero ablation"))),
+        Reading("most d_head 5 seeds, reading family", "the same, read as typical (shown for contrast)",
+                _superposed("seeds", "family"), table="cooperation/skip_pair_mechanisms"),
     ), "skip_pair", note="\"an interesting example\" is an existence claim: one pair of heads in superposition would "
        "show it."),
 )  # fmt: skip
@@ -543,7 +547,7 @@ REGISTRY: tuple[ClaimEntry, ...] = (
 FORM_OF_READING = {("perfect", "every seed"): "universal", ("only_correct", "most qualifying pair types"): "typical",
                    ("split", "seen at d_head 1 (existence)"): "existence",
                    ("split", "seen at d_head 1, whole orderings (existence)"): "existence",
-                   ("superpose", "most d_head 5 seeds, mean ablation"): "typical",
+                   ("superpose", "most d_head 5 seeds, reading family"): "typical",
                    ("one_head", "every d_head >= 4 tried"): "universal", ("one_head", "every seed with d_head >= 4"): "universal"}
 
 # Claims with no verdict, and why (issue 24, item 5)

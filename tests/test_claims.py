@@ -174,6 +174,7 @@ def test_the_pseudo_ensemble_readings_tell_redundant_models_from_divided_ones():
 
 
 def test_superposition_example_reads_the_example_model_and_the_seeds():
+    assert _entry("superpose").readings[0].name == "the example model, reading family"  # the favoured reading
     shipped = _reading("superpose", "the example model, mean ablation")
     some = _reading("superpose", "some d_head 5 seed, mean ablation")
     mech = pd.DataFrame(dict(d_head=5, how="mean", seed=[float("nan"), 0, 1, 2],
@@ -189,7 +190,7 @@ def test_a_page_reading_has_one_cell_and_missing_tables_are_not_testable(tmp_pat
 
     entry = _entry("superpose")
     reading = entry.readings[0]
-    mech = pd.DataFrame(dict(d_head=5, how="mean", seed=[float("nan")], mechanism=["superposition"]))
+    mech = pd.DataFrame(dict(d_head=5, how="family", seed=[float("nan")], mechanism=["superposition"]))
     assert judge_cells({reading.table: mech}, entry, reading, ["default", "context 20"]) == {
         ("default", PAGE): ("holds", "1/1 shipped d_head 5 model (verdicts: 1 superposition)")}
     assert judge_cells({}, entry, reading, ["default"])[("default", PAGE)][0] == UNTESTABLE

@@ -244,3 +244,21 @@ def test_planted_variants_with_other_weights(mechanism, scales, how):
     result = hc.cooperation(model, how=how, n=256)
     assert verdicts(result) == model.planted["pairs"]
     assert result.roles == model.planted["roles"]
+
+
+def test_word_sources_quote_the_sources_verbatim():
+    """Every double-quoted phrase in WORD_SOURCES is in the source documents word for word."""
+    import re
+    from pathlib import Path
+
+    from headcoop.analysis.cooperation import MECHANISMS, WORD_SOURCES
+
+    seeds = Path(__file__).resolve().parents[2] / "shared" / "seeds"
+    if not seeds.exists():
+        pytest.skip("../shared/seeds is not present in this checkout")
+    text = " ".join(p.read_text(encoding="utf-8") for p in seeds.glob("*.md"))
+    assert set(MECHANISMS) <= set(WORD_SOURCES)
+    quoted = [q for entry in WORD_SOURCES.values() for q in re.findall(r'"([^"]+)"', entry)]
+    assert len(quoted) >= 6
+    for q in quoted:
+        assert q in text, q

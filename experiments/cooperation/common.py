@@ -24,9 +24,12 @@ class Settings:
     skip_pair_seeds: tuple = tuple(range(20))
     skip_pair_steps: int = 3000
     two_layer_seeds: tuple = (0, 1)
+    draws: int = 4  # reference draws per ablation of hc.cooperation's reading family
+    two_layer_draws: int = 2  # the same on the 32-head models (496 pairs), for time
     recipe: dict = field(default_factory=lambda: dict(batch_size=256, lr=1e-2, weight_decay=0.0))
 
     @staticmethod
     def quick_settings(out: Path) -> "Settings":
         return Settings(out=out, quick=True, n_inputs=64, count01_seeds=(0,), count01_steps=20,
-                        skip_pair_seeds=(0, 1), skip_pair_steps=20, two_layer_seeds=(0,))  # fmt: skip
+                        skip_pair_seeds=(0, 1), skip_pair_steps=20, two_layer_seeds=(0,), draws=2,
+                        two_layer_draws=1)  # fmt: skip

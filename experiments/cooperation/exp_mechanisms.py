@@ -11,13 +11,15 @@ import torch
 import headcoop as hc
 from experiments.cooperation.common import Settings
 from experiments.shared import write_table
+from experiments.cooperation.measures import WRITES_TO
 from headcoop.analysis.cooperation import MECHANISMS, ROLES
 
 PRIMARY = dict(n_heads=16, d_model=32, d_head=2)
-# which outputs a head "writes to" in one context: (name, reading of hc.superposed_writes, outputs)
-WRITE_READINGS = (("half_answer, vocabulary (hc.cooperation)", "half_answer", "vocab"),
-                  ("positive, completions (the post's figure)", "positive", "completions"),
-                  ("centered, completions", "centered", "completions"))  # fmt: skip
+# which outputs a head "writes to" in one context: (name, reading of hc.superposed_writes, outputs); the
+# instrument's own reading (WRITES_TO[0]) comes from hc.cooperation's per-input evidence
+WRITE_READINGS = ((WRITES_TO[1], "positive", "completions"), (WRITES_TO[2], "centered", "completions"),
+                  (WRITES_TO[3], "half_answer", "vocab"))  # fmt: skip
+HOWS = ("zero", "mean", "family")  # single ablations (each with its reference draws and threshold bands), the family
 
 
 def net_sum_verdict(inter: pd.Series, scale: float, threshold: float = 0.05) -> str:
@@ -38,7 +40,9 @@ def summary_row(result, **labels) -> dict:
     weight = pairs.matters.clip(lower=1e-12)
     evidence = {f"inputs_{c}": float((pairs[c] * weight).sum() / weight.sum()) for c in ("or", "and", "a_only", "b_only")}
     competing = [h for h, r in result.roles.items() if r == "competes"]
-    return dict(**labels, mechanism=result.mechanism, pairs=len(pairs),
+    return dict(**labels, mechanism=result.mechanism, agreement=result.agreement, flips=result.flips,
+                by_ablation=result.by_ablation, readings=len(result.readings), v_full=result.v_full,
+                v_empty=result.v_empty, pairs=len(pairs),
                 **{m: int(counts.get(m, 0)) for m in MECHANISMS}, **{f"heads_{r}": int(roles.get(r, 0)) for r in ROLES},
                 competing=", ".join(competing), **evidence,
                 net_sum_verdict=net_sum_verdict(pairs.interaction, abs(result.v_full - result.v_empty)) if pairs.interaction.notna().all() else "",
@@ -47,8 +51,9 @@ def summary_row(result, **labels) -> dict:
 
 
 def count01_mechanisms(s: Settings) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """The shipped model and the primary configuration over seeds: hc.cooperation with accuracy (mean and
-    zero ablation) and the logit difference (mean); every pair and every head."""
+    """The shipped model and the primary configuration over seeds: hc.cooperation with accuracy (zero alone,
+    mean alone, the default family) and the logit difference (the family); every pair and every head. The
+    references are the task's own draws (seeds 1..draws), the inputs fixed."""
     task = hc.Count01()
     models = [("shipped", hc.load("count01"))]
     trained = hc.train_many(task, [PRIMARY] * len(s.count01_seeds), seeds=list(s.count01_seeds),
@@ -56,13 +61,11 @@ def count01_mechanisms(s: Settings) -> tuple[pd.DataFrame, pd.DataFrame, pd.Data
                             **s.recipe)  # fmt: skip
     models += [(f"seed {seed}", m) for seed, m in zip(s.count01_seeds, trained)]
     batch = task.sample(s.n_inputs, seed=3)
-    reference = task.sample(512, seed=0)
     rows, pairs, heads = [], [], []
     for name, model in models:
         answer_acc = task.evaluate(model, n=2048)["answer_acc"]
-        for metric, how in (("accuracy", "mean"), ("accuracy", "zero"), ("logit_diff", "mean")):
-            result = hc.cooperation(model, inputs=batch, metric=metric, how=how,
-                                    reference=None if how == "zero" else reference)  # fmt: skip
+        for metric, how in [("accuracy", h) for h in HOWS] + [("logit_diff", "family")]:
+            result = hc.cooperation(model, inputs=batch, metric=metric, how=how, draws=s.draws)
             rows.append(summary_row(result, model=name, answer_acc=answer_acc, metric=metric, how=how))
             if metric == "accuracy":
                 frame = result.to_dataframe()
@@ -95,25 +98,26 @@ def skip_pair_mechanisms(s: Settings) -> tuple[pd.DataFrame, pd.DataFrame]:
     contexts of each 2 x 2 class and the contexts where both heads write to several outputs and add up
     only on the correct one, under three readings of "writes to" (WRITE_READINGS)."""
     task = hc.SkipPair()
-    batch = task.patching_inputs(n=2 * s.n_inputs, seed=3)[0]
-    reference = task.sample(512, seed=0)
-    completions = torch.tensor(sorted(task.mapping.values()))
+    batch = task.mechanism_inputs(2 * s.n_inputs, seed=3)
+    completions = task.completions()
     pair_names = [f"{a}{b}" for a, b in task.pairs]
     rows, per_type = [], []
     for name, d_head, seed, model in _skip_pair_models(s):
         signal_acc = task.evaluate(model, n=2048)["signal_acc"]
         labels = dict(model=name, d_head=d_head, seed=seed, signal_acc=signal_acc)
-        for how in ("mean", "zero"):
-            result = hc.cooperation(model, inputs=batch, metric="accuracy", how=how,
-                                    reference=None if how == "zero" else reference)  # fmt: skip
+        for how in ("family", "mean", "zero"):
+            result = hc.cooperation(model, inputs=batch, metric="accuracy", how=how, draws=s.draws)
             pair = result.pairs.iloc[0]
-            rows.append(dict(**labels, how=how, mechanism=pair.mechanism, reason=pair.reason, matters=pair.matters,
-                             **{c: pair[c] for c in ("or", "and", "a_only", "b_only", "superposed", "interaction")}))  # fmt: skip
-            if how != "mean":
+            rows.append(dict(**labels, how=how, mechanism=pair.mechanism, agreement=pair.agreement,
+                             flips=pair.flips_under, by_ablation=pair.by_ablation, reason=pair.reason,
+                             matters=pair.matters, roles=", ".join(f"{h} {r}" for h, r in result.roles.items()),
+                             **{c: pair[c] for c in ("or", "and", "a_only", "b_only", "multi", "only_answer",
+                                                     "distributed", "rank_a", "rank_b", "interaction")}))  # fmt: skip
+            if how != "family":
                 continue
             inputs = result.per_input()
             dla = hc.dla(model, batch.tokens, pos=batch.answer_pos).heads()[:, 0]  # [batch, head, vocab]
-            writes = {}
+            writes = {WRITES_TO[0]: (result.input_multi[0], result.input_superposed[0])}
             for reading_name, reading, outputs in WRITE_READINGS:
                 writes[reading_name] = hc.superposed_writes(dla[:, 0], dla[:, 1], batch.answer, reading=reading,
                                                             outputs=completions if outputs == "completions" else None)  # fmt: skip
@@ -135,16 +139,18 @@ def skip_pair_mechanisms(s: Settings) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def two_layer_mechanisms(s: Settings) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Two-layer Count01 models (16 heads per layer): hc.cooperation over all 32 heads (accuracy, mean
-    ablation), every pair and every head."""
+    """Two-layer Count01 models (16 heads per layer): hc.cooperation over all 32 heads (accuracy, the default
+    reading family with `two_layer_draws` reference draws), every pair, every head, every backup row."""
     task = hc.Count01()
     models = hc.train_many(task, [dict(PRIMARY, n_layers=2)] * len(s.two_layer_seeds), seeds=list(s.two_layer_seeds),
                            steps=s.count01_steps, warmup=max(1, s.count01_steps // 10), progress=False, **s.recipe)  # fmt: skip
     batch = task.sample(s.n_inputs, seed=3)
-    reference = task.sample(512, seed=0)
-    rows, heads = [], []
+    rows, heads, backups = [], [], []
     for seed, model in zip(s.two_layer_seeds, models):
-        result = hc.cooperation(model, inputs=batch, metric="accuracy", how="mean", reference=reference)
+        result = hc.cooperation(model, inputs=batch, metric="accuracy", draws=s.two_layer_draws)
+        backup = result.backup.copy()
+        backup.insert(0, "seed", seed)
+        backups.append(backup)
         rows.append(summary_row(result, model=f"two-layer seed {seed}", answer_acc=task.evaluate(model, n=2048)["answer_acc"]))
         pairs = result.pairs
         layer = lambda col: pairs[col].str[1].astype(int)  # noqa: E731
@@ -154,6 +160,7 @@ def two_layer_mechanisms(s: Settings) -> tuple[pd.DataFrame, pd.DataFrame]:
         table = result.head_table.reset_index()
         table.insert(0, "seed", seed)
         heads.append(table)
+    write_table(pd.concat(backups, ignore_index=True), s.out, "two_layer_backup")
     return (write_table(pd.DataFrame(rows), s.out, "two_layer_mechanisms"),
             write_table(pd.concat(heads, ignore_index=True), s.out, "two_layer_heads"))
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 import pandas as pd
 
 # the readings of "writes to" in skip_pair_contexts's column names ("several | R", "only_correct | R")
-WRITES_TO = ("half_answer, vocabulary (hc.cooperation)", "positive, completions (the post's figure)", "centered, completions")
+WRITES_TO = ("positive above a tenth of the largest, consistent completions (hc.cooperation)",
+             "positive, completions (the post's figure)", "centered, completions",
+             "half_answer, vocabulary (the earlier hc.cooperation)")  # fmt: skip
 
 
 def active_pairs(heads: pd.DataFrame, pairs: pd.DataFrame) -> pd.DataFrame:

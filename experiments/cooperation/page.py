@@ -16,13 +16,15 @@ import pandas as pd
 
 from experiments.cooperation.measures import WRITES_TO, active_pairs
 from experiments.cooperation.quotes import (
-    DISTRIBUTE, FINDING, INTERFERE, ONE_HEAD, ONLY_CORRECT, QUESTION, SUPERPOSE, TABLE1, TITLE,
+    DISTRIBUTE, FINDING, INTERFERE, LEAST_FAVOURITE, ONE_HEAD, ONLY_CORRECT, QUESTION, SUPERPOSE, TABLE1, TITLE,
 )
 from experiments.robustness.page import REGISTRY_SAYS, default_verdicts, with_registry
+from headcoop.analysis.cooperation import MECHANISMS, THRESHOLDS
 from headcoop.pages import Claim, Section, Table, Text, render
 
 HERE = Path(__file__).resolve().parent
-MECHS = ["redundant", "division", "superposition", "competition", "independent", "undetermined"]
+MECHS = list(MECHANISMS)
+HOWS = ("zero", "mean", "family")
 READINGS = list(WRITES_TO)
 
 
@@ -51,7 +53,8 @@ def section_count01(summary: pd.DataFrame, pairs: pd.DataFrame, heads: pd.DataFr
     active = active_pairs(heads, pairs)
     ld = summary[summary.metric == "logit_diff"]
     n = len(mean)
-    r = {how: _readings(acc, active, how) for how in ("mean", "zero")}
+    r = {how: _readings(acc, active, how) for how in HOWS}
+    fam = acc[acc.how == "family"]
     reading = pd.DataFrame([
         dict(reading="R1: most of all 120 pairs are redundant (hc.cooperation's model verdict)", form="typical", key="r1"),
         dict(reading="R2: most pairs of active heads are redundant", form="typical", key="r2"),
@@ -61,15 +64,16 @@ def section_count01(summary: pd.DataFrame, pairs: pd.DataFrame, heads: pd.DataFr
         dict(reading="The alternative: pairs of active heads that \"can only solve the original task in conjunction\" "
                      "(division or superposition)", form="existence", key="alt"),
     ])  # fmt: skip
-    for how in ("mean", "zero"):
-        reading[f"models, {how} ablation"] = [_share(r[how][k], n) for k in reading.key]
+    for how in HOWS:
+        reading[f"models, {how}" + ("" if how == "family" else " ablation")] = [_share(r[how][k], n) for k in reading.key]
     reading = reading.drop(columns="key")
 
     claim = Claim("1", FINDING,
                   "accuracy, " + "; ".join(
-                      f"{how} ablation, {n} models: median {r[how]['median']:.0%} of the pairs of active heads redundant, "
-                      f"{_share(r[how]['r3'], n)} with every such pair redundant, {r[how]['conj']} pairs in conjunction"
-                      for how in ("zero", "mean")),
+                      f"{how}{'' if how == 'family' else ' ablation'}, {n} models: median {r[how]['median']:.0%} of the "
+                      f"pairs of active heads redundant, {_share(r[how]['r3'], n)} with every such pair redundant, "
+                      f"{r[how]['conj']} pairs in conjunction" for how in HOWS)
+                  + f"; the model's word over the family: {_counts(fam.mechanism)}",
                   REGISTRY_SAYS)  # fmt: skip
     zero_holds, mean_holds = r["zero"]["r2"] > n / 2, r["mean"]["r2"] > n / 2
     text = (
@@ -85,41 +89,61 @@ def section_count01(summary: pd.DataFrame, pairs: pd.DataFrame, heads: pd.DataFr
            "already carries the decision. So the pseudo-ensemble reading holds when a missing head is read as "
            "absent (zero) and not when it is read as average (mean); neither source fixes which. "
            if zero_holds != mean_holds else "")
-        + f"The model verdict, a majority of *all* pairs, is redundant in {_share(r['zero']['r1'], n)} models (zero) "
-        f"and {_share(r['mean']['r1'], n)} (mean): {int(mean.heads_inactive.median())} heads (median) are inactive, "
-        "and a pair with an inactive head is undetermined (nothing can be said of a head that does nothing); pairs "
-        "whose evidence conflicts (often one head alone answers most inputs where the pair matters, the other a "
-        f"few) are undetermined too. The net-sum rule of `hc.interactions` calls {_share(r['mean']['r4'], n)} "
-        "models redundant under mean ablation, whatever the per-input evidence says. On the logit difference every "
-        f"pair is undetermined ({int(ld.undetermined.sum())} of {int(ld.pairs.sum())} pairs): in a one-layer "
-        "attention-only model it is a sum of per-head terms, so it cannot show an interaction whatever the "
-        "weights; the redundancy lives in the thresholded decision (accuracy)."
+        + _empty_note(acc)
+        + f"Over the reading family (the four ablations, {int(fam.readings.iloc[0])} readings per model) the model's "
+        f"word is {_counts(fam.mechanism)}; the median share of readings giving the most common word is "
+        f"{fam.agreement.median():.0%}, and what flips it, per model: "
+        + "; ".join(f"{m}: {f or 'none, every reading agrees'}" for m, f in zip(fam.model, fam.flips.fillna(""))) + ". "
+        f"A pair with an inactive head is named \"inactive\" (nothing can be said of a head that does nothing) and "
+        f"the model's word is that of more than half of its *active* pairs. On the logit difference (the family) "
+        f"the pairs are {', '.join(f'{int(ld[m].sum())} {m}' for m in MECHS if ld[m].sum() > 0)}: "
+        "in a one-layer attention-only model the logit difference is a sum of per-head terms, so where both heads "
+        "are needed their effects add by construction (\"not testable\"); the redundancy lives in the "
+        "thresholded decision (accuracy)."
     )  # fmt: skip
-    cols = ["model", "answer_acc", "how", "mechanism", "redundant", "division", "superposition", "competition",
-            "independent", "undetermined", "heads_inactive", "inputs_or", "inputs_and", "inputs_a_only",
-            "inputs_b_only", "net_sum_verdict"]  # fmt: skip
-    shipped = pairs[(pairs.model == "shipped") & (pairs.how == "mean")]
+    cols = ["model", "answer_acc", "how", "mechanism", "agreement", "flips", *MECHS, "heads_inactive",
+            "heads_undetermined", "inputs_or", "inputs_and", "inputs_a_only", "inputs_b_only", "net_sum_verdict"]
+    shipped = pairs[(pairs.model == "shipped") & (pairs.how == "family")]
     example = pd.concat([shipped[shipped.mechanism != "undetermined"].head(3),
-                         shipped[shipped.mechanism == "undetermined"].drop_duplicates("reason").head(3)])[
-        ["head_a", "head_b", "mechanism", "reason", "context", "matters", "or", "and", "a_only", "b_only", "interaction"]]
+                         shipped[shipped.mechanism == "undetermined"].drop_duplicates("flips_under").head(3)])[
+        ["head_a", "head_b", "mechanism", "agreement", "primary_word", "by_ablation", "flips_under", "matters", "or",
+         "and", "a_only", "b_only", "interaction"]]  # fmt: skip
     return Section("1. Count01: a pseudo-ensemble, or heads that solve the task only in conjunction?", (
         Text(f"**Paper** (abstract): \"{QUESTION}\"; its answer: \"{FINDING}\"."),
         Text("**Here**: the shipped model and the primary configuration (16 heads) trained over seeds with the "
              f"Count01 reproduction's recipe; `hc.cooperation` on {int(mean.pairs.iloc[0])} pairs per model, 512 fresh "
-             "strings, accuracy per input, mean ablation (zero beside) (`count01_mechanisms.csv`, every pair in "
-             "`count01_pairs.csv`, every head in `count01_heads.csv`). `inputs_*`: over the pairs and inputs where "
-             "a pair matters (both heads on answer right, both off answer wrong), the share where either head "
-             "alone answers (or), only both do (and), only one does (a_only, b_only)."),
+             "strings (fixed), accuracy per input, under zero ablation alone, mean ablation alone (4 reference "
+             "draws) and the default reading family (zero, mean, resample and answer-aligned mean ablation, 4 "
+             "reference draws each, every threshold at half and twice its default) (`count01_mechanisms.csv`, "
+             "every pair in `count01_pairs.csv`, every head in `count01_heads.csv`). A word stands where 90% of "
+             "the readings agree; `agreement` is the share giving the most common word, `flips` the most common "
+             "other word and the readings where it holds least. `inputs_*`: over the pairs and inputs where a pair "
+             "matters (both heads on answer right, both off answer wrong), the share where either head alone "
+             "answers (or), only both do (and), only one does (a_only, b_only), in the first draw of mean "
+             "ablation."),
         Table(acc[cols], digits=3),
-        Text("The pair verdicts of pairs of active heads (a head is *inactive* when none of its direct, total or "
-             "isolated effects on the logit difference exceeds a tenth of its fair share):"),
+        Text("The pair words of pairs of active heads (a head is *inactive* when neither its total nor its "
+             "isolated effect on the accuracy, nor on its margin, exceeds a tenth of its fair share of the heads' "
+             "absolute effects with a 95% interval that excludes 0):"),
         Table(active, digits=3),
-        Text("The paper's question read four ways, side by side (accuracy; mean and zero ablation):"),
+        Text("The paper's question read four ways, side by side (accuracy; zero, mean, the family):"),
         Table(reading),
-        Text("Examples from the shipped model, with the rule that decided each (mean ablation):"),
+        Text("Examples from the shipped model (the family), with each ablation's word and what flips it:"),
         Table(example, digits=3),
         Text("**Reading**: " + text),
     ), claims=(claim,))
+
+
+def _empty_note(acc: pd.DataFrame) -> str:
+    """What the model answers with every head ablated, per ablation (a pair can matter only where that is wrong)."""
+    shipped = acc[acc.model == "shipped"].set_index("how")
+    if "v_empty" not in shipped or not len(shipped):
+        return ""
+    parts = ", ".join(f"{shipped.loc[h, 'v_empty']:.0%} under {h}" + ("" if h == "family" else " ablation")
+                      for h in ("zero", "mean") if h in shipped.index)
+    return (f"With every head ablated the shipped model is still right on {parts} (the first draw of the reference "
+            "for mean): a pair can matter, and \"either alone answers\" be tested, only on the other inputs; under zero "
+            "ablation those are the strings the head-free model gets wrong. ")
 
 
 def _context_shares(part: pd.DataFrame) -> dict:
@@ -143,12 +167,15 @@ def section_skip_pair(mech: pd.DataFrame, ctx: pd.DataFrame) -> Section:
         solved = part[part.signal_acc >= 0.999]
         rows.append(dict(d_head=d_head, how=how, seeds=len(part), **{m: int((part.mechanism == m).sum()) for m in MECHS},
                          solved_seeds=len(solved), among_solved=_counts(solved.mechanism),
-                         median_or=part["or"].median(), median_and=part["and"].median(),
-                         median_a_only=part.a_only.median(), median_b_only=part.b_only.median(),
-                         median_superposed=part.superposed.median()))  # fmt: skip
+                         median_agreement=part.agreement.median(), median_or=part["or"].median(),
+                         median_and=part["and"].median(), median_a_only=part.a_only.median(),
+                         median_b_only=part.b_only.median(), median_multi=part.multi.median(),
+                         median_only_answer=part.only_answer.median(), median_distributed=part.distributed.median(),
+                         rank_1_heads=int((part.rank_a <= 1).sum() + (part.rank_b <= 1).sum())))  # fmt: skip
     verbs = pd.DataFrame(rows)
-    shipped = mech[mech.seed.isna()][["model", "how", "signal_acc", "mechanism", "reason", "or", "and", "a_only",
-                                      "b_only", "superposed", "interaction"]]  # fmt: skip
+    shipped = mech[mech.seed.isna()][["model", "how", "signal_acc", "mechanism", "agreement", "by_ablation", "flips",
+                                      "or", "and", "a_only", "b_only", "multi", "only_answer", "distributed", "rank_a",
+                                      "rank_b"]]  # fmt: skip
     c = ctx[ctx.seed.notna()]
     per_type = pd.DataFrame([dict(d_head=d_head, pair_type=str(pair_type), **_context_shares(part))
                              for (d_head, pair_type), part in c.groupby(["d_head", "pair_type"])])
@@ -157,8 +184,9 @@ def section_skip_pair(mech: pd.DataFrame, ctx: pd.DataFrame) -> Section:
     short = {col: col.replace(" | ", " (").split(",")[0] + ")" for col in by_d.columns if " | " in col}
     per_type = per_type.rename(columns=short)
     by_d_shown = by_d.rename(columns=short).reset_index()
-    mean = verbs[verbs.how == "mean"].set_index("d_head")
+    mean = verbs[verbs.how == "family"].set_index("d_head")
     five, one = mean.loc[5], mean.loc[1]
+    fam = seeds[seeds.how == "family"]
     top = lambda r: max(MECHS, key=lambda m: r[m])  # noqa: E731
     differ = top(five) != top(one)
     post = READINGS[1]
@@ -176,42 +204,49 @@ def section_skip_pair(mech: pd.DataFrame, ctx: pd.DataFrame) -> Section:
               + "; ".join(f"{r}: d_head 5 {by_d.loc[5, f'only correct | {r}']:.0%}, d_head 1 {by_d.loc[1, f'only correct | {r}']:.0%}"
                           for r in READINGS), REGISTRY_SAYS),  # fmt: skip
         Claim("2", SUPERPOSE,
-              f"hc.cooperation's verdict of the pair, accuracy, mean ablation: d_head 5 {_counts(seeds[(seeds.d_head == 5) & (seeds.how == 'mean')].mechanism)}; "
-              f"d_head 1 {_counts(seeds[(seeds.d_head == 1) & (seeds.how == 'mean')].mechanism)}; the most common verdict "
-              f"is {top(five)} at d_head 5 and {top(one)} at d_head 1", REGISTRY_SAYS),
+              f"hc.cooperation's word for the pair, accuracy, the reading family: d_head 5 {_counts(fam[fam.d_head == 5].mechanism)}; "
+              f"d_head 1 {_counts(fam[fam.d_head == 1].mechanism)}; the shipped d_head 5 model: "
+              f"{_shipped_word(mech, 5)}, the shipped d_head 1 model: {_shipped_word(mech, 1)}", REGISTRY_SAYS),
     )  # fmt: skip
     reading = (
-        f"With d_head 5 the pair is mostly **{top(five)}** ({_counts(seeds[(seeds.d_head == 5) & (seeds.how == 'mean')].mechanism)}), "
-        f"with d_head 1 mostly **{top(one)}** ({_counts(seeds[(seeds.d_head == 1) & (seeds.how == 'mean')].mechanism)}): "
-        + ("the verbs differ between the two widths. " if differ else "the verbs agree between the two widths. ")
-        + f"Per context, at d_head 5 each head alone answers a median {five.median_a_only:.0%} and {five.median_b_only:.0%} "
-        f"of the contexts where the pair matters and both are needed on {five.median_and:.0%}; at d_head 1 both are "
-        f"needed on {one.median_and:.0%}. The post's own words name both readings: \"{DISTRIBUTE}\" (tokens "
-        "distributed between the heads is a division of labour, per context) and \"superposition\" (both needed, "
-        "writing to several outputs that add up only on the answer). "
-        f"The post's definition, read on raw contributions over the 10 completions (its figure): of the contexts where "
-        f"both heads write to several completions, the answer is the only one both push up in "
-        f"{by_d.loc[5, f'only correct | {post}']:.0%} at d_head 5 and {by_d.loc[1, f'only correct | {post}']:.0%} at "
-        f"d_head 1; read centered (softmax ignores a common shift) {by_d.loc[5, f'only correct | {READINGS[2]}']:.0%} and "
-        f"{by_d.loc[1, f'only correct | {READINGS[2]}']:.0%}; read as hc.cooperation does (a centered write at least half that on the answer, "
-        f"whole vocabulary) {by_d.loc[5, f'only correct | {READINGS[0]}']:.0%} and "
-        f"{by_d.loc[1, f'only correct | {READINGS[0]}']:.0%}. The readings disagree, so the verdict depends on which "
-        "one a reader takes; the table per pair type shows where."
+        f"Over the reading family, the d_head 5 pair is mostly **{top(five)}** ({_counts(fam[fam.d_head == 5].mechanism)}), "
+        f"the d_head 1 pair mostly **{top(one)}** ({_counts(fam[fam.d_head == 1].mechanism)}). Superposition is read "
+        "from the writes and the attention, as the post describes it, not from which heads the answer needs: at "
+        f"d_head 5 both heads write to several completions consistent with the token they attend to in a median "
+        f"{five.median_multi:.0%} of the contexts, the answer is the only completion both push up in "
+        f"{five.median_only_answer:.0%} of those, and the heads attend to different signal tokens in "
+        f"{five.median_distributed:.0%} of the contexts (at most 75% can differ: a quarter of the contexts repeat "
+        f"one token). At d_head 1 {int(one.rank_1_heads)} of {2 * int(one.seeds)} heads write one fixed vector "
+        "scaled by the attended token (rank 1: W_O W_U of a one-dimensional head), so no head there can write "
+        "different sets of completions for different sources (the post's \"bottleneck superposition\", a "
+        "different thing from the hierarchical mechanism it describes at d_head 5). Necessity, for contrast: at "
+        f"d_head 5 each head alone answers a median {five.median_a_only:.0%} and {five.median_b_only:.0%} of the "
+        f"contexts where the pair matters and both are needed on {five.median_and:.0%}; the post's own \"{LEAST_FAVOURITE}\" "
+        "says one head alone answers some contexts, so necessity is not part of the word. The readings of *writes "
+        "to* side by side (all seeds): of the contexts where both heads write to several outputs, the answer is the "
+        "only one both push up in "
+        + "; ".join(f"{by_d.loc[5, f'only correct | {r}']:.0%} at d_head 5 and {by_d.loc[1, f'only correct | {r}']:.0%} "
+                    f"at d_head 1 reading *{r}*" for r in READINGS) + "."
     )  # fmt: skip
     return Section("2. SkipPair: superposition, or a division of labour?", (
-        Text(f"**Post**: \"{INTERFERE}\"; \"{ONLY_CORRECT}\"; \"{SUPERPOSE}\"; \"{ONE_HEAD}\""),
+        Text(f"**Post**: \"{INTERFERE}\"; \"{ONLY_CORRECT}\"; \"{DISTRIBUTE}\"; \"{SUPERPOSE}\"; \"{LEAST_FAVOURITE}\"; "
+             f"\"{ONE_HEAD}\""),
         Text("**Here**: two-head models with d_head 5 and d_head 1, trained over seeds with the SkipPair "
-             "reproduction's recipe, and the shipped checkpoints; `hc.cooperation` on 1,024 signal contexts, "
-             "accuracy per context, mean ablation over the task's own sample (zero beside) "
-             "(`skip_pair_mechanisms.csv`). `median_*`: medians over seeds of the shares of the contexts where the "
-             "pair matters; `superposed`: share of the both-needed contexts with superposed writes (hc.cooperation's "
-             "reading)."),
+             "reproduction's recipe, and the shipped checkpoints; `hc.cooperation` on 1,024 signal contexts (the "
+             "post's claims are about them), accuracy per context, under the reading family (zero and mean ablation "
+             "alone beside) (`skip_pair_mechanisms.csv`). `median_or` .. `median_b_only`: medians over seeds of the "
+             "shares of the contexts where the pair matters; `median_multi`: of all contexts, both heads write to at "
+             "least 2 completions consistent with their source; `median_only_answer`: of those, the answer is the "
+             "only completion both push up; `median_distributed`: the heads attend to different tokens; "
+             "`rank_1_heads`: heads whose map from attended token to writes has rank 1."),
         Table(verbs, digits=3),
         Table(shipped, digits=3),
         Text("**Superposition evidence per context**, all seeds pooled (`skip_pair_contexts.csv`). A head *writes "
-             "to* an output, by reading: *half_answer* (hc.cooperation's: its DLA minus its mean over the vocabulary "
-             "is at least half of that on the answer, which is above 0), *positive* (its raw DLA over the 10 completions is above "
-             "0, as the post's figure shows contributions) or *centered* (above its mean over the completions). "
+             "to* an output, by reading: hc.cooperation's (its DLA above a tenth of its largest on the context, "
+             "counting only completions consistent with the token it attends to), *positive* (its raw DLA over the "
+             "10 completions is above 0, as the post's figure shows contributions), *centered* (above its mean over "
+             "the completions) or *half_answer* (the earlier instrument's: its DLA minus its mean over the "
+             "vocabulary is at least half of that on the answer). "
              "`several`: share of the contexts where both heads write to at least 2 outputs; `only correct`: of "
              "those, the share where the answer is the only output both write to. `answer_up_both`: both heads' "
              "centered DLA on the answer is above 0. By width:"),
@@ -222,35 +257,49 @@ def section_skip_pair(mech: pd.DataFrame, ctx: pd.DataFrame) -> Section:
     ), claims=claims)
 
 
+def _shipped_word(mech: pd.DataFrame, d_head: int) -> str:
+    row = mech[mech.seed.isna() & (mech.d_head == d_head) & (mech.how == "family")]
+    if not len(row):
+        return "not measured"
+    row = row.iloc[0]
+    return f"{row.mechanism} ({row.agreement:.0%} of readings; {row.by_ablation})"
+
+
 def section_compete(summary: pd.DataFrame, heads: pd.DataFrame, two_layer: pd.DataFrame, table1: pd.DataFrame | None) -> Section:
     acc = summary[(summary.metric == "accuracy")]
     rows = []
     for how, part in acc.groupby("how", sort=False):
-        rows.append(dict(models="Count01, one layer", how=how, models_n=len(part),
-                         competing_heads=int(part.heads_competes.sum()), heads=int((part.heads_supports + part.heads_competes + part.heads_inactive).sum()),
+        rows.append(dict(models="Count01, one layer", how=how, undetermined_heads=int(part.heads_undetermined.sum()), models_n=len(part),
+                         competing_heads=int(part.heads_competes.sum()), heads=int((part.heads_supports + part.heads_competes + part.heads_inactive + part.heads_undetermined).sum()),
                          competition_pairs=int(part.competition.sum()), pairs=int(part.pairs.sum())))  # fmt: skip
     for _, r in two_layer.iterrows():
-        rows.append(dict(models=r.model, how="mean", models_n=1, competing_heads=int(r.heads_competes),
-                         heads=int(r.heads_supports + r.heads_competes + r.heads_inactive),
+        rows.append(dict(models=r.model, how="family", undetermined_heads=int(r.heads_undetermined), models_n=1,
+                         competing_heads=int(r.heads_competes),
+                         heads=int(r.heads_supports + r.heads_competes + r.heads_inactive + r.heads_undetermined),
                          competition_pairs=int(r.competition), pairs=int(r.pairs)))  # fmt: skip
     counts = pd.DataFrame(rows)
-    h = heads[heads.how == "mean"]
+    h = heads[heads.how == "family"]
     negative_direct = int((h.direct_effect < 0).sum())
     blocks = [
         Text(f"**Paper** (title): \"{TITLE}\"; the summary of the paper (`seeds/count01-paper-summary.md`, not the "
              f"paper's words): \"{TABLE1}\"."),
-        Text("Neither source defines *compete*. Three readings, side by side: (a) at inference a head pushes "
-             "against the answer (hc.cooperation's role \"competes\": the first of its direct, total and isolated "
-             "effects on the logit difference that exceeds a tenth of its fair share is negative), and a pair with "
-             "one such head is \"competition\"; (b) a head's direct effect is negative at all (any size); (c) in "
-             "training, heads trained together end worse than the same heads trained alone (the paper's Table 1)."),
+        Text("Neither source defines *compete*. Three readings, side by side: (a) at inference a head's total "
+             "effect on the metric opposes the answer (hc.cooperation's role \"competes\": its total effect on the "
+             "accuracy, else its isolated effect, else the same on the margin, is below minus a tenth of its fair "
+             "share of the heads' absolute effects, with a 95% interval below 0; a word only where 90% of the "
+             "reading family agrees), and a pair with one such head is \"competition\"; (b) a head's direct effect "
+             "is negative at all (any size; a head can feed a later head while its direct effect is negative); (c) "
+             "in training, heads trained together end worse than the same heads trained alone (the paper's Table "
+             "1)."),
         Table(counts),
         Text(f"(b): {negative_direct} of {len(h)} heads of the one-layer Count01 models have a negative mean direct "
-             f"effect (mean ablation), the most negative {h.direct_effect.min():.3f} against the largest positive "
+             f"effect, the most negative {h.direct_effect.min():.3f} against the largest positive "
              f"{h.direct_effect.max():.3f}."),
     ]
     one = counts[counts.models == "Count01, one layer"]
-    measured = (f"(a) one layer: {int(one.competing_heads.iloc[0])} of {int(one.heads.iloc[0])} heads compete (mean ablation); "
+    fam_one = one[one.how == "family"]
+    measured = (f"(a) one layer: {int(fam_one.competing_heads.iloc[0])} of {int(fam_one.heads.iloc[0])} heads compete "
+                f"over the reading family ({int(fam_one.undetermined_heads.iloc[0])} undetermined); "
                 f"two layers: " + ", ".join(f"{int(r.competing_heads)}/{int(r.heads)}" for _, r in counts[counts.models != "Count01, one layer"].iterrows()))  # fmt: skip
     if table1 is not None:
         t = table1.set_index("metric")
@@ -261,15 +310,16 @@ def section_compete(summary: pd.DataFrame, heads: pd.DataFrame, two_layer: pd.Da
                            "isolated ones are."))  # fmt: skip
         measured += f"; (c) Table 1, isolated - joint: s_acc {s_d:+.3f}, l_acc {l_d:+.3f}"
     blocks.append(Text(
-        "**Reading**: in the one-layer Count01 models no head pushes against the answer beyond a tenth of its "
-        "fair share" if int(one.competing_heads.iloc[0]) == 0 else
-        f"**Reading**: {int(one.competing_heads.iloc[0])} heads of the one-layer models push against the answer"))
+        "**Reading**: over the reading family, no head of the one-layer Count01 models pushes against the answer "
+        "beyond a tenth of its fair share" if int(fam_one.competing_heads.iloc[0]) == 0 else
+        f"**Reading**: over the reading family, {int(fam_one.competing_heads.iloc[0])} heads of the one-layer models "
+        "push against the answer"))
     listed = "; ".join(f"{r.model}: {r.competing}" for _, r in two_layer.iterrows() if isinstance(r.competing, str) and r.competing)
-    blocks[-1] = Text(blocks[-1].text + (f"; in the two-layer models these heads do ({listed}), and every pair with "
-                      "one of them is named competition" if listed else "; nor in the two-layer models") +
+    blocks[-1] = Text(blocks[-1].text + (f"; in the two-layer models these heads do ({listed}), and a pair with one "
+                      "of them is named competition where the family agrees" if listed else "; nor in the two-layer models") +
                       ". Whether heads *compete in training* (reading c) depends on the metric: the two of Table 1 "
                       "point opposite ways.")  # fmt: skip
-    one_n = int(one.competing_heads.iloc[0])
+    one_n = int(fam_one.competing_heads.iloc[0])
     verdict = "a question, so no verdict; the answer here: " + (
         "(a) no competition at inference in one layer" if one_n == 0 else f"(a) {one_n} competing heads in one layer") + \
         "; (c) mixed (the Table 1 metrics disagree in sign)"  # fmt: skip
@@ -284,7 +334,8 @@ def _matters_little(mech: pd.DataFrame) -> int:
     return sum(int(n) for text in mech.reasons for n in re.findall(r"(\d+) x the pair matters on", text))
 
 
-def section_two_layer(mech: pd.DataFrame, heads: pd.DataFrame, paths: pd.DataFrame, comp: pd.DataFrame) -> Section:
+def section_two_layer(mech: pd.DataFrame, heads: pd.DataFrame, paths: pd.DataFrame, comp: pd.DataFrame,
+                      backup: pd.DataFrame | None = None) -> Section:
     edges = paths[paths.via != "direct"].copy()
     mode = {"q": "Q", "k": "K", "v": "V"}
     edges["mode"] = edges.via.map(mode)
@@ -295,26 +346,37 @@ def section_two_layer(mech: pd.DataFrame, heads: pd.DataFrame, paths: pd.DataFra
         ["seed", "sender", "receiver", "via", "normalized", "score"]]
     direct = paths[paths.via == "direct"].sort_values("normalized", key=abs, ascending=False).groupby("seed").head(3)
     direct = direct.sort_values(["seed", "normalized"], ascending=[True, False])[["seed", "sender", "normalized"]]
-    cols = ["model", "answer_acc", "mechanism"] + MECHS + ["heads_supports", "heads_competes", "heads_inactive",
-                                                           "competing", "L0-L0", "L0-L1", "L1-L1", "reasons"]  # fmt: skip
+    cols = ["model", "answer_acc", "mechanism", "agreement", "flips"] + MECHS + [
+        "heads_supports", "heads_competes", "heads_inactive", "heads_undetermined", "competing", "L0-L0", "L0-L1",
+        "L1-L1", "reasons"]  # fmt: skip
     backs = heads[heads.backs_up.fillna("") != ""][["seed", "head", "role", "direct_effect", "total_effect", "self_repair", "backs_up"]]
+    if backup is not None and len(backup):
+        norm_heavy = backup[(backup.norm_compensation.abs() > backup.own_compensation.abs())]
+        backup_text = (f" Of the {len(backup)} (earlier head, later head, ablation) rows, "
+                       f"{int(backup.backs_up.sum())} are a backup; in {len(norm_heavy)} the final norm's rescaling "
+                       "moves the later head's direct effect more than its own output does (`two_layer_backup.csv`).")  # fmt: skip
+    else:
+        backup_text = ""
     return Section("4. Two layers: mechanisms, backup and paths", (
         Text("**Here**: two-layer Count01 models (16 heads per layer, the primary width) trained over seeds; "
-             "`hc.cooperation` over all 32 heads (496 pairs; accuracy, mean ablation; the Shapley interaction index "
-             "is not computed above 16 heads) (`two_layer_mechanisms.csv`, heads in `two_layer_heads.csv`). "
-             "`L0-L1`: the verdicts of pairs with one head in each layer."),
+             "`hc.cooperation` over all 32 heads (496 pairs; accuracy, the reading family with 2 reference draws "
+             "per ablation, for time; the Shapley interaction index is not computed above 16 heads) "
+             "(`two_layer_mechanisms.csv`, heads in `two_layer_heads.csv`). `L0-L1`: the words of pairs with one "
+             "head in each layer (composition is possible only there)."),
         Table(mech[[c for c in cols if c in mech.columns]], digits=3),
         Text(f"**Reading**: {int(mech.undetermined.sum())} of {int(mech.pairs.sum())} pairs are undetermined, "
              f"{_matters_little(mech)} of them because the pair matters on fewer than 10% of the inputs both with the other 30 heads present (removing "
              "two of 32 heads rarely flips the answer) and with them ablated (two heads alone rarely give it); "
-             f"{int(mech.competition.sum())} pairs hold a head that pushes against the answer, "
-             f"{int(mech.redundant.sum())} are redundant, {int(mech.division.sum())} a division, "
-             f"{int(mech.superposition.sum())} superposition. Pairs of two heads cannot describe a 32-head model that "
-             "answers only with many heads at once; a verdict on larger groups is beyond this instrument."),
-        Text("Heads that back another up (when the other is ablated, this head's direct effect rises by at least "
-             "half the other's direct effect; McGrath et al. 2023) and their self-repair (direct minus total "
-             "effect):" if len(backs) else "No head backs up another (no direct effect rises by half the ablated "
-             "head's direct effect when it is ablated)."),
+             f"{int(mech.competition.sum())} are competition, {int(mech.composition.sum())} composition, "
+             f"{int(mech.redundant.sum())} redundant, {int(mech.division.sum())} a division, "
+             f"{int(mech.superposition.sum())} superposition, {int(mech.inactive.sum())} hold an inactive head. "
+             "Pairs of two heads cannot describe a 32-head model that answers only with many heads at once; a "
+             "word on larger groups is beyond this instrument."),
+        Text("Heads that back another up (when the other is ablated, this head's own output change, the final "
+             "norm's rescaling split off, restores at least half of the other's direct effect or half of the "
+             "answers it loses; McGrath et al. 2023, Rushing & Nanda 2024) and their self-repair (direct minus "
+             "total effect):" + backup_text if len(backs) else "No head backs up another (no head's own output "
+             "change restores half of an ablated head's direct effect or of its lost answers)." + backup_text),
         *((Table(backs, digits=3),) if len(backs) else ()),
         Text("`hc.path_patch` of every layer-0 -> layer-1 edge through q, k and v (share of the clean-corrupt gap "
              "restored, `normalized`), beside the weights-only composition score of the same pair "
@@ -337,7 +399,8 @@ def build(out: Path = Path(__file__).resolve().parents[2] / "docs" / "results") 
     sections = [section_count01(summary, pairs, heads),
                 section_skip_pair(read("skip_pair_mechanisms"), read("skip_pair_contexts")),
                 section_compete(summary, heads, two_layer, table1),
-                section_two_layer(two_layer, read("two_layer_heads"), read("two_layer_paths"), read("two_layer_composition"))]  # fmt: skip
+                section_two_layer(two_layer, read("two_layer_heads"), read("two_layer_paths"), read("two_layer_composition"),
+                                  read("two_layer_backup") if (tables / "two_layer_backup.csv").exists() else None)]  # fmt: skip
     verdicts = {**default_verdicts(out / "robustness", "count01"), **default_verdicts(out / "robustness", "skip_pair")}
     claims = with_registry([c for part in sections for c in part.claims], verdicts)
     timing_path = tables / "timing.json"

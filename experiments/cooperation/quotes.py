@@ -12,6 +12,7 @@ ONLY_CORRECT = "In contexts where both heads write to multiple outputs, they wil
 SUPERPOSE = "We think this shows an interesting example of heads performing computation in superposition."
 DISTRIBUTE = ("The heads furthermore implement these nested conditionals in such a way that they distribute important "
               "source tokens between them, and constructively interfere to produce the correct answer.")
+LEAST_FAVOURITE = 'For contexts that contain their “least favourite” token repeated, the heads can confidently guess the correct answer by a process of eliminating options from its own attention hierarchy.'
 ONE_HEAD = 'We were also surprised that this problem can be solved with one head, as long as d_head >= 4.'
 # every quote, with the source document (../shared/seeds/) it is taken from verbatim
 QUOTES = {
@@ -20,4 +21,5 @@ QUOTES = {
     "interfere": (INTERFERE, "ov-coherent-skip-pair-post.md"), "only_correct": (ONLY_CORRECT, "ov-coherent-skip-pair-post.md"),
     "superpose": (SUPERPOSE, "ov-coherent-skip-pair-post.md"), "distribute": (DISTRIBUTE, "ov-coherent-skip-pair-post.md"),
     "one_head": (ONE_HEAD, "ov-coherent-skip-pair-post.md"),
+    "least_favourite": (LEAST_FAVOURITE, "ov-coherent-skip-pair-post.md"),
 }  # fmt: skip

@@ -116,25 +116,30 @@ WRITE_READINGS: tuple[str, ...] = get_args(WriteReading)
 THRESHOLDS = {"role": 0.1, "min_share": 0.1, "majority": 0.5, "division": 0.2, "cutoff": 0.2, "rank_tol": 0.1,
               "composition": 0.5, "floor": 0.1}  # fmt: skip
 
-WORD_SOURCES = {
+WORD_SOURCES = {  # text in double quotes is verbatim from ../shared/seeds (tests/test_cooperation.py checks it)
     "superposition": 'The SkipPair post: "In contexts where both heads write to multiple outputs, they will only '
-                     'constructively interfere on the correct token"; "they distribute important source tokens '
-                     'between them, and constructively interfere to produce the correct answer."',
-    "redundant": "Either head alone gives the answer where the pair matters (OR); the Count01 paper's "
-                 '"pseudo-ensemble" of heads that "each solve the task" is read this way.',
-    "division": "Each head answers its own share of the inputs (i-only and j-only): a division of labour.",
-    "composition": 'Elhage et al. 2021: a head\'s output read by a later head\'s query, key or value ("Q-, K- '
-                   'and V-composition"), as a previous-token head feeds an induction head.',
-    "competition": "One head's total effect on the metric supports the answer, the other's opposes it.",
-    "independent": "Both heads are needed (AND) or share the effect, and their logit effects add: no "
-                   "interaction, where additivity could have failed.",
-    "not testable": "Additivity holds by construction (logits linear in the two heads' outputs): the "
-                    "measurement cannot tell independent heads from any other.",
+                     'constructively interfere on the correct token."; "they distribute important source tokens '
+                     'between them, and constructively interfere to produce the correct answer"; "We think this shows '
+                     'an interesting example of heads performing computation in superposition."',
+    "redundant": 'Either head alone gives the answer where the pair matters (OR): the Count01 paper\'s question, '
+                 '"whether the attention heads behave as a pseudo-ensemble, all solving the same subtask".',
+    "division": 'Each head answers its own share of the inputs (i-only and j-only): the Count01 paper\'s other case, '
+                '"they perform different subtasks, meaning that they can only solve the original task in '
+                'conjunction", read per input.',
+    "composition": "Elhage et al. 2021 (A Mathematical Framework for Transformer Circuits): a later head reads an "
+                   "earlier head's output through its query, key or value (Q-, K- and V-composition), as a "
+                   "previous-token head feeds an induction head.",
+    "competition": 'One head\'s total effect on the metric supports the answer, the other\'s opposes it: the Count01 '
+                   'paper\'s title asks "Do Attention Heads Compete or Cooperate during Counting?" and defines neither.',
+    "independent": "Both heads are needed (AND) or share the effect, and their logit effects add where additivity "
+                   "could have failed: no interaction.",
+    "not testable": "Additivity holds by construction (logits linear in the two heads' outputs): the measurement "
+                    "cannot tell independent heads from any other.",
     "inactive": "A head of the pair has no effect on the metric under the reading.",
-    "undetermined": "The axes conflict, or the readings disagree (the first flipping reading is named).",
-    "backs up": 'McGrath et al. 2023 ("The Hydra Effect"): later heads compensate when an earlier one is '
-                'ablated; Rushing & Nanda 2024 ("self-repair"): the compensation through the final norm is '
-                "separated from a head's own change.",
+    "undetermined": "The axes conflict, or the readings disagree (flips_under names where).",
+    "backs up": "McGrath et al. 2023 (The Hydra Effect): later heads compensate when an earlier one is ablated; "
+                "Rushing & Nanda 2024 (self-repair): part of that compensation is the final LayerNorm's rescaling, "
+                "which is split off here.",
 }
 
 
@@ -162,8 +167,10 @@ class Cooperation(Displayed):
     later) head pair and ablation; readings: one row per reading (its model word and word counts); words:
     [pair, reading] the word of each pair under each reading; roles {head: role}; mechanism and agreement
     (the model's word and its share of readings); shares {word: share of pairs}; metric, how (the primary
-    reading, whose evidence `per_input` shows), hows (the family), method; input_class [pair, batch] and
-    input_superposed [pair, batch] (the primary reading's per-input evidence)."""
+    reading, whose evidence `per_input` shows), hows (the family), method; flips and by_ablation (what
+    flips the model's word, each ablation's word); input_class [pair, batch] (the primary reading's 2 x 2
+    classes), input_multi [pair, batch] (both heads write to several consistent completions) and
+    input_superposed [pair, batch] (and the answer is the only one both write to)."""
 
     heads: tuple[str, ...]
     pairs: pd.DataFrame
@@ -188,6 +195,7 @@ class Cooperation(Displayed):
     v_empty: float
     input_class: Int[Tensor, "pair batch"]
     input_superposed: Bool[Tensor, "pair batch"]
+    input_multi: Bool[Tensor, "pair batch"]
 
     @property
     def threshold(self) -> float:
@@ -482,11 +490,13 @@ class _Writes:
         self._at, self._ranks = {}, {}
 
     def at(self, floor: float) -> list[tuple[float, float, Tensor]]:
-        """Per pair: (multi share of inputs, only-answer share of those, only-answer-and-multi [batch])."""
+        """Per pair: (multi share of inputs, only-answer share of those, only-answer-and-multi [batch], multi
+        [batch])."""
         if floor not in self._at:
             n = len(self.answer)
             if not self.ok:
-                self._at[floor] = [(0.0, 0.0, torch.zeros(n, dtype=torch.bool))] * len(self.pairs)
+                self._at[floor] = [(0.0, 0.0, torch.zeros(n, dtype=torch.bool), torch.zeros(n, dtype=torch.bool))] \
+                    * len(self.pairs)  # fmt: skip
                 return self._at[floor]
             position = torch.full((int(max(self.outs.max(), self.answer.max())) + 1,), -1, dtype=torch.long)
             position[self.outs] = torch.arange(len(self.outs))
@@ -497,7 +507,7 @@ class _Writes:
             for i, j in self.pairs:
                 multi, only = superposed(sets[i], sets[j], cons[i], cons[j], col)
                 out.append((float(multi.double().mean()), float((only & multi).sum()) / max(int(multi.sum()), 1),
-                            only & multi))  # fmt: skip
+                            only & multi, multi))  # fmt: skip
             self._at[floor] = out
         return self._at[floor]
 
@@ -591,7 +601,7 @@ def _pair_word(a, b, ra, rb, th, nec, m, static, writes, comp) -> tuple[str, str
     if comp is not None and comp >= th["composition"]:
         return "composition", f"{comp:.0%} of the earlier head's effect runs through the later head's inputs"
     st = static[m]
-    multi, only, _ = writes.at(th["floor"])[m]
+    multi, only = writes.at(th["floor"])[m][:2]
     rank_a, rank_b = writes.ranks(m, th["rank_tol"])
     if (rank_a >= 2 and rank_b >= 2 and multi >= th["min_share"] and only >= th["majority"]
             and st["distributed"] >= th["majority"]):
@@ -792,6 +802,7 @@ def cooperation(
                    distributed=float(distributed(source[:, i], source[:, j]).double().mean())) for i, j in pairs]
     writes = _Writes(heads_dla, players, pairs, answer, outs, source)
     input_superposed = [writes.at(th["floor"])[m][2] for m in range(len(pairs))]
+    input_multi = [writes.at(th["floor"])[m][3] for m in range(len(pairs))]
 
     # --- the coalitions: all, none, all but i, i alone, all but i and j, i and j alone
     full, empty = torch.ones(k, dtype=torch.bool), torch.zeros(k, dtype=torch.bool)
@@ -867,7 +878,7 @@ def cooperation(
             code[e["classes"][c][m]] = INPUT_CLASSES.index(label)
         input_class.append(code.masked_fill_(~e["mask"][m], 0))
         st = static[m]
-        multi, only, _ = writes.at(th["floor"])[m]
+        multi, only = writes.at(th["floor"])[m][:2]
         rank_a, rank_b = writes.ranks(m, th["rank_tol"])
         f = ev0.full
         table.append(dict(head_a=names[i], head_b=names[j], mechanism=word, agreement=share, flips_under=flip,
@@ -920,7 +931,8 @@ def cooperation(
                        flips=overall_flip, by_ablation=overall_by, shares=shares, metric=metric, how=primary_how,
                        hows=tuple(hows), method=method, thresholds=th, agree=agree,
                        v_full=float(ev0.v[0].mean()), v_empty=float(ev0.v[1].mean()),
-                       input_class=torch.stack(input_class), input_superposed=torch.stack(input_superposed))  # fmt: skip
+                       input_class=torch.stack(input_class), input_superposed=torch.stack(input_superposed),
+                       input_multi=torch.stack(input_multi))  # fmt: skip
 
 
 ALL_PAIRS_UP_TO = 32
