@@ -262,3 +262,35 @@ def test_word_sources_quote_the_sources_verbatim():
     assert len(quoted) >= 6
     for q in quoted:
         assert q in text, q
+
+
+def test_the_answer_aligned_mean_equals_its_definition():
+    """mean-aligned: at input b's position p, the mean over references of z at the same offset from their
+    answer position (the per-position mean where no reference has that offset), against a plain loop."""
+    from headcoop.analysis.cooperation import _aligned_mean
+
+    g = torch.Generator().manual_seed(0)
+    ref = torch.randn(7, 6, 2, 3, generator=g)
+    ref_ans, ans = torch.tensor([1, 5, 3, 0, 2, 4, 5]), torch.tensor([0, 3, 5, 2])
+    out = _aligned_mean(ref, ref_ans, ans, 6)
+    for b in range(4):
+        for p in range(6):
+            rows = [ref[r, ref_ans[r] + p - ans[b]] for r in range(7) if 0 <= ref_ans[r] + p - ans[b] < 6]
+            want = torch.stack(rows).mean(0) if rows else ref[:, p].mean(0)
+            torch.testing.assert_close(out[b, p], want)
+    # on a fixed-length task the aligned mean is the plain mean
+    same = torch.full((7,), 5)
+    torch.testing.assert_close(_aligned_mean(ref, same, torch.full((4,), 5), 6), ref.mean(0).expand(4, -1, -1, -1))
+
+
+@pytest.mark.slow
+def test_the_count01_word_under_eight_reference_seeds():
+    """The shipped Count01 model, same inputs, eight reference samples: one word, or "undetermined" with the
+    same ablation named as the one that flips it (issue 37: the word was the seed of the mean reference)."""
+    model = hc.load("count01")
+    batch = model.task.mechanism_inputs(256, seed=0)
+    outcomes = set()
+    for s in range(8):
+        result = hc.cooperation(model, inputs=batch, reference=model.task.sample(512, seed=100 + s), max_exact=2)
+        outcomes.add((result.mechanism, result.flips.split(" under ")[-1] if result.mechanism == "undetermined" else ""))
+    assert len(outcomes) == 1, outcomes

@@ -47,7 +47,24 @@ def _readings(acc: pd.DataFrame, active: pd.DataFrame, how: str) -> dict:
                 undetermined=int(s.undetermined.sum()), pairs=int(s.pairs.sum()))  # fmt: skip
 
 
-def section_count01(summary: pd.DataFrame, pairs: pd.DataFrame, heads: pd.DataFrame) -> Section:
+def _count01_signature(acc: pd.DataFrame, ensemble: pd.DataFrame | None) -> tuple:
+    """The paper's own measures of count01.md (per-head separability s_acc of the primary models,
+    `count01/ensemble_models.csv`) beside hc.cooperation's word for the same seed (the family)."""
+    if ensemble is None:
+        return ()
+    primary = ensemble[ensemble.group == "primary"][["seed", "answer_acc", "mean_s_acc", "max_s_acc", "weighted_s_acc"]]
+    fam = acc[(acc.how == "family") & acc.model.str.startswith("seed ")].copy()
+    fam["seed"] = fam.model.str.removeprefix("seed ").astype(int)
+    joined = fam[["seed", "mechanism", "agreement", "flips", "redundant", "inactive"]].merge(
+        primary.rename(columns={"answer_acc": "count01_answer_acc"}), on="seed", how="left")
+    return (Text("Beside it, the paper's own measure (count01.md, `count01/ensemble_models.csv`, the primary models of "
+                 "the same seeds trained by the Count01 reproduction: each head's separability s_acc, mean, largest "
+                 "and weighted): a high s_acc for every head is what \"all solving the same subtask\" predicts."),
+            Table(joined, digits=3))
+
+
+def section_count01(summary: pd.DataFrame, pairs: pd.DataFrame, heads: pd.DataFrame,
+                    ensemble: pd.DataFrame | None = None) -> Section:
     acc = summary[summary.metric == "accuracy"]
     mean = acc[acc.how == "mean"]
     active = active_pairs(heads, pairs)
@@ -128,6 +145,7 @@ def section_count01(summary: pd.DataFrame, pairs: pd.DataFrame, heads: pd.DataFr
         Table(active, digits=3),
         Text("The paper's question read four ways, side by side (accuracy; zero, mean, the family):"),
         Table(reading),
+        *_count01_signature(acc, ensemble),
         Text("Examples from the shipped model (the family), with each ablation's word and what flips it:"),
         Table(example, digits=3),
         Text("**Reading**: " + text),
@@ -160,7 +178,24 @@ def _context_shares(part: pd.DataFrame) -> dict:
     return row
 
 
-def section_skip_pair(mech: pd.DataFrame, ctx: pd.DataFrame) -> Section:
+def _skip_pair_signature(mech: pd.DataFrame, shipped_measures: pd.DataFrame | None) -> tuple:
+    """The post's own signature measures of the shipped models (skip_pair.md's `shipped.csv`) beside
+    hc.cooperation's word for them (the family)."""
+    if shipped_measures is None:
+        return ()
+    words = mech[mech.seed.isna() & (mech.how == "family")][["d_head", "mechanism", "agreement", "by_ablation"]]
+    cols = ["d_head", "order_h0", "order_h1", "relation", "top_differ", "correct_up_both", "specific_rows",
+            "specific_total", "split_max", "signal_acc"]
+    joined = shipped_measures[shipped_measures.n_heads == 2][cols].merge(words, on="d_head", how="left")
+    return (Text("The post's own signature measures of the shipped models (skip_pair.md, `skip_pair/shipped.csv`: "
+                 "the heads' preference orderings and whether they are reversed, whether their first choices "
+                 "differ, the pair types whose answer both heads push above their mean (of 10), the (head, token) "
+                 "OV rows that put exactly the completions consistent with the ordering on top, the largest split "
+                 "of attention) beside hc.cooperation's word:"),
+            Table(joined, digits=3))
+
+
+def section_skip_pair(mech: pd.DataFrame, ctx: pd.DataFrame, shipped_measures: pd.DataFrame | None = None) -> Section:
     seeds = mech[mech.seed.notna()]
     rows = []
     for (d_head, how), part in seeds.groupby(["d_head", "how"], sort=False):
@@ -241,6 +276,7 @@ def section_skip_pair(mech: pd.DataFrame, ctx: pd.DataFrame) -> Section:
              "`rank_1_heads`: heads whose map from attended token to writes has rank 1."),
         Table(verbs, digits=3),
         Table(shipped, digits=3),
+        *_skip_pair_signature(mech, shipped_measures),
         Text("**Superposition evidence per context**, all seeds pooled (`skip_pair_contexts.csv`). A head *writes "
              "to* an output, by reading: hc.cooperation's (its DLA above a tenth of its largest on the context, "
              "counting only completions consistent with the token it attends to), *positive* (its raw DLA over the "
@@ -396,8 +432,10 @@ def build(out: Path = Path(__file__).resolve().parents[2] / "docs" / "results") 
     table1 = pd.read_csv(table1_path) if table1_path.exists() else None
     summary, pairs, heads = read("count01_mechanisms"), read("count01_pairs"), read("count01_heads")
     two_layer = read("two_layer_mechanisms")
-    sections = [section_count01(summary, pairs, heads),
-                section_skip_pair(read("skip_pair_mechanisms"), read("skip_pair_contexts")),
+    optional = lambda path: pd.read_csv(path) if path.exists() else None  # noqa: E731
+    sections = [section_count01(summary, pairs, heads, optional(out / "count01" / "ensemble_models.csv")),
+                section_skip_pair(read("skip_pair_mechanisms"), read("skip_pair_contexts"),
+                                  optional(out / "skip_pair" / "shipped.csv")),
                 section_compete(summary, heads, two_layer, table1),
                 section_two_layer(two_layer, read("two_layer_heads"), read("two_layer_paths"), read("two_layer_composition"),
                                   read("two_layer_backup") if (tables / "two_layer_backup.csv").exists() else None)]  # fmt: skip

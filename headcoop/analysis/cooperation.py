@@ -387,22 +387,17 @@ def _aligned_mean(ref_z: Tensor, ref_ans: Tensor, ans: Tensor, width: int) -> Te
     per-position mean where no reference has it."""
     n_ref, ref_w = ref_z.shape[:2]
     plain = ref_z.mean(0)  # [ref_pos, head, d_head]
-    offsets = torch.arange(-(width - 1), width)
-    table = []
-    rows = torch.arange(n_ref)
-    for d in offsets.tolist():
-        at = ref_ans.cpu() + d
-        ok = (at >= 0) & (at < ref_w)
-        if ok.any():
-            table.append(ref_z[rows[ok], at[ok]].mean(0))
-        else:
-            table.append(None)
-    out = torch.empty(len(ans), width, *ref_z.shape[2:], dtype=ref_z.dtype)
-    for b, a in enumerate(ans.cpu().tolist()):
-        for p in range(width):
-            value = table[p - a + width - 1]
-            out[b, p] = value if value is not None else plain[min(p, ref_w - 1)]
-    return out
+    offsets = torch.arange(-(width - 1), width)  # [offset]
+    at = ref_ans.cpu()[None, :] + offsets[:, None]  # [offset, ref]
+    ok = (at >= 0) & (at < ref_w)
+    gathered = ref_z[torch.arange(n_ref)[None, :], at.clamp(0, ref_w - 1)]  # [offset, ref, head, d_head]
+    weight = ok.to(ref_z.dtype)[..., None, None]
+    count = ok.sum(1)  # [offset]
+    table = (gathered * weight).sum(1) / count.clamp(min=1).to(ref_z.dtype)[:, None, None]  # [offset, head, d_head]
+    p = torch.arange(width)[None, :]  # [1, pos]
+    index = p - ans.cpu()[:, None] + width - 1  # [batch, pos]
+    fallback = plain[p.clamp(max=ref_w - 1)].expand(len(ans), -1, -1, -1)
+    return torch.where((count[index] > 0)[..., None, None], table[index], fallback)
 
 
 def _replacements(model, players, batch: Batch, how: str, references: list, seed: int) -> dict:

@@ -41,6 +41,8 @@ answer must beat. The models (`BENCH`; truth: the word of each named pair and ea
 - "cancel": L0H0 copies a (+1.2), L0H1 adds +0.5 and L0H2 -0.5 to out_a, L0H3 writes nothing (weight
   noise in tests makes it a small distractor): L0H2 competes, L0H3 is inactive.
 - "four": the "post" pair plus two empty heads: the mechanism sits on one pair of four.
+- "mlp": one layer with an MLP: L0H0 writes a flag f_a that the MLP turns into +1 on out_a, L0H1 copies a
+  onto out_a (+1) directly (floor 0.6): either route alone answers. Truth: redundant.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ from headcoop.tasks.base import Batch, Task, check_sample_size, generator
 from headcoop.tl import HookedTransformer, HookedTransformerConfig
 
 Bench = Literal["post", "rank1", "and-junk", "and-suppress", "feeder", "induction", "partial-backup", "ln-2l",
-                "unequal", "uneven", "cancel", "four"]  # fmt: skip
+                "unequal", "uneven", "cancel", "four", "mlp"]  # fmt: skip
 BENCH: tuple[str, ...] = get_args(Bench)
 SHARPNESS = 30.0
 K = 4
@@ -77,11 +79,12 @@ TRUTH = {
                {"L0H0": "supports", "L0H1": "supports", "L0H2": "competes", "L0H3": "inactive"}),
     "four": ({("L0H0", "L0H1"): "superposition", ("L0H2", "L0H3"): "inactive"},
              {"L0H0": "supports", "L0H1": "supports", "L0H2": "inactive", "L0H3": "inactive"}),
+    "mlp": ({("L0H0", "L0H1"): "redundant"}, {"L0H0": "supports", "L0H1": "supports"}),
 }
 MODEL_WORD = {"post": "superposition", "four": "superposition", "feeder": "composition", "induction": "composition",
               "partial-backup": "redundant", "ln-2l": "undetermined", "unequal": "redundant", "uneven": "division",
               "rank1": "not testable", "and-junk": "not testable", "and-suppress": "not testable",
-              "cancel": "competition"}  # fmt: skip
+              "cancel": "competition", "mlp": "redundant"}  # fmt: skip
 
 
 class BenchTask(Task):
@@ -167,10 +170,11 @@ class BenchTask(Task):
     def config(self) -> HookedTransformerConfig:
         layers = 2 if self.which in ("feeder", "induction", "partial-backup", "ln-2l") else 1
         heads = {"cancel": 4, "four": 4}.get(self.which, 1 if layers == 2 else 2)
-        extra = 8 if self.which in ("feeder", "induction") else 0
+        extra = 8 if self.which in ("feeder", "induction", "mlp") else 0
         d_model = len(self.vocab) + self.n_ctx + extra
         return HookedTransformerConfig(n_layers=layers, n_heads=heads, d_model=d_model, d_head=max(K, 8) + 2,
-                                       n_ctx=self.n_ctx, d_vocab=len(self.vocab), attn_only=True,
+                                       n_ctx=self.n_ctx, d_vocab=len(self.vocab), attn_only=self.which != "mlp",
+                                       d_mlp=8 if self.which == "mlp" else None, act_fn="relu",
                                        normalization_type="LN" if self.which == "ln-2l" else None,
                                        positional_embedding_type="standard", seed=0)  # fmt: skip
 
@@ -292,6 +296,17 @@ def bench(which: Bench = "post", weight_noise: float = 0.0, seed: int = 0) -> Ho
         w.ov(0, 0, {a[i]: {f"o{i}": 1.2} for i in range(K)})
         w.ov(0, 1, {a[i]: {f"o{i}": 0.5} for i in range(K)})
         w.ov(0, 2, {a[i]: {f"o{i}": -0.5} for i in range(K)})
+    elif which == "mlp":
+        w.bias("none", 0.6)
+        for h in (0, 1):
+            w.attend_pos(0, h, 2, 0)
+        w.ov(0, 0, {a[i]: {w.extra + i: 1.0} for i in range(K)})
+        w.ov(0, 1, {a[i]: {f"o{i}": 1.0} for i in range(K)})
+        mlp = model.blocks[0].mlp
+        with torch.no_grad():
+            for i in range(K):  # ReLU(flag_i) -> +1 on out_i
+                mlp.W_in[w.extra + i, i] = 1.0
+                mlp.W_out[i, w.tok(f"o{i}")] = 1.0
     if weight_noise:
         gen = torch.Generator().manual_seed(seed)
         with torch.no_grad():
