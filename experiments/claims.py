@@ -428,7 +428,7 @@ REGISTRY: tuple[ClaimEntry, ...] = (
        "come without any head; each cell shows answer and [EOS] accuracy with every head zeroed, so a reader sees "
        "what the heads carry."),
     ClaimEntry("finding", FINDING, "count01-paper-abstract.md", "typical", tuple(
-        Reading(f"{key}, {how}" + ("" if how == "family" else " ablation"), rule + f"; hc.cooperation on accuracy, "
+        Reading(f"{key}, {how}" + ("" if how == "family" else " ablation"), rule + "; hc.cooperation on accuracy, "
                 + ("the default reading family (a word where 90% of zero, mean, resample and aligned-mean readings, "
                    "reference draws and threshold bands agree)" if how == "family" else f"{how} ablation")
                 + ", over cooperation.md's Count01 models", _ensemble(key, how), table="cooperation/count01_models",

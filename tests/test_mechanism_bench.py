@@ -101,7 +101,8 @@ def test_each_truth_holds_on_plain_hooks(which):
 
 # where the logit difference reads a model differently from accuracy: a continuous metric sees the two
 # heads' logit effects add (0.59 and 0.41 of the pair's), which no 0/1 reading of redundancy shows
-LOGIT_DIFF_TRUTH = {"unequal": {("L0H0", "L0H1"): "not testable"}, "mlp": {("L0H0", "L0H1"): "independent"}}
+LOGIT_DIFF_TRUTH = {"unequal": {("L0H0", "L0H1"): "not testable"}, "mlp": {("L0H0", "L0H1"): "independent"},
+                    "and-suppress": {("L0H0", "L0H1"): "inactive"}}
 
 
 def _no_wrong_word(result, truth, overrides=None):

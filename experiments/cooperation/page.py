@@ -19,7 +19,7 @@ from experiments.cooperation.quotes import (
     DISTRIBUTE, FINDING, INTERFERE, LEAST_FAVOURITE, ONE_HEAD, ONLY_CORRECT, QUESTION, SUPERPOSE, TABLE1, TITLE,
 )
 from experiments.robustness.page import REGISTRY_SAYS, default_verdicts, with_registry
-from headcoop.analysis.cooperation import MECHANISMS, THRESHOLDS
+from headcoop.analysis.cooperation import MECHANISMS
 from headcoop.pages import Claim, Section, Table, Text, render
 
 HERE = Path(__file__).resolve().parent
@@ -223,8 +223,6 @@ def section_skip_pair(mech: pd.DataFrame, ctx: pd.DataFrame, shipped_measures: p
     five, one = mean.loc[5], mean.loc[1]
     fam = seeds[seeds.how == "family"]
     top = lambda r: max(MECHS, key=lambda m: r[m])  # noqa: E731
-    differ = top(five) != top(one)
-    post = READINGS[1]
     c5 = c[c.d_head == 5]
     claims = (
         Claim("2", INTERFERE,

@@ -24,7 +24,11 @@ MARK = "<!-- written by experiments/cooperation/planted.py -->"
 HOWS = ("zero", "mean", "resample", "mean-aligned", "family")
 METRICS = ("accuracy", "logit_diff")
 # the bench's truth on the logit difference where it differs from accuracy's (tests/test_mechanism_bench.py)
-LOGIT_DIFF_TRUTH = {"unequal": {("L0H0", "L0H1"): "not testable"}, "mlp": {("L0H0", "L0H1"): "independent"}}
+LOGIT_DIFF_TRUTH = {"unequal": {("L0H0", "L0H1"): "not testable"}, "mlp": {("L0H0", "L0H1"): "independent"},
+                    "and-suppress": {("L0H0", "L0H1"): "inactive"}}
+# the planted models' truth on the logit difference where it differs from accuracy's: two copy heads' logit
+# effects add (+1 each) in one attention-only layer, which the continuous metric reads as "not testable"
+PLANTED_LOGIT_DIFF_TRUTH = {"redundant": {("L0H0", "L0H1"): "not testable"}, "mixed": {("L0H0", "L0H1"): "not testable"}}
 
 
 def _models():
@@ -36,7 +40,10 @@ def _models():
 
 def _truth(kind: str, name: str, model, metric: str) -> dict:
     if kind == "planted":
-        return dict(model.planted["pairs"])
+        truth = dict(model.planted["pairs"])
+        if metric == "logit_diff":
+            truth.update(PLANTED_LOGIT_DIFF_TRUTH.get(name, {}))
+        return truth
     truth = dict(model.truth["pairs"])
     if metric == "logit_diff":
         truth.update(LOGIT_DIFF_TRUTH.get(name, {}))
@@ -101,8 +108,10 @@ def main() -> None:
               "\"undetermined\", with resample named as the ablation that flips them.",
               "- **Logit difference**: a continuous metric sees two heads' logit effects add (unequal: 0.59 and 0.41 "
               "of the pair's effect), so \"redundant\" (either alone gives at least 80% of the effect) is not what it "
-              "reads; the bench's truth on it is \"not testable\" (additive by construction in one layer), and for the "
-              "`mlp` model, whose two routes each add +1, \"independent\" (additive, and testable: an MLP sits in the way).",
+              "reads; the truth on it is \"not testable\" for the planted redundant and mixed pairs and the bench's unequal "
+              "pair (additive by construction in one layer), \"independent\" for the `mlp` model, whose two routes "
+              "each add +1 (additive, and testable: an MLP sits in the way), and \"inactive\" for `and-suppress`, "
+              "whose suppressing head lowers a decoy, not the metric's wrong token \"none\".",
               "- **Superposition** is read from the clean run's writes and attention, so no ablation moves it; "
               "the rank-1 and AND-gate models, whose writes meet only at the answer or add up, are never named "
               "superposition.",

@@ -27,8 +27,10 @@
 **Roles.** A head "supports" (or "competes") when its total effect exceeds tau in size with an interval
 that excludes 0, else by its isolated effect likewise; else "inactive". tau = `role` x S / k, with S the
 sum over the k heads of max(|total|, |isolated|): relative to the heads' absolute effects, not their net
-sum. `via` says whether the support is direct (the direct effect carries at least half of it) or through
-later heads (composition).
+sum. A head that a later head backs up (below) is read with that backup held at its unablated output: its
+effect before the compensation (else an over-compensating backup makes it look like it opposes the
+answer). `via` says whether the support is direct (the direct effect carries at least half of it) or
+through later heads (composition).
 
 **Words**, in this order (each word's source in `WORD_SOURCES`):
 
@@ -68,8 +70,10 @@ Composition and backup are measured on each ablation's first draw.
 **Backup** (McGrath et al. 2023; Rushing & Nanda 2024), for i in an earlier layer than j: ablate i; j's
 compensation is the rise of its direct effect, split into what j's own output change gives (the final
 norm's scale frozen at the unablated run's) and what the norm's rescaling gives (the rest). j backs up i
-when its own change restores at least half of i's direct effect, or at least half of the answers that are
-lost when j is also held at its unablated output (`answers_restored`). Both shares are shown.
+when its own change restores at least half of i's direct effect (both i's direct effect and the
+compensation above the role threshold), or at least half of the answers that are lost when j is also held
+at its unablated output (`answers_restored`, where those are at least `min_share` of the inputs). Both
+shares are shown.
 """
 
 from __future__ import annotations
@@ -546,17 +550,24 @@ class _Evidence:
         self.full_ld = (ld[0][None].expand(len(pairs), -1), ld[w], ld[2 + 2 * ii], ld[at])
         self.isol_ld = (ld[at + 1], ld[a], ld[3 + 2 * jj], ld[1][None].expand(len(pairs), -1))
 
-    def roles(self, role: float) -> tuple[list[str], list[str]]:
+    def roles(self, role: float, held: dict | None = None) -> tuple[list[str], list[str]]:
         """(role per head, which reading decided it: "v" the metric, "s" its continuous reading). The total
-        effect, else the isolated one, on the metric; for accuracy, where neither moves it, the margin's."""
+        effect, else the isolated one, on the metric; for accuracy, where neither moves it, the margin's. A
+        head with a backup (`held`: {head: (total on the metric, total on the continuous reading) [batch]
+        with its backup held at its unablated output}) is read before the compensation."""
         tau_v, tau_s = role * self.scale_v / self.k, role * self.scale_s / self.k
         readings = [("v", self.total_v_ci, tau_v), ("v", self.isolated_v_ci, tau_v)]
         if self.binary:
             readings += [("s", self.total_ci, tau_s), ("s", self.isolated_ci, tau_s)]
+        held = held or {}
         out, kinds = [], []
         for i in range(self.k):
             found, kind = "inactive", ""
-            for which, (mean, lo, hi), tau in readings:
+            mine = readings
+            if i in held:  # the head's own interval, put at its index
+                tv, ts = (tuple(torch.full((self.k,), float(x)) for x in effect_interval(h)) for h in held[i])
+                mine = [("v", tv, tau_v), readings[1]] + ([("s", ts, tau_s), readings[3]] if self.binary else [])
+            for which, (mean, lo, hi), tau in mine:
                 m, low, high = float(mean[i]), float(lo[i]), float(hi[i])
                 if m > tau and low > 0:
                     found, kind = "supports", which
@@ -811,6 +822,7 @@ def cooperation(
     cross = [(m, i, j) for m, (i, j) in enumerate(pairs) if players[i][0] != players[j][0]]
 
     evidence: dict[tuple[str, int], _Evidence] = {}
+    held_totals: dict[str, dict] = {h: {} for h in hows}  # per ablation: {head: its total effect, backup held}
     composition: dict[str, dict[int, float]] = {}
     backup_rows, compensation = [], torch.zeros(k, k, dtype=torch.float64)
     methods = []
@@ -830,9 +842,16 @@ def cooperation(
         composition[h] = _composition(model, batch.tokens, pos, players, cross, first, evidence[(h, 0)], metric,
                                       answer, wrong)  # fmt: skip
         if no_dla is None and cross:
-            rows_h, comp_h = _backup(model, batch.tokens, pos, players, names, cross, first, h, answer, sign_wrong,
-                                     direct, metric, wrong, logits_clean, th)  # fmt: skip
+            tau = th["role"] * evidence[(h, 0)].scale_s / k  # the role threshold on the continuous reading
+            rows_h, comp_h, held_h = _backup(model, batch.tokens, pos, players, names, cross, first, h, answer, sign_wrong,
+                                             direct, metric, wrong, logits_clean, th, tau)  # fmt: skip
             backup_rows += rows_h
+            ev_first = evidence[(h, 0)]
+            for row in sorted(rows_h, key=lambda r: -r["own_compensation"]):  # the strongest backup of each head
+                e, l_ = names.index(row["of"]), names.index(row["backup"])
+                if row["backs_up"] and e not in held_totals[h]:
+                    v_held, s_held = held_h[(e, l_)]
+                    held_totals[h][e] = (ev_first.v[0] - v_held, ev_first.s[0] - s_held)
             if h == primary_how:
                 compensation = comp_h
 
@@ -842,7 +861,7 @@ def cooperation(
     all_words, all_reasons, all_roles, model_words = [], [], [], []
     for (h, d), ev in evidence.items():
         for name, f, thr in threshold_readings:
-            roles, kinds = ev.roles(thr["role"])
+            roles, kinds = ev.roles(thr["role"], held_totals[h])
             nec = ev.necessity(thr)
             words, reasons = [], []
             for m, (i, j) in enumerate(pairs):
@@ -880,7 +899,7 @@ def cooperation(
                           reason=reason, primary_word=all_words[primary][m], by_ablation=_by_ablation(words, readings), context="full" if use_full else "isolated",
                           matters=float(e["matters"][m]), **{c: float(e[c][m]) for c in CLASSES},
                           additive_ld=float(e["additive"][m]), multi=multi, only_answer=only,
-                          distributed=st["distributed"], rank_a=rank_a, rank_b=rank_b, composition=_share_or_nan(composition[primary_how].get(m), ev0, th),
+                          distributed=st["distributed"], rank_a=rank_a, rank_b=rank_b, composition=_share_or_nan(composition[primary_how].get(m), ev0, th, held_totals[primary_how]),
                           interaction=float(inter[i, j]),
                           interaction_full=float((f[0][m] - f[1][m] - f[2][m] + f[3][m]).mean()),
                           isolated_matters=float(nec0["isolated"]["matters"][m])))  # fmt: skip
@@ -935,8 +954,8 @@ BACKUP_COLUMNS = ["backup", "of", "how", "own_compensation", "norm_compensation"
                   "answers_restored", "backs_up"]  # fmt: skip
 
 
-def _share_or_nan(comp, ev: _Evidence, th: dict) -> float:
-    roles, kinds = ev.roles(th["role"])
+def _share_or_nan(comp, ev: _Evidence, th: dict, held: dict | None = None) -> float:
+    roles, kinds = ev.roles(th["role"], held)
     share = _composition_share(comp, ev, roles, kinds, th["role"])
     return float("nan") if share is None else share
 
@@ -992,8 +1011,10 @@ def _composition_share(comp, ev: _Evidence, roles: list[str], kinds: list[str], 
 
 
 def _backup(model, tokens, pos, players, names, cross, repl_first, how, answer, sign_wrong, direct, metric, wrong,
-            logits_clean, th) -> tuple[list, Tensor]:  # fmt: skip
-    """Backup rows (module docstring) for every (earlier head i, later head j), and compensation [i, j]."""
+            logits_clean, th, tau: float) -> tuple[list, Tensor, dict]:  # fmt: skip
+    """Backup rows (module docstring) for every (earlier head i, later head j), compensation [i, j], and the
+    metric and its continuous reading per input [batch] with i ablated and j held at its unablated output
+    ({(i, j): (values, continuous)})."""
     k = len(players)
     rows = torch.arange(len(tokens))
     comp = torch.zeros(k, k, dtype=torch.float64)
@@ -1008,6 +1029,7 @@ def _backup(model, tokens, pos, players, names, cross, repl_first, how, answer, 
         e, l = (i, j) if players[i][0] < players[j][0] else (j, i)
         pairs.setdefault(e, []).append(l)
     ok_clean = _per_input("accuracy", logits_clean, answer, None) > 0.5
+    held_values = {}
     for e, laters in pairs.items():
         value = {players[e]: repl_first[players[e]]}
         ablated_logits, abl = _run_with(model, tokens, pos, value, zl + ([scale_name] if has_norm else []))
@@ -1026,16 +1048,18 @@ def _backup(model, tokens, pos, players, names, cross, repl_first, how, answer, 
             held[players[l]] = clean[zname][:, :, head]
             held_logits, _ = _run_with(model, tokens, pos, held)
             ok_held = _per_input("accuracy", held_logits, answer, None) > 0.5
+            held_values[(e, l)] = (_per_input(metric, held_logits, answer, wrong), _signed(metric, held_logits, answer, wrong))
             lost = ok_clean & ~ok_held
             restored = float((lost & ok_free).sum()) / max(int(lost.sum()), 1)
             share = own / float(direct[e]) if float(direct[e]) > 1e-9 else float("nan")
+            material = float(direct[e]) > tau and own > tau  # a head with no direct effect has nothing to back up
             backs = (float(lost.double().mean()) >= th["min_share"] and restored >= th["majority"]) or \
-                (share == share and share >= th["majority"])  # fmt: skip
+                (material and share >= th["majority"])  # fmt: skip
             comp[e, l] = own + norm
             out.append(dict(backup=names[l], of=names[e], how=how, own_compensation=own, norm_compensation=norm,
                             logit_share=share, answers_lost=float(lost.double().mean()), answers_restored=restored,
                             backs_up=bool(backs)))  # fmt: skip
-    return out, comp
+    return out, comp, held_values
 
 
 __all__ = ["cooperation", "Cooperation", "MECHANISMS", "ROLES", "INPUT_CLASSES", "THRESHOLDS", "WORD_SOURCES",

@@ -47,7 +47,6 @@ answer must beat. The models (`BENCH`; truth: the word of each named pair and ea
 
 from __future__ import annotations
 
-import itertools
 from typing import Any, Literal, get_args
 
 import torch
