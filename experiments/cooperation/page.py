@@ -111,11 +111,11 @@ def section_count01(summary: pd.DataFrame, pairs: pd.DataFrame, heads: pd.DataFr
         f"word is {_counts(fam.mechanism)}; the median share of readings giving the most common word is "
         f"{fam.agreement.median():.0%}, and what flips it, per model: "
         + "; ".join(f"{m}: {f or 'none, every reading agrees'}" for m, f in zip(fam.model, fam.flips.fillna(""))) + ". "
-        f"A pair with an inactive head is named \"inactive\" (nothing can be said of a head that does nothing) and "
+        f"A pair with an inactive head is named *inactive* (nothing can be said of a head that does nothing) and "
         f"the model's word is that of more than half of its *active* pairs. On the logit difference (the family) "
         f"the pairs are {', '.join(f'{int(ld[m].sum())} {m}' for m in MECHS if ld[m].sum() > 0)}: "
         "in a one-layer attention-only model the logit difference is a sum of per-head terms, so where both heads "
-        "are needed their effects add by construction (\"not testable\"); the redundancy lives in the "
+        "are needed their effects add by construction (*not testable*); the redundancy lives in the "
         "thresholded decision (accuracy)."
     )  # fmt: skip
     cols = ["model", "answer_acc", "how", "mechanism", "agreement", "flips", *MECHS, "heads_inactive",
@@ -160,7 +160,7 @@ def _empty_note(acc: pd.DataFrame) -> str:
     parts = ", ".join(f"{shipped.loc[h, 'v_empty']:.0%} under {h}" + ("" if h == "family" else " ablation")
                       for h in ("zero", "mean") if h in shipped.index)
     return (f"With every head ablated the shipped model is still right on {parts} (the first draw of the reference "
-            "for mean): a pair can matter, and \"either alone answers\" be tested, only on the other inputs; under zero "
+            "for mean): a pair can matter, and *either alone answers* be tested, only on the other inputs; under zero "
             "ablation those are the strings the head-free model gets wrong. ")
 
 

@@ -103,21 +103,21 @@ def main() -> None:
               "- **Resample ablation** replaces a copy head's output by the same head's output on another input: it "
               "votes for that input's answer as strongly as the head votes for this one's. Two heads that copy the "
               "same token (redundant, division, unequal, the mixed model's pair) then tie with the injected answer, "
-              "a tie is no answer, and the pair reads as both-needed (\"not testable\" in one layer). Zero and mean "
+              "a tie is no answer, and the pair reads as both-needed (*not testable* in one layer). Zero and mean "
               "ablation, which inject no other answer, name them; the family therefore reads them "
-              "\"undetermined\", with resample named as the ablation that flips them.",
+              "*undetermined*, with resample named as the ablation that flips them.",
               "- **Logit difference**: a continuous metric sees two heads' logit effects add (unequal: 0.59 and 0.41 "
-              "of the pair's effect), so \"redundant\" (either alone gives at least 80% of the effect) is not what it "
-              "reads; the truth on it is \"not testable\" for the planted redundant and mixed pairs and the bench's unequal "
-              "pair (additive by construction in one layer), \"independent\" for the `mlp` model, whose two routes "
-              "each add +1 (additive, and testable: an MLP sits in the way), and \"inactive\" for `and-suppress`, "
+              "of the pair's effect), so *redundant* (either alone gives at least 80% of the effect) is not what it "
+              "reads; the truth on it is *not testable* for the planted redundant and mixed pairs and the bench's unequal "
+              "pair (additive by construction in one layer), *independent* for the `mlp` model, whose two routes "
+              "each add +1 (additive, and testable: an MLP sits in the way), and *inactive* for `and-suppress`, "
               "whose suppressing head lowers a decoy, not the metric's wrong token \"none\".",
               "- **Superposition** is read from the clean run's writes and attention, so no ablation moves it; "
               "the rank-1 and AND-gate models, whose writes meet only at the answer or add up, are never named "
               "superposition.",
               "- **The LayerNorm model** (`ln-2l`): both heads are needed, and the norm makes their logit effects "
               "far from additive (one head alone gives 84% of the pair's logit): no word of the list fits, its "
-              "truth is \"undetermined\". Ablating L0H0 raises L1H0's direct effect by more than half of L0H0's, "
+              "truth is *undetermined*. Ablating L0H0 raises L1H0's direct effect by more than half of L0H0's, "
               "mostly through the final norm's scale: the backup table splits it off and names no backup.", ""]
     lines += [f"Regenerating this page took {time.perf_counter() - start:.0f} s on {os.cpu_count()} cores.", ""]
     existed = OUT.exists()

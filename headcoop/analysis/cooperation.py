@@ -695,6 +695,7 @@ def cooperation(
     band: tuple[float, float] = (0.5, 2.0),
     agree: float = 0.9,
     outputs=None,
+    progress: bool | None = None,
 ) -> Cooperation:
     """The word of every pair of heads and the role of every head over a family of readings (module
     docstring).
@@ -708,6 +709,7 @@ def cooperation(
     thresholds: overrides of `THRESHOLDS` (threshold= and min_share= set "role" and "min_share"); band: the
                factors each threshold is read at besides 1; agree: the share of readings a word needs.
     outputs:   the completions the writes are read over (token ids; default every answer of the inputs).
+    progress:  a tqdm bar over the ablations (default: on above 16 heads, where one ablation takes minutes).
     max_exact: the Shapley interaction index of each pair (`interaction`, no rule uses it) is computed
                exactly up to this many heads (mean ablation, first draw); above, NaN, or shapiq's ranking
                with top_pairs / screen_budget as `hc.interactions`.
@@ -826,7 +828,10 @@ def cooperation(
     composition: dict[str, dict[int, float]] = {}
     backup_rows, compensation = [], torch.zeros(k, k, dtype=torch.float64)
     methods = []
-    for h in hows:
+    from headcoop.progress import tqdm
+
+    show = progress if progress is not None else k > 16
+    for h in tqdm(hows, desc="hc.cooperation: ablations", disable=not show, leave=False):
         refs = [None] if h == "zero" else _draw_references(task, reference, h, draws, seed)
         repl = _replacements(model, players, batch, h, refs, seed)
         stacked = Batch.cat([batch] * len(refs)) if len(refs) > 1 else batch
