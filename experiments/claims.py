@@ -282,9 +282,17 @@ def _contexts(passed: str, units: str) -> Callable[[pd.DataFrame], Outcome]:
 
 def _ensemble(key: str, how: str) -> Callable[[pd.DataFrame], Outcome]:
     """cooperation.md's Count01 models under one ablation: R1 the model verdict is redundant; R2 most pairs of
-    active heads are redundant; R3 every pair of active heads is redundant."""
+    active heads are redundant; R3 every pair of active heads is redundant. Under the reading family a model
+    whose word (R1), or most of whose active pairs (R2, R3), the readings leave undetermined cannot show
+    either way: it is left out, and where every model is, the reading is not testable here."""
     def measure(t: pd.DataFrame) -> Outcome:
         t = t[t.how == how]
+        if how == "family":
+            n = len(t)
+            t = t[t.mechanism != "undetermined"] if key == "R1" else t[t.conflicting <= t.active_pairs / 2]
+            if not len(t):
+                return count(0, 0, "models", untestable=f"the reading family leaves all {n} models undetermined "
+                             "(the readings disagree; cooperation.md section 1 names what flips each)")
         ok = {"R1": t.mechanism == "redundant", "R2": t.redundant_share > 0.5,
               "R3": (t.redundant == t.active_pairs) & (t.active_pairs > 0)}[key]
         return count(ok.sum(), len(t), "models")

@@ -230,3 +230,20 @@ def test_no_two_pages_give_one_quote_two_verdicts():
     assert len(judged) == len(verdicts) - 1  # all but the title question
     for quote in judged:
         assert " ".join(re.sub(r"\\\|", "|", quote).split()) in robustness, quote[:50]
+
+
+def test_the_family_reading_abstains_where_the_readings_leave_models_undetermined():
+    """Under the reading family a model whose word is undetermined cannot show the pseudo-ensemble either
+    way: R1 and R2 leave it out, and are "not testable here" when every model is undetermined."""
+    r1, r2 = _reading("finding", "R1, family"), _reading("finding", "R2, family")
+    models = pd.DataFrame(dict(model=["a", "b"], how="family", active_pairs=[10, 10], redundant=[0, 0],
+                               conflicting=[10, 9], mechanism="undetermined"))  # fmt: skip
+    models["redundant_share"] = models.redundant / models.active_pairs
+    assert judge("typical", r1, r1.measure(models)) == UNTESTABLE
+    assert judge("typical", r2, r2.measure(models)) == UNTESTABLE
+    decided = models.assign(mechanism=["redundant", "undetermined"], redundant=[9, 0], conflicting=[1, 9])
+    decided["redundant_share"] = decided.redundant / decided.active_pairs
+    assert judge("typical", r1, r1.measure(decided)) == HOLDS  # 1 of the 1 determined models
+    few = decided.assign(redundant=[2, 0])
+    few["redundant_share"] = few.redundant / few.active_pairs
+    assert judge("typical", r2, r2.measure(few)) == FAILS
