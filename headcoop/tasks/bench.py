@@ -50,10 +50,10 @@ from __future__ import annotations
 from typing import Any, Literal, get_args
 
 import torch
-from jaxtyping import Int
 from torch import Tensor
 
-from headcoop.tasks.base import Batch, Task, check_sample_size, generator
+from headcoop.tasks.base import Batch, check_sample_size, generator
+from headcoop.tasks.planted import HandWeightedTask
 from headcoop.tl import HookedTransformer, HookedTransformerConfig
 
 Bench = Literal["post", "rank1", "and-junk", "and-suppress", "feeder", "induction", "partial-backup", "ln-2l",
@@ -86,7 +86,7 @@ MODEL_WORD = {"post": "superposition", "four": "superposition", "feeder": "compo
               "cancel": "competition", "mlp": "redundant"}  # fmt: skip
 
 
-class BenchTask(Task):
+class BenchTask(HandWeightedTask):
     """The task of one bench model (module docstring): its vocabulary, inputs and answers."""
 
     name = "bench"
@@ -105,16 +105,6 @@ class BenchTask(Task):
     @property
     def n_ctx(self) -> int:
         return 6 if self.which == "induction" else 3
-
-    def encode(self, text: str) -> Int[Tensor, " pos"]:
-        words = self.check_text(text).split()
-        for pos, word in enumerate(words):
-            if word not in self.index:
-                raise ValueError(f"unknown symbol {word!r} at position {pos}; the vocabulary is {self.vocab}")
-        return torch.tensor([self.index[w] for w in words])
-
-    def decode(self, ids) -> str | list[str]:
-        return self.decode_with(ids, " ")
 
     def completions(self) -> Tensor | None:
         if self.which in ("post", "four"):
@@ -159,13 +149,6 @@ class BenchTask(Task):
         other = self.sample(len(batch), seed=12_345)
         return batch.replace(tokens=other.tokens, targets=other.targets, answer=other.answer, labels=other.labels)
 
-    def evaluate(self, model: HookedTransformer, n: int = 1024, seed: int = 10_000) -> dict[str, float]:
-        self.check_ready(model, f"{self.name} evaluate")
-        batch = self.sample(n, seed)
-        with torch.no_grad():
-            logits = model(batch.tokens)
-        return {"accuracy": float(self.correct(logits, batch).float().mean())}
-
     def config(self) -> HookedTransformerConfig:
         layers = 2 if self.which in ("feeder", "induction", "partial-backup", "ln-2l") else 1
         heads = {"cancel": 4, "four": 4}.get(self.which, 1 if layers == 2 else 2)
@@ -176,10 +159,6 @@ class BenchTask(Task):
                                        d_mlp=8 if self.which == "mlp" else None, act_fn="relu",
                                        normalization_type="LN" if self.which == "ln-2l" else None,
                                        positional_embedding_type="standard", seed=0)  # fmt: skip
-
-    def prepare(self, model: HookedTransformer) -> HookedTransformer:
-        model.task = self
-        return model
 
     def params(self) -> dict[str, Any]:
         return {"which": self.which}

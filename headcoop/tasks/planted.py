@@ -49,7 +49,36 @@ K = 4  # values of a and of b
 SHARPNESS = 30.0  # query x key at the attended position
 
 
-class PlantedTask(Task):
+class HandWeightedTask(Task):
+    """What the tasks of hand-weighted models share (planted models, the mechanism bench): a vocabulary of
+    words (`vocab`, `index`), space-separated text, accuracy as the evaluation, the model's task set on it."""
+
+    vocab: list[str]
+    index: dict[str, int]
+
+    def encode(self, text: str) -> Int[Tensor, " pos"]:
+        words = self.check_text(text).split()
+        for pos, word in enumerate(words):
+            if word not in self.index:
+                raise ValueError(f"unknown symbol {word!r} at position {pos}; the vocabulary is {self.vocab}")
+        return torch.tensor([self.index[w] for w in words])
+
+    def decode(self, ids) -> str | list[str]:
+        return self.decode_with(ids, " ")
+
+    def evaluate(self, model: HookedTransformer, n: int = 4096, seed: int = 10_000) -> dict[str, float]:
+        self.check_ready(model, f"{self.name} evaluate")
+        batch = self.sample(n, seed)
+        with torch.no_grad():
+            logits = model(batch.tokens)
+        return {"accuracy": float(self.correct(logits, batch).float().mean())}
+
+    def prepare(self, model: HookedTransformer) -> HookedTransformer:
+        model.task = self
+        return model
+
+
+class PlantedTask(HandWeightedTask):
     """The [a, b, =] task of the planted models (module docstring): answer out_a, or grid (a, b) for
     "superposition"; the alternative is "none"."""
 
@@ -67,16 +96,6 @@ class PlantedTask(Task):
     @property
     def n_ctx(self) -> int:
         return 3
-
-    def encode(self, text: str) -> Int[Tensor, " pos"]:
-        words = self.check_text(text).split()
-        for pos, word in enumerate(words):
-            if word not in self.index:
-                raise ValueError(f"unknown symbol {word!r} at position {pos}; the vocabulary is {self.vocab}")
-        return torch.tensor([self.index[w] for w in words])
-
-    def decode(self, ids) -> str | list[str]:
-        return self.decode_with(ids, " ")
 
     def answer_of(self, a: Tensor, b: Tensor) -> Tensor:
         if self.mechanism == "superposition":
@@ -101,23 +120,12 @@ class PlantedTask(Task):
         answer = self.answer_of(a2, b2)
         return batch.replace(tokens=tokens, targets=answer[:, None], answer=answer, labels=a2)
 
-    def evaluate(self, model: HookedTransformer, n: int = 4096, seed: int = 10_000) -> dict[str, float]:
-        self.check_ready(model, f"{self.name} evaluate")
-        batch = self.sample(n, seed)
-        with torch.no_grad():
-            logits = model(batch.tokens)
-        return {"accuracy": float(self.correct(logits, batch).float().mean())}
-
     def config(self, n_layers: int = 1, n_heads: int = 2, **kwargs) -> HookedTransformerConfig:
         d_model = len(self.vocab) + self.n_ctx
         return HookedTransformerConfig(n_layers=n_layers, n_heads=n_heads, d_model=d_model, d_head=K + 1,
                                        n_ctx=self.n_ctx, d_vocab=len(self.vocab), attn_only=True,
                                        normalization_type=None, positional_embedding_type="standard",
                                        seed=0, **kwargs)  # fmt: skip
-
-    def prepare(self, model: HookedTransformer) -> HookedTransformer:
-        model.task = self
-        return model
 
     def params(self) -> dict[str, Any]:
         return {"mechanism": self.mechanism}
@@ -243,4 +251,4 @@ def planted_truth(mechanism: Planted) -> dict:
     return {"pairs": pairs, "roles": roles, "backup": {"L1H0": "L0H0"} if mechanism == "backup" else {}}
 
 
-__all__ = ["planted", "planted_truth", "PlantedTask", "PLANTED", "Planted"]
+__all__ = ["planted", "planted_truth", "PlantedTask", "HandWeightedTask", "PLANTED", "Planted"]
