@@ -294,3 +294,15 @@ def test_the_count01_word_under_eight_reference_seeds():
         result = hc.cooperation(model, inputs=batch, reference=model.task.sample(512, seed=100 + s), max_exact=2)
         outcomes.add((result.mechanism, result.flips.split(" under ")[-1] if result.mechanism == "undetermined" else ""))
     assert len(outcomes) == 1, outcomes
+
+
+def test_the_shipped_skip_pair_models_read_as_the_post_reads_them():
+    """The shipped d_head 5 model is superposition in the post's sense over the whole reading family; the
+    d_head 1 model, whose heads write one fixed vector each (rank 1), is not."""
+    five = hc.cooperation(hc.load("skip-pair"), n=512)
+    assert five.mechanism == "superposition" and five.agreement >= 0.9
+    row = five.pairs.iloc[0]
+    assert row.rank_a >= 2 and row.rank_b >= 2 and row.only_answer >= 0.5 and row.distributed >= 0.5
+    one = hc.cooperation(hc.load("skip-pair-dhead1"), n=512)
+    assert one.mechanism != "superposition" and "superposition" not in one.words.values
+    assert one.pairs.rank_a[0] == 1 and one.pairs.rank_b[0] == 1
