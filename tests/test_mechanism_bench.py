@@ -102,7 +102,7 @@ def test_each_truth_holds_on_plain_hooks(which):
 # where the logit difference reads a model differently from accuracy: a continuous metric sees the two
 # heads' logit effects add (0.59 and 0.41 of the pair's), which no 0/1 reading of redundancy shows
 LOGIT_DIFF_TRUTH = {"unequal": {("L0H0", "L0H1"): "not testable"}, "mlp": {("L0H0", "L0H1"): "independent"},
-                    "and-suppress": {("L0H0", "L0H1"): "inactive"}}
+                    "and-suppress": {("L0H0", "L0H1"): "inactive"}, "ln-2l": {("L0H0", "L1H0"): "redundant"}}
 
 
 def _no_wrong_word(result, truth, overrides=None):

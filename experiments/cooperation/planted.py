@@ -25,7 +25,7 @@ HOWS = ("zero", "mean", "resample", "mean-aligned", "family")
 METRICS = ("accuracy", "logit_diff")
 # the bench's truth on the logit difference where it differs from accuracy's (tests/test_mechanism_bench.py)
 LOGIT_DIFF_TRUTH = {"unequal": {("L0H0", "L0H1"): "not testable"}, "mlp": {("L0H0", "L0H1"): "independent"},
-                    "and-suppress": {("L0H0", "L0H1"): "inactive"}}
+                    "and-suppress": {("L0H0", "L0H1"): "inactive"}, "ln-2l": {("L0H0", "L1H0"): "redundant"}}
 # the planted models' truth on the logit difference where it differs from accuracy's: two copy heads' logit
 # effects add (+1 each) in one attention-only layer, which the continuous metric reads as "not testable"
 PLANTED_LOGIT_DIFF_TRUTH = {"redundant": {("L0H0", "L0H1"): "not testable"}, "mixed": {("L0H0", "L0H1"): "not testable"}}
@@ -111,7 +111,10 @@ def main() -> None:
               "reads; the truth on it is *not testable* for the planted redundant and mixed pairs and the bench's unequal "
               "pair (additive by construction in one layer), *independent* for the `mlp` model, whose two routes "
               "each add +1 (additive, and testable: an MLP sits in the way), and *inactive* for `and-suppress`, "
-              "whose suppressing head lowers a decoy, not the metric's wrong token \"none\".",
+              "whose suppressing head lowers a decoy, not the metric's wrong token \"none\" (under mean and resample "
+              "ablation its replacement value moves the answer's logit too, so those single ablations name a word: "
+              "the misses marked above; the family abstains), and *redundant* for `ln-2l`, where the norm makes "
+              "each head alone give 84% of the pair's logit difference.",
               "- **Superposition** is read from the clean run's writes and attention, so no ablation moves it; "
               "the rank-1 and AND-gate models, whose writes meet only at the answer or add up, are never named "
               "superposition.",
