@@ -278,8 +278,10 @@ def _section_cooperation(ctx: _Context) -> tuple:
         blocks.append(_note(f"This model has {n} heads: too many pairs for this page. "
                             "<code>hc.cooperation(model, heads=[...])</code> names the mechanism of the heads you choose."))  # fmt: skip
     else:
+        # one reference draw per ablation above 16 heads: the family's cost grows with the draws on the
+        # layer-by-layer path (a 32-head two-layer model takes minutes per draw)
         coop = cooperation(model, inputs=ctx.clean, metric="accuracy", reference=ctx.clean,
-                           max_exact=max(2, exact_limit))  # fmt: skip
+                           max_exact=max(2, exact_limit), draws=4 if n <= 16 else 1)  # fmt: skip
         shown = coop.to_dataframe()
         order = {m: k for k, m in enumerate(MECHANISMS)}
         shown = shown.iloc[shown.mechanism.map(order).argsort(kind="stable")].head(12)
