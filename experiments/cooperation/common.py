@@ -26,10 +26,11 @@ class Settings:
     two_layer_seeds: tuple = (0, 1)
     draws: int = 4  # reference draws per ablation of hc.cooperation's reading family
     two_layer_draws: int = 2  # the same on the 32-head models (496 pairs), for time
+    two_layer_how: str = "family"  # the smoke run reads zero ablation only there
     recipe: dict = field(default_factory=lambda: dict(batch_size=256, lr=1e-2, weight_decay=0.0))
 
     @staticmethod
     def quick_settings(out: Path) -> "Settings":
         return Settings(out=out, quick=True, n_inputs=64, count01_seeds=(0,), count01_steps=20,
                         skip_pair_seeds=(0, 1), skip_pair_steps=20, two_layer_seeds=(0,), draws=2,
-                        two_layer_draws=1)  # fmt: skip
+                        two_layer_draws=1, two_layer_how="zero")  # fmt: skip

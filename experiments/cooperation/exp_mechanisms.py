@@ -147,7 +147,7 @@ def two_layer_mechanisms(s: Settings) -> tuple[pd.DataFrame, pd.DataFrame]:
     batch = task.sample(s.n_inputs, seed=3)
     rows, heads, backups = [], [], []
     for seed, model in zip(s.two_layer_seeds, models):
-        result = hc.cooperation(model, inputs=batch, metric="accuracy", draws=s.two_layer_draws)
+        result = hc.cooperation(model, inputs=batch, metric="accuracy", how=s.two_layer_how, draws=s.two_layer_draws)
         backup = result.backup.copy()
         backup.insert(0, "seed", seed)
         backups.append(backup)
