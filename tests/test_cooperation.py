@@ -137,6 +137,8 @@ def test_bad_arguments():
         hc.cooperation(model, band=(0.5,))
     with pytest.raises(ValueError, match="agree"):
         hc.cooperation(model, agree=0.2)
+    with pytest.raises(ValueError, match=r"outputs= must be a list of token ids in 0\.\.\d+, got \[999\]"):
+        hc.cooperation(model, outputs=[999])
 
 
 @pytest.mark.parametrize("mechanism", ["backup", "independent-2l"])
@@ -151,6 +153,32 @@ def test_row_logits_equal_the_reference(mechanism):
         out[method] = game.row_logits(all_masks(2))
     torch.testing.assert_close(out["auto"], out["reference"], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(out["stacked"], out["reference"], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("hooked", [False, True])
+def test_caller_given_replacements_equal_the_games_own(hooked):
+    """replacements= (hc.cooperation's stacked reference draws) gives the logits of the game that computes
+    the same mean replacement itself, on the fast path and, with a user's hook installed, on the reference."""
+    from headcoop.analysis.ablation import reference_z, replacement
+
+    model = hc.planted("backup", weight_noise=0.05)
+    batch, ref = model.task.sample(16, seed=2), model.task.sample(64, seed=3)
+    players = [(0, 0), (1, 0)]
+    if hooked:  # installed first: the reference's z is read as the model runs now, hook included
+        model.blocks[1].hook_resid_pre.add_hook(lambda act, hook: act * 1.01)
+    try:
+        ref_z = reference_z(model, ref, {0, 1})
+        given = {(lay, h): replacement(ref_z[lay][:, :, h, None], "mean", 16, 3, None)[:, :, 0] for lay, h in players}
+        own = CoalitionGame(model, players, tokens=batch, metric="logit_diff", how="mean", reference=ref)
+        mine = CoalitionGame(model, players, tokens=batch, metric="logit_diff", how="mean", reference=ref,
+                             replacements=given)  # fmt: skip
+        torch.testing.assert_close(mine.row_logits(all_masks(2)), own.row_logits(all_masks(2)), atol=1e-5, rtol=1e-5)
+        assert ("reference" in mine.method) == hooked
+    finally:
+        model.reset_hooks()
+    with pytest.raises(ValueError, match="replacements= has no value for player L1H0"):
+        CoalitionGame(model, players, tokens=batch, metric="logit_diff", how="mean", reference=ref,
+                      replacements={(0, 0): given[(0, 0)]})  # fmt: skip
 
 
 def test_a_users_hook_is_respected():

@@ -51,6 +51,23 @@ def hooks_added(model: HookedTransformer, hooks: list[tuple[str, Callable]]) -> 
                 point.fwd_hooks.remove(handle)
 
 
+def z_hooks(values: dict) -> list[tuple[str, Callable]]:
+    """Hooks (name, fn) that make each (layer, head) of `values` write its given z ([batch, pos, d_head];
+    longer values are cut to the run's positions): what `hc.cooperation`'s readings and a coalition game's
+    caller-given replacements set, with `hooks_added`."""
+
+    def hook_for(layer: int):
+        def hook(z: Tensor, hook=None) -> Tensor:
+            z = z.clone()
+            for (lay, head), value in values.items():
+                if lay == layer:
+                    z[:, :, head] = value[:, : z.shape[1]].to(device=z.device, dtype=z.dtype)
+            return z
+        return hook
+
+    return [(get_act_name("z", lay), hook_for(lay)) for lay in sorted({lay for lay, _ in values})]
+
+
 @torch.no_grad()
 def reference_z(
     model: HookedTransformer, reference, layers: set[int]

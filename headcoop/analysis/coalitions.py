@@ -36,7 +36,7 @@ from torch import Tensor
 from headcoop.tl import HookedTransformer
 from transformer_lens.utilities import apply_softcap, get_act_name
 
-from headcoop.analysis.ablation import ablate, reference_z, replacement, resample_order
+from headcoop.analysis.ablation import ablate, hooks_added, reference_z, replacement, resample_order, z_hooks
 from headcoop.analysis.common import check_choice, require_task
 from headcoop.analysis.copies import (
     BRIDGE_STACKED, AtRows, Copies, Score, Target, evaluate, hooks_in_the_way, measure, route, target_run,
@@ -70,6 +70,7 @@ class CoalitionGame:
         metric = metric if metric is not None else measured.score.metric
         self.metric = metric
         self.memory_budget_mb = memory_budget_mb
+        self.custom = replacements is not None
         if replacements is None:
             self._prepare_replacements(reference)
         else:  # the caller's values (a family of references stacked on the batch axis: hc.cooperation)
@@ -114,7 +115,6 @@ class CoalitionGame:
 
     def _set_replacements(self, replacements: dict) -> None:
         n, width = self.tokens.shape
-        self.custom = True
         self.replacement = {}
         for player in self.players:
             if player not in replacements:
@@ -217,9 +217,10 @@ class CoalitionGame:
             off = [head_name(*p) for p, on in zip(self.players, masks[i].tolist()) if not on]
             if not off:
                 return model(self.tokens)
-            if getattr(self, "custom", False):  # the caller's replacement values, set on z by plain hooks
+            if self.custom:  # the caller's replacement values, set on z by plain hooks
                 off_players = [p for p, on in zip(self.players, masks[i].tolist()) if not on]
-                return _run_replaced(model, self.tokens, {p: self.replacement[p] for p in off_players})
+                with hooks_added(model, z_hooks({p: self.replacement[p] for p in off_players})):
+                    return model(self.tokens)
             with ablate(model, heads=off, how=self.how, reference=None if self.how == "zero" else self.reference,
                         seed=self.seed):  # fmt: skip
                 return model(self.tokens)
@@ -335,24 +336,6 @@ class CoalitionGame:
             z[:, 0, heads] = torch.where(off[:, :, None], source.repeat(states, 1, 1).to(z), z[:, 0, heads])
         x = finish_block(model, layer, flat[rows, at] + attention_out(attn, z[:, 0]))
         return unembed(model, x[:, None])[:, 0]
-
-
-def _run_replaced(model: HookedTransformer, tokens: Tensor, values: dict) -> Tensor:
-    """One forward pass with each (layer, head) of `values` writing its given z ([batch, pos, d_head])."""
-    from headcoop.analysis.ablation import hooks_added
-
-    def hook_for(layer: int):
-        def hook(z: Tensor, hook=None) -> Tensor:
-            z = z.clone()
-            for (lay, head), value in values.items():
-                if lay == layer:
-                    z[:, :, head] = value[:, : z.shape[1]].to(z.dtype)
-            return z
-        return hook
-
-    hooks = [(get_act_name("z", lay), hook_for(lay)) for lay in sorted({lay for lay, _ in values})]
-    with hooks_added(model, hooks):
-        return model(tokens)
 
 
 def all_masks(n: int, device=None) -> Bool[Tensor, "coalition player"]:

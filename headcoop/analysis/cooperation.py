@@ -90,7 +90,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 from transformer_lens.utilities import get_act_name
 
-from headcoop.analysis.ablation import hooks_added, reference_z, resample_order
+from headcoop.analysis.ablation import hooks_added, reference_z, resample_order, z_hooks
 from headcoop.analysis.coalitions import CoalitionGame
 from headcoop.analysis.common import as_tokens, check_choice, parse_heads, require_model, require_task
 from headcoop.analysis.copies import per_input_metric
@@ -434,22 +434,12 @@ def _replacements(model, players, batch: Batch, how: str, references: list, seed
 # --- composition and backup (plain hooks: each measurement is a forward pass) ---------------------------
 def _run_with(model, tokens, pos, values: dict, cache_names=()) -> tuple[Tensor, dict]:
     """(logits at the read rows, cache) with each (layer, head) of `values` writing its given z."""
-    def hook_for(layer):
-        def hook(z, hook=None):
-            z = z.clone()
-            for (lay, head), value in values.items():
-                if lay == layer:
-                    z[:, :, head] = value.to(z.dtype).to(z.device)
-            return z
-        return hook
-
-    hooks = [(get_act_name("z", lay), hook_for(lay)) for lay in sorted({lay for lay, _ in values})]
     cache = {}
 
     def keep(x, hook):
         cache[hook.name] = x.detach()
 
-    with hooks_added(model, hooks + [(name, keep) for name in cache_names]):
+    with hooks_added(model, z_hooks(values) + [(name, keep) for name in cache_names]):
         logits = model(tokens)
     return logits[torch.arange(len(tokens)), pos].double().cpu(), cache
 
@@ -501,7 +491,7 @@ class _Writes:
             position[self.outs] = torch.arange(len(self.outs))
             col = position[self.answer]
             sets = [d > floor * d.max(-1, keepdim=True).values.clamp(min=0) for d in self.dla]
-            cons = [consistent_outputs(self.source[:, i], self.answer, self.outs) for i in range(len(self.players))]
+            cons = self._consistent()
             out = []
             for i, j in self.pairs:
                 multi, only = superposed(sets[i], sets[j], cons[i], cons[j], col)
@@ -509,6 +499,12 @@ class _Writes:
                             only & multi, multi))  # fmt: skip
             self._at[floor] = out
         return self._at[floor]
+
+    def _consistent(self) -> list[Tensor]:
+        """Per head [batch, output]: the completions consistent with its attended source (floor-independent)."""
+        if not hasattr(self, "_cons"):
+            self._cons = [consistent_outputs(self.source[:, i], self.answer, self.outs) for i in range(len(self.players))]
+        return self._cons
 
     def ranks(self, m: int, tol: float) -> tuple[int, int]:
         if not self.ok:
@@ -805,6 +801,9 @@ def cooperation(
     declared = None if task is None or outputs is not None else task.completions()
     outs = torch.as_tensor(outputs if outputs is not None else declared if declared is not None else answer.unique(),
                            dtype=torch.long).cpu()  # fmt: skip
+    vocab = model.cfg.d_vocab_out
+    if outs.ndim != 1 or bool(((outs < 0) | (outs >= vocab)).any()):
+        raise ValueError(f"outputs= must be a list of token ids in 0..{vocab - 1}, got {outs.tolist()[:10]}")
     outs = torch.cat([outs, answer.unique()]).unique()  # every answer is a completion
     static = [dict(by_construction=_additive_by_construction(model, players[i], players[j]),
                    distributed=float(distributed(source[:, i], source[:, j]).double().mean())) for i, j in pairs]
