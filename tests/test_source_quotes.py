@@ -63,3 +63,21 @@ def test_every_quoted_phrase_on_the_pages_is_verbatim(page):
     quoted = {next(g for g in m.groups() if g is not None) for m in QUOTED.finditer(text)}
     missing = sorted(q for q in quoted if len(q.split()) >= 2 and " ".join(q.split()) not in seeds)
     assert not missing, f"{page}: quoted but not verbatim in ../shared/seeds: {missing}"
+
+
+SOURCE_LINE = re.compile(r"^\*\*(Paper|Post)\*\*")
+# words a line giving the source's words may use beside its quotes: who says it, where, and the joints
+ATTRIBUTION = {"paper", "post", "the", "summary", "abstract", "title", "section", "quoted", "by", "its", "answer", "and",
+               "of", "in", "table", "1", "6.2", "6.1"}
+
+
+@pytest.mark.parametrize("page", sorted(p.name for p in RESULTS.glob("*.md")))
+def test_source_lines_quote_and_do_not_paraphrase(page):
+    """A line that gives the source's words (`**Paper**` / `**Post**`) quotes them: beside its quotation marks it
+    holds only attribution (who, where) and joints, so no paraphrase beside the source's name can harden (or
+    soften) what the source says; the quotes themselves are checked verbatim by the test above."""
+    lines = [line for line in (RESULTS / page).read_text(encoding="utf-8").splitlines() if SOURCE_LINE.match(line)]
+    for line in lines:
+        rest = re.sub(r"`[^`\n]*`", "", QUOTED.sub(" ", line))
+        words = [w for w in re.findall(r"[a-z0-9][\w.']*", rest.lower()) if w not in ATTRIBUTION]
+        assert QUOTED.search(line) and not words, f"{page}: paraphrase beside the source's name: {words} in {line[:120]}"

@@ -315,8 +315,8 @@ def section_compete(summary: pd.DataFrame, heads: pd.DataFrame, two_layer: pd.Da
     h = heads[heads.how == "family"]
     negative_direct = int((h.direct_effect < 0).sum())
     blocks = [
-        Text(f"**Paper** (title): \"{TITLE}\"; the summary of the paper (`seeds/count01-paper-summary.md`, not the "
-             f"paper's words): \"{TABLE1}\"."),
+        Text(f"**Paper** (title): \"{TITLE}\"."),
+        Text(f"The summary of the paper (`seeds/count01-paper-summary.md`, not the paper's words): \"{TABLE1}\"."),
         Text("Neither source defines *compete*. Three readings, side by side: (a) at inference a head's total "
              "effect on the metric opposes the answer (hc.cooperation's role \"competes\": its total effect on the "
              "accuracy, else its isolated effect, else the same on the margin, is below minus a tenth of its fair "

@@ -22,4 +22,8 @@ QUOTES = {
     "noise": "If noise token '2' receives significant attention, it introduces variance and degrades separability",
     "aggregate": "their outputs need to be aggregated in a non-uniform manner in order to create an encoding that "
                  "conforms to the syntax",
+    "exploit": "the model doesn't fully exploit these successful heads individually",
+    "collapse": "If attention strongly favors '0' or '1', head outputs collapse to a point",
+    "reliably": "Larger models (d=32, 16 heads) train reliably",
+    "two_tasks": "the model is working as a proper ensemble, solving two separate tasks",
 }

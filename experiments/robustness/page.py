@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from experiments.claims import (
-    FAILS, HOLDS, PAGE, UNTESTABLE, UNTESTED, ClaimEntry, Outcome, Reading, entries, form_of, judge, page_tables,
+    ALSO, FAILS, HOLDS, PAGE, UNTESTABLE, UNTESTED, ClaimEntry, Outcome, Reading, entries, form_of, judge, page_tables,
 )
 from experiments.robustness.common import COUNT01_VARIANTS, DEFAULT_OUT, SKIP_PAIR_VARIANTS, Settings
 from headcoop.pages import Claim, Section, Table, Text, render
@@ -82,11 +82,59 @@ def verdict(cells: dict, steps: list) -> str:
     return "; ".join(f"{words[k]} {'; '.join(v)}" for k, v in parts.items() if v)
 
 
+def _short(text: str) -> str:
+    """The count or number that leads an outcome's text ("0/3 models lose accuracy (...)" -> "0/3 models lose accuracy")."""
+    return text.split(" (")[0].split("; ")[0]
+
+
+def band_text(tables: dict[str, pd.DataFrame], entry: ClaimEntry, reading: Reading, variants: list[str]) -> str:
+    """The reading's verdict at each other value of its threshold band, over the same cells ("" when the rule
+    has no threshold; its `fixed` reason when the threshold is not banded)."""
+    if reading.band is None:
+        return f"Threshold not banded: {reading.fixed}." if reading.fixed else ""
+    band, steps = reading.band, lengths(tables, reading)
+    parts = [f"{band.default:g} (the rule's): {verdict(judge_cells(tables, entry, reading, variants), steps)}"]
+    for value in band.others:
+        parts.append(f"{value:g}: {verdict(judge_cells(tables, entry, reading.at(value), variants), steps)}")
+    return f"Threshold band ({band.threshold}): " + "; ".join(parts) + "."
+
+
+def flips(tables: dict[str, pd.DataFrame], entry: ClaimEntry, reading: Reading, variants: list[str]) -> list[str]:
+    """What flips the reading's verdict in the default setup: each other setup whose verdict differs (with its
+    count), and each other threshold of the band at which the default setup's verdict differs."""
+    cells = judge_cells(tables, entry, reading, variants)
+    default = {said for (v, _), (said, _) in cells.items() if v == "default"}
+    out = []
+    for variant in variants[1:]:
+        here = [(said, text) for (v, _), (said, text) in cells.items() if v == variant]
+        if here and {said for said, _ in here} != default:
+            out.append(f"{' / '.join(dict.fromkeys(said for said, _ in here))} under {variant} "
+                       f"({'; '.join(dict.fromkeys(_short(text) for _, text in here))})")
+    if reading.band is not None:
+        for value in reading.band.others:
+            at = {said for said, _ in judge_cells(tables, entry, reading.at(value), ["default"]).values()}
+            if at != default:
+                out.append(f"{' / '.join(sorted(at))} at {reading.band.threshold} {value:g}")
+    return out
+
+
+def tried(reading: Reading, flipped: list[str]) -> str:
+    """What was tried on a reading and what flips it, for a summary row."""
+    if flipped:
+        return "flips: " + "; ".join(flipped)
+    setups = "default setup only" if reading.on_page else "no setup tried flips it"
+    if reading.band is not None:
+        return f"{setups}; no {reading.band.threshold} in {', '.join(f'{v:g}' for v in reading.band.others)} flips it"
+    return f"{setups}; threshold not banded: {reading.fixed}" if reading.fixed else f"{setups}; no threshold"
+
+
 def _section(number: str, title: str, tables: dict[str, pd.DataFrame], task: str, variants) -> Section:
     blocks, claims = [], []
     for entry in entries(task):
+        also = "; ".join(f"\"{quote}\" ({SOURCES[source]})" for quote, source in ALSO.get(entry.key, ()))
         blocks.append(Text(f"**\"{entry.quote}\"** ({SOURCES[entry.source]}). Logical form: **{entry.form}** "
-                           f"({FORM_WORDS[entry.form]})." + (f" {entry.note}" if entry.note else "")))  # fmt: skip
+                           f"({FORM_WORDS[entry.form]})." + (f" {entry.note}" if entry.note else "")
+                           + (f" Said again, and judged by this row: {also}." if also else "")))  # fmt: skip
         rows, lines = [], []
         for reading in entry.readings:
             cells = judge_cells(tables, entry, reading, variants)
@@ -102,8 +150,10 @@ def _section(number: str, title: str, tables: dict[str, pd.DataFrame], task: str
             said = verdict(cells, steps)
             held = sum(v == HOLDS for v, _ in cells.values())
             untestable = sum(v == UNTESTABLE for v, _ in cells.values())
+            band = band_text(tables, entry, reading, variants)
             lines.append(f"- *{name}*{'' if form == entry.form else f' (read as {form})'}: {reading.rule}. "
-                         + (f"Favoured because {reading.favoured}. " if reading.favoured else "") + f"Verdict: {said}.")
+                         + (f"Favoured because {reading.favoured}. " if reading.favoured else "") + f"Verdict: {said}."
+                         + (f" {band}" if band else ""))
             claims.append(Claim(number, entry.quote,
                                 f"{name}: holds in {held} of {len(cells)} cells"
                                 + (f", {untestable} not testable" if untestable else ""), said))  # fmt: skip
@@ -141,6 +191,7 @@ def default_verdicts(folder: Path, task: str) -> dict[str, str]:
     testable here": not measured): what every page shows in its verdict column, so it says what robustness.md
     says of the same setup."""
     tables = load(folder, task, strict=False)
+    variants = list(COUNT01_VARIANTS if task == "count01" else SKIP_PAIR_VARIANTS)
     out = {}
     for entry in entries(task):
         parts = []
@@ -152,13 +203,31 @@ def default_verdicts(folder: Path, task: str) -> dict[str, str]:
             else:
                 said = ", ".join(f"{v} at {n} steps" for n, v in by_length.items())
             form = form_of(entry, reading)
+            flipped = flips(tables, entry, reading, variants)
             parts.append(f"{reading.name}{' (favoured)' if reading.favoured else ''}"
-                         f"{'' if form == entry.form else f' (read as {form})'}: {said}")
+                         f"{'' if form == entry.form else f' (read as {form})'}: {said}"
+                         + f" [{tried(reading, flipped)}]")
         out[entry.quote] = f"{entry.form}; " + "; ".join(parts) + " (registry, default setup of robustness.md)"
     return out
 
 
 REGISTRY_SAYS = "(the claim registry's verdict)"  # a page's Claim.verdict that with_registry must fill
+
+
+def registry_rows(folder: Path, task: str, shown: list[Claim]) -> list[Claim]:
+    """A summary row for every registry claim of `task` that no section of the page shows (`shown`), measured
+    by its favoured reading (else its first) in the default setup: the page's claims table then lists every claim
+    the registry judges. Their section is robustness.md, where the rules are."""
+    tables = load(folder, task, strict=False)
+    quotes = {c.source for c in shown}
+    rows = []
+    for entry in entries(task):
+        if entry.quote in quotes:
+            continue
+        reading = next((r for r in entry.readings if r.favoured), entry.readings[0])
+        _, text = next(iter(judge_cells(tables, entry, reading, ["default"]).values()))
+        rows.append(Claim("robustness.md", entry.quote, f"{reading.name}: {text}", REGISTRY_SAYS))
+    return rows
 
 
 def with_registry(claims: list[Claim], verdicts: dict[str, str]) -> list[Claim]:

@@ -39,6 +39,41 @@ def correct_up_both(contrib: torch.Tensor) -> int:
     return int(M.pushed_up(contrib, centered=True)[own, :, own].all(1).sum())
 
 
+def covered_pairs(orders: list[tuple[int, ...]], split: torch.Tensor) -> tuple[int, int]:
+    """Of the 6 pairs of distinct signal tokens {a, b} (`DISTINCT_PAIRS`): in how many do the heads' preferred
+    tokens cover both a and b (some head prefers a, another b: both are attended to), and in how many also
+    fully (every head gives its preferred token more than 1 - SPLIT_THRESHOLD of the pair's attention)."""
+    covered = fully = 0
+    for k, (a, b) in enumerate(M.DISTINCT_PAIRS):
+        preferred = {a if order.index(a) < order.index(b) else b for order in orders}
+        both = preferred == {a, b}
+        covered += both
+        fully += both and bool((split[:, k] <= SPLIT_THRESHOLD).all())
+    return covered, fully
+
+
+def least_favourite_alone(orders: list[tuple[int, ...]], contrib: torch.Tensor) -> int:
+    """Heads whose own OV effect, when attending to their least favourite signal token x (the only signal
+    token of an (x, x) context), ranks the completion of (x, x) first of the 10 completions: the head alone
+    guesses the answer of that context ([head, 4, 10] conditional contributions)."""
+    hits = 0
+    for h, order in enumerate(orders):
+        x = order[-1]
+        hits += int(contrib[h, SIGNAL.index(x)].argmax()) == PAIRS.index((x, x))
+    return hits
+
+
+@torch.no_grad()
+def value_cos_max(model: HookedTransformer) -> float:
+    """The largest |cosine| between the value vectors (W_E[t] @ W_V[h] + b_V[h]) of two distinct signal tokens,
+    over the heads of layer 0: 0 when every head stores the 4 signal tokens orthogonally; 1 at d_head 1."""
+    values = model.W_E[list(SIGNAL)] @ model.W_V[0] + model.b_V[0][:, None, :]  # [head, 4, d_head]
+    unit = values / values.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+    cos = (unit @ unit.transpose(1, 2)).abs()
+    off = ~torch.eye(len(SIGNAL), dtype=torch.bool)
+    return float(cos[:, off].max())
+
+
 def measure(model: HookedTransformer, n_heads: int, d_head: int, seed: int) -> dict:
     """Exact accuracy, noise loss, QK orderings, split attention and (2 heads) interference for one model."""
     row = dict(n_heads=n_heads, d_head=d_head, seed=seed)
@@ -57,6 +92,11 @@ def measure(model: HookedTransformer, n_heads: int, d_head: int, seed: int) -> d
     row["split_heads"] = int(is_split.any(1).sum())
     row["split_pairs"] = float(is_split.sum(1).float().mean())  # pairs split per head, of 6
     row["split_shared"] = int(is_split.all(0).sum()) if n_heads > 1 else None  # pairs every head splits
+    if n_heads > 1:
+        row["pairs_covered"], row["pairs_covered_fully"] = covered_pairs(orders, split)
+    contrib_ov = M.conditional_contributions(model)  # [head, 4, 10]
+    row["least_favourite_alone"] = least_favourite_alone(orders, contrib_ov)
+    row["value_cos_max"] = value_cos_max(model)
     if n_heads == 2:
         row["relation"] = M.compare_orderings(*orders)
         row["kendall_tau"] = M.kendall_tau(*orders)

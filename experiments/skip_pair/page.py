@@ -16,7 +16,7 @@ import pandas as pd
 import headcoop as hc
 from experiments.skip_pair.exp_runs import SPLIT_THRESHOLD
 from experiments.skip_pair.quotes import QUOTES
-from experiments.robustness.page import REGISTRY_SAYS, across_setups, default_verdicts, with_registry
+from experiments.robustness.page import REGISTRY_SAYS, across_setups, default_verdicts, registry_rows, with_registry
 from headcoop.pages import Claim, Details, FigureFile, Section, Table, Text, render
 from headcoop.studies.skip_pair import ORDERING_KINDS
 from headcoop.tasks.skip_pair import NOISE, PAIRS
@@ -415,12 +415,12 @@ def write(
       f"(1-minute load average {timing.get('load_start', '?')} at the start, {timing.get('load_end', '?')} when "
       "training ended; other jobs on the machine raise it and the times with it). Figures are written as HTML "
       "(plotly.js from its CDN) and PNG (when kaleido can export).\n")
+    grid = robustness if robustness is not None else out / "robustness"
     page = render(
         "page.md.j2", HERE,
         title="SkipPair: the OV-coherent toy model of attention-head superposition, reproduced",
         source_name="post",
-        claims=with_registry(records, default_verdicts(robustness if robustness is not None else out / "robustness",
-                                                       "skip_pair")),
+        claims=with_registry(records + registry_rows(grid, "skip_pair", records), default_verdicts(grid, "skip_pair")),
         claims_note="Every verdict is the claim registry's (`experiments/claims.py`), the same on every page: the "
         "claim's logical form, then each reading (the one the wording favours marked) in the default setup of "
         "`robustness.md`; the middle column keeps this page's own measurement. *most* means more than half.",

@@ -18,4 +18,10 @@ QUOTES = {
                     "interfere on the correct token.",
     "one_head": "We were also surprised that this problem can be solved with one head, as long as d_head >= 4.",
     "caption": "for any given pair of inputs they will constructively interfere on the correct answer",
+    "fully_attended": "This guarantees that, for any given context, both signal tokens are fully attended to.",
+    "least_favourite": "For contexts that contain their “least favourite” token repeated, the heads can confidently "
+                       "guess the correct answer by a process of eliminating options from its own attention hierarchy.",
+    "orthogonal": "for d_head >=3, the signal tokens can be stored orthogonally in that dimension",
+    "tradeoff": "Possibly there is a trade-off here between degrees of freedom in d_head and n_heads, though this is "
+                "not super crisp.",
 }
