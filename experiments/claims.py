@@ -805,7 +805,9 @@ REGISTRY: tuple[ClaimEntry, ...] = (
                             _mechanism_untestable(_solved(t, D5, f))))),
         *(Reading(f"every context, writes to: {w.split(',')[0]}", "contexts of cooperation.md's d_head 5 seeds where "
                   f"both heads write to several outputs (reading *{w}* of *writes to*): the answer is the only output "
-                  "both write to", _contexts(f"only_correct | {w}", f"several | {w}"), table="cooperation/skip_pair_contexts")
+                  "both write to", _contexts(f"only_correct | {w}", f"several | {w}"), table="cooperation/skip_pair_contexts",
+                  fixed="the four *writes to* readings side by side are its band (no floor, a tenth of the largest, "
+                  "centered, half the answer's)")
           for w in WRITES_TO),
     ), "skip_pair"),
     ClaimEntry("one_head", S["one_head"], POST, "existence", (

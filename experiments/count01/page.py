@@ -257,22 +257,43 @@ def section_intervention(t: Tables, rel: str) -> Section:
     return _section(lines, claims)
 
 
-def _fragility(models: pd.DataFrame) -> str:
-    """How much r over the primary-size models rests on the shortest runs: r without them."""
+def _without_shortest(models: pd.DataFrame) -> tuple[int, int, dict | None] | None:
+    """(how many, their steps, r with its interval without them) for the shortest runs of the primary-size models;
+    None when there is one training length; the dict None when the rest have no spread."""
     from experiments.count01.common import pearson_ci
 
     prim = models[models.group.isin(["primary", "primary-short"])]
     if not len(prim) or prim.steps.nunique() < 2:
-        return ""
-    shortest = prim.steps.min()
+        return None
+    shortest = int(prim.steps.min())
     rest = prim[prim.steps > shortest]
     few = int((prim.steps == shortest).sum())
     if len(rest) < 4 or rest.weighted_s_acc.std() == 0 or rest.answer_acc.std() == 0:
+        return few, shortest, None
+    return few, shortest, pearson_ci(rest.weighted_s_acc, rest.answer_acc, n_boot=0)
+
+
+def _fragility(models: pd.DataFrame) -> str:
+    """How much r over the primary-size models rests on the shortest runs: r without them."""
+    cut = _without_shortest(models)
+    if cut is None:
+        return ""
+    few, shortest, c = cut
+    if c is None:
         return (f"Over the primary size, r rests on the {few} models trained {shortest} steps: without them the "
                 "rest have no spread to correlate.")
-    c = pearson_ci(rest.weighted_s_acc, rest.answer_acc, n_boot=0)
     return (f"Fragile: over the primary size, r rests on the {few} models trained {shortest} steps; without them "
-            f"r = {fmt(c['r'])} ({fmt(c['fisher_lo'])}..{fmt(c['fisher_hi'])}, n = {c['n']}).")
+            f"r = {fmt(c['r'])} ({fmt(c['fisher_lo'])}..{fmt(c['fisher_hi'])}, n = {c['n']})"
+            + (f", an interval that excludes the paper's {PAPER_R}." if not c["fisher_lo"] <= PAPER_R <= c["fisher_hi"] else "."))
+
+
+def _fragility_short(models: pd.DataFrame) -> str:
+    cut = _without_shortest(models)
+    if cut is None or cut[2] is None:
+        return ""
+    few, shortest, c = cut
+    return (f"; without the {few} primary-size runs of {shortest} steps: {fmt(c['r'])} ({fmt(c['fisher_lo'])}.."
+            f"{fmt(c['fisher_hi'])}) over {c['n']}")
 
 
 def section_ensemble(t: Tables, rel: str) -> Section:
@@ -321,7 +342,7 @@ def section_ensemble(t: Tables, rel: str) -> Section:
               + "".join(f"; with the model's own separation (answer_45_acc) as the y-axis: {fmt(r.r)} "
                         f"({fmt(r.fisher_lo)}..{fmt(r.fisher_hi)}) over {'all' if r.models == 'all models' else 'the'} "
                         f"{int(r.n)}{' models' if r.models == 'all models' else ' primary-size models'}"
-                        for _, r in alt.iterrows()), REGISTRY_SAYS))
+                        for _, r in alt.iterrows()) + _fragility_short(models), REGISTRY_SAYS))
         lines[-1] += (f"r = {fmt(m.r)} (Fisher 95% CI {fmt(m.fisher_lo)}..{fmt(m.fisher_hi)}, bootstrap "
                       f"{fmt(m.boot_lo)}..{fmt(m.boot_hi)}, n = {int(m.n)}). "
                       + (f"The paper's {PAPER_R} lies inside the interval: agreement. " if inside else
@@ -520,6 +541,23 @@ def section_minimal(t: Tables) -> Section:
     return _section(lines, claims)
 
 
+def registry_split(task: str, key: str, folder: Path, variant: str) -> str:
+    """Each reading of registry claim `key` in setup `variant` of the robustness grid: "name: verdict (count)"."""
+    from experiments.claims import REGISTRY
+    from experiments.robustness.page import judge_cells, load
+
+    entry = next(e for e in REGISTRY if e.key == key)
+    if not (folder / f"{task}_grid.csv").exists():
+        return "not measured (no robustness grid tables)"
+    tables = load(folder, task, strict=False)
+    parts = []
+    for reading in entry.readings:
+        cells = judge_cells(tables, entry, reading, [variant])
+        parts += [f"*{reading.name}*{' (favoured)' if reading.favoured else ''} {said} at {n} steps ({text.split(' (')[0]})"
+                  for (_, n), (said, text) in cells.items()]
+    return "; ".join(parts)
+
+
 def section_ablation(t: Tables, s: Settings, rel: str) -> Section:
     claims: list[Claim] = []
     agg = t["ablation_aggregation"]
@@ -564,11 +602,21 @@ def section_ablation(t: Tables, s: Settings, rel: str) -> Section:
     claims.append(Claim("9", QUOTES["aggregate"],
           f"uniform readout: answer {fmt(uni.answer_acc)}, [EOS] {fmt(uni.eos_acc)}", REGISTRY_SAYS))
     k_big = cum[(cum.order == "largest readout first") & (cum.answer_acc < 0.99)]
+    every = cum[cum.ablated == cum.ablated.max()]
+    everything = every.iloc[0] if len(every) else None
+    aggregate_split = registry_split("count01", "aggregate", t.out.parent / "robustness", "heads-only readout")
     lines[-1] += (
         (f"uniform weighting drops the answer accuracy to {fmt(uni.answer_acc)} and `[EOS]` to {fmt(uni.eos_acc)}: "
          "the model's non-uniform aggregation is causally needed, supporting the paper. " if nonuni else
-         f"uniform weighting keeps answer accuracy {fmt(uni.answer_acc)} and `[EOS]` {fmt(uni.eos_acc)}: on this model "
-         "equal readout weights suffice, so the non-uniform aggregation is not causally necessary here. ")
+         f"uniform weighting keeps answer accuracy {fmt(uni.answer_acc)} and `[EOS]` {fmt(uni.eos_acc)}. "
+         + (f"That cannot test the claim on this model: with all {int(everything.ablated)} heads mean-ablated the "
+            f"answer accuracy is {fmt(everything.answer_acc)} and `[EOS]` still {fmt(everything.eos_acc)}, so the syntax "
+            "needs no head here and no weighting of heads could matter to it (the claim registry's *not testable "
+            "here*). The setup where it is testable is the heads-only readout, the source's architecture "
+            "(\"Head outputs are concatenated and projected to logits\"); there the readings split: "
+            f"{aggregate_split}. "
+            if everything is not None and everything.eos_acc >= 0.99 else
+            "On this model equal readout weights suffice, and the syntax does need the heads, so the claim fails here. "))
         + (f"Mean-ablating the heads with the largest readout first, accuracy falls below 99% after "
            f"{int(k_big.ablated.min())} heads; " if len(k_big)
            else "Mean-ablating heads never pushes accuracy below 99%; ")

@@ -44,7 +44,7 @@ def judge_cells(tables: dict[str, pd.DataFrame], entry: ClaimEntry, reading: Rea
     if reading.on_page:
         table = tables.get(reading.table)
         out = (reading.measure(table) if table is not None else
-               Outcome("not measured", untestable=f"{reading.table}.csv is missing: run that page's run_all"))
+               Outcome("not measured", untestable=f"{reading.table}.csv not found (run that page's run_all)"))
         return {("default", PAGE): (judge(form, reading, out), out.text + (f"; {out.untestable}" if out.untestable else ""))}
     if reading.table not in tables:
         return {(v, ALL_LENGTHS): (UNTESTABLE, "not measured: no robustness grid tables") for v in variants}

@@ -243,6 +243,14 @@ def write(
       "*Accuracy of a pair type* = probability that the argmax at `0` is the pair's completion; "
       "*100%* = right on every signal input; *signal accuracy* = mean over the 10 pair types (as "
       "`hc.evaluate`); *noise loss* = expected cross-entropy on noise examples.\n")
+    w("- **Which superposition, and how d_head 1 is read** (the post names two kinds and defines neither beyond a "
+      "sentence): \"In contrast with the “hierarchical” superposition presented above, we can call the latter type "
+      "“bottleneck superposition”\", the latter being superposition \"per head in the d_head dimension\". Here the "
+      "word *superposition* (`hc.cooperation`, the registry's rows) is the hierarchical kind only: across heads, each "
+      "head writing several completions consistent with the token it attends to through a map of rank >= 2. A d_head "
+      "1 head has rank 1 by construction, so a d_head 1 pair is *not testable* for it, never \"superposition\" by "
+      "default; the bottleneck kind (4 signal tokens through 1 dimension) holds at d_head 1 by counting alone and has "
+      "no test here (robustness.md, claims with no verdict).\n")
 
     n5, n1 = len(main5), len(main1)
     split_dyn = split_during_training(dynamics) if dynamics is not None else None
