@@ -306,3 +306,89 @@ def test_every_claim_of_the_summary_sections_has_a_row_or_a_reason():
     missing = [s for s, source in sentences
                if not any(_said(q) in s or s in _said(q) for q, src in quotes if src == source)]
     assert not missing, missing
+
+
+def test_a_band_names_the_threshold_that_flips_a_verdict():
+    """Count01.md's heads: at s_acc >= 0.95 half the heads are successful (holds); at 0.99 a fifth (fails): the
+    summary row names the flip, and the page's table shows the verdict at every value of the band."""
+    from experiments.robustness.page import band_text, flips, tried
+
+    entry, reading = _entry("half"), _reading("half", "share of successful heads, count01.md's models")
+    heads = pd.DataFrame(dict(s_acc=[1.0, 1.0, 0.96, 0.96, 0.96, 0.5, 0.5, 0.5, 0.5, 0.5]))
+    tables = {reading.table: heads}
+    said = flips(tables, entry, reading, ["default"])
+    assert said == ["fails at successful: s_acc >= 0.99"]
+    assert "0.99: fails" in band_text(tables, entry, reading, ["default"])
+    assert tried(reading, said).startswith("flips:")
+    calm = {reading.table: heads.assign(s_acc=[1.0] * 5 + [0.5] * 5)}  # the same share at every threshold
+    assert flips(calm, entry, reading, ["default"]) == []
+    assert "no successful: s_acc >= in 0.9, 0.99 flips it" in tried(reading, [])
+
+
+def test_a_setup_that_flips_a_verdict_is_named_with_its_count():
+    """The aggregation claim: not testable in the default setup ([EOS] needs no head), testable and failing under
+    the heads-only readout: the flip carries the count."""
+    from experiments.robustness.page import flips
+
+    entry, reading = _entry("aggregate"), _entry("aggregate").readings[0]
+    base = dict(kind="primary", steps=1000, model_answer_acc=1.0, model_eos_acc=1.0, zeroed_answer_acc=0.5,
+                uniform_whole_answer_acc=1.0, uniform_whole_eos_acc=1.0)  # fmt: skip
+    grid = pd.DataFrame([dict(base, variant="default", zeroed_eos_acc=1.0)] * 3
+                        + [dict(base, variant="heads-only readout", zeroed_eos_acc=0.0)] * 3)
+    said = flips({"grid": grid}, entry, reading, ["default", "heads-only readout"])
+    assert len(said) == 1 and said[0].startswith("fails under heads-only readout (0/3 models lose accuracy")
+
+
+@pytest.mark.parametrize(("key", "name", "column", "passing", "failing"), [
+    ("fully_attended", "every pair, every solved model", "pairs_covered", 6, 5),
+    ("least_favourite", "every head, d_head 5", "least_favourite_alone", 2, 1),
+])  # fmt: skip
+def test_the_new_skip_pair_rows_can_hold_and_fail(key, name, column, passing, failing):
+    entry, reading = _entry(key), _reading(key, name)
+    runs = pd.DataFrame(dict(n_heads=2, d_head=5, seed=[0, 1], signal_acc=1.0, relation="reversed",
+                             **{column: [passing, passing]}))  # fmt: skip
+    assert judge(entry.form, reading, reading.measure(runs)) == HOLDS
+    assert judge(entry.form, reading, reading.measure(runs.assign(**{column: [passing, failing]}))) == FAILS
+    unsolved = runs.assign(signal_acc=0.5)
+    assert judge(entry.form, reading, reading.measure(unsolved)) == UNTESTABLE
+
+
+def test_a_cover_implied_by_reversed_orderings_is_not_testable():
+    reading = _reading("fully_attended", "given reversed orderings")
+    runs = pd.DataFrame(dict(n_heads=2, d_head=5, seed=[0], signal_acc=1.0, relation="reversed", pairs_covered=[6]))
+    assert judge("universal", reading, reading.measure(runs)) == UNTESTABLE
+
+
+def test_orthogonal_storage_and_the_tradeoff_can_hold_and_fail():
+    some = _reading("orthogonal", "some solved run with d_head >= 4")
+    runs = pd.DataFrame(dict(n_heads=2, d_head=[4, 5, 1], signal_acc=1.0, value_cos_max=[0.1, 0.9, 1.0]))
+    assert judge("existence", some, some.measure(runs)) == HOLDS
+    assert judge("existence", some, some.measure(runs.assign(value_cos_max=0.9))) == FAILS
+    trade = _reading("tradeoff", "smallest d_head falls with n_heads, every seed")
+    grid = pd.DataFrame([dict(n_heads=h, d_head=d, seed=0, signal_all=d >= 5 - h) for h in (1, 2, 3, 4) for d in range(1, 7)])
+    assert judge("comparison", trade, trade.measure(grid)) == HOLDS  # 1 head: d_head 4 ... 4 heads: d_head 1
+    flat = grid.assign(signal_all=grid.d_head >= 2)
+    assert judge("comparison", trade, trade.measure(flat)) == FAILS  # d_head 2 whatever the head count
+
+
+def test_the_collapse_and_exploit_rows_can_hold_and_fail():
+    imposed = _reading("collapse", "imposed extreme w01")
+    band = pd.DataFrame(dict(others="model", w01=[0.001, 0.01, 1.0, 100.0, 1000.0], s_acc=[0.6, 0.6, 1.0, 0.6, 0.6]))
+    assert judge("universal", imposed, imposed.measure(band)) == HOLDS
+    assert judge("universal", imposed, imposed.measure(band.assign(s_acc=0.9))) == FAILS
+    some = _reading("exploit", "some successful head under-read")
+    heads = pd.DataFrame(dict(successful=True, s_acc=[1.0, 1.0], l_acc=[1.0, 0.8]))
+    assert judge("existence", some, some.measure(heads)) == HOLDS
+    assert judge("existence", some, some.measure(heads.assign(l_acc=1.0))) == FAILS
+
+
+def test_every_summary_verdict_says_what_flips_it_or_what_was_tried():
+    """Each reading in a page's verdict column carries a bracket: what flips it, or the setups and thresholds tried."""
+    import re
+
+    from experiments.robustness.page import default_verdicts
+
+    for task in ("count01", "skip_pair"):
+        for quote, said in default_verdicts(RESULTS / "robustness", task).items():
+            entry = next(e for e in claims.REGISTRY if e.quote == quote)
+            assert len(re.findall(r"\[(flips: |default setup only; |no setup tried flips it; )", said)) == len(entry.readings), quote[:40]

@@ -447,7 +447,9 @@ def build(out: Path = Path(__file__).resolve().parents[2] / "docs" / "results") 
         claims_note="Every verdict is the claim registry's (`experiments/claims.py`), the same on every page: the "
                     "claim's logical form, then each reading (the one the wording favours marked) in the default setup; "
                     "the readings that read this page's tables are marked *default setup only* on `robustness.md`. "
-                    "The title is a question: it gets this page's answer, not a verdict.",
+                    "The title is a question: it gets this page's answer, not a verdict."
+        " In brackets after each reading: what flips its verdict (another setup, with its count, or another "
+        "threshold of the rule's band), or what was tried without flipping it.",
         sections=sections,
     )  # fmt: skip
     target = out / "cooperation.md"

@@ -717,11 +717,14 @@ def build(out: Path = DEFAULT_OUT.parent, quick: bool = False, tables: Path | No
         source_name="paper",
         claims=with_registry(shown + registry_rows(tables.parent / "robustness", "count01", shown),
                              default_verdicts(tables.parent / "robustness", "count01")),
-        claims_note="One row per claim of the paper that a section below tests. The middle column quotes, word for "
+        claims_note="One row per claim of the paper that a section below tests, then (section *robustness.md*) every "
+        "other claim the registry judges, measured by its favoured reading. The middle column quotes, word for "
         "word, the summary of the paper this project works from (`count01-paper-summary.md`; text it puts in "
         "quotation marks is the paper's own). Every verdict is the claim registry's (`experiments/claims.py`), the "
         "same on every page: the claim's logical form, then each reading (the one the wording favours marked) in "
-        "the default setup of `robustness.md`; the measured column keeps this page's own measurement.",
+        "the default setup of `robustness.md`; the measured column keeps this page's own measurement."
+        " In brackets after each reading: what flips its verdict (another setup, with its count, or another "
+        "threshold of the rule's band), or what was tried without flipping it.",
         sections=parts,
         s=Settings.quick_settings(tables) if quick else Settings(out=tables),
         shipped=hc.load("count01").checkpoint_meta["train"],

@@ -225,7 +225,9 @@ def registry_rows(folder: Path, task: str, shown: list[Claim]) -> list[Claim]:
         if entry.quote in quotes:
             continue
         reading = next((r for r in entry.readings if r.favoured), entry.readings[0])
-        _, text = next(iter(judge_cells(tables, entry, reading, ["default"]).values()))
+        cells = judge_cells(tables, entry, reading, ["default"])
+        text = "; ".join(text if n in (PAGE, ALL_LENGTHS) or len(cells) == 1 else f"{n} steps: {text}"
+                         for (_, n), (_, text) in cells.items())
         rows.append(Claim("robustness.md", entry.quote, f"{reading.name}: {text}", REGISTRY_SAYS))
     return rows
 

@@ -429,9 +429,12 @@ def write(
         title="SkipPair: the OV-coherent toy model of attention-head superposition, reproduced",
         source_name="post",
         claims=with_registry(records + registry_rows(grid, "skip_pair", records), default_verdicts(grid, "skip_pair")),
-        claims_note="Every verdict is the claim registry's (`experiments/claims.py`), the same on every page: the "
+        claims_note="Rows whose section is *robustness.md* are claims no section below tests, measured by the "
+        "registry's favoured reading. Every verdict is the claim registry's (`experiments/claims.py`), the same on every page: the "
         "claim's logical form, then each reading (the one the wording favours marked) in the default setup of "
-        "`robustness.md`; the middle column keeps this page's own measurement. *most* means more than half.",
+        "`robustness.md`; the middle column keeps this page's own measurement. *most* means more than half."
+        " In brackets after each reading: what flips its verdict (another setup, with its count, or another "
+        "threshold of the rule's band), or what was tried without flipping it.",
         sections=[Section(title, tuple(blocks)) for title, blocks in sections] + _across(robustness),
         task=task,
         recipe=timing["recipe"],
