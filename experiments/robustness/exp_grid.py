@@ -18,8 +18,12 @@ from experiments.count01.exp_shipped import intervention_rows, logit_orders
 from experiments.count01.exp_training import ensemble_measures
 from experiments.skip_pair.exp_dynamics import LEARNT, SPLIT, interference  # the thresholds of skip_pair.md
 from experiments.shared import write_table
-from experiments.skip_pair.exp_runs import correct_up_both, specificity
-from headcoop.studies.skip_pair import compare_orderings, pair_contributions, preferences, split_attention
+from experiments.skip_pair.exp_runs import (
+    correct_up_both, covered_pairs, least_favourite_alone, specificity, value_cos_max,
+)
+from headcoop.studies.skip_pair import (
+    compare_orderings, conditional_contributions, pair_contributions, preferences, split_attention,
+)
 from headcoop.tasks.count01 import EOS, FIVE, FOUR
 from headcoop.training import loss_drop
 
@@ -193,8 +197,12 @@ def skip_pair_grid(s: Settings, variant: str) -> dict[str, pd.DataFrame]:
                 # are sampled (n_pair contexts per pair type), since long contexts cannot be enumerated
                 contrib = pair_contributions(model, n=s.n_pair, seed=30_000)
                 hits, total = specificity(model, list(prefs.orderings))
+                covered, fully = covered_pairs(list(prefs.orderings), split)
                 row.update(specific_rows=hits, specific_total=total, correct_up_both=correct_up_both(contrib),
+                           pairs_covered=covered, pairs_covered_fully=fully,
+                           least_favourite_alone=least_favourite_alone(list(prefs.orderings), conditional_contributions(model)),
                            **interference(contrib))  # fmt: skip
+            row["value_cos_max"] = value_cos_max(model)
             rows.append(row)
         print(f"  skip-pair {variant}, {steps} steps: done", flush=True)
     return {"skip_pair_grid": pd.DataFrame(rows)}

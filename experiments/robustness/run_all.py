@@ -38,6 +38,8 @@ def _run(job: tuple, s) -> tuple[dict, float]:
 def main(argv=None) -> int:
     parser = cli.parser(__doc__, cli.RESULTS, png_help="accepted for symmetry with the other experiments (this page has no figures)")
     parser.add_argument("--workers", type=int, default=2, help="local worker processes (default 2)")
+    parser.add_argument("--only", nargs="+", choices=("count01_grid", "count01_table1", "skip_pair_grid"), default=None,
+                        help="run only these jobs and rewrite only their tables (timing.json is left as it is)")
     parser.add_argument("--scheduler", default=None, help="a running Dask scheduler's address (tcp://host:8786) to "
                         "send the jobs to instead; its workers must run from this repository's root")
     args = cli.parse(parser, argv)
@@ -59,7 +61,7 @@ def main(argv=None) -> int:
             executor = as_executor(stack.enter_context(hc.dask_client(scheduler=args.scheduler)))
         else:
             executor = stack.enter_context(ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("spawn")))
-        jobs = exp_grid.jobs(s)
+        jobs = [job for job in exp_grid.jobs(s) if args.only is None or job[0] in args.only]
         for job, result, error in tqdm(each_result(executor, functools.partial(_run, s=s), jobs), total=len(jobs),
                                        desc="robustness grid", unit="job"):  # fmt: skip
             if error is not None:
@@ -69,6 +71,10 @@ def main(argv=None) -> int:
             took[job[0]] = took.get(job[0], 0.0) + seconds
     total = time.perf_counter() - start
     exp_grid.write_tables(parts, s)
+    if args.only:
+        doc = page.build(results)
+        print(f"[robustness] {', '.join(args.only)} done in {total:.1f} s; doc: {doc}")
+        return 0
     (s.out / "timing.json").write_text(json.dumps(
         {"quick": args.quick, "workers": args.workers if not args.scheduler else "dask", "cores": os.cpu_count(),
          "jobs": len(exp_grid.jobs(s)), "total_s": round(total, 1),
