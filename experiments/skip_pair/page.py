@@ -384,8 +384,12 @@ def write(
         w(f"- 1-head models with d_head >= 4 split {one_big.split_pairs.mean():.2f} of the 6 pairs on average and "
           f"{frac(int((one_big.signal_all == 1.0).sum()), len(one_big))} of them are right on every signal input"
           + (": a lone head that solves the task attends to both signal tokens at once rather than following a "
-             "preference hierarchy (consistent with the post's intuition that with d_head >= 4 it can read the "
-             "signal tokens through separate directions)." if one_big.split_pairs.mean() > 5 else "."))
+             "preference hierarchy, as the post's “once a head has enough dimensions to store every "
+             "\"interesting\" token orthogonally” would allow." if one_big.split_pairs.mean() > 5 else ".")
+          + (f" Its value vectors for the 4 signal tokens are distinct but not orthogonal: the largest |cos| between "
+             f"two of them is {one_big.value_cos_max.median():.2f} at the median ({one_big.value_cos_max.min():.2f}.."
+             f"{one_big.value_cos_max.max():.2f}; robustness.md's row on \"stored orthogonally\")."
+             if "value_cos_max" in one_big else ""))
     w("")
     w(figure("split_attention", "split attention"))
     if dynamics is not None:
