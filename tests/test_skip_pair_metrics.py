@@ -235,3 +235,48 @@ def test_sampled_pair_contributions_work_where_enumeration_cannot():
         M.pair_contributions(moved := task.model(seed=1, n_layers=2, n_heads=2, d_head=2))
     assert M.pair_contributions(moved, n=8).shape == (10, 2, 10)
     assert M.pair_contributions(model, n=8).isfinite().all()
+
+
+def _contexts(task, a: int, b: int, n: int = 32, seed: int = 0) -> torch.Tensor:
+    """n contexts holding signal tokens a and b (at positions 2 and 5), noise elsewhere, the read-off 0 last."""
+    g = torch.Generator().manual_seed(seed)
+    tokens = torch.tensor(NOISE)[torch.randint(len(NOISE), (n, task.seq_len), generator=g)]
+    tokens[:, 2], tokens[:, 5], tokens[:, -1] = a, b, 0
+    return tokens
+
+
+@pytest.mark.parametrize("name", ["skip-pair", "skip-pair-dhead1"])
+def test_registry_measures_of_a_model_match_plain_transformer_lens(name):
+    """The per-model numbers behind the registry's new SkipPair rows (experiments/skip_pair/exp_runs.py), recomputed
+    from a plain TransformerLens forward: which token each head attends to in real contexts (the cover of a pair),
+    each head's direct logit effect on the completions in (x, x) contexts of its least favourite x, and the value
+    vectors read off hook_v."""
+    from experiments.skip_pair.exp_runs import covered_pairs, least_favourite_alone, value_cos_max
+
+    model = hc.load(name)
+    task = M.skip_pair_task(model)
+    orders = [M.preference_order(model, h) for h in range(model.cfg.n_heads)]
+    covered = fully = 0
+    for a, b in M.DISTINCT_PAIRS:
+        _, cache = model.run_with_cache(_contexts(task, a, b))
+        pattern = cache[get_act_name("pattern", 0)][:, :, -1].mean(0)  # [head, key]
+        pa, pb = pattern[:, 2], pattern[:, 5]
+        preferred = {a if x > y else b for x, y in zip(pa.tolist(), pb.tolist())}
+        covered += preferred == {a, b}
+        fully += preferred == {a, b} and bool((torch.minimum(pa, pb) / (pa + pb) <= 0.1).all())
+    assert covered_pairs(orders, M.split_attention(model)) == (covered, fully)
+    completions = M.completions(task)
+    hits = 0
+    for h, order in enumerate(orders):
+        x = order[-1]
+        _, cache = model.run_with_cache(_contexts(task, x, x))
+        z = cache[get_act_name("z", 0)][:, -1, h]  # [batch, d_head]
+        direct = (z @ model.W_O[0, h] @ model.W_U)[:, completions].mean(0)
+        hits += int(direct.argmax()) == PAIRS.index((x, x))
+    assert least_favourite_alone(orders, M.conditional_contributions(model)) == hits
+    _, cache = model.run_with_cache(torch.tensor([[1, 2, 3, 4, 5, 6, 7, 8, 9, 0]]))
+    v = cache[get_act_name("v", 0)][0, :4]  # [signal token, head, d_head]
+    unit = v / v.norm(dim=-1, keepdim=True)
+    cos = torch.einsum("ihd,jhd->hij", unit, unit).abs()
+    off = ~torch.eye(4, dtype=torch.bool)
+    assert value_cos_max(model) == pytest.approx(float(cos[:, off].max()), abs=1e-5)
