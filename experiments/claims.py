@@ -58,9 +58,9 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Band:
-    """The threshold of a reading's rule and the other values it is read at, so a verdict shows whether it
-    flips inside a plausible band: `at(value)` is the reading with its threshold at `value` (the reading's
-    own value is `default`)."""
+    """One threshold of a reading's rule and the other values it is read at, so a verdict shows whether it
+    flips inside a plausible band: `at(value)` is the reading with this threshold at `value` and every other
+    threshold at the rule's own (this one's is `default`)."""
 
     threshold: str  # the number as the rule words it: "s_acc >=", "drop >"
     default: float
@@ -71,9 +71,9 @@ class Band:
 @dataclass(frozen=True)
 class Reading:
     """One named measurement of a claim: `measure` turns the cell's rows (already restricted to one setup
-    and training length) into an Outcome; `holds` decides comparison and correlation claims. `band`: the
-    rule's threshold and the other values it is also read at (None: the rule has no threshold of its own,
-    `fixed` says why)."""
+    and training length) into an Outcome; `holds` decides comparison and correlation claims. `bands`: each
+    threshold of the rule and the other values it is also read at (empty: the rule has no threshold of its
+    own, or `fixed` says why it is not banded)."""
 
     name: str
     rule: str
@@ -82,26 +82,30 @@ class Reading:
     favoured: str = ""  # why the source's wording favours this reading; "" if it does not
     holds: Callable[[float], bool] | None = None
     per_length: bool = True  # False: one cell per setup, over the models of every training length
-    band: Band | None = None
-    fixed: str = ""  # why a rule with a threshold has no band here ("" when it has none or has a band)
+    bands: tuple[Band, ...] = ()
+    fixed: str = ""  # why a rule with a threshold has no band here ("" when it has none or has bands)
 
     @property
     def on_page(self) -> bool:
         """True when the reading reads a task page's own tables (one cell: the default setup, that page's models)."""
         return "/" in self.table
 
-    def at(self, value: float) -> Reading:
-        """This reading with its threshold at `value` (its band's)."""
-        return self.band.at(value)
+
+def banded_by(make: Callable[..., Reading], **thresholds: tuple[str, float, tuple[float, ...]]) -> Reading:
+    """`make(**defaults)` carrying one band per threshold: `thresholds` maps each keyword of `make` to (how the
+    rule words it, the rule's value, the other values read)."""
+    defaults = {key: default for key, (_, default, _) in thresholds.items()}
+
+    def at(key: str) -> Callable[[float], Reading]:
+        return lambda value: dataclasses.replace(make(**{**defaults, key: value}), bands=())
+
+    bands = tuple(Band(words, default, tuple(others), at(key)) for key, (words, default, others) in thresholds.items())
+    return dataclasses.replace(make(**defaults), bands=bands)
 
 
 def banded(threshold: str, default: float, others: tuple[float, ...], make: Callable[[float], Reading]) -> Reading:
-    """`make(default)` carrying the band: the same reading with its threshold at each of `others`."""
-
-    def at(value: float) -> Reading:
-        return dataclasses.replace(make(value), band=None)
-
-    return dataclasses.replace(make(default), band=Band(threshold, default, tuple(others), at))
+    """`make(default)` carrying the band of its one threshold (`banded_by` with one keyword)."""
+    return banded_by(lambda value: make(value), value=(threshold, default, others))
 
 
 PAGE = "the page's models"  # the one cell of a reading that reads a task page's tables
@@ -307,11 +311,50 @@ def _two_tasks(drop_by: float = 0.25) -> Callable[[pd.DataFrame], Outcome]:
     return measure
 
 
-def _unexploited(gap: float = 0.05, successful: bool = True) -> Callable[[pd.DataFrame], Outcome]:
-    """Successful heads (s_acc >= 0.95) that the output layer reads worse than they separate: s_acc - l_acc > gap."""
-    def measure(heads: pd.DataFrame) -> Outcome:
-        heads = heads[heads.successful.astype(bool)] if successful else heads
+FLOOR = ("successful: s_acc >=", 0.95, (0.9, 0.99))  # a successful head, and the band it is read over
+BIAS = ("|bias_45| > |signal_45| /", 5, (2, 10))  # "biased", our threshold, and its band
+
+
+def _heads(t: pd.DataFrame, floor: float | None) -> pd.DataFrame:
+    """The primary models' heads (`count01_heads` of the grid, or count01.md's `primary_heads`) with s_acc >=
+    floor (None: every head)."""
+    return t if floor is None else t[t.s_acc >= floor]
+
+
+def _successful_share(floor: float) -> Callable[[pd.DataFrame], Outcome]:
+    def measure(t: pd.DataFrame) -> Outcome:
+        ok = int((t.s_acc >= floor).sum())
+        return Outcome(f"{ok}/{len(t)} heads", value=ok / len(t) if len(t) else float("nan"))
+    return measure
+
+
+def _unexploited(gap: float = 0.05, floor: float = 0.95) -> Callable[[pd.DataFrame], Outcome]:
+    """Successful heads (s_acc >= floor) that the output layer reads worse than they separate: s_acc - l_acc > gap."""
+    def measure(t: pd.DataFrame) -> Outcome:
+        heads = _heads(t, floor)
         return count((heads.s_acc - heads.l_acc > gap).sum(), len(heads), f"successful heads with s_acc - l_acc > {gap:g}")
+    return measure
+
+
+def _w01_heads(f: float, floor: float) -> Callable[[pd.DataFrame], Outcome]:
+    def measure(t: pd.DataFrame) -> Outcome:
+        heads = _heads(t, floor)
+        return count(((heads.w01 > 1 / f) & (heads.w01 < f)).sum(), len(heads), "successful heads")
+    return measure
+
+
+def _w02_heads(cut: float, floor: float) -> Callable[[pd.DataFrame], Outcome]:
+    def measure(t: pd.DataFrame) -> Outcome:
+        heads = _heads(t, floor)
+        return count((heads.w02 > cut).sum(), len(heads), "successful heads")
+    return measure
+
+
+def _biased(k: float, floor: float | None) -> Callable[[pd.DataFrame], Outcome]:
+    def measure(t: pd.DataFrame) -> Outcome:
+        heads = _heads(t, floor)
+        return count((heads.bias_45.abs() > heads.signal_45.abs() / k).sum(), len(heads),
+                     "successful heads" if floor is not None else "heads")
     return measure
 
 
@@ -341,29 +384,22 @@ def _tip(rows: pd.DataFrame) -> Outcome:
                  "implied by accuracy: every model has answer and [EOS] accuracy >= 0.99" if implied else None)
 
 
-def _noise_text(quiet: float, q: int, noisy: float, n: int) -> str:
-    return f"mean s_acc {quiet:.3f} over {q} heads with w02 > 10 against {noisy:.3f} over {n} with w02 < 3"
-
-
-def _noise_outcome(quiet_sum: float, q: int, noisy_sum: float, n: int) -> Outcome:
+def _noise_outcome(quiet_sum: float, q: int, noisy_sum: float, n: int, cut: float = 3) -> Outcome:
     """quiet - noisy mean s_acc; not testable where either group of heads is empty."""
     if not q or not n:
-        return Outcome(f"{q} heads with w02 > 10, {n} with w02 < 3",
-                       untestable=f"no head with {'w02 > 10' if not q else 'w02 < 3'}: nothing to compare")
+        return Outcome(f"{q} heads with w02 > 10, {n} with w02 < {cut:g}",
+                       untestable=f"no head with {'w02 > 10' if not q else f'w02 < {cut:g}'}: nothing to compare")
     quiet, noisy = quiet_sum / q, noisy_sum / n
-    return Outcome(_noise_text(quiet, q, noisy, n), value=quiet - noisy)
+    return Outcome(f"mean s_acc {quiet:.3f} over {q} heads with w02 > 10 against {noisy:.3f} over {n} with w02 < {cut:g}",
+                   value=quiet - noisy)
 
 
-def _noise_grid(rows: pd.DataFrame) -> Outcome:
-    rows = _primary(rows)
-    if "noisy_heads" not in rows:
-        return Outcome("not measured", untestable="not measured in this grid")
-    return _noise_outcome(rows.quiet_s_acc.sum(), int(rows.quiet_heads.sum()), rows.noisy_s_acc.sum(), int(rows.noisy_heads.sum()))
-
-
-def _noise_heads(heads: pd.DataFrame) -> Outcome:
-    quiet, noisy = heads[heads.w02 > 10], heads[heads.w02 < 3]
-    return _noise_outcome(quiet.s_acc.sum(), len(quiet), noisy.s_acc.sum(), len(noisy))
+def _noise_heads(cut: float = 3) -> Callable[[pd.DataFrame], Outcome]:
+    """Heads that largely ignore '2' (w02 > 10) against heads that give it significant attention (w02 < cut)."""
+    def measure(heads: pd.DataFrame) -> Outcome:
+        quiet, noisy = heads[heads.w02 > 10], heads[heads.w02 < cut]
+        return _noise_outcome(quiet.s_acc.sum(), len(quiet), noisy.s_acc.sum(), len(noisy), cut)
+    return measure
 
 
 def _same_first(orderings: str) -> bool:
@@ -518,58 +554,60 @@ POST = "ov-coherent-skip-pair-post.md"
 D5, D1, ONE = "2 heads, d_head 5", "2 heads, d_head 1", "1 head, d_head 4"
 
 REGISTRY: tuple[ClaimEntry, ...] = (
-    ClaimEntry("half", C["half"], SUMMARY, "comparison", (
-        banded("about half: share within 0.5 +-", 0.15, (0.1, 0.25), lambda w: Reading(
-            "share of successful heads", f"share of the primary models' heads with s_acc >= 0.95 in {0.5 - w:g}..{0.5 + w:g}",
-            lambda t: (lambda r: Outcome(f"{int(r.successful.sum())}/{int(r.heads.sum())} heads", value=r.successful.sum() / max(r.heads.sum(), 1)))(_primary(t)),
-            holds=lambda v: 0.5 - w <= v <= 0.5 + w, favoured="the quote gives the share")),
-        banded("successful: s_acc >=", 0.95, (0.9, 0.99), lambda f: Reading(
-            "share of successful heads, count01.md's models", f"share of count01.md's primary models' heads with s_acc "
-            f">= {f:g} in 0.35..0.65", lambda t: Outcome(f"{int((t.s_acc >= f).sum())}/{len(t)} heads", value=(t.s_acc >= f).mean()),
-            table="count01/primary_heads", holds=lambda v: 0.35 <= v <= 0.65)),
-    ), "count01"),
-    ClaimEntry("exploit", C["exploit"], SUMMARY, "existence", (
-        banded("s_acc - l_acc >", 0.05, (0.025, 0.1), lambda g: Reading(
-            "some successful head under-read", f"successful heads (s_acc >= 0.95) of count01.md's primary models that "
-            f"the output layer reads alone worse than they separate (s_acc - l_acc > {g:g}, l_acc with the constant "
-            "terms every pass has)", _unexploited(g), table="count01/primary_heads",
-            favoured="\"doesn't fully exploit these successful heads\": at least one successful head is read below "
-            "what it separates")),
-        banded("s_acc - l_acc >", 0.05, (0.025, 0.1), lambda g: Reading(
-            "most successful heads under-read", f"the same, read as typical (shown for contrast)", _unexploited(g),
-            table="count01/primary_heads")),
-    ), "count01", note="The clause is the summary's, not the paper's (the summary puts no quotation marks around "
-       "it); \"individually\" is read as each head's readout alone (l_acc)."),
-    ClaimEntry("w01", C["w01"], SUMMARY, "typical", (
-        Reading("most successful heads", "successful heads (s_acc >= 0.95) with 0.1 < w01 < 10",
-                lambda t: count(_primary(t).successful_w01_in_0_1_10.sum(), _primary(t).successful.sum(), "successful heads"),
-                favoured="a generic plural (\"Successful heads have\") states what is typical",
-                fixed="the grid stores the count inside 0.1..10 only; the band is read on count01.md's heads below"),
-        banded("w01 ~ 1: 1/f < w01 < f, f =", 10, (2, 100), lambda f: Reading(
-            "most successful heads, count01.md's models", f"the same over count01.md's primary models, {1 / f:g} < w01 < {f:g}",
-            lambda t: (lambda g: count(((g.w01 > 1 / f) & (g.w01 < f)).sum(), len(g), "successful heads"))(t[t.successful]),
-            table="count01/primary_heads")),
-    ), "count01"),
-    ClaimEntry("w02", C["w02"], SUMMARY, "typical", (
-        Reading("most successful heads", "successful heads with w02 > 10",
-                lambda t: count(_primary(t).successful_w02_gt_10.sum(), _primary(t).successful.sum(), "successful heads"),
-                favoured="a generic plural states what is typical",
-                fixed="the source's own number (w02 > 10); the grid stores that count only; count01.md's heads below are banded"),
-        banded("w02 >", 10, (3, 30), lambda f: Reading(
-            "most successful heads, count01.md's models", f"the same over count01.md's primary models, w02 > {f:g}",
-            lambda t: (lambda g: count((g.w02 > f).sum(), len(g), "successful heads"))(t[t.successful]),
-            table="count01/primary_heads")),
-    ), "count01"),
-    ClaimEntry("noise", C["noise"], SUMMARY, "comparison", (
-        banded("difference >", 0.01, (0.0, 0.05), lambda m: Reading(
-            "w02 > 10 heads separate better", "mean s_acc of the primary models' heads with w02 > 10 (they largely "
-            "ignore '2') minus that of heads with w02 < 3 ('2' gets at least a third of the attention of '0' and "
-            f"'1': \"significant attention\", our threshold) is > {m:g}", _noise_grid, holds=lambda v: v > m,
-            favoured="\"degrades separability\": heads that attend to '2' separate worse than heads that ignore it")),
-        banded("difference >", 0.01, (0.0, 0.05), lambda m: Reading(
-            "w02 > 10 heads separate better, count01.md's models", "the same over the heads of count01.md's primary "
-            "models (`count01/primary_heads.csv`)", _noise_heads, table="count01/primary_heads", holds=lambda v: v > m)),
-    ), "count01"),
+    ClaimEntry("half", C["half"], SUMMARY, "comparison", tuple(
+        banded_by(lambda floor, width, name=name, table=table, rule=rule, favoured=favoured: Reading(
+            name, f"{rule}: the share of heads with s_acc >= {floor:g} is in {0.5 - width:g}..{0.5 + width:g}",
+            _successful_share(floor), table=table, holds=lambda v: 0.5 - width <= v <= 0.5 + width, favoured=favoured),
+            floor=FLOOR, width=("about half: within 0.5 +-", 0.15, (0.1, 0.25)))
+        for name, table, rule, favoured in (
+            ("share of successful heads", "heads", "every head of the grid's primary models", "the quote gives the share"),
+            ("share of successful heads, count01.md's models", "count01/primary_heads", "count01.md's primary models", ""))),
+        "count01"),
+    ClaimEntry("exploit", C["exploit"], SUMMARY, "existence", tuple(
+        banded_by(lambda floor, gap, name=name, table=table, rule=rule, favoured=favoured: Reading(
+            name, f"successful heads (s_acc >= {floor:g}) of {rule} that the output layer reads alone worse than they "
+            f"separate (s_acc - l_acc > {gap:g}, l_acc with the constant terms every pass has)", _unexploited(gap, floor),
+            table=table, favoured=favoured),
+            floor=FLOOR, gap=("s_acc - l_acc >", 0.05, (0.025, 0.1)))
+        for name, table, rule, favoured in (
+            ("some successful head under-read", "heads", "the grid's primary models",
+             "\"doesn't fully exploit these successful heads\": at least one successful head is read below what it "
+             "separates"),
+            ("some successful head under-read, count01.md's models", "count01/primary_heads", "count01.md's primary "
+             "models", ""),
+            ("most successful heads under-read", "heads", "the grid's primary models (read as typical, for contrast)", ""))),
+        "count01", note="The clause is the summary's, not the paper's (the summary puts no quotation marks around "
+        "it); \"individually\" is read as each head's readout alone (l_acc)."),
+    ClaimEntry("w01", C["w01"], SUMMARY, "typical", tuple(
+        banded_by(lambda floor, f, name=name, table=table, rule=rule, favoured=favoured: Reading(
+            name, f"successful heads (s_acc >= {floor:g}) of {rule} with {1 / f:g} < w01 < {f:g}", _w01_heads(f, floor),
+            table=table, favoured=favoured),
+            f=("w01 ~ 1: 1/f < w01 < f, f =", 10, (2, 100)), floor=FLOOR)
+        for name, table, rule, favoured in (
+            ("most successful heads", "heads", "the grid's primary models",
+             "a generic plural (\"Successful heads have\") states what is typical"),
+            ("most successful heads, count01.md's models", "count01/primary_heads", "count01.md's primary models", ""))),
+        "count01"),
+    ClaimEntry("w02", C["w02"], SUMMARY, "typical", tuple(
+        banded_by(lambda floor, cut, name=name, table=table, rule=rule, favoured=favoured: Reading(
+            name, f"successful heads (s_acc >= {floor:g}) of {rule} with w02 > {cut:g}", _w02_heads(cut, floor),
+            table=table, favoured=favoured),
+            cut=("w02 >", 10, (3, 30)), floor=FLOOR)
+        for name, table, rule, favoured in (
+            ("most successful heads", "heads", "the grid's primary models", "a generic plural states what is typical"),
+            ("most successful heads, count01.md's models", "count01/primary_heads", "count01.md's primary models", ""))),
+        "count01"),
+    ClaimEntry("noise", C["noise"], SUMMARY, "comparison", tuple(
+        banded_by(lambda noisy, margin, name=name, table=table, rule=rule, favoured=favoured: Reading(
+            name, f"mean s_acc of {rule}' heads with w02 > 10 (they largely ignore '2') minus that of heads with w02 < "
+            f"{noisy:g} ('2' gets at least 1/{noisy:g} of the attention of '0' and '1': \"significant attention\", our "
+            f"threshold) is > {margin:g}", _noise_heads(noisy), table=table, holds=lambda v: v > margin, favoured=favoured),
+            noisy=("significant attention: w02 <", 3, (2, 5)), margin=("difference >", 0.01, (0.0, 0.05)))
+        for name, table, rule, favoured in (
+            ("w02 > 10 heads separate better", "heads", "the grid's primary models",
+             "\"degrades separability\": heads that attend to '2' separate worse than heads that ignore it"),
+            ("w02 > 10 heads separate better, count01.md's models", "count01/primary_heads", "count01.md's primary models", ""))),
+        "count01"),
     ClaimEntry("collapse", C["collapse"], SUMMARY, "universal", (
         banded("s_acc <", 0.75, (0.65, 0.85), lambda c: Reading(
             "imposed extreme w01", f"at every imposed w01 <= 0.01 or >= 100 (attention to '2' set to 0, [BOS] and '=' "
@@ -638,19 +676,18 @@ REGISTRY: tuple[ClaimEntry, ...] = (
         note="No source says which metric Table 1 reports (the summary names only \"Heads trained jointly perform "
         "slightly worse\"), so no reading is favoured: the three metrics are shown side by side."),
     ClaimEntry("bias", C["bias"], SUMMARY, "typical", (
-        Reading("successful heads", "successful heads with |bias_45| > |signal_45| / 5",
-                lambda t: count(_primary(t).biased_successful.sum(), _primary(t).successful.sum(), "successful heads")
-                if "biased_successful" in t else Outcome("not measured", untestable="not measured in this grid"),
-                favoured="a failed head has signal about 0, so any bias passes the test: only successful heads can fail it",
-                fixed="the grid stores the count at / 5 only; count01.md's heads below are banded"),
-        Reading("every head", "every head with |bias_45| > |signal_45| / 5",
-                lambda t: count(_primary(t).biased.sum(), _primary(t).heads.sum(), "heads"),
-                fixed="the grid stores the count at / 5 only"),
-        banded("|bias_45| > |signal_45| /", 5, (2, 10), lambda k: Reading(
-            "successful heads, count01.md's models", f"the first reading over count01.md's primary models, "
-            f"|bias_45| > |signal_45| / {k:g}",
-            lambda t: (lambda g: count((g.bias_45.abs() > g.signal_45.abs() / k).sum(), len(g), "successful heads"))(t[t.successful]),
-            table="count01/primary_heads")),
+        banded_by(lambda floor, k: Reading(
+            "successful heads", f"successful heads (s_acc >= {floor:g}) of the grid's primary models with |bias_45| > "
+            f"|signal_45| / {k:g}", _biased(k, floor), table="heads",
+            favoured="a failed head has signal about 0, so any bias passes the test: only successful heads can fail it"),
+            k=BIAS, floor=FLOOR),
+        banded_by(lambda k: Reading(
+            "every head", f"every head of the grid's primary models with |bias_45| > |signal_45| / {k:g}",
+            _biased(k, None), table="heads"), k=BIAS),
+        banded_by(lambda floor, k: Reading(
+            "successful heads, count01.md's models", f"successful heads (s_acc >= {floor:g}) of count01.md's primary "
+            f"models with |bias_45| > |signal_45| / {k:g}", _biased(k, floor), table="count01/primary_heads"),
+            k=BIAS, floor=FLOOR),
     ), "count01"),
     ClaimEntry("tip", C["tip"], SUMMARY, "universal", (
         Reading("the balance tips toward [EOS]", "every primary model, for both answers, has as its most frequent "

@@ -67,11 +67,16 @@ def test_a_tip_implied_by_accuracy_is_not_testable():
 
 
 def test_biased_reads_successful_heads_where_failed_heads_pass_trivially():
+    """Failed heads (signal about 0) pass any bias test: over every head the claim holds, over successful heads
+    it fails (one row per head of the grid's primary models, `count01_heads`)."""
     successful, every = _entry("bias").readings[:2]
-    rows = pd.DataFrame(dict(kind="primary", heads=[16], successful=[8], biased=[12], biased_successful=[3]))
-    assert judge("typical", every, every.measure(rows)) == HOLDS
-    assert judge("typical", successful, successful.measure(rows)) == FAILS
+    heads = pd.DataFrame(dict(s_acc=[1.0] * 8 + [0.6] * 8, bias_45=[0.1] * 3 + [0.0] * 5 + [0.5] * 8,
+                              signal_45=[0.3] * 8 + [0.01] * 8))  # fmt: skip
+    assert judge("typical", every, every.measure(heads)) == HOLDS  # 11 of 16
+    assert judge("typical", successful, successful.measure(heads)) == FAILS  # 3 of 8
     assert successful.favoured and not every.favoured
+    loose = next(b for b in successful.bands if b.threshold.startswith("|bias")).at(10)  # a tenth of the signal: 3 of 8 still
+    assert judge("typical", loose, loose.measure(heads)) == FAILS
 
 
 def test_existence_claims_are_read_as_existence():
@@ -109,19 +114,18 @@ def _reading(key, name):
 
 
 def test_the_noise_failure_signature_can_hold_and_fail():
-    """On count01.md's heads and on the grid's per-model sums: heads that attend to '2' (w02 < 3) separating
-    worse holds, the reverse fails, and with no head on one side nothing can be compared."""
-    on_page = _reading("noise", "w02 > 10 heads separate better, count01.md's models")
-    heads = pd.DataFrame(dict(w02=[1.0, 2.0, 20.0, 30.0], s_acc=[0.8, 0.8, 1.0, 1.0]))
-    assert judge("comparison", on_page, on_page.measure(heads)) == HOLDS
-    assert judge("comparison", on_page, on_page.measure(heads.assign(s_acc=[1.0, 1.0, 0.9, 0.9]))) == FAILS
-    assert judge("comparison", on_page, on_page.measure(heads.assign(w02=5.0))) == UNTESTABLE
-    grid = _reading("noise", "w02 > 10 heads separate better")
-    rows = pd.DataFrame(dict(kind="primary", noisy_heads=[2, 2], noisy_s_acc=[1.6, 1.6], quiet_heads=[1, 1],
-                             quiet_s_acc=[1.0, 1.0]))  # fmt: skip
-    assert judge("comparison", grid, grid.measure(rows)) == HOLDS  # 1.0 against 0.8
-    assert judge("comparison", grid, grid.measure(rows.assign(noisy_s_acc=2.0))) == FAILS  # 1.0 against 1.0
-    assert judge("comparison", grid, grid.measure(rows.assign(quiet_heads=0, quiet_s_acc=0.0))) == UNTESTABLE
+    """On count01.md's heads and on the grid's heads: heads that attend to '2' (w02 < 3) separating worse holds,
+    the reverse fails, and with no head on one side nothing can be compared; the cut of "significant attention"
+    is banded."""
+    for name in ("w02 > 10 heads separate better, count01.md's models", "w02 > 10 heads separate better"):
+        reading = _reading("noise", name)
+        heads = pd.DataFrame(dict(w02=[1.0, 2.0, 20.0, 30.0], s_acc=[0.8, 0.8, 1.0, 1.0]))
+        assert judge("comparison", reading, reading.measure(heads)) == HOLDS
+        assert judge("comparison", reading, reading.measure(heads.assign(s_acc=[1.0, 1.0, 0.9, 0.9]))) == FAILS
+        assert judge("comparison", reading, reading.measure(heads.assign(w02=5.0))) == UNTESTABLE
+        # w02 < 2 keeps only the first head
+        cut = next(b for b in reading.bands if b.threshold.startswith("significant")).at(2)
+        assert "over 1 with w02 < 2" in cut.measure(heads).text
 
 
 def test_the_tip_has_a_reading_that_accuracy_does_not_imply():

@@ -88,6 +88,10 @@ def _syntax(model, task: hc.Count01, n: int, reference) -> dict:
     return out
 
 
+# every primary head's metrics (count01_heads), so that the registry reads any threshold of a head rule (its band)
+HEAD_COLUMNS = ["head", "s_acc", "l_acc", "l_acc_head", "w01", "w02", "bias_45", "signal_45"]
+
+
 def count01_grid(s: Settings, variant: str, part: int | str | None = None) -> dict[str, pd.DataFrame]:
     """One Count01 variant at every training length: primary and minimal models (count01_grid: accuracy, head
     metrics, the [EOS] ordering), the attention intervention on the primary models (count01_band: s_acc per
@@ -97,7 +101,7 @@ def count01_grid(s: Settings, variant: str, part: int | str | None = None) -> di
 
     part: None for all of it; i for the models of training length s.count01_steps[i] only; "early" for the
     short primary runs only (run_all sends the parts to workers as separate jobs)."""
-    rows, band, ensemble = [], [], []
+    rows, band, ensemble, head_rows = [], [], [], []
     task = hc.Count01(**COUNT01_VARIANTS[variant])
     lengths = list(s.count01_steps) if part is None else [] if part == "early" else [s.count01_steps[part]]
     for steps in lengths:
@@ -112,6 +116,7 @@ def count01_grid(s: Settings, variant: str, part: int | str | None = None) -> di
                        plateau=loss_drop(model.history))  # fmt: skip
             if kind == "primary":
                 heads = hc.head_metrics(model, n=s.n_metrics, seed=1).to_dataframe()
+                head_rows.append(heads[HEAD_COLUMNS].assign(variant=variant, steps=steps, seed=seed))
                 good = heads[heads.s_acc >= 0.95]
                 row.update(heads=len(heads), successful=len(good),
                            successful_w01_in_0_1_10=int(((good.w01 > 0.1) & (good.w01 < 10)).sum()),
@@ -141,6 +146,7 @@ def count01_grid(s: Settings, variant: str, part: int | str | None = None) -> di
     out = {"count01_ensemble": pd.DataFrame(ensemble)}
     if rows:
         out["count01_grid"] = pd.DataFrame(rows)
+        out["count01_heads"] = pd.concat(head_rows, ignore_index=True)[["variant", "steps", "seed", *HEAD_COLUMNS]]
         out["count01_band"] = pd.concat(band, ignore_index=True)[["variant", "steps", "seed", "others", "w01", "head",
                                                                  "s_acc", "roc_auc"]]  # fmt: skip
     return out

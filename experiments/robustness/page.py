@@ -88,20 +88,22 @@ def _short(text: str) -> str:
 
 
 def band_text(tables: dict[str, pd.DataFrame], entry: ClaimEntry, reading: Reading, variants: list[str]) -> str:
-    """The reading's verdict at each other value of its threshold band, over the same cells ("" when the rule
+    """The reading's verdict at each other value of each threshold band, over the same cells ("" when the rule
     has no threshold; its `fixed` reason when the threshold is not banded)."""
-    if reading.band is None:
+    if not reading.bands:
         return f"Threshold not banded: {reading.fixed}." if reading.fixed else ""
-    band, steps = reading.band, lengths(tables, reading)
-    parts = [f"{band.default:g} (the rule's): {verdict(judge_cells(tables, entry, reading, variants), steps)}"]
-    for value in band.others:
-        parts.append(f"{value:g}: {verdict(judge_cells(tables, entry, reading.at(value), variants), steps)}")
-    return f"Threshold band ({band.threshold}): " + "; ".join(parts) + "."
+    steps, out = lengths(tables, reading), []
+    for band in reading.bands:
+        parts = [f"{band.default:g} (the rule's): {verdict(judge_cells(tables, entry, reading, variants), steps)}"]
+        for value in band.others:
+            parts.append(f"{value:g}: {verdict(judge_cells(tables, entry, band.at(value), variants), steps)}")
+        out.append(f"Threshold band ({band.threshold}): " + "; ".join(parts) + ".")
+    return " ".join(out)
 
 
 def flips(tables: dict[str, pd.DataFrame], entry: ClaimEntry, reading: Reading, variants: list[str]) -> list[str]:
     """What flips the reading's verdict in the default setup: each other setup whose verdict differs (with its
-    count), and each other threshold of the band at which the default setup's verdict differs."""
+    count), and each other threshold of each band at which the default setup's verdict differs."""
     cells = judge_cells(tables, entry, reading, variants)
     default = {said for (v, _), (said, _) in cells.items() if v == "default"}
     out = []
@@ -110,11 +112,11 @@ def flips(tables: dict[str, pd.DataFrame], entry: ClaimEntry, reading: Reading, 
         if here and {said for said, _ in here} != default:
             out.append(f"{' / '.join(dict.fromkeys(said for said, _ in here))} under {variant} "
                        f"({'; '.join(dict.fromkeys(_short(text) for _, text in here))})")
-    if reading.band is not None:
-        for value in reading.band.others:
-            at = {said for said, _ in judge_cells(tables, entry, reading.at(value), ["default"]).values()}
+    for band in reading.bands:
+        for value in band.others:
+            at = {said for said, _ in judge_cells(tables, entry, band.at(value), ["default"]).values()}
             if at != default:
-                out.append(f"{' / '.join(sorted(at))} at {reading.band.threshold} {value:g}")
+                out.append(f"{' / '.join(sorted(at))} at {band.threshold} {value:g}")
     return out
 
 
@@ -123,8 +125,9 @@ def tried(reading: Reading, flipped: list[str]) -> str:
     if flipped:
         return "flips: " + "; ".join(flipped)
     setups = "default setup only" if reading.on_page else "no setup tried flips it"
-    if reading.band is not None:
-        return f"{setups}; no {reading.band.threshold} in {', '.join(f'{v:g}' for v in reading.band.others)} flips it"
+    if reading.bands:
+        return f"{setups}; " + "; ".join(f"no {b.threshold} in {', '.join(f'{v:g}' for v in b.others)} flips it"
+                                         for b in reading.bands)
     return f"{setups}; threshold not banded: {reading.fixed}" if reading.fixed else f"{setups}; no threshold"
 
 
