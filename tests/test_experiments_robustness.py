@@ -35,6 +35,19 @@ def test_quick_run_writes_both_grids_and_the_page(tmp_path):
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert "DIFFERS" not in again.stdout and again.stdout.count("recomputed") >= 4
     assert "only_correct table" in again.stdout and "band_mean_s_acc_at_1 table" in again.stdout
+    # a partial rerun rewrites only its own tables and records itself beside the full run's timing
+    before = {p.name: p.read_bytes() for p in (tmp_path / "robustness").glob("count01_*.csv")}
+    only = subprocess.run(
+        [sys.executable, "-m", "experiments.robustness.run_all", "--quick", "--out", str(tmp_path), "--only", "skip_pair_grid"],
+        capture_output=True, text=True, timeout=1200, cwd=REPO,
+    )  # fmt: skip
+    assert only.returncode == 0, only.stderr[-3000:]
+    assert before == {p.name: p.read_bytes() for p in (tmp_path / "robustness").glob("count01_*.csv")}
+    import json
+
+    timing = json.loads((tmp_path / "robustness" / "timing.json").read_text())
+    assert timing["jobs"] > 6 and timing["reruns"][-1]["only"] == ["skip_pair_grid"]
+    assert "pairs_covered" in (tmp_path / "robustness" / "skip_pair_grid.csv").read_text().splitlines()[0]
 
 
 @COMMITTED

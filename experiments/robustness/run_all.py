@@ -71,7 +71,11 @@ def main(argv=None) -> int:
             took[job[0]] = took.get(job[0], 0.0) + seconds
     total = time.perf_counter() - start
     exp_grid.write_tables(parts, s)
-    if args.only:
+    if args.only:  # the full run's timing stays; the partial rerun is recorded beside it
+        timing_file = s.out / "timing.json"
+        timing = json.loads(timing_file.read_text()) if timing_file.exists() else {}
+        timing.setdefault("reruns", []).append({"only": args.only, "total_s": round(total, 1), "cores": os.cpu_count()})
+        timing_file.write_text(json.dumps(timing, indent=1) + "\n")
         doc = page.build(results)
         print(f"[robustness] {', '.join(args.only)} done in {total:.1f} s; doc: {doc}")
         return 0
