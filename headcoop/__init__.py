@@ -45,6 +45,8 @@ _LAZY = {
     "path_patch": "headcoop.analysis.path_patching",
     "probe_patch": "headcoop.analysis.probe_patching",
     "ablate_edges": "headcoop.analysis.edge_ablation",
+    "edges": "headcoop.analysis.edges",
+    "EdgeResult": "headcoop.analysis.edges",
     "Interactions": "headcoop.analysis.interactions",
     "cooperation": "headcoop.analysis.cooperation",
     "Cooperation": "headcoop.analysis.cooperation",

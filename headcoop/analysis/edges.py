@@ -1,0 +1,544 @@
+"""Edge attribution: one score per edge of the residual graph, from every writer to every reader.
+
+Writers: the token embedding ("embed"), the positional embedding ("pos_embed", where the model adds one to the
+residual stream), each head's output ("L0H3") and each MLP's output ("MLP0"). Readers: each head's query, key
+and value input ("L1H2" via "q", "k", "v"), each MLP's input ("MLP1" via "in") and the logits ("logits" via
+"direct"). A writer feeds every reader after it: a head of layer l feeds the MLP of layer l and everything
+in later layers.
+
+**Exact edge patching** (`method="exact"`, and the verification of the estimates): the target run (corrupt
+for "denoise", as `hc.path_patch`) with one change: the reader's input is the target's residual stream at
+that reader plus the writer's change of output, delta_w = out_w(source) - out_w(target), at every position,
+through the reader's norm with the target run's scale frozen (so the patch stays an edge). Everything else is
+as in the target run, and the reader's changed output flows through every later layer. This is
+`hc.path_patch`'s definition, extended to embeddings and MLPs. It runs on the stacked-copies engine
+(`copies.py`): copy i is edge i, hooks on the reader's q/k/v (or the MLP's pre-activation) set copy i's
+reader input; the direct path to the logits is computed without hooks. The slow reference beside it
+(`reference_edge`) is one forward pass per edge that adds delta_w at TransformerLens's own split inputs
+(`use_split_qkv_input`, `use_hook_mlp_in`) with the norm scale held by a hook; whenever any hook is installed
+on the model the reference is the path taken.
+
+**Estimates**: edge attribution patching ("eap", Syed et al. 2023) scores an edge by the first-order change
+of the metric, delta_w . d metric / d input_r, with the gradient at the target run and the norm scales
+frozen as in the exact patch (so the estimate is the exact patch's own linearisation); "eap-ig" (Hanna et al.
+2024) averages that gradient over `steps` runs whose embeddings move from the target's to the source's.
+`verify=k` patches the k edges with the largest |estimate| exactly and `sample=s` more at random (seeded): the
+false-negative count among the sampled edges and its Clopper-Pearson interval say what the estimate may have
+missed, as `hc.attribute` does for nodes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from typing import Literal, get_args
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import torch
+from torch import Tensor
+from transformer_lens.utilities import get_act_name
+
+from headcoop.analysis.attribution import clopper_pearson
+from headcoop.analysis.common import check_choice, require_model
+from headcoop.analysis.copies import Copies, Target, clean_corrupt, evaluate, route, target_run
+from headcoop.analysis.norms import frozen_norm, norm_kind, norm_weights
+from headcoop.analysis.vocabulary import DIRECTIONS, Direction, head_name
+from headcoop.bridge import is_bridge
+from headcoop.checks import check_finite, check_int, check_metric_value
+from headcoop.plot import Displayed
+from headcoop.tl import HookedTransformer
+
+EdgeMethod = Literal["eap", "eap-ig", "exact"]
+EDGE_METHODS: tuple[str, ...] = get_args(EdgeMethod)
+Writer = tuple  # ("embed",) | ("pos_embed",) | ("head", layer, head) | ("mlp", layer)
+Reader = tuple  # ("head", layer, head, via) | ("mlp", layer) | ("logits",)
+
+
+# --- the graph ------------------------------------------------------------------------------------------
+def writer_name(w: Writer) -> str:
+    return {"embed": "embed", "pos_embed": "pos_embed"}.get(w[0]) or (head_name(w[1], w[2]) if w[0] == "head" else f"MLP{w[1]}")
+
+
+def reader_name(r: Reader) -> tuple[str, str]:
+    """(reader, via): ("L1H2", "q"), ("MLP1", "in"), ("logits", "direct")."""
+    if r[0] == "head":
+        return head_name(r[1], r[2]), r[3]
+    return (f"MLP{r[1]}", "in") if r[0] == "mlp" else ("logits", "direct")
+
+
+def _order(node: tuple, n_layers: int) -> int:
+    """Position in the forward pass: embeddings first, then per layer its heads, then its MLP, then the logits."""
+    kind = node[0]
+    if kind in ("embed", "pos_embed"):
+        return -1
+    if kind == "head":
+        return 2 * node[1]
+    return 2 * node[1] + 1 if kind == "mlp" else 2 * n_layers
+
+
+def _has_mlp(model) -> bool:
+    return not model.cfg.attn_only and bool(model.cfg.d_mlp)
+
+
+def graph(model: HookedTransformer) -> tuple[list[Writer], list[Reader], list[tuple[Writer, Reader]]]:
+    """Every writer, every reader and every edge (writer before reader) of the model, in forward order."""
+    cfg = model.cfg
+    writers: list[Writer] = [("embed",)]
+    if cfg.positional_embedding_type == "standard":
+        writers.append(("pos_embed",))
+    readers: list[Reader] = []
+    for lay in range(cfg.n_layers):
+        writers += [("head", lay, h) for h in range(cfg.n_heads)]
+        readers += [("head", lay, h, v) for h in range(cfg.n_heads) for v in ("q", "k", "v")]
+        if _has_mlp(model):
+            writers.append(("mlp", lay))
+            readers.append(("mlp", lay))
+    readers.append(("logits",))
+    n = cfg.n_layers
+    edges = [(w, r) for r in readers for w in writers if _order(w, n) < _order(r, n)]
+    return writers, readers, edges
+
+
+def check_edge_model(model: HookedTransformer) -> None:
+    """The model shapes `hc.edges` supports; a clear error for the others."""
+    cfg = model.cfg
+    if is_bridge(model):
+        raise ValueError("hc.edges does not take a TransformerBridge yet: its q/k/v inputs are shared by all heads")
+    if cfg.n_key_value_heads is not None and cfg.n_key_value_heads != cfg.n_heads:
+        raise ValueError("hc.edges does not support grouped-query attention yet: a key/value input shared by "
+                         f"several query heads (n_key_value_heads={cfg.n_key_value_heads}, n_heads={cfg.n_heads})")
+    if cfg.parallel_attn_mlp:
+        raise ValueError("hc.edges needs sequential blocks (attention, then the MLP); this model has parallel_attn_mlp=True")
+    if _has_mlp(model) and cfg.act_fn in ("solu_ln",):
+        raise ValueError("hc.edges does not support SoLU-LN MLPs (their hook_pre is not the MLP's only input)")
+
+
+# --- writer changes and reader inputs -------------------------------------------------------------------
+def writer_outputs(model: HookedTransformer, cache, writers: list[Writer]) -> dict[Writer, Tensor]:
+    """Each writer's output [batch, pos, d_model] in a cached run."""
+    out = {}
+    for w in writers:
+        if w[0] == "embed":
+            out[w] = cache["hook_embed"]
+        elif w[0] == "pos_embed":
+            out[w] = cache["hook_pos_embed"].expand_as(cache["hook_embed"])
+        elif w[0] == "head":
+            out[w] = cache[get_act_name("z", w[1])][:, :, w[2]] @ model.blocks[w[1]].attn.W_O[w[2]]
+        else:
+            out[w] = cache[get_act_name("mlp_out", w[1])]
+    return out
+
+
+def _scale(cache, name: str) -> Tensor | None:
+    return cache.cache_dict.get(name)
+
+
+def reader_input(model: HookedTransformer, target: Target, reader: Reader, delta: Tensor) -> Tensor:
+    """The reader's own activation when its residual input is the target's plus `delta` [*copy, batch, pos,
+    d_model], through its norm at the target's scale: q/k/v [*copy, batch, pos, d_head] for a head, the
+    pre-activation [*copy, batch, pos, d_mlp] for an MLP (a gated MLP: (gate, linear) pre-activations)."""
+    cache, lay = target.cache, reader[1]
+    block = model.blocks[lay]
+    if reader[0] == "head":
+        via, head = reader[3], reader[2]
+        x = frozen_norm(getattr(block, "ln1", None), target.act("resid_pre", lay) + delta,
+                        _scale(cache, f"blocks.{lay}.ln1.hook_scale"))  # fmt: skip
+        pos_embed = target.extras.get("shortformer_pos_embed")
+        if via in ("q", "k") and pos_embed is not None:
+            x = x + pos_embed
+        attn = block.attn
+        return x @ getattr(attn, f"W_{via.upper()}")[head] + getattr(attn, f"b_{via.upper()}")[head]
+    x = frozen_norm(getattr(block, "ln2", None), target.act("resid_mid", lay) + delta,
+                    _scale(cache, f"blocks.{lay}.ln2.hook_scale"))  # fmt: skip
+    if model.cfg.gated_mlp:  # TransformerLens's GatedMLP adds b_in after the product of the two
+        return x @ block.mlp.W_gate, x @ block.mlp.W_in
+    return x @ block.mlp.W_in + block.mlp.b_in
+
+
+def _final_kind(model) -> str | None:
+    """The final norm's kind (None: no final norm), whose hook_normalized is x / scale before its weight."""
+    return norm_kind(getattr(model, "ln_final", None))
+
+
+def norm_transpose(module, g: Tensor, scale: Tensor | None) -> Tensor:
+    """The transpose of a norm's Jacobian at a frozen scale applied to g: what d metric / d output becomes as
+    d metric / d input when the scale does not move (LN: centre(g w / scale); RMS: g w / scale)."""
+    kind = norm_kind(module)
+    if kind is None:
+        return g
+    weight, _ = norm_weights(module)
+    if kind in ("LN", "RMS") and weight is not None:
+        g = g * weight
+    g = g / scale.to(g.dtype)
+    return g - g.mean(-1, keepdim=True) if kind in ("LN", "LNPre") else g
+
+
+# --- gradients at the readers ----------------------------------------------------------------------------
+def _reader_grads(model: HookedTransformer, tokens: Tensor, score, readers: list[Reader],
+                  embeds: tuple[Tensor, Tensor | None] | None = None) -> tuple[dict[Reader, Tensor], Tensor]:  # fmt: skip
+    """d metric / d (each reader's residual input) [batch, pos, d_model] at one run of `tokens` (embeddings
+    replaced by `embeds` = (token, positional) when given), every norm scale frozen (detached), and the
+    metric's value."""
+    kept: dict[str, Tensor] = {}
+
+    def keep(act, hook):
+        act = act if act.requires_grad else act.detach().requires_grad_(True)
+        kept[hook.name] = act
+        return act
+
+    scales: dict[str, Tensor] = {}
+
+    def record(act, hook):  # each block norm's scale, at which its reader's input is mapped back
+        scales[hook.name] = act.detach()
+        return act
+
+
+    cfg = model.cfg
+    names = set()
+    for r in readers:
+        if r[0] == "head":
+            names.add(get_act_name(r[3], r[1]))
+        elif r[0] == "mlp":
+            names.add(f"blocks.{r[1]}.mlp.hook_pre")
+            if cfg.gated_mlp:
+                names.add(f"blocks.{r[1]}.mlp.hook_pre_linear")
+        else:  # the direct path holds the final norm's scale: read the gradient after it (`_final_grad`)
+            names.add("ln_final.hook_normalized" if _final_kind(model) else get_act_name("resid_post", cfg.n_layers - 1))
+    hooks = [(n, keep) for n in sorted(names)]
+    hooks.append((lambda n: n.endswith("hook_scale"), record))
+    if embeds is not None:
+        hooks.append(("hook_embed", lambda act, hook: embeds[0].to(act)))
+        if embeds[1] is not None:
+            hooks.append(("hook_pos_embed", lambda act, hook: embeds[1].to(act)))
+    with torch.enable_grad():
+        # the weights need no gradient: every kept activation is made a leaf of the graph above
+        logits = model.run_with_hooks(tokens, fwd_hooks=hooks)
+        value = score.one(logits)
+        if not isinstance(value, Tensor) or not value.requires_grad:
+            raise ValueError("hc.edges' estimates need a metric differentiable in the logits (a logit difference, "
+                             f"a log-probability); this one returned {value!r} with no gradient: use "
+                             "method='exact' for it")  # fmt: skip
+        order = sorted(kept)
+        grads = dict(zip(order, torch.autograd.grad(value, [kept[n] for n in order], allow_unused=True)))
+    out = {}
+    for r in readers:
+        lay = r[1] if r[0] != "logits" else cfg.n_layers - 1
+        if r[0] == "head":
+            g = grads[get_act_name(r[3], lay)]
+            g = torch.zeros_like(kept[get_act_name(r[3], lay)]) if g is None else g
+            attn = model.blocks[lay].attn
+            g = g[:, :, r[2]] @ getattr(attn, f"W_{r[3].upper()}")[r[2]].T
+            out[r] = norm_transpose(getattr(model.blocks[lay], "ln1", None), g, scales.get(f"blocks.{lay}.ln1.hook_scale"))
+        elif r[0] == "mlp":
+            mlp = model.blocks[lay].mlp
+            g_pre = grads[f"blocks.{lay}.mlp.hook_pre"]
+            g_pre = torch.zeros_like(kept[f"blocks.{lay}.mlp.hook_pre"]) if g_pre is None else g_pre
+            if cfg.gated_mlp:
+                g_lin = grads[f"blocks.{lay}.mlp.hook_pre_linear"]
+                g = g_pre @ mlp.W_gate.T + (0 if g_lin is None else g_lin @ mlp.W_in.T)
+            else:
+                g = g_pre @ mlp.W_in.T
+            out[r] = norm_transpose(getattr(model.blocks[lay], "ln2", None), g, scales.get(f"blocks.{lay}.ln2.hook_scale"))
+        else:
+            name = "ln_final.hook_normalized" if _final_kind(model) else get_act_name("resid_post", lay)
+            g = grads[name]
+            g = torch.zeros_like(kept[name]) if g is None else g
+            if _final_kind(model):  # x / scale at a frozen scale, then centred (LN): its transpose
+                g = g / scales["ln_final.hook_scale"]
+                g = g - g.mean(-1, keepdim=True) if _final_kind(model) in ("LN", "LNPre") else g
+            out[r] = g
+    return {r: g.detach() for r, g in out.items()}, value.detach()
+
+
+# --- exact edge patching on the engine ------------------------------------------------------------------
+def edge_copies(model: HookedTransformer, edges: list[tuple[Writer, Reader]], deltas: dict[Writer, Tensor],
+                target: Target) -> Copies:  # fmt: skip
+    """The engine's specification of an edge-patching sweep: copy i is edge i, its first changed layer the
+    reader's (n_layers for the logits); `edges` sorted by that layer. deltas[w]: the writer's change of output
+    [batch, pos, d_model]."""
+    n_layers = model.cfg.n_layers
+    layers = [n_layers if r[0] == "logits" else r[1] for _, r in edges]
+    final_scale = _scale(target.cache, "ln_final.hook_scale")
+    final = target.act("resid_post", n_layers - 1)
+
+    def local(layer: int, lo: int, hi: int) -> Tensor:  # only the direct paths: [n * batch, pos, vocab]
+        x = torch.stack([final + deltas[w] for w, _ in edges[lo:hi]])
+        if final_scale is not None:
+            x = frozen_norm(model.ln_final, x, final_scale)
+        return model.unembed(x.flatten(0, 1))
+
+    def setter(lo: int, hi: int) -> list:
+        """Hooks that set each copy's reader input (q/k/v of one head, or an MLP's pre-activation) in a stack of
+        hi - lo copies of the target batch."""
+        chunk, n, batch = edges[lo:hi], hi - lo, target.batch
+        sites: dict[str, list[tuple[int, int | None, Tensor]]] = {}  # hook name -> (copy, head, value)
+        for c, (w, r) in enumerate(chunk):
+            value = reader_input(model, target, r, deltas[w])
+            if r[0] == "head":
+                sites.setdefault(get_act_name(r[3], r[1]), []).append((c, r[2], value))
+            elif model.cfg.gated_mlp:
+                sites.setdefault(f"blocks.{r[1]}.mlp.hook_pre", []).append((c, None, value[0]))
+                sites.setdefault(f"blocks.{r[1]}.mlp.hook_pre_linear", []).append((c, None, value[1]))
+            else:
+                sites.setdefault(f"blocks.{r[1]}.mlp.hook_pre", []).append((c, None, value))
+
+        def setting(entries):
+            def hook(act, hook):
+                act = act.view(n, batch, *act.shape[1:]).clone()
+                for c, head, value in entries:
+                    if head is None:
+                        act[c] = value.to(act)
+                    else:
+                        act[c, :, :, head] = value.to(act)
+                return act.view(n * batch, *act.shape[2:])
+            return hook
+
+        return [(name, setting(entries)) for name, entries in sites.items()]
+
+    def reference(i: int) -> Tensor:
+        w, r = edges[i]
+        return reference_edge(model, target, r, deltas[w])
+
+    return Copies(layers=layers, setter=setter, reference=reference, local=local)
+
+
+@contextlib.contextmanager
+def _split_inputs(model: HookedTransformer):
+    """TransformerLens's own per-head q/k/v inputs and MLP input hook, switched on for the reference and back."""
+    cfg = model.cfg
+    was = (cfg.use_split_qkv_input, cfg.use_hook_mlp_in)
+    model.set_use_split_qkv_input(True)
+    if _has_mlp(model):
+        model.set_use_hook_mlp_in(True)
+    try:
+        yield
+    finally:
+        model.set_use_split_qkv_input(was[0])
+        if _has_mlp(model):
+            model.set_use_hook_mlp_in(was[1])
+
+
+@torch.no_grad()
+def reference_edge(model: HookedTransformer, target: Target, reader: Reader, delta: Tensor) -> Tensor:
+    """The slow, obviously-correct logits [batch, pos, vocab] of one edge patch: one forward pass of the target
+    tokens that adds `delta` at the reader's own input (TransformerLens's `hook_q_input` / `hook_k_input` /
+    `hook_v_input` for one head, `hook_mlp_in` for an MLP, the last `hook_resid_post` for the logits) with that
+    reader's norm scale held at the target's by a hook; every installed hook acts as in any forward pass."""
+    cache = target.cache
+    if reader[0] == "logits":
+        hooks = [(get_act_name("resid_post", model.cfg.n_layers - 1), lambda x, hook: x + delta.to(x))]
+        scale = _scale(cache, "ln_final.hook_scale")
+        if scale is not None:
+            hooks.append(("ln_final.hook_scale", lambda x, hook: scale.to(x)))
+        return model.run_with_hooks(target.tokens, fwd_hooks=hooks)
+    lay = reader[1]
+    with _split_inputs(model):
+        if reader[0] == "head":
+            head, via = reader[2], reader[3]
+
+            def add(x, hook):
+                x = x.clone()
+                x[:, :, head] += delta.to(x)
+                return x
+
+            hooks = [(f"blocks.{lay}.hook_{via}_input", add)]
+            scale = _scale(cache, f"blocks.{lay}.ln1.hook_scale")
+            if scale is not None:  # split inputs: one scale per head, [batch, pos, head, 1]
+                hooks.append((f"blocks.{lay}.ln1.hook_scale", lambda x, hook: scale[:, :, None].expand_as(x).to(x)))
+        else:
+            hooks = [(f"blocks.{lay}.hook_mlp_in", lambda x, hook: x + delta.to(x))]
+            scale = _scale(cache, f"blocks.{lay}.ln2.hook_scale")
+            if scale is not None:
+                hooks.append((f"blocks.{lay}.ln2.hook_scale", lambda x, hook: scale.to(x)))
+        return model.run_with_hooks(target.tokens, fwd_hooks=hooks)
+
+
+# --- the result -----------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True, repr=False)
+class EdgeResult(Displayed):
+    """One row per edge (`to_dataframe()`): writer, reader, via, `score` (the estimated change of the metric by
+    patching that edge alone; exact for method="exact"), `exact` (the exact change where verified, NaN
+    elsewhere), `top` / `sampled` (the verified edges). missed: the false-negative bound over the sampled
+    edges ({"threshold", "rest", "sampled", "above", "estimate", "low", "high"}, as `hc.attribute`); cost: passes
+    and seconds; assumptions: in words (also in the repr and the plot title)."""
+
+    frame: pd.DataFrame
+    clean_value: float
+    corrupt_value: float
+    target_value: float
+    direction: str
+    method: str
+    exact_method: str
+    missed: dict
+    cost: dict
+    assumptions: tuple[str, ...] = ()
+
+    def to_dataframe(self) -> pd.DataFrame:
+        return self.frame.copy()
+
+    def ranked(self) -> pd.DataFrame:
+        """The edges by |score|, largest first."""
+        return self.frame.reindex(self.frame.score.abs().sort_values(ascending=False).index)
+
+    def __repr__(self) -> str:
+        top = self.ranked().head(3)
+        shown = "; ".join(f"{r.writer}->{r.reader} ({r.via}) {r.score:+.3g}" for _, r in top.iterrows())
+        miss = (f"; missed: {self.missed['above']}/{self.missed['sampled']} sampled above the top's smallest "
+                f"|exact| ({self.missed['low']:.0%}..{self.missed['high']:.0%} of the rest)") if self.missed else ""
+        said = f"; assumes {'; '.join(self.assumptions)}" if self.assumptions else ""
+        return (f"EdgeResult({len(self.frame)} edges, {self.method}, {self.direction}, clean={self.clean_value:.4g}, "
+                f"corrupt={self.corrupt_value:.4g}; strongest: {shown}{miss}{said})")  # fmt: skip
+
+    def plot(self, k: int = 30) -> go.Figure:
+        """The k strongest edges as a layered graph: writers and readers placed by their place in the forward
+        pass, line width by |score|, red where patching the edge raises the metric, blue where it lowers it."""
+        top = self.ranked().head(k)
+        nodes = sorted(set(top.writer) | set(top.reader), key=_node_key)
+        column: dict[int, list[str]] = {}
+        for name in nodes:
+            column.setdefault(_node_key(name)[0], []).append(name)
+        place = {name: (x, i - (len(names) - 1) / 2) for x, names in column.items() for i, name in enumerate(names)}
+        fig = go.Figure()
+        biggest = float(top.score.abs().max()) if len(top) else 1.0
+        for _, r in top.iterrows():
+            (x0, y0), (x1, y1) = place[r.writer], place[r.reader]
+            fig.add_trace(go.Scatter(x=[x0, x1], y=[y0, y1], mode="lines", hoverinfo="text", showlegend=False,
+                                     text=f"{r.writer} -> {r.reader} ({r.via}): {r.score:+.4g}",
+                                     line=dict(width=1 + 6 * abs(r.score) / (biggest or 1.0),
+                                               color="firebrick" if r.score > 0 else "royalblue")))  # fmt: skip
+        fig.add_trace(go.Scatter(x=[place[n][0] for n in nodes], y=[place[n][1] for n in nodes], mode="markers+text",
+                                 text=nodes, textposition="top center", showlegend=False,
+                                 marker=dict(size=10, color="black")))  # fmt: skip
+        title = f"{min(k, len(self.frame))} strongest of {len(self.frame)} edges ({self.method})"
+        if self.assumptions:
+            title += f"<br><sup>assumes {'; '.join(self.assumptions)}</sup>"
+        fig.update_layout(title=title, xaxis=dict(visible=False), yaxis=dict(visible=False), height=500)
+        return fig
+
+
+def _node_key(name: str) -> tuple[int, int]:
+    """(column, row) of a node in the layered drawing: embeddings, then per layer heads and MLP, then logits."""
+    if name in ("embed", "pos_embed"):
+        return 0, 0 if name == "embed" else 1
+    if name == "logits":
+        return 10**6, 0
+    if name.startswith("MLP"):
+        return 2 * int(name[3:]) + 2, 0
+    layer, head = name[1:].split("H")
+    return 2 * int(layer) + 1, int(head)
+
+
+def _assumptions(model) -> tuple[str, ...]:
+    return ("each reader's norm scale and the final norm's frozen at the target run's",) if model.cfg.normalization_type else ()
+
+
+# --- the analysis ----------------------------------------------------------------------------------------
+def edges(
+    model: HookedTransformer,
+    clean=None,
+    corrupt=None,
+    metric=None,
+    method: EdgeMethod = "eap",
+    verify: int = 0,
+    sample: int = 0,
+    direction: Direction = "denoise",
+    steps: int = 5,
+    seed: int = 0,
+    memory_budget_mb: float = 256,
+) -> EdgeResult:
+    """One score per edge of the model (module docstring): the change of `metric` when the target run (corrupt
+    for "denoise") gets one writer's output from the source run at one reader's input.
+
+    method: "eap" (gradient estimate: 1 forward pass of the source, 1 forward and 1 backward of the target),
+    "eap-ig" (the gradient averaged over `steps` interpolations of the embeddings) or "exact" (every edge
+    patched on the engine). verify / sample: the verify edges with the largest |estimate| and `sample` more,
+    drawn with `seed`, patched exactly (columns `exact`, `top`, `sampled`; `missed` the false-negative bound).
+    clean, corrupt, metric, direction: as `hc.patch`. Returns an EdgeResult (`.to_dataframe()`: one row per
+    edge; `.plot()`: the strongest edges as a layered graph).
+    """
+    require_model(model, "edges")
+    check_finite(model, "hc.edges")
+    check_edge_model(model)
+    check_choice("method", method, EDGE_METHODS)
+    check_choice("direction", direction, DIRECTIONS)
+    verify, sample = check_int("verify", verify, 0), check_int("sample", sample, 0)
+    steps = check_int("steps", steps, 1)
+    writers, readers, all_edges = graph(model)
+    clean_tokens, corrupt_tokens, score = clean_corrupt(model, clean, corrupt, metric)
+    source_tokens, target_tokens = (clean_tokens, corrupt_tokens) if direction == "denoise" else (corrupt_tokens, clean_tokens)
+    started = time.perf_counter()
+    with torch.no_grad():
+        source_logits, source_cache = model.run_with_cache(source_tokens)
+    target = target_run(model, target_tokens, score, lambda n: True)
+    deltas = {w: d.detach() for w, d in {w: o - writer_outputs(model, target.cache, [w])[w]
+                                          for w, o in writer_outputs(model, source_cache, writers).items()}.items()}
+    source_value = float(check_metric_value(score.one(source_logits), "metric"))
+    clean_value, corrupt_value = (source_value, target.value) if direction == "denoise" else (target.value, source_value)
+    chosen = route(model, "auto", "stacked", "stacked copies from the reader's layer", "edge",
+                   reference="one forward pass per edge (TransformerLens's split q/k/v and MLP inputs)")  # fmt: skip
+    ordered = sorted(all_edges, key=lambda e: model.cfg.n_layers if e[1][0] == "logits" else e[1][1])
+    passes: float
+    if method == "exact":
+        scores = evaluate(target, edge_copies(model, ordered, deltas, target), chosen.path, memory_budget_mb) - target.value
+        passes = float(len(ordered))
+    else:
+        if method == "eap":
+            grads, _ = _reader_grads(model, target_tokens, score, readers)
+            passes = 3.0
+        else:
+            grads = {}
+            embeds = [(source_cache["hook_embed"], target.cache["hook_embed"])]
+            pos = "hook_pos_embed" in source_cache.cache_dict
+            for k in range(1, steps + 1):
+                alpha = k / steps
+                emb = embeds[0][1] + alpha * (embeds[0][0] - embeds[0][1])
+                pe = (target.cache["hook_pos_embed"] + alpha * (source_cache["hook_pos_embed"] - target.cache["hook_pos_embed"])
+                      if pos else None)  # fmt: skip
+                g, _ = _reader_grads(model, target_tokens, score, readers, embeds=(emb, pe))
+                for r, v in g.items():
+                    grads[r] = grads.get(r, 0) + v / steps
+            passes = 1.0 + 3.0 * steps
+        scores = torch.stack([(deltas[w] * grads[r]).sum() for w, r in ordered])
+    estimate_s = time.perf_counter() - started
+    frame = pd.DataFrame([dict(writer=writer_name(w), reader=reader_name(r)[0], via=reader_name(r)[1]) for w, r in ordered])
+    frame["score"] = scores.detach().double().cpu().numpy()
+    frame["exact"] = np.nan
+    frame["top"] = False
+    frame["sampled"] = False
+    missed: dict = {}
+    verify_s = 0.0
+    if method != "exact":
+        frame["exact"] = np.nan
+        if verify or sample:
+            started = time.perf_counter()
+            order = np.argsort(-frame.score.abs().to_numpy(), kind="stable")
+            top = order[:verify]
+            rest = order[verify:]
+            picked = np.random.default_rng(seed).choice(rest, size=min(sample, len(rest)), replace=False) if sample else np.array([], int)
+            chosen_edges = sorted(set(top.tolist()) | set(picked.tolist()))
+            sub = [ordered[i] for i in chosen_edges]
+            exact = evaluate(target, edge_copies(model, sub, deltas, target), chosen.path, memory_budget_mb) - target.value
+            frame.loc[chosen_edges, "exact"] = exact.double().cpu().numpy()
+            frame.loc[top, "top"] = True
+            frame.loc[picked, "sampled"] = True
+            verify_s = time.perf_counter() - started
+            passes += len(sub)
+            if len(top) and len(picked):
+                threshold = float(frame.loc[top, "exact"].abs().min())
+                above = int((frame.loc[picked, "exact"].abs() > threshold).sum())
+                low, high = clopper_pearson(above, len(picked))
+                missed = dict(threshold=threshold, rest=int(len(rest)), sampled=int(len(picked)), above=above,
+                              estimate=above / len(picked) * len(rest), low=low, high=high)  # fmt: skip
+    else:
+        frame["exact"] = frame["score"]
+    return EdgeResult(frame=frame, clean_value=float(clean_value), corrupt_value=float(corrupt_value),
+                      target_value=float(target.value), direction=direction, method=method if method != "exact" else "exact",
+                      exact_method=chosen.label, missed=missed,
+                      cost=dict(passes=passes, estimate_s=estimate_s, verification_s=verify_s),
+                      assumptions=_assumptions(model))  # fmt: skip
+
+
+__all__ = ["edges", "EdgeResult", "graph", "edge_copies", "reference_edge", "EDGE_METHODS"]

@@ -1,0 +1,170 @@
+"""hc.edges: exact edge patching on the engine against one forward pass per edge at TransformerLens's own split
+inputs, against hc.path_patch where the two define the same edge, EAP as the derivative of the exact patch,
+EAP-IG where the model is linear in its embeddings, the verification's bound, and bad input."""
+
+import numpy as np
+import pytest
+import torch
+from helpers import attn_only_2l_like
+
+import headcoop as hc
+from headcoop.analysis.copies import clean_corrupt, evaluate, target_run
+from headcoop.analysis.edges import edge_copies, graph, writer_outputs
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
+
+SHAPES = {
+    "attn-only, no norm": dict(normalization_type=None, positional_embedding_type="standard"),
+    "LN, shortformer": dict(),
+    "LN, MLPs": dict(attn_only=False, d_mlp=16, act_fn="gelu", positional_embedding_type="standard"),
+    "RMS, gated MLPs, rotary": dict(attn_only=False, d_mlp=16, act_fn="silu", gated_mlp=True, normalization_type="RMS",
+                                    positional_embedding_type="rotary", rotary_dim=4),
+    "bidirectional": dict(attention_dir="bidirectional", positional_embedding_type="standard", attn_only=False, d_mlp=16),
+}
+
+
+def _inputs(model, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    clean = torch.randint(0, model.cfg.d_vocab, (6, 8), generator=gen)
+    corrupt = clean.clone()
+    corrupt[:, 2] = (clean[:, 2] + 3) % model.cfg.d_vocab
+    return clean, corrupt
+
+
+def metric(logits):
+    return logits[:, -1, 4].mean() - logits[:, -1, 7].mean()
+
+
+def _exact(model, clean, corrupt, scale=1.0, path="stacked"):
+    """Every edge's exact change of the metric, by the engine's `path`, the writers' changes scaled by `scale`."""
+    writers, _, all_edges = graph(model)
+    clean_t, corrupt_t, score = clean_corrupt(model, clean, corrupt, metric)
+    _, source = model.run_with_cache(clean_t)
+    target = target_run(model, corrupt_t, score, lambda n: True)
+    out_s, out_t = writer_outputs(model, source, writers), writer_outputs(model, target.cache, writers)
+    deltas = {w: scale * (out_s[w] - out_t[w]) for w in writers}
+    ordered = sorted(all_edges, key=lambda e: model.cfg.n_layers if e[1][0] == "logits" else e[1][1])
+    return (evaluate(target, edge_copies(model, ordered, deltas, target), path, 256) - target.value).double().numpy()
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_every_edge_on_the_engine_matches_one_pass_per_edge_at_the_split_inputs(shape):
+    model = attn_only_2l_like(seed=3, **SHAPES[shape])
+    clean, corrupt = _inputs(model)
+    stacked, reference = _exact(model, clean, corrupt), _exact(model, clean, corrupt, path="reference")
+    assert np.abs(stacked).max() > 1e-3  # the edges do something
+    np.testing.assert_allclose(stacked, reference, atol=2e-5, rtol=1e-4)
+    result = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, method="exact")
+    np.testing.assert_allclose(result.to_dataframe().score, stacked, atol=1e-6)
+
+
+def test_head_edges_agree_with_path_patching():
+    """Head -> head (q, k, v) and head -> logits edges are hc.path_patch's edges: the same numbers."""
+    model = attn_only_2l_like(seed=4, n_layers=3)
+    clean, corrupt = _inputs(model, seed=1)
+    frame = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, method="exact").to_dataframe()
+    paths = hc.path_patch(model, clean=clean, corrupt=corrupt, metric=metric)
+    target = float(metric(model(corrupt)))
+    checked = 0
+    for (sender, receiver, via), value in paths.values.items():
+        row = frame[(frame.writer == sender) & (frame.reader == receiver) & (frame.via == via)]
+        assert len(row) == 1, (sender, receiver, via)
+        assert float(row.score.iloc[0]) == pytest.approx(value - target, abs=2e-5)
+        checked += 1
+    assert checked == 3 * 16 * 3 + 12  # 3 layer pairs x 16 head pairs x q/k/v, and the 12 direct paths
+
+
+@pytest.mark.parametrize("shape", ["attn-only, no norm", "LN, MLPs", "RMS, gated MLPs, rotary"])
+def test_eap_is_the_derivative_of_the_exact_patch(shape):
+    """EAP's score is the first-order change: the exact patch of eps times the writer's change, over eps."""
+    model = attn_only_2l_like(seed=5, **SHAPES[shape]).to(torch.float64)
+    clean, corrupt = _inputs(model, seed=2)
+    eps = 1e-4
+    slope = _exact(model, clean, corrupt, scale=eps) / eps
+    eap = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, method="eap").to_dataframe().score.to_numpy()
+    np.testing.assert_allclose(eap, slope, atol=1e-3 * np.abs(slope).max(), rtol=1e-3)
+
+
+def test_on_a_model_linear_in_its_embeddings_every_estimate_is_exact():
+    """Uniform attention (W_Q = W_K = 0), no norm, no MLP: the metric is linear in the embeddings, so EAP,
+    EAP-IG and the exact patch agree on every edge."""
+    model = attn_only_2l_like(seed=6, normalization_type=None, positional_embedding_type="standard")
+    with torch.no_grad():
+        for block in model.blocks:
+            block.attn.W_Q.zero_()
+            block.attn.W_K.zero_()
+    clean, corrupt = _inputs(model, seed=3)
+    exact = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, method="exact").to_dataframe().score
+    for method in ("eap", "eap-ig"):
+        est = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, method=method, steps=3).to_dataframe().score
+        np.testing.assert_allclose(est, exact, atol=1e-5)
+
+
+def test_eap_ig_differs_from_eap_where_the_model_is_not_linear_and_tracks_the_exact_patch():
+    model = attn_only_2l_like(seed=7, **SHAPES["LN, MLPs"])
+    clean, corrupt = _inputs(model, seed=4)
+    exact = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, method="exact").to_dataframe().score
+    eap = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, method="eap").to_dataframe().score
+    ig = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, method="eap-ig", steps=8).to_dataframe().score
+    assert not np.allclose(eap, ig, atol=1e-4)
+    assert np.corrcoef(ig, exact)[0, 1] > 0.8
+
+
+def test_verification_patches_the_top_and_a_seeded_sample_exactly():
+    model = attn_only_2l_like(seed=8, **SHAPES["LN, MLPs"])
+    clean, corrupt = _inputs(model, seed=5)
+    exact = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, method="exact").to_dataframe()
+    result = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, verify=5, sample=12, seed=1)
+    frame = result.to_dataframe()
+    assert frame.top.sum() == 5 and frame.sampled.sum() == 12 and frame.exact.notna().sum() == 17
+    ranked = frame.score.abs().sort_values(ascending=False).index[:5]
+    assert set(frame.index[frame.top]) == set(ranked)
+    np.testing.assert_allclose(frame.exact.dropna(), exact.score[frame.exact.notna()], atol=1e-6)
+    missed = result.missed
+    threshold = frame.exact[frame.top].abs().min()
+    assert missed["above"] == int((frame.exact[frame.sampled].abs() > threshold).sum())
+    assert missed["rest"] == len(frame) - 5 and 0 <= missed["low"] <= missed["high"] <= 1
+    again = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, verify=5, sample=12, seed=1).to_dataframe()
+    assert (again.sampled == frame.sampled).all()  # the seed decides the sample
+
+
+def test_the_result_shows_itself():
+    model = attn_only_2l_like(seed=9, **SHAPES["LN, MLPs"])
+    clean, corrupt = _inputs(model)
+    result = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, verify=3, sample=3)
+    writers, readers, all_edges = graph(model)
+    frame = result.to_dataframe()
+    assert list(frame.columns) == ["writer", "reader", "via", "score", "exact", "top", "sampled"]
+    assert len(frame) == len(all_edges) and {"embed", "pos_embed", "MLP0", "L1H3"} <= set(frame.writer)
+    assert {"q", "k", "v", "in", "direct"} == set(frame.via)
+    assert "EdgeResult" in repr(result) and "norm scale" in repr(result)
+    fig = result.plot(k=10)
+    assert "10 strongest" in fig.layout.title.text and "assumes" in fig.layout.title.text
+    assert "<table" in result._repr_html_()
+
+
+def test_a_user_hook_sends_the_patches_down_the_reference_path_and_is_honoured():
+    model = attn_only_2l_like(seed=10, **SHAPES["LN, MLPs"])
+    clean, corrupt = _inputs(model)
+    model.add_hook("blocks.0.hook_mlp_out", lambda x, hook: 2 * x)
+    try:
+        result = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, method="exact")
+    finally:
+        model.reset_hooks()
+    assert result.exact_method.startswith("reference") and "blocks.0.hook_mlp_out" in result.exact_method
+    plain = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, method="exact").to_dataframe().score
+    assert not np.allclose(result.to_dataframe().score, plain, atol=1e-4)
+
+
+def test_bad_input():
+    model = attn_only_2l_like(seed=11)
+    clean, corrupt = _inputs(model)
+    with pytest.raises(ValueError, match="method"):
+        hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, method="acdc")
+    with pytest.raises(ValueError, match="verify"):
+        hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, verify=-1)
+    gqa = attn_only_2l_like(seed=11, n_key_value_heads=2)
+    with pytest.raises(ValueError, match="grouped-query"):
+        hc.edges(gqa, clean=clean, corrupt=corrupt, metric=metric)
+    with pytest.raises(ValueError, match="differentiable"):
+        hc.edges(model, clean=clean, corrupt=corrupt, metric=lambda logits: float(metric(logits)))
