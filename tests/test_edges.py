@@ -168,3 +168,97 @@ def test_bad_input():
         hc.edges(gqa, clean=clean, corrupt=corrupt, metric=metric)
     with pytest.raises(ValueError, match="differentiable"):
         hc.edges(model, clean=clean, corrupt=corrupt, metric=lambda logits: float(metric(logits)))
+
+
+# --- circuits and faithfulness ----------------------------------------------------------------------------
+def _random_masks(model, n=5, seed=0):
+    from headcoop.analysis.edges import graph
+
+    writers, readers, _ = graph(model)
+    return torch.rand(n, len(writers), len(readers), generator=torch.Generator().manual_seed(seed)) > 0.5
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+@pytest.mark.parametrize("how", ["corrupt", "mean", "zero", "resample"])
+def test_ablated_runs_on_the_engine_match_one_pass_per_circuit_at_the_split_inputs(shape, how):
+    from headcoop.analysis.edges import graph
+    from headcoop.analysis.faithfulness import _reference_outputs, circuit_copies
+
+    model = attn_only_2l_like(seed=12, **SHAPES[shape])
+    clean, corrupt = _inputs(model)
+    writers, readers, _ = graph(model)
+    clean_t, corrupt_t, score = clean_corrupt(model, clean, corrupt, metric)
+    _, corrupt_cache = model.run_with_cache(corrupt_t)
+    target = target_run(model, clean_t, score, lambda n: True)
+    copies = circuit_copies(model, target, _random_masks(model), writers, readers,
+                            _reference_outputs(model, writers, corrupt_cache, how))  # fmt: skip
+    stacked, reference = evaluate(target, copies, "stacked", 256), evaluate(target, copies, "reference", 256)
+    torch.testing.assert_close(stacked, reference, atol=2e-5, rtol=1e-4)
+    assert float(stacked.std()) > 1e-4  # the circuits differ
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_the_whole_graph_is_the_clean_run_and_no_edge_the_corrupt_run(shape):
+    model = attn_only_2l_like(seed=13, **SHAPES[shape])
+    clean, corrupt = _inputs(model)
+    result = hc.faithfulness(model, hc.edges(model, clean=clean, corrupt=corrupt, metric=metric), clean=clean,
+                             corrupt=corrupt, metric=metric)  # fmt: skip
+    assert result.full == pytest.approx(float(metric(model(clean))), abs=1e-5)
+    assert result.empty == pytest.approx(float(metric(model(corrupt))), abs=1e-5)
+    frame = result.to_dataframe()
+    assert frame.faithfulness.iloc[0] == pytest.approx(0.0, abs=1e-6) and frame.faithfulness.iloc[-1] == pytest.approx(1.0)
+    assert frame.edges.iloc[-1] == result.n_edges and 0 <= result.cmd and "CPR" in repr(result)
+    assert "Faithfulness" in result.plot().layout.title.text
+
+
+def _one_head_model():
+    """Two attention-only layers, no norm, every head's output zeroed but L0H0's: the true circuit is every edge
+    from the embeddings and L0H0 into L0H0's q, k, v and the logits."""
+    model = attn_only_2l_like(seed=14, normalization_type=None, positional_embedding_type="standard")
+    with torch.no_grad():
+        for block in model.blocks:
+            block.attn.W_O.zero_()
+            block.attn.b_O.zero_()
+        model.blocks[0].attn.W_O[0] = torch.randn(model.cfg.d_head, model.cfg.d_model, generator=torch.Generator().manual_seed(0))
+    true = [(w, r, v) for w in ("embed", "pos_embed") for r, v in [("L0H0", "q"), ("L0H0", "k"), ("L0H0", "v")]]
+    true += [("embed", "logits", "direct"), ("pos_embed", "logits", "direct"), ("L0H0", "logits", "direct")]
+    return model, true
+
+
+def test_a_known_circuit_is_fully_faithful_and_loses_what_it_drops():
+    model, true = _one_head_model()
+    clean, corrupt = _inputs(model, seed=6)
+    for how in ("corrupt", "mean", "zero"):
+        whole = hc.faithfulness(model, hc.circuit(true), clean=clean, corrupt=corrupt, metric=metric, how=how)
+        assert whole.frame.faithfulness.iloc[0] == pytest.approx(1.0, abs=1e-5), how
+    partial = hc.faithfulness(model, hc.circuit([e for e in true if e != ("L0H0", "logits", "direct")]),
+                              clean=clean, corrupt=corrupt, metric=metric)  # fmt: skip
+    assert abs(partial.frame.faithfulness.iloc[0] - 1.0) > 0.05
+    # exact edge scores find it: every edge outside the true circuit scores 0
+    frame = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, method="exact").to_dataframe()
+    outside = ~frame.apply(lambda r: (r.writer, r.reader, r.via) in set(true), axis=1)
+    assert frame.score[outside].abs().max() < 1e-6 and frame.score[~outside].abs().max() > 1e-3
+
+
+def test_circuit_picks_by_size_or_threshold_and_checks_its_input():
+    model = attn_only_2l_like(seed=15, **SHAPES["LN, MLPs"])
+    clean, corrupt = _inputs(model)
+    result = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric)
+    top = hc.circuit(result, k=5)
+    ranked = result.ranked().head(5)
+    assert top.edges == frozenset(zip(ranked.writer, ranked.reader, ranked.via))
+    cut = float(ranked.score.abs().iloc[-1])
+    assert hc.circuit(result, threshold=cut).edges == top.edges
+    assert "Circuit(5 edges" in repr(top) and len(top.to_dataframe()) == 5 and top.plot().data
+    with pytest.raises(ValueError, match="exactly one of k"):
+        hc.circuit(result)
+    with pytest.raises(ValueError, match="k"):
+        hc.circuit(result, k=10**6)
+    with pytest.raises(ValueError, match="not in this model's graph"):
+        hc.faithfulness(model, hc.circuit([("L9H9", "logits", "direct")]), clean=clean, corrupt=corrupt, metric=metric)
+    with pytest.raises(ValueError, match="how"):
+        hc.faithfulness(model, top, clean=clean, corrupt=corrupt, metric=metric, how="mean-ish")
+    with pytest.raises(ValueError, match="sizes"):
+        hc.faithfulness(model, result, clean=clean, corrupt=corrupt, metric=metric, sizes=[10**6])
+    with pytest.raises(TypeError, match="Circuit"):
+        hc.faithfulness(model, ["L0H0"], clean=clean, corrupt=corrupt, metric=metric)
