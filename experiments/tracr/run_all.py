@@ -1,0 +1,174 @@
+"""Score hc.edges' methods and the node attributions against the Tracr programs' ground truth, and the
+faithfulness of the true and of the recovered circuits: docs/results/circuits.md and its tables.
+
+    python -m experiments.tracr.run_all [--out FOLDER] [--n 64]
+
+Reads the committed checkpoints (experiments/tracr/checkpoints, written by `build.py`); needs no jax.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_OUT = REPO / "docs" / "results"
+EDGE_METHODS = ("exact", "eap", "eap-ig")
+NODE_METHODS = ("exact edges", "eap", "eap-ig", "exact node patching", "atp", "atp*")
+
+
+def auc(truth: list[bool], score) -> float:
+    """ROC AUC of |score| against the truth (scikit-learn); NaN where one class is empty."""
+    from sklearn.metrics import roc_auc_score
+
+    truth = np.asarray(truth, bool)
+    if truth.all() or not truth.any():
+        return float("nan")
+    return float(roc_auc_score(truth, np.abs(np.asarray(score, float))))
+
+
+def exercised(model, info: dict, clean, corrupt) -> tuple[set, set]:
+    """The true edges and nodes these inputs can show: an edge whose writer's output differs between clean and
+    corrupt in a direction its reader reads; a node whose output differs at all. The rest cannot move any
+    patch of these inputs (a length computed from inputs of one length, the positional embedding)."""
+    from headcoop.analysis.edges import graph, reader_name, writer_name, writer_outputs
+
+    truth, labels = info["truth"], info["truth"]["labels"]
+    writers, _, _ = graph(model)
+    with torch.no_grad():
+        _, c = model.run_with_cache(clean)
+        _, k = model.run_with_cache(corrupt)
+    delta = {writer_name(w): (a - b).abs().amax((0, 1)) for (w, a), b in
+             zip(writer_outputs(model, c, writers).items(), writer_outputs(model, k, writers).values())}  # fmt: skip
+    edges = set()
+    for w, r, via in truth["edges"]:
+        dims = [labels.index(x) for x in set(truth["writes"][w]) & set(truth["reads"][f"{r}.{via}"])]
+        if float(delta[w][dims].max()) > 1e-6:
+            edges.add((w, r, via))
+    nodes = {n for n in truth["nodes"] if float(delta[n].max()) > 1e-6}
+    return edges, nodes
+
+
+def node_scores(model, frame: pd.DataFrame) -> pd.Series:
+    """A node's score from edge scores: the sum of |score| over the edges it writes."""
+    s = frame.assign(a=frame.score.abs()).groupby("writer").a.sum()
+    return s.drop([n for n in ("embed", "pos_embed") if n in s.index])
+
+
+def patch_nodes(model, clean, corrupt, metric, how: str) -> pd.Series:
+    """|change of the metric| per head and MLP: exact node patching (hc.patch) or AtP / AtP* (hc.attribute)."""
+    import headcoop as hc
+
+    out = {}
+    for component in ("z", "mlp_out"):
+        if how == "exact node patching":
+            r = hc.patch(model, clean=clean, corrupt=corrupt, metric=metric, component=component, positions="all")
+            values, base = r.values, r.corrupt_value
+        else:
+            r = hc.attribute(model, clean=clean, corrupt=corrupt, metric=metric, component=component,
+                             positions="all", estimator=how)  # fmt: skip
+            values, base = r.values, r.target_value
+        values = (values - base).abs()
+        for lay in range(model.cfg.n_layers):
+            if component == "z":
+                for h in range(model.cfg.n_heads):
+                    out[f"L{lay}H{h}"] = float(values[lay, h])
+            else:
+                out[f"MLP{lay}"] = float(values[lay])
+    return pd.Series(out)
+
+
+def run_program(name: str, n: int) -> tuple[list[dict], list[dict], dict]:
+    import headcoop as hc
+    from experiments.tracr.common import inputs, load, metric_for
+
+    model, info = load(name)
+    truth = info["truth"]
+    clean, corrupt = inputs(info, n=n)
+    metric = metric_for(model, info, clean)
+    shown_edges, shown_nodes = exercised(model, info, clean, corrupt)
+    true_edges = {tuple(e) for e in truth["edges"]}
+    true_nodes = set(truth["nodes"]) - {"embed", "pos_embed"}  # the components; the embeddings are always read
+    rows, nodes_rows = [], []
+    node_table = {}
+    results = {}
+    for method in EDGE_METHODS:
+        started = time.perf_counter()
+        result = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, method=method)
+        seconds = time.perf_counter() - started
+        frame = result.to_dataframe()
+        key = list(zip(frame.writer, frame.reader, frame.via))
+        is_true = [e in true_edges for e in key]
+        keep = [e in shown_edges or e not in true_edges for e in key]  # drop true edges these inputs cannot show
+        recovered = hc.circuit(result, k=len(true_edges))
+        faith = hc.faithfulness(model, recovered, clean=clean, corrupt=corrupt, metric=metric).frame.faithfulness.iloc[0]
+        curve = hc.faithfulness(model, result, clean=clean, corrupt=corrupt, metric=metric, random=3)
+        rows.append(dict(program=name, method=method, edges=len(frame), true_edges=len(true_edges),
+                         shown_true_edges=len(shown_edges), auc_edges=auc(is_true, frame.score),
+                         auc_shown_edges=auc(np.asarray(is_true)[keep], frame.score[keep]),
+                         recovered_faithfulness=float(faith), recovered_true=len(recovered.edges & true_edges),
+                         cpr=curve.cpr, cmd=curve.cmd, random_cpr=curve.random_cpr, seconds=seconds))  # fmt: skip
+        node_table["exact edges" if method == "exact" else method] = node_scores(model, frame)
+        results[method] = result
+    for how in ("exact node patching", "atp", "atp*"):
+        node_table[how] = patch_nodes(model, clean, corrupt, metric, how)
+    components = [f"L{lay}H{h}" for lay in range(model.cfg.n_layers) for h in range(model.cfg.n_heads)]
+    components += [f"MLP{lay}" for lay in range(model.cfg.n_layers)]
+    for how, scores in node_table.items():
+        scores = scores.reindex(components).fillna(0.0)
+        keep = [c in shown_nodes or c not in true_nodes for c in components]
+        nodes_rows.append(dict(program=name, method=how, nodes=len(components), true_nodes=len(true_nodes),
+                               shown_true_nodes=len(shown_nodes), auc_nodes=auc([c in true_nodes for c in components], scores),
+                               auc_shown_nodes=auc([c in true_nodes for c, k in zip(components, keep) if k],
+                                                   scores[keep]),
+                               empty_max=float(scores.reindex(truth["empty"]).abs().max()) if truth["empty"] else 0.0))  # fmt: skip
+    true_faith = hc.faithfulness(model, hc.circuit(sorted(true_edges)), clean=clean, corrupt=corrupt, metric=metric)
+    summary = dict(program=name, what=info["what"], layers=model.cfg.n_layers, heads=model.cfg.n_heads,
+                   d_model=model.cfg.d_model, numerical=info["numerical"], inputs=n,
+                   empty=len(truth["empty"]), true_nodes=len(true_nodes), true_edges=len(true_edges),
+                   true_circuit_faithfulness=float(true_faith.frame.faithfulness.iloc[0]),
+                   tracr_agreement=f"{model.checkpoint_meta['metrics']['agree']}/{model.checkpoint_meta['metrics']['inputs']}")  # fmt: skip
+    return rows, nodes_rows, summary
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--n", type=int, default=64, help="clean and corrupt inputs per program (default 64)")
+    args = parser.parse_args(argv)
+    import warnings
+
+    from experiments.shared import setup
+    from experiments.tracr import page
+    from experiments.tracr.common import NAMES
+
+    setup()
+    warnings.filterwarnings("ignore")
+    out = args.out / "circuits"
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    edges, nodes, programs = [], [], []
+    for name in NAMES:
+        e, nd, s = run_program(name, args.n)
+        edges += e
+        nodes += nd
+        programs.append(s)
+        print(f"[circuits] {name} done", flush=True)
+    tables = dict(edges=pd.DataFrame(edges), nodes=pd.DataFrame(nodes), programs=pd.DataFrame(programs))
+    for name, frame in tables.items():
+        frame.to_csv(out / f"{name}.csv", index=False)
+    (out / "timing.json").write_text(json.dumps(dict(total_s=round(time.perf_counter() - started, 1),
+                                                     cores=os.cpu_count(), inputs=args.n), indent=1) + "\n")
+    print(f"[circuits] doc: {page.build(args.out)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
