@@ -37,6 +37,27 @@ def _faithfulness_text(edges: pd.DataFrame) -> str:
             "with others scores low alone.")
 
 
+def _reference_section(folder: Path) -> list:
+    """Section 5: auto-circuit's reference circuits, when the bench had auto-circuit installed."""
+    head = ["## 5. auto-circuit's reference circuits", ""]
+    path = folder / "auto_circuit.csv"
+    if not path.exists():
+        return head + ["Not scored: auto-circuit was not installed when `run_all` ran (`pip install --no-deps "
+                       "auto-circuit==1.0.1`; `experiments/tracr/autocircuit.py` reads its circuits from the installed "
+                       "package).", ""]
+    table = pd.read_csv(path)
+    return head + [
+        f"Read at bench time from the installed auto-circuit {table.auto_circuit.iloc[0]} "
+        "(`experiments/tracr/autocircuit.py` parses its `official_circuits` source; nothing is copied here). Its "
+        "*official* / *true* circuits are meant for resample ablation, its ACDC circuits for zero ablation; each is "
+        "run under its own ablation (`faithfulness`, beside our truth's under the same ablation), and each method's "
+        "edge scores are ranked against it (ROC AUC). `in_our_truth`: how many of its edges our truth holds.",
+        "",
+        Table(table.drop(columns=["auto_circuit"])).markdown(),
+        "",
+    ]
+
+
 def build(out: Path = DEFAULT_OUT) -> Path:
     folder = out / "circuits"
     edges, nodes = pd.read_csv(folder / "edges.csv"), pd.read_csv(folder / "nodes.csv")
@@ -131,14 +152,16 @@ def build(out: Path = DEFAULT_OUT) -> Path:
         "",
         _faithfulness_text(edges),
         "",
-        "## 5. What these numbers do not say",
+        *_reference_section(folder),
+        "## 6. What these numbers do not say",
         "",
         "- Tracr's models are built, not trained: attention is saturated (scores far apart) and every operation "
         "has its own directions, so the exact scores separate true from false edges more cleanly than on a "
         "trained model, and gradient estimates meet saturated softmaxes. The gradient methods are reported as "
         "measured.",
-        "- auto-circuit's published reference circuits for Tracr `reverse` and `xproportion` are not scored here: "
-        "the bench did not install auto-circuit (its wheel pulls a torch range this project does not pin).",
+        "- auto-circuit's reference circuits, where section 5 has them, are for its own compilation of the two "
+        "programs (vocabularies {1, 2, 3} and {w, x, y, z}; ours {a, b, c} and {x, y, z}); the layer layout is "
+        "the same (its reverse builds the length as `tracr.compiler.lib` does), so its edge names carry over.",
         "- One input length per batch: a patch needs clean and corrupt inputs of one shape, so an operation of the "
         "length alone is never shown (section 2).",
         "",

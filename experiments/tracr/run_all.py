@@ -138,6 +138,39 @@ def run_program(name: str, n: int) -> tuple[list[dict], list[dict], dict]:
     return rows, nodes_rows, summary
 
 
+def score_reference_circuits(n: int) -> pd.DataFrame | None:
+    """auto-circuit's reference circuits (read from the installed package at bench time) scored like the truth:
+    each method's edge ROC AUC against them, how many of their edges our truth holds, and their faithfulness
+    under the ablation they are meant for (resample for the official circuits, zero for ACDC's)."""
+    import headcoop as hc
+    from experiments.tracr import autocircuit
+    from experiments.tracr.common import inputs, load, metric_for
+
+    circuits = autocircuit.reference_circuits()
+    if circuits is None:
+        return None
+    rows = []
+    for program, named in circuits.items():
+        model, info = load(program)
+        clean, corrupt = inputs(info, n=n)
+        metric = metric_for(model, info, clean)
+        truth = {tuple(e) for e in info["truth"]["edges"]}
+        scores = {m: hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, method=m).to_dataframe() for m in EDGE_METHODS}
+        for function, edges in named.items():
+            ref = set(edges)
+            how = "zero" if "acdc" in function else "resample"
+            faith = hc.faithfulness(model, hc.circuit(sorted(ref)), clean=clean, corrupt=corrupt, metric=metric, how=how)
+            ours = hc.faithfulness(model, hc.circuit(sorted(truth)), clean=clean, corrupt=corrupt, metric=metric, how=how)
+            row = dict(program=program, circuit=function, auto_circuit=autocircuit.version(), edges=len(ref),
+                       in_our_truth=len(ref & truth), ablation=how, faithfulness=float(faith.frame.faithfulness.iloc[0]),
+                       our_truth_faithfulness=float(ours.frame.faithfulness.iloc[0]))  # fmt: skip
+            for method, frame in scores.items():
+                key = list(zip(frame.writer, frame.reader, frame.via))
+                row[f"auc {method}"] = auc([e in ref for e in key], frame.score)
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
@@ -162,6 +195,11 @@ def main(argv=None) -> int:
         programs.append(s)
         print(f"[circuits] {name} done", flush=True)
     tables = dict(edges=pd.DataFrame(edges), nodes=pd.DataFrame(nodes), programs=pd.DataFrame(programs))
+    reference = score_reference_circuits(args.n)
+    if reference is not None:
+        tables["auto_circuit"] = reference
+    elif (out / "auto_circuit.csv").exists():
+        (out / "auto_circuit.csv").unlink()  # our own table of an earlier run: not measured this time
     for name, frame in tables.items():
         frame.to_csv(out / f"{name}.csv", index=False)
     (out / "timing.json").write_text(json.dumps(dict(total_s=round(time.perf_counter() - started, 1),
