@@ -356,6 +356,16 @@ def reference_edge(model: HookedTransformer, target: Target, reader: Reader, del
         return model.run_with_hooks(target.tokens, fwd_hooks=hooks)
 
 
+def _products(deltas: dict, grads: dict, ordered: list, writers: list, readers: list) -> Tensor:
+    """delta_w . grad_r summed over batch, positions and d_model for every edge: one matrix product of the
+    writers' changes [writer, batch * pos * d_model] and the readers' gradients [reader, same]."""
+    D = torch.stack([deltas[w].reshape(-1) for w in writers])
+    table = torch.cat([D @ torch.stack([grads[r].reshape(-1).to(D) for r in readers[i:i + 64]]).T
+                       for i in range(0, len(readers), 64)], 1)  # [writer, reader], 64 readers at a time
+    w_index, r_index = {w: i for i, w in enumerate(writers)}, {r: i for i, r in enumerate(readers)}
+    return table[[w_index[w] for w, _ in ordered], [r_index[r] for _, r in ordered]]
+
+
 # --- the result -----------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True, repr=False)
 class EdgeResult(Displayed):
@@ -501,7 +511,7 @@ def edges(
                 for r, v in g.items():
                     grads[r] = grads.get(r, 0) + v / steps
             passes = 1.0 + 3.0 * steps
-        scores = torch.stack([(deltas[w] * grads[r]).sum() for w, r in ordered])
+        scores = _products(deltas, grads, ordered, writers, readers)
     estimate_s = time.perf_counter() - started
     frame = pd.DataFrame([dict(writer=writer_name(w), reader=reader_name(r)[0], via=reader_name(r)[1]) for w, r in ordered])
     frame["score"] = scores.detach().double().cpu().numpy()

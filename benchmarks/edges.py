@@ -1,0 +1,108 @@
+"""Edge attribution on the GPT-2-small shape: hc.edges' EAP (every edge), EAP verified on its top 20 edges
+plus 20 sampled ones, against exact edge patching of every edge, same model, inputs and run.
+
+    python benchmarks/edges.py [--exact-sample 192] [--reference-sample 8] [--threads N]
+
+The model: 12 layers x 12 heads, d_model 768, d_mlp 3072, vocabulary 50257, LayerNorm, random weights, on 8
+inputs of 16 tokens. Its graph has 32,936 edges (158 writers: token and positional embeddings, 144 heads, 12
+MLPs; 445 readers: each head's q, k and v, each MLP, the logits). Exact patching of all of them is too long to
+run here: it is timed on a sample of `--exact-sample` edges spread over the layers on the engine (stacked
+copies) and scaled to all edges by their number per reader layer, which the line says; the obvious baseline,
+one plain forward pass per edge (the reference path), is timed on `--reference-sample` edges and scaled the
+same way. A forward pass is timed alone too: EAP's cost in forward-pass equivalents is its time over it
+(its physical floor is about 2 forward passes and 1 backward, 4 equivalents).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import warnings
+
+import numpy as np
+import torch
+from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+import headcoop as hc
+from headcoop.analysis.copies import clean_corrupt, evaluate, target_run
+from headcoop.analysis.edges import edge_copies, graph, writer_outputs
+
+warnings.filterwarnings("ignore")
+SHAPE = dict(n_layers=12, d_model=768, d_head=64, n_heads=12, d_mlp=3072, d_vocab=50257)
+BATCH, N_POS = 8, 16
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--exact-sample", type=int, default=192)
+    parser.add_argument("--reference-sample", type=int, default=8)
+    parser.add_argument("--threads", type=int, default=None)
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    cfg = HookedTransformerConfig(n_ctx=N_POS, act_fn="gelu", normalization_type="LN", attn_only=False, seed=0, **SHAPE)
+    model = HookedTransformer(cfg).eval()
+    gen = torch.Generator().manual_seed(0)
+    clean = torch.randint(0, SHAPE["d_vocab"], (BATCH, N_POS), generator=gen)
+    corrupt = clean.clone()
+    corrupt[:, -3] = torch.randint(0, SHAPE["d_vocab"], (BATCH,), generator=gen)
+
+    def metric(logits):
+        return logits[:, -1, 100].mean() - logits[:, -1, 200].mean()
+
+    writers, readers, all_edges = graph(model)
+    print(f"GPT-2-small shape, random weights, {BATCH} inputs x {N_POS} tokens, {torch.get_num_threads()} torch threads: "
+          f"{len(writers)} writers, {len(readers)} readers, {len(all_edges)} edges")
+    with torch.no_grad():
+        model(clean)
+        start = time.perf_counter()
+        for _ in range(3):
+            model(clean)
+        forward = (time.perf_counter() - start) / 3
+    print(f"one forward pass: {forward:.3f} s")
+
+    start = time.perf_counter()
+    eap = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, method="eap")
+    eap_s = time.perf_counter() - start
+    start = time.perf_counter()
+    verified = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, method="eap", verify=20, sample=20)
+    verified_s = time.perf_counter() - start
+    print(f"EAP, every edge: {eap_s:.2f} s ({eap_s / forward:.1f} forward-pass equivalents; floor about 4)")
+    print(f"EAP verified on its top 20 + 20 sampled edges: {verified_s:.2f} s; missed: {verified.missed}")
+
+    # exact edge patching: a sample of edges per reader layer, timed on the engine and scaled to every edge
+    clean_t, corrupt_t, score = clean_corrupt(model, clean, corrupt, metric)
+    _, source = model.run_with_cache(clean_t)
+    target = target_run(model, corrupt_t, score, lambda n: True)
+    out_s, out_t = writer_outputs(model, source, writers), writer_outputs(model, target.cache, writers)
+    deltas = {w: out_s[w] - out_t[w] for w in writers}
+    layer_of = lambda e: cfg.n_layers if e[1][0] == "logits" else e[1][1]  # noqa: E731
+    by_layer: dict[int, list] = {}
+    for e in all_edges:
+        by_layer.setdefault(layer_of(e), []).append(e)
+    rng = np.random.default_rng(0)
+
+    def timed(per_layer: int, path: str) -> float:
+        """Seconds to patch every edge, scaled from `per_layer` sampled edges of each reader layer."""
+        total = 0.0
+        for layer, edges in sorted(by_layer.items()):
+            picked = [edges[i] for i in rng.choice(len(edges), size=min(per_layer, len(edges)), replace=False)]
+            start = time.perf_counter()
+            evaluate(target, edge_copies(model, picked, deltas, target), path, 256)
+            total += (time.perf_counter() - start) / len(picked) * len(edges)
+        return total
+
+    per_layer = max(1, args.exact_sample // len(by_layer))
+    exact_s = timed(per_layer, "stacked")
+    print(f"exact edge patching of every edge on the engine (timed on {per_layer} edges per reader layer, "
+          f"{per_layer * len(by_layer)} in all, scaled): {exact_s:.0f} s")
+    ref_per_layer = max(1, args.reference_sample // len(by_layer)) if args.reference_sample >= len(by_layer) else 1
+    reference_s = timed(ref_per_layer, "reference")
+    print(f"one plain forward pass per edge (timed on {ref_per_layer} edge per reader layer, scaled): {reference_s:.0f} s")
+    print(f"ratios: verified EAP is {exact_s / verified_s:.0f}x faster than exact patching of every edge on the engine, "
+          f"{reference_s / verified_s:.0f}x faster than one pass per edge; the engine is {reference_s / exact_s:.1f}x "
+          "faster than one pass per edge")
+
+
+if __name__ == "__main__":
+    main()
