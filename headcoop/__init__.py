@@ -51,6 +51,7 @@ _LAZY = {
     "Circuit": "headcoop.analysis.faithfulness",
     "faithfulness": "headcoop.analysis.faithfulness",
     "FaithfulnessResult": "headcoop.analysis.faithfulness",
+    "export_mib": "headcoop.analysis.mib",
     "Interactions": "headcoop.analysis.interactions",
     "cooperation": "headcoop.analysis.cooperation",
     "Cooperation": "headcoop.analysis.cooperation",

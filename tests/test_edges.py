@@ -262,3 +262,44 @@ def test_circuit_picks_by_size_or_threshold_and_checks_its_input():
         hc.faithfulness(model, result, clean=clean, corrupt=corrupt, metric=metric, sizes=[10**6])
     with pytest.raises(TypeError, match="Circuit"):
         hc.faithfulness(model, ["L0H0"], clean=clean, corrupt=corrupt, metric=metric)
+
+
+def _eap_ig_names(n_layers: int, n_heads: int) -> set[str]:
+    """EAP-IG's edge names for a sequential model (its Graph.from_model, read from hannamw/EAP-IG's graph.py):
+    every earlier node into each head's q, k, v and each MLP, everything into the logits."""
+    stream, names = ["input"], set()
+    for lay in range(n_layers):
+        heads = [f"a{lay}.h{h}" for h in range(n_heads)]
+        names |= {f"{p}->{a}<{x}>" for p in stream for a in heads for x in "qkv"}
+        stream = stream + heads
+        names |= {f"{p}->m{lay}" for p in stream}
+        stream = stream + [f"m{lay}"]
+    return names | {f"{p}->logits" for p in stream}
+
+
+def test_the_mib_export_names_every_edge_as_eap_ig_does_and_never_overwrites(tmp_path):
+    import json
+
+    model = attn_only_2l_like(seed=16, **SHAPES["LN, MLPs"])
+    clean, corrupt = _inputs(model)
+    result = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, verify=4, sample=4)
+    circuit = hc.circuit(result, k=6)
+    path = hc.export_mib(result, tmp_path / "circuit.json", model, circuit=circuit)
+    data = json.loads(path.read_text())
+    assert set(data) == {"cfg", "nodes", "edges"} and data["cfg"]["n_layers"] == 2 and data["cfg"]["d_model"] == 32
+    assert set(data["edges"]) == _eap_ig_names(2, 4)
+    frame = result.to_dataframe()
+    value = frame.exact.where(frame.exact.notna(), frame.score)
+    embed_to_logits = value[(frame.writer.isin(["embed", "pos_embed"])) & (frame.reader == "logits")].sum()
+    assert data["edges"]["input->logits"]["score"] == pytest.approx(float(embed_to_logits))
+    kept = sum(e["in_graph"] for e in data["edges"].values())
+    assert 1 <= kept <= 6
+    for name, entry in data["edges"].items():
+        if entry["in_graph"]:
+            parent, child = name.split("->")
+            assert data["nodes"][parent]["in_graph"] and data["nodes"][child.split("<")[0]]["in_graph"]
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        hc.export_mib(result, path, model)
+    assert json.loads(path.read_text()) == data  # untouched
+    hc.export_mib(result, path, model, overwrite=True)
+    assert not any(json.loads(path.read_text())["edges"][n]["in_graph"] for n in data["edges"])  # no circuit given

@@ -1,0 +1,85 @@
+"""Export a circuit in the file format the MIB leaderboard's circuit-localization track reads: EAP-IG's graph
+JSON (`Graph.to_json` / `Graph.from_json` in hannamw/EAP-IG, `src/eap/graph.py`, which MIB's evaluation loads).
+
+The file holds `cfg` (n_layers, n_heads, parallel_attn_mlp, d_model), `nodes` ({name: {"in_graph": bool}}) and
+`edges` ({name: {"score": float, "in_graph": bool}}). Node names: "input" (the embeddings: hc.edges' "embed" and
+"pos_embed" together), "a{layer}.h{head}", "m{layer}", "logits"; edge names "parent->child", with "<q>", "<k>" or
+"<v>" after a head child ("input->a0.h3<q>", "a0.h3->m0", "m11->logits"). An edge from the embeddings scores
+the sum of hc.edges' embed and pos_embed scores, and is in the circuit when either is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from headcoop.analysis.edges import EdgeResult
+
+
+def _node(name: str) -> str:
+    if name in ("embed", "pos_embed"):
+        return "input"
+    if name == "logits":
+        return "logits"
+    if name.startswith("MLP"):
+        return f"m{name[3:]}"
+    layer, head = name[1:].split("H")
+    return f"a{layer}.h{head}"
+
+
+def mib_graph(edges: EdgeResult, circuit=None, model=None) -> dict:
+    """The EAP-IG / MIB graph dictionary of an EdgeResult (scores: the exact value where verified, else the
+    estimate), with `circuit` (an hc.circuit, or None: no edge) marking in_graph. `model` gives the cfg."""
+    if model is None:
+        raise ValueError("mib_graph needs the model the edges were scored on (for the file's cfg)")
+    frame = edges.to_dataframe()
+    score = frame.exact.where(frame.exact.notna(), frame.score)
+    kept = set(circuit.edges) if circuit is not None else set()
+    out_edges: dict[str, dict] = {}
+    for (w, r, via), s in zip(zip(frame.writer, frame.reader, frame.via), score):
+        parent, child = _node(w), _node(r)
+        name = f"{parent}->{child}" + (f"<{via}>" if via in ("q", "k", "v") else "")
+        entry = out_edges.setdefault(name, {"score": 0.0, "in_graph": False})
+        entry["score"] += float(s)
+        entry["in_graph"] = entry["in_graph"] or (w, r, via) in kept
+    nodes = {"input": {"in_graph": True}}
+    cfg = model.cfg
+    for lay in range(cfg.n_layers):
+        for h in range(cfg.n_heads):
+            nodes[f"a{lay}.h{h}"] = {"in_graph": False}
+        nodes[f"m{lay}"] = {"in_graph": False}
+    nodes["logits"] = {"in_graph": True}
+    for name, entry in out_edges.items():
+        if entry["in_graph"]:
+            parent, child = name.split("->")
+            nodes[parent]["in_graph"] = True
+            nodes[child.split("<")[0]]["in_graph"] = True
+    return {"cfg": {"n_layers": cfg.n_layers, "n_heads": cfg.n_heads, "parallel_attn_mlp": bool(cfg.parallel_attn_mlp),
+                    "d_model": cfg.d_model},
+            "nodes": nodes, "edges": out_edges}  # fmt: skip
+
+
+def export_mib(edges: EdgeResult, path: str | os.PathLike, model, circuit=None, overwrite: bool = False) -> Path:
+    """Write the MIB / EAP-IG graph JSON of `edges` (and `circuit`) to `path`; returns the path. An existing file
+    is an error unless overwrite=True; the file is written whole or not at all."""
+    path = Path(path)
+    if path.exists() and not overwrite:
+        raise FileExistsError(f"{str(path)!r} exists; pass overwrite=True to replace it")
+    if path.exists() and path.is_dir():
+        raise IsADirectoryError(f"{str(path)!r} is a folder; give a file name such as circuit.json")
+    data = json.dumps(mib_graph(edges, circuit, model))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+__all__ = ["export_mib", "mib_graph"]
