@@ -482,7 +482,8 @@ def edges(
     started = time.perf_counter()
     with torch.no_grad():
         source_logits, source_cache = model.run_with_cache(source_tokens)
-    target = target_run(model, target_tokens, score, lambda n: True)
+    with torch.no_grad():
+        target = target_run(model, target_tokens, score, lambda n: True)
     deltas = {w: d.detach() for w, d in {w: o - writer_outputs(model, target.cache, [w])[w]
                                           for w, o in writer_outputs(model, source_cache, writers).items()}.items()}
     source_value = float(check_metric_value(score.one(source_logits), "metric"))

@@ -324,7 +324,8 @@ def faithfulness(
     clean_tokens, corrupt_tokens, score = clean_corrupt(model, clean, corrupt, metric)
     with torch.no_grad():
         _, corrupt_cache = model.run_with_cache(corrupt_tokens)
-    target = target_run(model, clean_tokens, score, lambda n: True)
+    with torch.no_grad():
+        target = target_run(model, clean_tokens, score, lambda n: True)
     reference = _reference_outputs(model, writers, corrupt_cache, how)
     w_index = {w: i for i, w in enumerate(writers)}
     r_index = {r: i for i, r in enumerate(readers)}
