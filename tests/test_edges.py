@@ -20,6 +20,7 @@ SHAPES = {
     "RMS, gated MLPs, rotary": dict(attn_only=False, d_mlp=16, act_fn="silu", gated_mlp=True, normalization_type="RMS",
                                     positional_embedding_type="rotary", rotary_dim=4),
     "bidirectional": dict(attention_dir="bidirectional", positional_embedding_type="standard", attn_only=False, d_mlp=16),
+    "grouped-query": dict(n_key_value_heads=2, positional_embedding_type="standard", attn_only=False, d_mlp=16),
 }
 
 
@@ -74,7 +75,7 @@ def test_head_edges_agree_with_path_patching():
     assert checked == 3 * 16 * 3 + 12  # 3 layer pairs x 16 head pairs x q/k/v, and the 12 direct paths
 
 
-@pytest.mark.parametrize("shape", ["attn-only, no norm", "LN, MLPs", "RMS, gated MLPs, rotary"])
+@pytest.mark.parametrize("shape", ["attn-only, no norm", "LN, MLPs", "RMS, gated MLPs, rotary", "grouped-query"])
 def test_eap_is_the_derivative_of_the_exact_patch(shape):
     """EAP's score is the first-order change: the exact patch of eps times the writer's change, over eps."""
     model = attn_only_2l_like(seed=5, **SHAPES[shape]).to(torch.float64)
@@ -165,7 +166,7 @@ def test_bad_input():
         hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, verify=-1)
     gqa = attn_only_2l_like(seed=11, n_key_value_heads=2)
     with pytest.raises(ValueError, match="grouped-query"):
-        hc.edges(gqa, clean=clean, corrupt=corrupt, metric=metric)
+        hc.export_mib(hc.edges(gqa, clean=clean, corrupt=corrupt, metric=metric), "never.json", gqa)
     with pytest.raises(ValueError, match="differentiable"):
         hc.edges(model, clean=clean, corrupt=corrupt, metric=lambda logits: float(metric(logits)))
 
@@ -303,3 +304,20 @@ def test_the_mib_export_names_every_edge_as_eap_ig_does_and_never_overwrites(tmp
     assert json.loads(path.read_text()) == data  # untouched
     hc.export_mib(result, path, model, overwrite=True)
     assert not any(json.loads(path.read_text())["edges"][n]["in_graph"] for n in data["edges"])  # no circuit given
+
+
+def test_a_grouped_query_model_has_one_reader_per_key_value_head():
+    """n_key_value_heads=2 of 4: the k and v inputs are read per key/value head ("L1KV0"), shared by two query heads;
+    its edges on the engine match one pass per edge at TransformerLens's split inputs (test above), and the
+    circuit runs too."""
+    model = attn_only_2l_like(seed=17, **SHAPES["grouped-query"])
+    clean, corrupt = _inputs(model)
+    frame = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, method="exact").to_dataframe()
+    kv = frame[frame.via.isin(["k", "v"])]
+    assert set(kv.reader) == {"L0KV0", "L0KV1", "L1KV0", "L1KV1"} and set(frame[frame.via == "q"].reader) >= {"L1H3"}
+    assert kv.score.abs().max() > 1e-4
+    result = hc.faithfulness(model, hc.edges(model, clean=clean, corrupt=corrupt, metric=metric), clean=clean,
+                             corrupt=corrupt, metric=metric)  # fmt: skip
+    assert result.full == pytest.approx(float(metric(model(clean))), abs=1e-5)
+    assert result.empty == pytest.approx(float(metric(model(corrupt))), abs=1e-5)
+    assert hc.edges(model, clean=clean, corrupt=corrupt, metric=metric).plot().data

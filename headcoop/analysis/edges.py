@@ -54,7 +54,8 @@ from headcoop.tl import HookedTransformer
 EdgeMethod = Literal["eap", "eap-ig", "exact"]
 EDGE_METHODS: tuple[str, ...] = get_args(EdgeMethod)
 Writer = tuple  # ("embed",) | ("pos_embed",) | ("head", layer, head) | ("mlp", layer)
-Reader = tuple  # ("head", layer, head, via) | ("mlp", layer) | ("logits",)
+Reader = tuple  # ("head", layer, head, via) | ("kv", layer, kv_head, via) | ("mlp", layer) | ("logits",)
+ATTN_READERS = ("head", "kv")  # a head's q/k/v input; "kv": the k or v input of a key/value head (grouped-query)
 
 
 # --- the graph ------------------------------------------------------------------------------------------
@@ -66,6 +67,8 @@ def reader_name(r: Reader) -> tuple[str, str]:
     """(reader, via): ("L1H2", "q"), ("MLP1", "in"), ("logits", "direct")."""
     if r[0] == "head":
         return head_name(r[1], r[2]), r[3]
+    if r[0] == "kv":
+        return f"L{r[1]}KV{r[2]}", r[3]
     return (f"MLP{r[1]}", "in") if r[0] == "mlp" else ("logits", "direct")
 
 
@@ -74,7 +77,7 @@ def _order(node: tuple, n_layers: int) -> int:
     kind = node[0]
     if kind in ("embed", "pos_embed"):
         return -1
-    if kind == "head":
+    if kind in ATTN_READERS:
         return 2 * node[1]
     return 2 * node[1] + 1 if kind == "mlp" else 2 * n_layers
 
@@ -92,7 +95,8 @@ def graph(model: HookedTransformer) -> tuple[list[Writer], list[Reader], list[tu
     readers: list[Reader] = []
     for lay in range(cfg.n_layers):
         writers += [("head", lay, h) for h in range(cfg.n_heads)]
-        readers += [("head", lay, h, v) for h in range(cfg.n_heads) for v in ("q", "k", "v")]
+        readers += [("head", lay, h, "q") for h in range(cfg.n_heads)]
+        readers += [(_kv_kind(model), lay, g, v) for g in range(_n_kv(model)) for v in ("k", "v")]
         if _has_mlp(model):
             writers.append(("mlp", lay))
             readers.append(("mlp", lay))
@@ -102,14 +106,32 @@ def graph(model: HookedTransformer) -> tuple[list[Writer], list[Reader], list[tu
     return writers, readers, edges
 
 
+def _grouped(model) -> bool:
+    kv = model.cfg.n_key_value_heads
+    return kv is not None and kv != model.cfg.n_heads
+
+
+def _n_kv(model) -> int:
+    return model.cfg.n_key_value_heads if _grouped(model) else model.cfg.n_heads
+
+
+def _kv_kind(model) -> str:
+    """Grouped-query models read k and v per key/value head ("kv", shared by several query heads: one reader)."""
+    return "kv" if _grouped(model) else "head"
+
+
+def qkv_weights(attn, via: str, index: int, grouped: bool) -> tuple[Tensor, Tensor]:
+    """(W [d_model, d_head], b [d_head]) of head `index`'s q, k or v; a grouped-query model's k and v by
+    key/value head (TransformerLens's `_W_K`, `_b_K`)."""
+    prefix = "_" if grouped and via in ("k", "v") else ""
+    return getattr(attn, f"{prefix}W_{via.upper()}")[index], getattr(attn, f"{prefix}b_{via.upper()}")[index]
+
+
 def check_edge_model(model: HookedTransformer) -> None:
     """The model shapes `hc.edges` supports; a clear error for the others."""
     cfg = model.cfg
     if is_bridge(model):
         raise ValueError("hc.edges does not take a TransformerBridge yet: its q/k/v inputs are shared by all heads")
-    if cfg.n_key_value_heads is not None and cfg.n_key_value_heads != cfg.n_heads:
-        raise ValueError("hc.edges does not support grouped-query attention yet: a key/value input shared by "
-                         f"several query heads (n_key_value_heads={cfg.n_key_value_heads}, n_heads={cfg.n_heads})")
     if cfg.parallel_attn_mlp:
         raise ValueError("hc.edges needs sequential blocks (attention, then the MLP); this model has parallel_attn_mlp=True")
     if _has_mlp(model) and cfg.act_fn in ("solu_ln",):
@@ -142,15 +164,15 @@ def reader_input(model: HookedTransformer, target: Target, reader: Reader, delta
     pre-activation [*copy, batch, pos, d_mlp] for an MLP (a gated MLP: (gate, linear) pre-activations)."""
     cache, lay = target.cache, reader[1]
     block = model.blocks[lay]
-    if reader[0] == "head":
+    if reader[0] in ATTN_READERS:
         via, head = reader[3], reader[2]
         x = frozen_norm(getattr(block, "ln1", None), target.act("resid_pre", lay) + delta,
                         _scale(cache, f"blocks.{lay}.ln1.hook_scale"))  # fmt: skip
         pos_embed = target.extras.get("shortformer_pos_embed")
         if via in ("q", "k") and pos_embed is not None:
             x = x + pos_embed
-        attn = block.attn
-        return x @ getattr(attn, f"W_{via.upper()}")[head] + getattr(attn, f"b_{via.upper()}")[head]
+        W, b = qkv_weights(block.attn, via, head, _grouped(model))
+        return x @ W + b
     x = frozen_norm(getattr(block, "ln2", None), target.act("resid_mid", lay) + delta,
                     _scale(cache, f"blocks.{lay}.ln2.hook_scale"))  # fmt: skip
     if model.cfg.gated_mlp:  # TransformerLens's GatedMLP adds b_in after the product of the two
@@ -199,7 +221,7 @@ def _reader_grads(model: HookedTransformer, tokens: Tensor, score, readers: list
     cfg = model.cfg
     names = set()
     for r in readers:
-        if r[0] == "head":
+        if r[0] in ATTN_READERS:
             names.add(get_act_name(r[3], r[1]))
         elif r[0] == "mlp":
             names.add(f"blocks.{r[1]}.mlp.hook_pre")
@@ -226,11 +248,10 @@ def _reader_grads(model: HookedTransformer, tokens: Tensor, score, readers: list
     out = {}
     for r in readers:
         lay = r[1] if r[0] != "logits" else cfg.n_layers - 1
-        if r[0] == "head":
+        if r[0] in ATTN_READERS:
             g = grads[get_act_name(r[3], lay)]
             g = torch.zeros_like(kept[get_act_name(r[3], lay)]) if g is None else g
-            attn = model.blocks[lay].attn
-            g = g[:, :, r[2]] @ getattr(attn, f"W_{r[3].upper()}")[r[2]].T
+            g = g[:, :, r[2]] @ qkv_weights(model.blocks[lay].attn, r[3], r[2], _grouped(model))[0].T
             out[r] = norm_transpose(getattr(model.blocks[lay], "ln1", None), g, scales.get(f"blocks.{lay}.ln1.hook_scale"))
         elif r[0] == "mlp":
             mlp = model.blocks[lay].mlp
@@ -277,7 +298,7 @@ def edge_copies(model: HookedTransformer, edges: list[tuple[Writer, Reader]], de
         sites: dict[str, list[tuple[int, int | None, Tensor]]] = {}  # hook name -> (copy, head, value)
         for c, (w, r) in enumerate(chunk):
             value = reader_input(model, target, r, deltas[w])
-            if r[0] == "head":
+            if r[0] in ATTN_READERS:
                 sites.setdefault(get_act_name(r[3], r[1]), []).append((c, r[2], value))
             elif model.cfg.gated_mlp:
                 sites.setdefault(f"blocks.{r[1]}.mlp.hook_pre", []).append((c, None, value[0]))
@@ -336,7 +357,7 @@ def reference_edge(model: HookedTransformer, target: Target, reader: Reader, del
         return model.run_with_hooks(target.tokens, fwd_hooks=hooks)
     lay = reader[1]
     with _split_inputs(model):
-        if reader[0] == "head":
+        if reader[0] in ATTN_READERS:
             head, via = reader[2], reader[3]
 
             def add(x, hook):
@@ -437,6 +458,9 @@ def _node_key(name: str) -> tuple[int, int]:
         return 10**6, 0
     if name.startswith("MLP"):
         return 2 * int(name[3:]) + 2, 0
+    if "KV" in name:  # a key/value head of a grouped-query model, drawn below the query heads
+        layer, group = name[1:].split("KV")
+        return 2 * int(layer) + 1, 1000 + int(group)
     layer, head = name[1:].split("H")
     return 2 * int(layer) + 1, int(head)
 

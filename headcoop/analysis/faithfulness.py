@@ -40,8 +40,8 @@ from transformer_lens.utilities import get_act_name
 from headcoop.analysis.common import check_choice, require_model
 from headcoop.analysis.copies import Copies, Target, clean_corrupt, evaluate, route, target_run
 from headcoop.analysis.edges import (
-    EdgeResult, Reader, Writer, _has_mlp, _split_inputs, check_edge_model, graph, reader_name, writer_name,
-    writer_outputs,
+    EdgeResult, Reader, Writer, _grouped, _has_mlp, _kv_kind, _split_inputs, check_edge_model, graph, qkv_weights,
+    reader_name, writer_name, writer_outputs,
 )  # fmt: skip
 from headcoop.checks import check_finite, check_int
 from headcoop.plot import Displayed
@@ -158,15 +158,16 @@ def circuit_copies(model: HookedTransformer, target: Target, masks: Tensor, writ
         def set_qkv(x, hook, layer, via):
             x = stacked(x).clone()
             block = model.blocks[layer]
-            for h in range(cfg.n_heads):
-                removed = drop(("head", layer, h, via))
+            kind = "head" if via == "q" else _kv_kind(model)
+            for h in range(x.shape[3]):
+                removed = drop((kind, layer, h, via))
                 if isinstance(removed, int):
                     continue
                 inp = block.ln1(state[("resid_pre", layer)] - removed) if hasattr(block, "ln1") else state[("resid_pre", layer)] - removed
                 pos_embed = target.extras.get("shortformer_pos_embed")
                 if via in ("q", "k") and pos_embed is not None:
                     inp = inp + pos_embed
-                W, b = getattr(block.attn, f"W_{via.upper()}")[h], getattr(block.attn, f"b_{via.upper()}")[h]
+                W, b = qkv_weights(block.attn, via, h, _grouped(model))
                 x[:, :, :, h] = inp @ W + b
             return x.view(n * batch, *x.shape[2:])
 
@@ -232,8 +233,9 @@ def reference_run(model: HookedTransformer, tokens: Tensor, mask: Tensor, writer
 
     def split(x, hook, layer, via):
         x = x.clone()
-        for h in range(model.cfg.n_heads):
-            x[:, :, h] = x[:, :, h] - removed(("head", layer, h, via))
+        kind = "head" if via == "q" else _kv_kind(model)
+        for h in range(x.shape[2]):
+            x[:, :, h] = x[:, :, h] - removed((kind, layer, h, via))
         return x
 
     hooks = [("hook_embed", lambda x, hook: capture(x, hook, ("embed",)))]

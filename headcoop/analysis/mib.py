@@ -34,6 +34,10 @@ def mib_graph(edges: EdgeResult, circuit=None, model=None) -> dict:
     estimate), with `circuit` (an hc.circuit, or None: no edge) marking in_graph. `model` gives the cfg."""
     if model is None:
         raise ValueError("mib_graph needs the model the edges were scored on (for the file's cfg)")
+    kv = model.cfg.n_key_value_heads
+    if kv is not None and kv != model.cfg.n_heads:
+        raise ValueError("MIB's graph format names one q, k and v input per head; this grouped-query model shares "
+                         f"k and v inputs ({kv} key/value heads for {model.cfg.n_heads} query heads): no export")
     frame = edges.to_dataframe()
     score = frame.exact.where(frame.exact.notna(), frame.score)
     kept = set(circuit.edges) if circuit is not None else set()
