@@ -90,3 +90,18 @@ def test_a_circuit_missing_a_shown_true_edge_loses_faithfulness():
 def test_loading_an_unknown_program_names_the_known_ones():
     with pytest.raises(ValueError, match="reverse"):
         load("parity")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_no_edge_outside_the_truth_moves_the_metric(name):
+    """Exact edge patching gives every false edge (its reader reads none of its writer's directions) exactly 0,
+    so no false edge ranks above a true edge that moves the metric; EAP agrees on the false edges."""
+    model, info = load(name)
+    clean, corrupt = inputs(info, n=16, seed=3)
+    metric = metric_for(model, info, clean)
+    true = {tuple(e) for e in info["truth"]["edges"]}
+    for method in ("exact", "eap"):
+        frame = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, method=method).to_dataframe()
+        false = [(w, r, v) not in true for w, r, v in zip(frame.writer, frame.reader, frame.via)]
+        assert float(frame.score[false].abs().max()) == 0.0, method
+    assert float(frame.score[[not f for f in false]].abs().max()) > 0
