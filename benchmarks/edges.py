@@ -62,7 +62,7 @@ def main() -> None:
     print(f"one forward pass: {forward:.3f} s")
 
     start = time.perf_counter()
-    eap = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, method="eap")
+    hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, method="eap")
     eap_s = time.perf_counter() - start
     start = time.perf_counter()
     verified = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, method="eap", verify=20, sample=20)

@@ -3,7 +3,6 @@ truth, read by every circuit analysis. Needs no jax: the checkpoints are committ
 
 import numpy as np
 import pytest
-import torch
 
 import headcoop as hc
 from experiments.tracr.common import NAMES, inputs, load, metric_for

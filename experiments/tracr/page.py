@@ -64,7 +64,6 @@ def build(out: Path = DEFAULT_OUT) -> Path:
     programs = pd.read_csv(folder / "programs.csv")
     timing = json.loads((folder / "timing.json").read_text())
     exact_nodes = nodes[nodes.method == "exact node patching"]
-    exact_edges = edges[edges.method == "exact"]
     perfect_nodes = int((exact_nodes.auc_shown_nodes.fillna(1.0) == 1.0).sum())
     lines = [
         "# Circuits scored against Tracr's ground truth",

@@ -377,6 +377,45 @@ def reference_edge(model: HookedTransformer, target: Target, reader: Reader, del
         return model.run_with_hooks(target.tokens, fwd_hooks=hooks)
 
 
+def _integrated_grads(model, tokens: Tensor, score, readers: list[Reader], source_cache, target_cache,
+                      steps: int) -> dict[Reader, Tensor]:
+    """EAP-IG's gradients: each reader's, averaged over `steps` runs whose token and positional embeddings move
+    from the target's to the source's (alpha = 1/steps .. 1)."""
+    grads: dict[Reader, Tensor] = {}
+    pos = "hook_pos_embed" in source_cache.cache_dict
+    for k in range(1, steps + 1):
+        alpha = k / steps
+
+        def between(name: str) -> Tensor:
+            return target_cache[name] + alpha * (source_cache[name] - target_cache[name])
+
+        g, _ = _reader_grads(model, tokens, score, readers,
+                             embeds=(between("hook_embed"), between("hook_pos_embed") if pos else None))  # fmt: skip
+        for r, v in g.items():
+            grads[r] = grads.get(r, 0) + v / steps
+    return grads
+
+
+def _verify(frame: pd.DataFrame, ordered: list, verify: int, sample: int, seed: int, exact) -> tuple[dict, int]:
+    """Patch exactly (`exact(edges)` -> changes of the metric) the `verify` edges with the largest |score| and
+    `sample` others drawn with `seed`; fill frame's exact / top / sampled; return the false-negative bound (as
+    `hc.attribute`'s `missed`) and the number of edges patched."""
+    order = np.argsort(-frame.score.abs().to_numpy(), kind="stable")
+    top, rest = order[:verify], order[verify:]
+    picked = np.random.default_rng(seed).choice(rest, size=min(sample, len(rest)), replace=False) if sample else np.array([], int)
+    chosen = sorted(set(top.tolist()) | set(picked.tolist()))
+    frame.loc[chosen, "exact"] = exact([ordered[i] for i in chosen]).double().cpu().numpy()
+    frame.loc[top, "top"] = True
+    frame.loc[picked, "sampled"] = True
+    if not (len(top) and len(picked)):
+        return {}, len(chosen)
+    threshold = float(frame.loc[top, "exact"].abs().min())
+    above = int((frame.loc[picked, "exact"].abs() > threshold).sum())
+    low, high = clopper_pearson(above, len(picked))
+    return dict(threshold=threshold, rest=int(len(rest)), sampled=int(len(picked)), above=above,
+                estimate=above / len(picked) * len(rest), low=low, high=high), len(chosen)  # fmt: skip
+
+
 def _products(deltas: dict, grads: dict, ordered: list, writers: list, readers: list) -> Tensor:
     """delta_w . grad_r summed over batch, positions and d_model for every edge: one matrix product of the
     writers' changes [writer, batch * pos * d_model] and the readers' gradients [reader, same]."""
@@ -508,8 +547,8 @@ def edges(
         source_logits, source_cache = model.run_with_cache(source_tokens)
     with torch.no_grad():
         target = target_run(model, target_tokens, score, lambda n: True)
-    deltas = {w: d.detach() for w, d in {w: o - writer_outputs(model, target.cache, [w])[w]
-                                          for w, o in writer_outputs(model, source_cache, writers).items()}.items()}
+    out_source, out_target = writer_outputs(model, source_cache, writers), writer_outputs(model, target.cache, writers)
+    deltas = {w: (out_source[w] - out_target[w]).detach() for w in writers}
     source_value = float(check_metric_value(score.one(source_logits), "metric"))
     clean_value, corrupt_value = (source_value, target.value) if direction == "denoise" else (target.value, source_value)
     chosen = route(model, "auto", "stacked", "stacked copies from the reader's layer", "edge",
@@ -524,53 +563,25 @@ def edges(
             grads, _ = _reader_grads(model, target_tokens, score, readers)
             passes = 3.0
         else:
-            grads = {}
-            embeds = [(source_cache["hook_embed"], target.cache["hook_embed"])]
-            pos = "hook_pos_embed" in source_cache.cache_dict
-            for k in range(1, steps + 1):
-                alpha = k / steps
-                emb = embeds[0][1] + alpha * (embeds[0][0] - embeds[0][1])
-                pe = (target.cache["hook_pos_embed"] + alpha * (source_cache["hook_pos_embed"] - target.cache["hook_pos_embed"])
-                      if pos else None)  # fmt: skip
-                g, _ = _reader_grads(model, target_tokens, score, readers, embeds=(emb, pe))
-                for r, v in g.items():
-                    grads[r] = grads.get(r, 0) + v / steps
+            grads = _integrated_grads(model, target_tokens, score, readers, source_cache, target.cache, steps)
             passes = 1.0 + 3.0 * steps
         scores = _products(deltas, grads, ordered, writers, readers)
     estimate_s = time.perf_counter() - started
     frame = pd.DataFrame([dict(writer=writer_name(w), reader=reader_name(r)[0], via=reader_name(r)[1]) for w, r in ordered])
     frame["score"] = scores.detach().double().cpu().numpy()
-    frame["exact"] = np.nan
+    frame["exact"] = frame["score"] if method == "exact" else np.nan
     frame["top"] = False
     frame["sampled"] = False
     missed: dict = {}
     verify_s = 0.0
-    if method != "exact":
-        frame["exact"] = np.nan
-        if verify or sample:
-            started = time.perf_counter()
-            order = np.argsort(-frame.score.abs().to_numpy(), kind="stable")
-            top = order[:verify]
-            rest = order[verify:]
-            picked = np.random.default_rng(seed).choice(rest, size=min(sample, len(rest)), replace=False) if sample else np.array([], int)
-            chosen_edges = sorted(set(top.tolist()) | set(picked.tolist()))
-            sub = [ordered[i] for i in chosen_edges]
-            exact = evaluate(target, edge_copies(model, sub, deltas, target), chosen.path, memory_budget_mb) - target.value
-            frame.loc[chosen_edges, "exact"] = exact.double().cpu().numpy()
-            frame.loc[top, "top"] = True
-            frame.loc[picked, "sampled"] = True
-            verify_s = time.perf_counter() - started
-            passes += len(sub)
-            if len(top) and len(picked):
-                threshold = float(frame.loc[top, "exact"].abs().min())
-                above = int((frame.loc[picked, "exact"].abs() > threshold).sum())
-                low, high = clopper_pearson(above, len(picked))
-                missed = dict(threshold=threshold, rest=int(len(rest)), sampled=int(len(picked)), above=above,
-                              estimate=above / len(picked) * len(rest), low=low, high=high)  # fmt: skip
-    else:
-        frame["exact"] = frame["score"]
+    if method != "exact" and (verify or sample):
+        started = time.perf_counter()
+        missed, patched = _verify(frame, ordered, verify, sample, seed,
+                                  lambda sub: evaluate(target, edge_copies(model, sub, deltas, target), chosen.path,
+                                                       memory_budget_mb) - target.value)  # fmt: skip
+        verify_s, passes = time.perf_counter() - started, passes + patched
     return EdgeResult(frame=frame, clean_value=float(clean_value), corrupt_value=float(corrupt_value),
-                      target_value=float(target.value), direction=direction, method=method if method != "exact" else "exact",
+                      target_value=float(target.value), direction=direction, method=method,
                       exact_method=chosen.label, missed=missed,
                       cost=dict(passes=passes, estimate_s=estimate_s, verification_s=verify_s),
                       assumptions=_assumptions(model))  # fmt: skip

@@ -107,10 +107,6 @@ def _reference_outputs(model, writers: list[Writer], corrupt_cache, how: str) ->
     return {w: o.roll(1, dims=0) for w, o in outs.items()}  # resample: another input's outputs
 
 
-def _reader_key(reader: Reader) -> tuple[str, str]:
-    return reader_name(reader)
-
-
 def circuit_copies(model: HookedTransformer, target: Target, masks: Tensor, writers: list[Writer],
                    readers: list[Reader], reference: dict[Writer, Tensor]) -> Copies:  # fmt: skip
     """The engine's specification of n ablated runs of the clean target: masks [n, writer, reader] bool, True
