@@ -321,3 +321,18 @@ def test_a_grouped_query_model_has_one_reader_per_key_value_head():
     assert result.full == pytest.approx(float(metric(model(clean))), abs=1e-5)
     assert result.empty == pytest.approx(float(metric(model(corrupt))), abs=1e-5)
     assert hc.edges(model, clean=clean, corrupt=corrupt, metric=metric).plot().data
+
+
+def test_noising_patches_the_corrupt_run_into_the_clean_one():
+    """direction="noise": the clean run is the target, the corrupt run the source; head edges agree with
+    hc.path_patch's noising, and EAP is still the exact patch's derivative there."""
+    model = attn_only_2l_like(seed=18, n_layers=2)
+    clean, corrupt = _inputs(model, seed=7)
+    frame = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, method="exact", direction="noise").to_dataframe()
+    paths = hc.path_patch(model, clean=clean, corrupt=corrupt, metric=metric, direction="noise")
+    target = float(metric(model(clean)))
+    for (sender, receiver, via), value in paths.values.items():
+        row = frame[(frame.writer == sender) & (frame.reader == receiver) & (frame.via == via)]
+        assert float(row.score.iloc[0]) == pytest.approx(value - target, abs=2e-5)
+    flipped = hc.edges(model, clean=corrupt, corrupt=clean, metric=metric, method="exact").to_dataframe()
+    np.testing.assert_allclose(frame.score, flipped.score, atol=1e-6)  # noising = denoising with the roles swapped
