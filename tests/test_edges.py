@@ -336,3 +336,18 @@ def test_noising_patches_the_corrupt_run_into_the_clean_one():
         assert float(row.score.iloc[0]) == pytest.approx(value - target, abs=2e-5)
     flipped = hc.edges(model, clean=corrupt, corrupt=clean, metric=metric, method="exact").to_dataframe()
     np.testing.assert_allclose(frame.score, flipped.score, atol=1e-6)  # noising = denoising with the roles swapped
+
+
+def test_a_user_hook_sends_the_ablated_runs_down_the_reference_path_and_is_honoured():
+    model = attn_only_2l_like(seed=19, **SHAPES["LN, MLPs"])
+    clean, corrupt = _inputs(model)
+    result = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric)
+    plain = hc.faithfulness(model, result, clean=clean, corrupt=corrupt, metric=metric, random=0)
+    model.add_hook("blocks.0.hook_mlp_out", lambda x, hook: 2 * x)
+    try:
+        hooked = hc.faithfulness(model, result, clean=clean, corrupt=corrupt, metric=metric, random=0)
+        want = float(metric(model(clean)))
+    finally:
+        model.reset_hooks()
+    assert hooked.method.startswith("reference") and "blocks.0.hook_mlp_out" in hooked.method
+    assert hooked.full == pytest.approx(want, abs=1e-5) and abs(hooked.full - plain.full) > 1e-4

@@ -19,7 +19,6 @@ Not needed by the tests: the checkpoints and truths are committed.
 from __future__ import annotations
 
 import argparse
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -182,9 +181,7 @@ def main(argv=None) -> int:
             raise RuntimeError(f"{name}: the converted model does not reproduce Tracr: {check}")
         truth = ground_truth(model, list(assembled.residual_labels), out_labels)
         encoding = {str(k): int(v) for k, v in assembled.input_encoder.encoding_map.items()}
-        target = args.out / name
-        if target.exists():
-            shutil.rmtree(target)  # only our own checkpoints live here
+        target = args.out / name  # hc.save replaces only a folder holding a headcoop checkpoint and nothing else
         hc.save(model, target, metrics=check, tracr=dict(program=name, what=what, vocab=sorted(map(str, vocab)),
                 max_seq_len=MAX_LEN[name], numerical=numerical, encoding=encoding, truth=truth))  # fmt: skip
         print(f"{name}: {model.cfg.n_layers} layers x {model.cfg.n_heads} heads, d_model {model.cfg.d_model}; "
