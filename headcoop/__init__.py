@@ -39,6 +39,8 @@ _LAZY = {
     "probe": "headcoop.analysis.probes",
     "ablate": "headcoop.analysis.ablation",
     "set_attention": "headcoop.analysis.intervene",
+    "set_progress": "headcoop.progress",
+    "load_result": "headcoop.results",
     "attention": "headcoop.analysis.attention",
     "interactions": "headcoop.analysis.interactions",
     "composition": "headcoop.analysis.composition",

@@ -1,4 +1,4 @@
-"""The `headcoop` command line: train, evaluate, sweep and report on toy attention models."""
+"""The `headcoop` command line: train, evaluate and sweep toy attention models, and report on any model."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import warnings
 EPILOG = """\
 examples:
   headcoop report count01 --out report.html  one offline page on what every head of the shipped model does
+  headcoop report my-gpt2/ --prompts prompts.json --heads L5H1 L9H6 L9H9 --budget 120
+                                             your own model and prompts, three heads, two minutes at most
   headcoop eval count01                      accuracy of the shipped Count01 model
   headcoop train count01 --heads 16 --d-model 32 --d-head 2 --steps 3000 --out runs/c01
   headcoop eval runs/c01                     accuracy of a model you trained
@@ -199,9 +201,14 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise ValueError("--tokenizer encodes the texts of --prompts; pass --prompts too")
     if args.examples < 1:
         raise ValueError(f"--examples must be 1 or more, got {args.examples}")
+    if args.budget < 0:
+        raise ValueError(f"--budget must be 0 (no limit) or more seconds, got {args.budget}")
     if not args.out.strip():
         raise ValueError("--out is empty; give a file name such as report.html")
-    path = report(args.model, out=args.out, examples=args.examples, progress=not args.no_progress, task=task)
+    # the budget is the command's: the imports and the model's loading above count against it
+    budget = None if args.budget == 0 else max(1.0, args.budget - (time.perf_counter() - start))
+    path = report(args.model, out=args.out, examples=args.examples, progress=not args.no_progress, task=task,
+                  heads=args.heads, sections=args.sections, budget_s=budget, device=args.device)  # fmt: skip
     size = path.stat().st_size / 2**20
     print(f"wrote {path} ({size:.1f} MB) in {time.perf_counter() - start:.1f} s; open it in a browser (works offline)")
     return 0
@@ -210,7 +217,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="headcoop",
-        description="Train and analyse small attention-only transformers on the Count01 and SkipPair toy tasks.",
+        description="Do attention heads cooperate, compete or superpose? Report on what every head of a model does "
+        "(a shipped toy model, a checkpoint, a TransformerLens export or a Hugging Face model folder, with your "
+        "own prompts), and train, evaluate and sweep models on the Count01 and SkipPair toy tasks.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -264,9 +273,9 @@ def build_parser() -> argparse.ArgumentParser:
     report = sub.add_parser(
         "report",
         help="write one self-contained HTML page on what every head of a model does",
-        description="Write an offline HTML report on a shipped or saved model: task and configuration, "
-        "accuracy, per-head metrics, attention views, head patching, DLA, QK/OV circuits of every head, and the "
-        f"task's own head picture. NAME_OR_PATH is a shipped name ({', '.join(SHIPPED_NAMES)}), a "
+        description="Write an offline HTML report on any model: task and prompts, accuracy, per-head metrics, "
+        "attention views, head patching, DLA, cooperation (mechanisms, Shapley values, path patching), QK/OV "
+        "circuits of every head, and the task's own head picture, within a time budget. NAME_OR_PATH is a shipped name ({', '.join(SHIPPED_NAMES)}), a "
         "checkpoint folder (hc.save), or a TransformerLens export (config.json + model.safetensors or model.pt, "
         "optionally tokenizer.json; see headcoop.foreign). A model without a headcoop task needs --prompts.",
     )
@@ -278,6 +287,16 @@ def build_parser() -> argparse.ArgumentParser:
                         "(and labels): the contrast task the report uses (see headcoop.foreign)")
     report.add_argument("--tokenizer", metavar="FILE", help="tokenizer.json that encodes text prompts "
                         "(default: the model folder's tokenizer.json)")
+    report.add_argument("--heads", nargs="+", metavar="HEAD", help="the heads the per-head sections cover, "
+                        "e.g. L0H1 L5H3 (default every head)")
+    report.add_argument("--sections", nargs="+", metavar="SECTION", help="only these sections, e.g. overview "
+                        "heads patching (default all: overview accuracy heads <the task's own> attention patching "
+                        "dla cooperation circuits)")
+    report.add_argument("--budget", type=float, default=60.0, metavar="SECONDS", help="time budget: analyses "
+                        "predicted to overrun it are left out, and the page says how to run them (default 60; 0: "
+                        "no limit)")
+    report.add_argument("--device", default=None, help="where the model runs: cpu, cuda, cuda:1 (default: where "
+                        "it loads)")
     report.set_defaults(func=cmd_report)
     return parser
 
@@ -288,7 +307,7 @@ FLAGS = {"steps": "--steps", "batch_size": "--batch-size", "lr": "--lr", "weight
          "seeds": "--seeds", "n_heads": "--heads", "d_model": "--d-model", "d_head": "--d-head",
          "n_layers": "--layers", "chunk": "--chunk", "threads": "--threads", "workers": "--workers",
          "scheduler": "--scheduler", "device": "--device", "examples": "--examples", "out": "--out",
-         "vocab=": "--tokenizer"}  # fmt: skip
+         "vocab=": "--tokenizer", "budget_s": "--budget", "sections": "--sections", "heads": "--heads"}  # fmt: skip
 
 
 def as_flags(message: str) -> str:

@@ -26,7 +26,8 @@ pio.templates[TEMPLATE] = go.layout.Template(
 
 class Displayed:
     """What every analysis result shares: as the last expression of a Jupyter cell it shows its short repr,
-    a compact table (`to_dataframe()`, the first rows) and its figure (`plot()`); elsewhere, the repr."""
+    a compact table (`to_dataframe()`, the first rows) and its figure (`plot()`); elsewhere, the repr.
+    Analysis results inherit it through `headcoop.results.Result`, which adds `save(path)`."""
 
     display_rows = 12
 

@@ -33,16 +33,71 @@ from headcoop.checks import check_out_file
 from headcoop.analysis.attention import attention_data
 from headcoop.pages import Code, Details, Figure, Html, Section, Table, Text, render, stylesheet
 from headcoop.views import attention_heads_html, circuitsvis_bundle
-from headcoop.analysis.common import head_names, require_model, require_task
+from headcoop.analysis.common import head_names, model_device, parse_heads, require_model, require_task
+from headcoop.checks import check_float
 from headcoop.analysis.copies import task_score
 from headcoop.bridge import is_bridge, is_hf_folder, kind_label, load_folder
 from headcoop.studies import study_for
 from headcoop.tasks.base import Batch, Task
 
 # --- what the sections share --------------------------------------------------------------------------
+RESERVE_S = 5.0  # of the budget, kept for drawing and writing the page (about 3 s for a 7 MB page on 2 cores)
+
+
+@dataclasses.dataclass
+class _Budget:
+    """The report's time: `limit_s` seconds of wall time from `start` (None: no limit). An analysis is run
+    when its predicted cost (forward passes of the patching batch, each `forward_s` as measured once on this
+    machine) fits in what is left; otherwise it is left out, and the page says what it would have cost and
+    the call that runs it."""
+
+    limit_s: float | None
+    forward_s: float
+    start: float = dataclasses.field(default_factory=time.perf_counter)
+    left_out: list = dataclasses.field(default_factory=list)  # (what, predicted s, how to run it)
+
+    def remaining(self) -> float:
+        if self.limit_s is None:
+            return float("inf")
+        return self.limit_s - (time.perf_counter() - self.start) - RESERVE_S
+
+    def afford(self, what: str, forwards: float, how: str) -> bool:
+        """Whether `what`, predicted at `forwards` forward passes, fits; if not it is listed as left out."""
+        predicted = forwards * self.forward_s
+        if predicted <= self.remaining():
+            return True
+        self.left_out.append((what, predicted, how))
+        return False
+
+    def note(self, what: str) -> Text:
+        """The page's words for an analysis left out."""
+        _, predicted, how = next(row for row in self.left_out if row[0] == what)
+        return Text(Markup(
+            "<p class=\"note\"><b>Left out to stay within the report's budget:</b> {} (predicted {:.0f} s on this "
+            "machine; {:.0f} s of the {:.0f} s budget were left). Run it with <code>{}</code>, or give the report a "
+            "larger budget (<code>--budget</code>, <code>hc.report(budget_s=...)</code>) or fewer heads "
+            "(<code>--heads</code>).</p>"
+        ).format(what, predicted, max(0.0, self.remaining()), self.limit_s or 0, how), note=False)
+
+
+def _forward_seconds(model: HookedTransformer, tokens: Tensor) -> float:
+    """Wall time of one forward pass of `tokens` (the second of two: the first warms up)."""
+    with torch.no_grad():
+        model(tokens)
+        start = time.perf_counter()
+        model(tokens)
+    return max(time.perf_counter() - start, 1e-5)
+
+
+def _depth(model: HookedTransformer, layer: int) -> float:
+    """The share of a forward pass a copy starting at `layer` runs."""
+    return (model.cfg.n_layers - layer) / model.cfg.n_layers
+
+
 @dataclasses.dataclass
 class _Context:
-    """The model and inputs every section reads, and results the sections share."""
+    """The model and inputs every section reads, the heads the report covers, its budget, and results the
+    sections share."""
 
     model: HookedTransformer
     task: Task
@@ -50,9 +105,31 @@ class _Context:
     examples: int
     clean: Batch
     corrupt: Batch
+    heads: list[tuple[int, int]] | None = None  # None: every head
+    budget: _Budget | None = None
     head_table: pd.DataFrame | None = None
     exact_limit_s: float = 60.0  # by-position patching longer than this (predicted) is shown as AtP* estimates
     _memo: dict = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.heads is None:
+            self.heads = [(lay, h) for lay in range(self.model.cfg.n_layers) for h in range(self.model.cfg.n_heads)]
+        if self.budget is None:
+            self.budget = _Budget(None, _forward_seconds(self.model, self.clean.tokens))
+
+    @property
+    def all_heads(self) -> bool:
+        return len(self.heads) == self.model.cfg.n_layers * self.model.cfg.n_heads
+
+    @property
+    def names(self) -> list[str]:
+        """The covered heads' names ("L0H3"), in model order."""
+        return [f"L{lay}H{h}" for lay, h in self.heads]
+
+    @property
+    def heads_arg(self) -> str:
+        """The covered heads as the argument of a call shown on the page."""
+        return "" if self.all_heads else f", heads={self.names!r}"
 
     @property
     def metric(self):
@@ -65,23 +142,40 @@ class _Context:
             self._memo[key] = compute()
         return self._memo[key]
 
+    def patch_cost(self, positions: int = 1) -> float:
+        """Predicted forward passes of patching the covered heads (clean and corrupt runs, then one copy per
+        head and position from the head's layer)."""
+        return 2 + positions * sum(_depth(self.model, lay) for lay, _ in self.heads)
+
     def patch(self, positions: str = "all"):
-        """hc.patch of every head's z on the clean / corrupt batches (denoising)."""
-        return self.once(
-            f"patch-{positions}",
-            lambda: hc.patch(self.model, clean=self.clean, corrupt=self.corrupt, metric=self.metric, positions=positions),
-        )
+        """hc.patch of the covered heads' z on the clean / corrupt batches (denoising), or None when it does
+        not fit the budget (the exact map of every position: see patch_each)."""
+        def compute():
+            what = "exact head patching (all positions)"
+            call = f"hc.patch(model, clean, corrupt{self.heads_arg})"
+            if not self.budget.afford(what, self.patch_cost(), call):
+                return None
+            return hc.patch(self.model, clean=self.clean, corrupt=self.corrupt, metric=self.metric, positions=positions,
+                            heads=None if self.all_heads else self.heads, progress=False)  # fmt: skip
+        return self.once(f"patch-{positions}", compute)
 
     def patch_each(self, threshold_s: float):
-        """Every head's z patched at each position: the exact sweep, or, where it would take longer than
-        `threshold_s` (extrapolated from the verified cells of an AtP* run), that run's estimates, verified on
-        their top 20 cells and 20 sampled ones. Returns (PatchResult or AttributionResult, predicted exact s)."""
+        """Every covered head's z patched at each position: the exact sweep, or, where it would take longer than
+        `threshold_s` or the budget's remainder, AtP* estimates verified on their top 20 cells and 20 sampled
+        ones; None when even those do not fit. Returns (PatchResult or AttributionResult or None, predicted
+        exact s)."""
         def compute():
-            estimate = hc.attribute(self.model, clean=self.clean, corrupt=self.corrupt, metric=self.metric, estimator="atp*",
-                                    verify=20, sample=20)  # fmt: skip
-            verified = max(1, int(estimate.verified.sum()))
-            predicted = estimate.cost["verification_s"] / verified * estimate.values.numel()
-            return (estimate if predicted > threshold_s else self.patch("each")), predicted
+            n_pos = self.clean.tokens.shape[1]
+            predicted = self.patch_cost(n_pos) * self.budget.forward_s
+            if predicted <= min(threshold_s, self.budget.remaining()):
+                return self.patch("each"), predicted
+            atp = 4 + 40 * max(_depth(self.model, lay) for lay, _ in self.heads)  # gradients, then 40 cells exactly
+            what = "head patching one position at a time (AtP* estimates, 40 cells verified)"
+            if not self.budget.afford(what, atp, "hc.attribute(model, clean, corrupt, estimator='atp*')"):
+                return None, predicted
+            estimate = hc.attribute(self.model, clean=self.clean, corrupt=self.corrupt, metric=self.metric,
+                                    estimator="atp*", verify=20, sample=20, progress=False)  # fmt: skip
+            return estimate, predicted
         return self.once(f"patch-each-{threshold_s}", compute)
 
     def dla(self):
@@ -112,7 +206,6 @@ def _note(text: str) -> Text:
 # --- sections: each returns its blocks (headcoop.pages), never markup ----------------------------------
 def _section_overview(ctx: _Context) -> tuple:
     model, task, cfg = ctx.model, ctx.task, ctx.model.cfg
-    doc = (sys.modules[type(task).__module__].__doc__ or "").strip()
     fields = [
         "model_name", "n_layers", "n_heads", "d_model", "d_head", "d_vocab", "n_ctx", "attn_only",
         "normalization_type", "positional_embedding_type", "attention_dir",
@@ -121,54 +214,84 @@ def _section_overview(ctx: _Context) -> tuple:
     n_params = sum(p.numel() for p in model.parameters())
     n_trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     config.loc["parameters (trainable)"] = f"{n_params} ({n_trainable})"
-    example = ctx.clean[:1]
-    end = int(example.loss_pos.max()) + 1
-    shown = task.vocab[:64]
-    vocab = ", ".join(f"{i}: {t}" for i, t in enumerate(shown)) + (f", ... ({task.d_vocab} in all)" if task.d_vocab > 64 else "")
-    return (
-        Text(Markup("<p><b>Model:</b> <code>{}</code> &nbsp; <b>Task:</b> <code>{}</code></p>").format(ctx.source, repr(task)), note=False),  # fmt: skip
-        Code(doc),
-        Text(Markup("<p><b>Vocabulary</b> (id: token): {}</p>").format(vocab), note=False),
-        Text(
-            Markup("<p><b>An example</b>: <code>{}</code>, answer <code>{}</code> at position {}</p>").format(
-                task.decode(example.tokens[0, :end]), task.token_strings([int(example.answer[0])])[0], int(example.answer_pos[0])
-            ),
-            note=False,
-        ),
+    blocks = [Text(Markup("<p><b>Model:</b> <code>{}</code> &nbsp; <b>Task:</b> <code>{}</code></p>").format(ctx.source, repr(task)), note=False)]  # fmt: skip
+    if not task.fixed_inputs:  # a task of its own (the toy tasks): its module says what it is
+        blocks.append(Code((sys.modules[type(task).__module__].__doc__ or "").strip()))
+    if task.d_vocab <= 64:
+        shown = ", ".join(f"{i}: {t}" for i, t in enumerate(task.vocab))
+        blocks.append(Text(Markup("<p><b>Vocabulary</b> (id: token): {}</p>").format(shown), note=False))
+    else:
+        blocks.append(Text(Markup("<p><b>Vocabulary</b>: {} tokens.</p>").format(task.d_vocab), note=False))
+    where = "fixed prompts (the same every run)" if task.fixed_inputs else "inputs drawn from the task (seed 0)"
+    blocks += [
+        Text(Markup("<p><b>Inputs</b>: every analysis below reads the same {} {}, {} tokens long; the corrupt "
+                    "prompt of each differs from its clean prompt where the task says, and the metric compares "
+                    "the answer's logit with the alternative's at the answer position.</p>"
+                    ).format(len(ctx.clean), where, ctx.clean.tokens.shape[1]), note=False),  # fmt: skip
+        _table(_examples(ctx, 4), index=False),
         Text("<h3>Configuration</h3>", note=False),
         _table(config),
-    )
+    ]
+    if not ctx.all_heads:
+        blocks.insert(1, Text(Markup("<p><b>Heads covered</b> (<code>--heads</code>): {} of {}.</p>").format(
+            ", ".join(ctx.names), cfg.n_layers * cfg.n_heads), note=False))  # fmt: skip
+    return tuple(blocks)
+
+
+def _examples(ctx: _Context, n: int) -> pd.DataFrame:
+    """The first `n` clean / corrupt prompts with their answers, as the task's tokens."""
+    task, rows = ctx.task, []
+    for i in range(min(n, len(ctx.clean))):
+        end = int(ctx.clean.loss_pos[i].max()) + 1
+        wrong = ctx.clean.wrong[i]
+        rows.append({
+            "clean prompt": task.decode(ctx.clean.tokens[i, :end]),
+            "corrupt prompt": task.decode(ctx.corrupt.tokens[i, :end]),
+            "answer": task.token_strings([int(ctx.clean.answer[i])])[0],
+            "alternative": task.token_strings([int(wrong)])[0],
+            "at position": int(ctx.clean.answer_pos[i]),
+        })  # fmt: skip
+    return pd.DataFrame(rows)
 
 
 def _section_accuracy(ctx: _Context) -> tuple:
     metrics = ctx.task.evaluate(ctx.model)
     frame = pd.DataFrame({"value": list(metrics.values())}, index=list(metrics))
+    said = "on its {} fixed prompts" if ctx.task.fixed_inputs else "on fresh samples of {}"
+    what = len(ctx.clean) if ctx.task.fixed_inputs else repr(ctx.task)
     return (
-        Text(Markup("<code>task.evaluate(model)</code> on fresh samples of {}.").format(repr(ctx.task))),
+        Text(Markup("<code>task.evaluate(model)</code> " + said + ".").format(what)),
         _table(frame, digits=4),
     )
 
 
 def _section_heads(ctx: _Context) -> tuple:
     model, task = ctx.model, ctx.task
-    names = head_names(model)
+    names = ctx.names
     patched, attr = ctx.patch(), ctx.dla()
     diff = attr.logit_diff()[:, [attr.components.index(n) for n in names]]  # [batch, head]
     table = pd.DataFrame(
         {
-            "patch effect": _share(patched).reshape(-1).numpy(),
             "DLA logit diff": diff.mean(0).cpu().numpy(),
             "DLA std": diff.std(0, unbiased=False).cpu().numpy(),
         },
         index=pd.Index(names, name="head"),
     )
-    notes = [
-        "<b>patch effect</b>: share of the clean&minus;corrupt gap in mean logit difference (right answer "
-        "minus the alternative) restored by patching the head's output <code>z</code> from the clean run into "
-        f"the corrupt run (<code>hc.patch</code> on {len(ctx.clean)} inputs; 1: the head alone restores it).",
+    notes = []
+    if patched is not None:
+        share = _share(patched).reshape(-1)
+        flat = [lay * model.cfg.n_heads + h for lay, h in ctx.heads]
+        table.insert(0, "patch effect", share[flat].numpy())
+        notes.append(
+            "<b>patch effect</b>: share of the clean &minus; corrupt gap in mean logit difference (right answer "
+            "minus the alternative) restored by patching the head's output <code>z</code> from the clean run into "
+            f"the corrupt run (<code>hc.patch</code> on {len(ctx.clean)} inputs; 1: the head alone restores it)."
+        )
+    notes.append(
         "<b>DLA logit diff</b>: the head's direct contribution to logit(answer) &minus; logit(alternative) at "
-        "the answer position, mean and std over the same inputs (<code>hc.dla</code>).",
-    ]
+        "the answer position, mean and std over the same inputs (<code>hc.dla</code>)."
+    )
+    blocks = [] if patched is not None else [ctx.budget.note("exact head patching (all positions)")]
     study = study_for(task)
     probe_batch = task.patching_inputs(n=1024, seed=1)[0]
     if study.generic_probes and len(probe_batch.labels.unique()) > 1 and len(probe_batch) < 8:
@@ -176,8 +299,9 @@ def _section_heads(ctx: _Context) -> tuple:
                      "some out (at least 8 are needed).")  # fmt: skip
     elif study.generic_probes and len(probe_batch.labels.unique()) > 1:
         probes = hc.probe(model, probe_batch, probe_batch.labels, site="z", layer=None)
-        table["probe acc"] = probes.acc.numpy()
-        table["probe ROC AUC"] = probes.roc_auc.numpy()
+        keep = [probes.names.index(n) for n in names]
+        table["probe acc"] = probes.acc[keep].numpy()
+        table["probe ROC AUC"] = probes.roc_auc[keep].numpy()
         notes.append(
             "<b>probe acc / ROC AUC</b>: linear probe of the task label from the head's <code>z</code> at the "
             f"answer position, held-out ({len(probes.test_index)} of {len(probe_batch)} inputs; "
@@ -188,7 +312,7 @@ def _section_heads(ctx: _Context) -> tuple:
         table = table.join(columns)
     notes += study_notes
     ctx.head_table = table
-    return (*map(_note, notes), _table(table))
+    return (*blocks, *map(_note, notes), _table(table))
 
 
 def _share(result) -> Tensor:
@@ -199,15 +323,18 @@ def _share(result) -> Tensor:
 
 
 def _section_attention(ctx: _Context) -> tuple:
-    """One circuitsvis view per (layer, example); their render calls run after the bundle, at the page's end."""
+    """One circuitsvis view per (layer, example) for the layers of the covered heads; their render calls run
+    after the bundle, at the page's end."""
     n = min(ctx.examples, len(ctx.clean))
-    views = [view for layer in range(ctx.model.cfg.n_layers)
+    layers = sorted({lay for lay, _ in ctx.heads})
+    views = [view for layer in layers
              for view in attention_data(ctx.model, ctx.clean, layer=layer, example=0, max_examples=n)]  # fmt: skip
     markup, script = attention_heads_html(views, bundle=False)
     return (
         _note(
-            f"Attention patterns of every head on {n} inputs of the task's patching batch (query rows, key "
-            "columns; hover a head to enlarge it, click to lock). Rendered by circuitsvis, offline."
+            f"Attention patterns of every head of {'every layer' if len(layers) == ctx.model.cfg.n_layers else 'layers ' + ', '.join(map(str, layers))} "
+            f"on {n} inputs of the patching batch (query rows, key columns; hover a head to enlarge it, click to "
+            "lock). Rendered by circuitsvis, offline."
         ),
         Html(markup, script),
     )
@@ -219,20 +346,28 @@ def _section_patching(ctx: _Context) -> tuple:
     each, predicted = ctx.patch_each(ctx.exact_limit_s)
     n_layers = model.cfg.n_layers
     height = max(360, 140 + 28 * model.cfg.n_heads) * n_layers
-    gap = heads.clean_value != heads.corrupt_value  # else show the raw metric: there is no gap to share
-    blocks = [
-        _note(
-            f"Denoising: run the corrupt inputs (<code>task.corrupt</code>) and patch in one head's clean "
-            f"output <code>z</code>. Values are the share of the clean&minus;corrupt gap restored (clean "
-            f"mean logit diff {heads.clean_value:.3f}, corrupt {heads.corrupt_value:.3f})."
-        ),
-        Figure(heads.plot(normalized=gap, title="head patching: all positions (exact)"), height=300 + 40 * n_layers),
-    ]
-    if isinstance(each, hc.AttributionResult):
-        m = each.missed
+    blocks = []
+    if heads is None:
+        blocks.append(ctx.budget.note("exact head patching (all positions)"))
+    else:
+        gap = heads.clean_value != heads.corrupt_value  # else show the raw metric: there is no gap to share
         blocks += [
-            _note(f"Patching one position at a time would take about {predicted:.0f} s exactly (more than "
-                  f"{ctx.exact_limit_s:.0f} s, extrapolated from the verified cells), so the map below shows AtP* "
+            _note(
+                f"Denoising: run the corrupt inputs and patch in one head's clean output <code>z</code>. Values are "
+                f"the share of the clean &minus; corrupt gap restored (clean mean logit diff {heads.clean_value:.3f}, "
+                f"corrupt {heads.corrupt_value:.3f})" + ("." if ctx.all_heads else "; heads not covered are blank.")
+            ),
+            Figure(heads.plot(normalized=gap, title="head patching: all positions (exact)"), height=300 + 40 * n_layers),
+        ]
+    if each is None:
+        blocks.append(ctx.budget.note("head patching one position at a time (AtP* estimates, 40 cells verified)"))
+    elif isinstance(each, hc.AttributionResult):
+        m = each.missed
+        why = (f"more than {ctx.exact_limit_s:.0f} s" if predicted > ctx.exact_limit_s
+               else "more than the report's budget had left")  # fmt: skip
+        blocks += [
+            _note(f"Patching one position at a time would take about {predicted:.0f} s exactly ({why}, predicted "
+                  f"from one timed forward pass), so the map below shows AtP* "
                   f"<b>estimates</b> (<code>hc.attribute</code>): {int(each.top.sum())} top cells and "
                   f"{int(each.sampled.sum())} sampled ones were patched exactly; an estimated {m.get('estimate', 0):.3g} "
                   f"(95% interval {m.get('low', 0):.3g}..{m.get('high', 0):.3g}) cells outside the top exceed the top's "
@@ -241,6 +376,7 @@ def _section_patching(ctx: _Context) -> tuple:
             Figure(each.plot(kind="scatter"), height=420),
         ]
     else:
+        gap = each.clean_value != each.corrupt_value
         blocks.append(Figure(each.plot(normalized=gap, title="head patching: one position at a time (exact)"), height=height))
     return tuple(blocks)
 
@@ -257,33 +393,35 @@ def _section_dla(ctx: _Context) -> tuple:
     )
 
 
-MAX_REPORT_PLAYERS = 10  # beyond this many heads, only models whose coalitions need no forward pass
-
-
 MAX_REPORT_PAIRS_HEADS = 32  # hc.cooperation's coalitions grow as the square of the heads: up to 32 heads here
 
 
 def _section_cooperation(ctx: _Context) -> tuple:
-    """The mechanism of every pair of heads and each head's role (hc.cooperation), then Shapley values and
-    pairwise interactions on accuracy (hc.interactions) where the coalitions are few enough."""
+    """The mechanism of every pair of covered heads and each head's role (hc.cooperation), then Shapley values
+    and pairwise interactions on accuracy (hc.interactions) where they are exact and fit the budget, then
+    head-to-head path patching and composition scores. One overall verdict: hc.cooperation's."""
     from headcoop.analysis.cooperation import MECHANISMS, cooperation
-    from headcoop.analysis.interactions import interactions
+    from headcoop.analysis.interactions import MAX_EXACT, interactions
 
-    model = ctx.model
-    n = model.cfg.n_layers * model.cfg.n_heads
-    linear = model.cfg.n_layers == 1 and model.cfg.attn_only and model.cfg.normalization_type is None
-    exact_limit = 16 if linear else MAX_REPORT_PLAYERS
+    model, k = ctx.model, len(ctx.heads)
+    heads = None if ctx.all_heads else ctx.heads
     blocks: list = []
-    if n > MAX_REPORT_PAIRS_HEADS:
-        blocks.append(_note(f"This model has {n} heads: too many pairs for this page. "
-                            "<code>hc.cooperation(model, heads=[...])</code> names the mechanism of the heads you choose."))  # fmt: skip
+    # coalitions per reading x 4 ablations x reference draws, each about one forward pass, plus the clean runs,
+    # composition and backup passes (measured on a GPT-2-small shape: 3 heads, 1 draw, 94 forward passes)
+    cost = lambda draws: (k * k + k + 2) * 4 * draws + 10 * k + 8  # noqa: E731
+    draws = 4 if k <= 16 and cost(4) * ctx.budget.forward_s <= ctx.budget.remaining() else 1
+    what = "hc.cooperation (the mechanism of every pair of heads)"
+    if k > MAX_REPORT_PAIRS_HEADS:
+        blocks.append(_note(f"This report covers {k} heads: too many pairs for this page (at most "
+                            f"{MAX_REPORT_PAIRS_HEADS}). <code>hc.cooperation(model, heads=[...])</code> names the "
+                            "mechanism of the heads you choose; <code>--heads</code> picks them for the report."))  # fmt: skip
+    elif not ctx.budget.afford(what, cost(draws), f"hc.cooperation(model, inputs=clean, metric='accuracy', draws=1{ctx.heads_arg})"):
+        blocks.append(ctx.budget.note(what))
     else:
-        # one reference draw per ablation above 16 heads: the family's cost grows with the draws on the
-        # layer-by-layer path (a 32-head two-layer model takes minutes per draw)
-        coop = cooperation(model, inputs=ctx.clean, metric="accuracy", reference=ctx.clean,
-                           max_exact=max(2, exact_limit), draws=4 if n <= 16 else 1)  # fmt: skip
+        coop = cooperation(model, inputs=ctx.clean, heads=heads, metric="accuracy", reference=ctx.clean,
+                           max_exact=max(2, MAX_EXACT), draws=draws, progress=False)  # fmt: skip
         shown = coop.to_dataframe()
-        order = {m: k for k, m in enumerate(MECHANISMS)}
+        order = {m: i for i, m in enumerate(MECHANISMS)}
         shown = shown.iloc[shown.mechanism.map(order).argsort(kind="stable")].head(12)
         roles = coop.head_table.reset_index()[["head", "role", "role_agreement", "total_effect", "total_low",
                                                "total_high", "direct_effect", "via", "backs_up"]]  # fmt: skip
@@ -299,11 +437,11 @@ def _section_cooperation(ctx: _Context) -> tuple:
                 "and their effects add, <b>not testable</b> where they add by construction), the sign of each "
                 "head's total effect (<b>competition</b>) and whether one head's effect runs through a later one "
                 "(<b>composition</b>). Each word is computed under a family of readings (zero, mean, resample "
-                "and answer-aligned mean ablation, reference draws, every threshold at half and twice its "
-                f"default: {len(coop.readings)} readings) and stands where {coop.agree:.0%} of them agree, else "
-                f"<b>undetermined</b>. Overall: <b>{html.escape(coop.mechanism)}</b> in {coop.agreement:.0%} of "
-                f"the readings.{flips} Pairs: {html.escape(counts)}. Rules and thresholds: the docstring of "
-                f"<code>hc.cooperation</code>. {html.escape(coop.method)}."
+                f"and answer-aligned mean ablation, {draws} reference draw{'s' if draws > 1 else ''} each, every "
+                f"threshold at half and twice its default: {len(coop.readings)} readings) and stands where {coop.agree:.0%} of them agree, else "
+                f"<b>undetermined</b>. <b>The section's verdict: {html.escape(coop.mechanism)}</b> in "
+                f"{coop.agreement:.0%} of the readings.{flips} Pairs: {html.escape(counts)}. Rules and thresholds: "
+                f"the docstring of <code>hc.cooperation</code>. {html.escape(coop.method)}."
             ),
             Figure(coop.plot(), height=520),
             _note("Each head's <b>role</b> (supports / competes / inactive: the sign of its total effect on the "
@@ -316,28 +454,38 @@ def _section_cooperation(ctx: _Context) -> tuple:
             _table(shown[["head_a", "head_b", "mechanism", "agreement", "flips_under", "reason", "matters", "or", "and",
                           "a_only", "b_only", "multi", "only_answer", "interaction"]], index=False, digits=3),  # fmt: skip
         ]
-    if n > 16 or (n > MAX_REPORT_PLAYERS and not linear):
-        blocks.append(_note(f"This model has {n} heads: too many coalitions for Shapley values on this page. "
-                            "<code>hc.interactions(model, method=\"sampled\")</code> estimates them."))  # fmt: skip
-        return (*blocks, *_head_to_head(ctx))
-    result = interactions(model, ctx.clean, metric="accuracy", how="mean", reference=ctx.clean.tokens)
+    return (*blocks, *_shapley(ctx, heads, MAX_EXACT, interactions), *_head_to_head(ctx))
+
+
+def _shapley(ctx: _Context, heads, max_exact: int, interactions: Callable) -> tuple:
+    """Shapley values and interaction indices (exact only: the report shows no sampled estimates)."""
+    k = len(ctx.heads)
+    what = "Shapley values and pairwise interactions (hc.interactions, exact)"
+    if k > max_exact:
+        return (_note(f"Shapley values: exact up to {max_exact} heads (<code>hc.interactions</code>' "
+                      f"<code>max_exact</code>; 2^{max_exact} coalitions), and this report covers {k}. "
+                      "<code>hc.interactions(model, method=\"sampled\")</code> estimates them with standard errors."),)  # fmt: skip
+    if not ctx.budget.afford(what, 2**k + 2, f"hc.interactions(model, tokens=clean, metric='accuracy'{ctx.heads_arg})"):
+        return (ctx.budget.note(what),)
+    result = interactions(ctx.model, ctx.clean, heads=heads, metric="accuracy", how="mean", reference=ctx.clean.tokens,
+                          progress=False)  # fmt: skip
     pairs = result.to_dataframe()
+    signs = pd.Series(result.verdicts).value_counts()
     pairs = pairs.reindex(pairs.interaction.abs().sort_values(ascending=False).index).head(12)
     return (
-        *blocks,
         _note(
             "Each head's <b>Shapley value</b>: its average contribution to the accuracy over every coalition of "
             "the other heads (heads outside a coalition mean-ablated over these inputs); they sum to "
             f"v(all) &minus; v(none) = {result.v_full:.3f} &minus; {result.v_empty:.3f}. The <b>interaction "
-            "index</b> of a pair: negative when the two substitute for each other on average, positive when the "
-            "pair is worth more than its parts on average (<b>synergistic</b>: a division of labour and "
-            "superposition both can give it), within 5% of |v(all) &minus; v(none)|: independent. "
-            f"Overall: <b>{html.escape(result.model_verdict)}</b> ({html.escape(result.method)})."
+            "index</b> of a pair is an average over coalitions: negative when the two substitute for each other on "
+            "average, positive when the pair is worth more than its parts on average (a division of labour and "
+            "superposition both can give it), within 5% of |v(all) &minus; v(none)|: independent. It names no "
+            "mechanism on its own; the section's verdict above reads it with the other axes. Signs of the pairs: "
+            + html.escape(", ".join(f"{n} {word}" for word, n in signs.items())) + f" ({html.escape(result.method)})."
         ),
         Figure(result.plot(title="Shapley values and pairwise interactions (accuracy)"), height=460),
         _note(f"The {len(pairs)} strongest pairs of {len(result.to_dataframe())}:"),
         _table(pairs, index=False, digits=4),
-        *_head_to_head(ctx),
     )
 
 
@@ -347,20 +495,33 @@ def _head_to_head(ctx: _Context) -> tuple:
     from headcoop.analysis.path_patching import path_patch
 
     model = ctx.model
-    if model.cfg.n_layers < 2:
+    senders = [(lay, h) for lay, h in ctx.heads if any(r > lay for r, _ in ctx.heads)]
+    if model.cfg.n_layers < 2 or not senders:
         return ()
     blocks = [_note(
         "Head to head: <b>path patching</b> (<code>hc.path_patch</code>) patches only a sender head's clean output "
         "into a later receiver head's query, key or value input (the receiver's LayerNorm scale frozen), every "
-        "other path as in the corrupt run: the share of the clean&minus;corrupt gap restored. <b>Composition "
+        "other path as in the corrupt run: the share of the clean &minus; corrupt gap restored. <b>Composition "
         "scores</b> (<code>hc.composition</code>) are the weights-only evidence for the same pairs."
     )]  # fmt: skip
-    try:
-        paths = path_patch(model, clean=ctx.clean, corrupt=ctx.corrupt, metric=ctx.metric)
-        blocks.append(Figure(paths.plot(), height=460))
-    except ValueError as err:  # a block layout path patching does not model: say so
-        blocks.append(_note(html.escape(str(err))))
-    blocks.append(Figure(composition(model).plot(), height=420))
+    edges = sum(3 * _depth(model, r) for s, _ in ctx.heads for r, _ in ctx.heads if r > s)
+    direct = sum(_depth(model, s) for s, _ in senders)
+    what = "path patching of every sender -> receiver pair (hc.path_patch)"
+    subset = "" if ctx.all_heads else f", senders={ctx.names!r}, receivers={ctx.names!r}"
+    if not ctx.budget.afford(what, 2 + edges + direct, f"hc.path_patch(model, clean, corrupt{subset})"):
+        blocks.append(ctx.budget.note(what))
+    else:
+        try:
+            paths = path_patch(model, clean=ctx.clean, corrupt=ctx.corrupt, metric=ctx.metric, progress=False,
+                               senders=None if ctx.all_heads else senders, receivers=None if ctx.all_heads else ctx.heads)  # fmt: skip
+            blocks.append(Figure(paths.plot(), height=460))
+        except ValueError as err:  # a block layout path patching does not model: say so
+            blocks.append(_note(html.escape(str(err))))
+    if len(ctx.heads) <= MAX_REPORT_PAIRS_HEADS:
+        blocks.append(Figure(composition(model).plot(), height=420))
+    else:
+        blocks.append(_note(f"Composition scores of {len(ctx.heads)} heads are too many pairs to draw here: "
+                            "<code>hc.composition(model).to_dataframe()</code> holds them all."))  # fmt: skip
     return tuple(blocks)
 
 
@@ -373,24 +534,43 @@ def _section_circuits(ctx: _Context) -> tuple:
             "after the first: direct path (the head reading the embeddings)."
         )
     ]
-    if model.cfg.d_vocab > MAX_DRAWN_VOCAB:
-        blocks.append(_note(
-            f"This model has {model.cfg.d_vocab} tokens: its QK and OV tables are too large to draw here. "
-            "<code>hc.qk(model, head, layer)</code> and <code>hc.ov(...)</code> compute them."
-        ))  # fmt: skip
-        return tuple(blocks)
-    for i, name in enumerate(head_names(model)):
-        layer, head = divmod(i, model.cfg.n_heads)
+    small = model.cfg.d_vocab <= MAX_DRAWN_VOCAB and len(ctx.heads) <= MAX_DRAWN_HEADS
+    if small:
+        try:
+            return (*blocks, *_circuit_heatmaps(ctx))
+        except _TooLarge:  # positional tables of many rows: the top entries instead
+            pass
+    return (*blocks, *_circuit_tops(ctx))
+
+
+MAX_DRAWN_VOCAB = 64  # QK / OV heatmaps of larger vocabularies are not drawn: their top entries are listed
+MAX_DRAWN_HEADS = 32  # nor the heatmaps of more heads than this
+MAX_DRAWN_ROWS = 96  # nor heatmaps of more rows (a positional table has token x position rows)
+TOP_ENTRIES = 8  # entries of each head's QK and OV tables listed when they are not drawn
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _circuit_heatmaps(ctx: _Context) -> list:
+    """Every covered head's QK and OV tables as heatmaps (small vocabularies)."""
+    model, blocks = ctx.model, []
+    for layer, head in ctx.heads:
+        name = f"L{layer}H{head}"
         try:
             qk = hc.qk(model, head=head, layer=layer)
-            # a positional table (rotary, learned positions) has (token x position)^2 cells: draw the token x
-            # token slice with query and key at the last position, say so once
-            last = qk.scores.shape[1] - 1 if qk.positional else None
-            figures = (qk.plot(q_pos=last, k_pos=last), hc.ov(model, head=head, layer=layer).plot())
+            ov = hc.ov(model, head=head, layer=layer)
         except ValueError as err:  # a model the tables do not model: say so once, draw nothing
             blocks.append(_note(html.escape(str(err))))
             break
-        if i == 0 and last is not None:
+        # a positional table (rotary, learned positions) has (token x position)^2 cells: draw the token x
+        # token slice with query and key at the last position, say so once
+        last = qk.scores.shape[1] - 1 if qk.positional else None
+        if len(ov.to_dataframe()) > MAX_DRAWN_ROWS:
+            raise _TooLarge
+        figures = (qk.plot(q_pos=last, k_pos=last), ov.plot())
+        if not blocks and last is not None:
             blocks.append(_note(
                 "These QK scores depend on positions too: each drawing is the token &times; token slice with the "
                 f"query and the key at position {last}; <code>hc.qk(model, head, layer).to_dataframe()</code> "
@@ -398,11 +578,59 @@ def _section_circuits(ctx: _Context) -> tuple:
             ))  # fmt: skip
         # inside a closed <details> a figure has no width to fill: give it one
         squares = tuple(Figure(f, height=_square(f), width=_square(f) + 120) for f in figures)
-        blocks.append(Details(name, squares, open=i == 0))
-    return tuple(blocks)
+        blocks.append(Details(name, squares, open=not blocks))
+    return blocks
 
 
-MAX_DRAWN_VOCAB = 64  # QK / OV heatmaps of larger vocabularies are not drawn
+def _circuit_tops(ctx: _Context) -> list:
+    """Each covered head's largest QK and OV entries over the tokens of the report's prompts, as tables,
+    within the budget (the tables of the heads it leaves out are one call away)."""
+    model = ctx.model
+    ids = sorted(set(ctx.clean.tokens.flatten().tolist()) | set(ctx.corrupt.tokens.flatten().tolist()))
+    positional = model.cfg.positional_embedding_type not in ("", None) and model.cfg.positional_embedding_type != "none"
+    blocks = [_note(
+        f"This model's tables are too large to draw ({model.cfg.d_vocab} tokens"
+        + (", and positions" if positional else "") + f", {len(ctx.heads)} heads): each head lists its "
+        f"{TOP_ENTRIES} largest QK scores and OV effects (by size) over the {len(ids)} tokens of the report's "
+        "prompts" + (", positions left out (token-only tables)" if positional else "") + ". The full table of "
+        "a head: <code>hc.ov(model, \"L0H0\", positional=False, tokens=ids).to_dataframe()</code> (and "
+        "<code>hc.qk</code>), with <code>ids</code> the token ids you want as rows; every row of the "
+        "vocabulary when it fits in memory (<code>tokens=None</code>)."
+    )]
+    shown = 0
+    for layer, head in ctx.heads:
+        start = time.perf_counter()
+        if shown and ctx.budget.remaining() < 3 * per_head:
+            break
+        try:
+            qk = hc.qk(model, head=head, layer=layer, positional=False, tokens=ids)
+            ov = hc.ov(model, head=head, layer=layer, positional=False, tokens=ids)
+        except ValueError as err:
+            blocks.append(_note(html.escape(str(err))))
+            break
+        tables = (_top_entries(qk.scores, qk.vocab, qk.vocab, ("query", "key", "score")),
+                  _top_entries(ov.effects, ov.vocab, ov.out_vocab, ("source", "output", "logit effect")))  # fmt: skip
+        held = "; ".join(dict.fromkeys((*qk.assumptions, *ov.assumptions)))
+        blocks.append(Details(f"L{layer}H{head}", (
+            *(( _note(html.escape(held)),) if held else ()),
+            _note("QK, largest |score|:"), _table(tables[0], index=False),
+            _note("OV, largest |effect|:"), _table(tables[1], index=False),
+        ), open=shown == 0))  # fmt: skip
+        shown += 1
+        per_head = time.perf_counter() - start
+    if shown < len(ctx.heads):
+        blocks.append(_note(f"Tables of {shown} of {len(ctx.heads)} heads fit the report's budget; the others are "
+                            "one <code>hc.qk</code> / <code>hc.ov</code> call each."))  # fmt: skip
+    return blocks
+
+
+def _top_entries(values: Tensor, rows: list[str], columns: list[str], names: tuple[str, str, str]) -> pd.DataFrame:
+    """The TOP_ENTRIES entries of a 2-D table [rows, columns] largest in absolute value, largest first."""
+    flat = values.detach().float().cpu().flatten()
+    top = flat.abs().topk(min(TOP_ENTRIES, flat.numel())).indices
+    r, c = top // values.shape[1], top % values.shape[1]
+    return pd.DataFrame({names[0]: [rows[i] for i in r.tolist()], names[1]: [columns[j] for j in c.tolist()],
+                         names[2]: flat[top].numpy()})  # fmt: skip
 
 
 def _square(fig: go.Figure) -> int:
@@ -488,52 +716,94 @@ def _resolve(model_or_name) -> tuple[HookedTransformer, str]:
     )
 
 
+SECTION_NAMES = ("overview", "accuracy", "heads", "attention", "patching", "dla", "cooperation", "circuits")
+BUDGET_S = 60.0  # the report's default time budget in seconds
+
+
 def report_sections(
     model: HookedTransformer, source: str = "", examples: int = 3, progress: bool = True, task: Task | None = None,
-    exact_limit_s: float = 60.0,
+    exact_limit_s: float = 60.0, heads=None, sections=None, budget_s: float | None = None,
+    started: float | None = None,
 ) -> list[Section]:
     """Every section of the report as data (headcoop.pages.Section): what `report` renders. `task`
     (default: the model's own) supplies the inputs and the metric; by-position head patching predicted to
-    take longer than `exact_limit_s` is shown as verified AtP* estimates."""
+    take longer than `exact_limit_s` is shown as verified AtP* estimates; `heads`, `sections`, `budget_s`:
+    as `report`."""
     task = task if task is not None else require_task(model, "the report's inputs and metrics (pass task=)")
     clean, corrupt = task.patching_inputs()
+    device = model_device(model)
+    clean, corrupt = clean.to(device), corrupt.to(device)
+    covered = None if heads is None else sorted(set(parse_heads(model, heads)))
+    if covered is not None and not covered:
+        raise ValueError("heads is empty; give the heads the report covers, e.g. ['L0H1', 'L3H2'], or None for all")
+    budget = _Budget(budget_s, _forward_seconds(model, clean.tokens), start=started or time.perf_counter())
     ctx = _Context(model=model, task=task, source=source or model.cfg.model_name, examples=examples, clean=clean,
-                   corrupt=corrupt, exact_limit_s=exact_limit_s)  # fmt: skip
-    sections = []
-    bar = tqdm(_sections(task), desc="report", unit="section", disable=not progress)
+                   corrupt=corrupt, exact_limit_s=exact_limit_s, heads=covered, budget=budget)  # fmt: skip
+    chosen = _sections(task)
+    if sections is not None:
+        wanted = _check_sections(sections, [anchor for anchor, _, _ in chosen])
+        chosen = [row for row in chosen if row[0] in wanted]
+    out = []
+    bar = tqdm(chosen, desc="report", unit="section", disable=not progress)
     for anchor, title, build in bar:
         bar.set_postfix_str(anchor)
-        sections.append(Section(title, build(ctx), anchor=anchor))
+        out.append(Section(title, build(ctx), anchor=anchor))
     bar.close()
-    return sections
+    return out
+
+
+def _check_sections(sections, known: list[str]) -> set[str]:
+    if isinstance(sections, str):
+        sections = [part.strip() for part in sections.split(",") if part.strip()]
+    sections = list(sections)
+    unknown = [name for name in sections if name not in known]
+    if unknown or not sections:
+        raise ValueError(f"unknown report sections {unknown}; this task's sections are {known}" if unknown else
+                         f"sections is empty; give one or more of {known}")  # fmt: skip
+    return set(sections)
 
 
 def report(
     model_or_name, out: str | os.PathLike = "report.html", examples: int = 3, progress: bool = True,
-    task: Task | None = None, exact_limit_s: float = 60.0,
+    task: Task | None = None, exact_limit_s: float = 60.0, heads=None, sections=None,
+    budget_s: float | None = BUDGET_S, device: str | None = None,
 ) -> Path:
-    """Write one self-contained HTML page on what every head of a headcoop model does; returns its path.
+    """Write one self-contained HTML page on what every head of a model does; returns its path.
 
-    model_or_name: a HookedTransformer carrying a task (`model.task`), a shipped name ("count01",
-                   "skip-pair", "skip-pair-dhead1") or a checkpoint folder.
+    model_or_name: a HookedTransformer or TransformerBridge (carrying a task, or with `task=`), a shipped name
+                   ("count01", "skip-pair", "skip-pair-dhead1"), a checkpoint folder, a TransformerLens export
+                   or a Hugging Face model folder.
     out:           the HTML file to write (parent folders are created).
     examples:      how many inputs get a circuitsvis attention view (per layer).
     progress:      show a tqdm bar over the sections.
     task:          the task whose inputs and metric the report uses (default: the model's own); for a
                    model headcoop never trained, a contrast of your prompts (`hc.contrast`).
-    exact_limit_s: by-position head patching predicted (from an AtP* run's verified cells) to take longer
-                   than this is shown as AtP* estimates (`hc.attribute`, verified on 40 cells) beside the
-                   exact all-positions map.
-    Sections: task and configuration, accuracy, per-head metrics (patch effect, DLA, probes; Count01:
-    hc.head_metrics; SkipPair: preference orderings), Count01 (w01, w02) head map or SkipPair orderings,
-    attention views, head-patching heatmaps ([layer, head] and [layer, pos, head]), DLA bars, QK / OV
-    heatmaps per head. plotly.js and the circuitsvis bundle are inlined once each: no network needed.
-    The page is rendered from headcoop/templates/report.html.j2 (Jinja2, autoescaped).
+    exact_limit_s: by-position head patching predicted to take longer than this is shown as AtP* estimates
+                   (`hc.attribute`, verified on 40 cells) beside the exact all-positions map.
+    heads:         the heads the per-head sections cover (any form `hc.ablate` takes, e.g. ["L0H1", "L5H3"];
+                   default every head).
+    sections:      which sections to build (names in SECTION_NAMES and the task's own, or a comma-separated
+                   string); default all.
+    budget_s:      the report's time budget in seconds (default 60; None: no limit). One forward pass is timed
+                   first; an analysis predicted to overrun what is left is left out, and the page says what
+                   it would cost and the call that runs it.
+    device:        move the model there first ("cpu", "cuda", "cuda:1"; default: where it is).
+    Sections: task and configuration (the prompts, with examples), accuracy, per-head metrics (patch effect,
+    DLA, probes; the task's own columns), the task's own head picture, attention views, head-patching
+    heatmaps, DLA bars, cooperation (mechanisms, roles, Shapley values, path patching, composition), QK / OV
+    tables per head (heatmaps for small vocabularies, else their largest entries). plotly.js and the
+    circuitsvis bundle are inlined once each: no network needed. The page is rendered from
+    headcoop/templates/report.html.j2 (Jinja2, autoescaped).
     """
+    called = time.perf_counter()  # the budget counts the model's loading too
     if not isinstance(examples, int) or isinstance(examples, bool) or examples < 1:
         raise ValueError(f"examples must be a positive int, got {examples!r}")
+    if budget_s is not None:
+        check_float("budget_s", budget_s, 0.0, low_open=True)
     out = check_out_file(out, "report")
     model, source = _resolve(model_or_name)
+    if device is not None:
+        model = _to_device(model, device)
     if task is not None:
         if not isinstance(task, Task):
             raise TypeError(f"task must be a headcoop Task such as hc.contrast(...), got {type(task).__name__}")
@@ -541,13 +811,16 @@ def report(
     start = time.perf_counter()
     # the task reaches every analysis as arguments (inputs, `task_score` as the metric): model.task is not set
     sections = report_sections(model, source, examples=examples, progress=progress, task=task,
-                               exact_limit_s=exact_limit_s)  # fmt: skip
+                               exact_limit_s=exact_limit_s, heads=heads, sections=sections, budget_s=budget_s,
+                               started=called)  # fmt: skip
     elapsed = time.perf_counter() - start
     calls = [b.script for s in sections for b in s.blocks if isinstance(b, Html) and b.script]
+    budget = "no time budget" if budget_s is None else f"time budget {budget_s:.0f} s"
     page = render(
         "report.html.j2",
         title=f"headcoop report: {source} ({model.cfg.model_name})",
-        note=f"headcoop {hc.__version__}; built in {elapsed:.1f} s. Works offline: every script is inlined.",
+        note=f"headcoop {hc.__version__}; built in {elapsed:.1f} s on {model_device(model)} ({budget}). Works offline: "
+             "every script is inlined.",
         sections=sections,
         css=Markup(stylesheet()),
         plotlyjs=Markup(plotly.offline.get_plotlyjs()),
@@ -564,3 +837,18 @@ def report(
         partial.unlink(missing_ok=True)
         raise
     return out
+
+
+def _to_device(model, device: str):
+    """`model` moved to `device`, with the task it carries (ValueError naming a device torch does not know)."""
+    try:
+        target = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"device {device!r} is not a torch device; use 'cpu', 'cuda' or 'cuda:1'") from None
+    if target.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r}: this machine has no CUDA device (torch.cuda.is_available() is False)")
+    task = getattr(model, "task", None)
+    model = model.to(target)
+    if task is not None:
+        model.task = task
+    return model

@@ -1,7 +1,10 @@
 """Shared test settings: tiny models run fastest on one thread, and the deprecation warning of
-HookedTransformer (TransformerLens 3.9) is not ours to fix."""
+HookedTransformer (TransformerLens 3.9) is not ours to fix; progress bars are off (HEADCOOP_PROGRESS=0)."""
 
+import os
 import warnings
+
+os.environ["HEADCOOP_PROGRESS"] = "0"  # no progress bars or estimates in tests (subprocesses inherit it)
 
 import pytest
 import torch

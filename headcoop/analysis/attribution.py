@@ -49,6 +49,7 @@ import numpy as np
 import pandas as pd
 import torch
 from torch import Tensor
+from headcoop.progress import with_progress
 from headcoop.tl import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
@@ -63,11 +64,11 @@ from headcoop.analysis.vocabulary import (
 )  # fmt: skip
 from headcoop.checks import check_bool, check_finite, check_float, check_int
 from headcoop.bridge import require_model
-from headcoop.plot import Displayed
+from headcoop.results import Result
 
 
 @dataclasses.dataclass(frozen=True)
-class AttributionResult(Displayed):
+class AttributionResult(Result):
     """Estimates of every patch of a sweep, with the verified cells' exact values.
 
     values:     the estimated metric after each patch, laid out as `hc.patch`'s PatchResult.values (same
@@ -389,6 +390,7 @@ def clopper_pearson(above: int, n: int, level: float = 0.95) -> tuple[float, flo
 
 
 # --- the entry point ----------------------------------------------------------------------------------
+@with_progress("hc.attribute", cheaper="a smaller verify= / sample= is cheaper")
 def attribute(
     model: HookedTransformer,
     clean=None,
@@ -407,6 +409,7 @@ def attribute(
     layer: int | None = None,
     memory_budget_mb: float = 256,
     estimator: AttributionMethod = "atp",
+    progress: bool | None = None,
 ) -> AttributionResult:
     """Gradient estimates of every patch of a sweep, the top ones and a random sample verified exactly.
 
@@ -419,6 +422,8 @@ def attribute(
     sample:  how many further cells, drawn at random (`seed`) from the rest, to patch exactly: the
              false-negative bound comes from them.
     Returns an AttributionResult ([layer, pos, head] etc. as PatchResult; `exact` NaN where not verified).
+    progress: a tqdm bar over the call's modified runs, shown after 2 s, with a one-line estimate when they
+    predict more than two minutes (default: the process setting `hc.set_progress`, on unless turned off).
     """
     require_model(model, "hc.attribute")
     check_finite(model, "hc.attribute")
@@ -435,7 +440,7 @@ def attribute(
         if estimator != "atp" and estimator != method:
             raise ValueError(f"method={method!r} and estimator={estimator!r} name the same choice; pass estimator= only")
         warnings.warn("hc.attribute(method=...) is estimator=...; method= is deprecated here", DeprecationWarning,
-                      stacklevel=2)  # fmt: skip
+                      stacklevel=3)  # fmt: skip  (3: past the progress decorator)
         estimator = method
     method = estimator  # below, `method` is the estimator (the result's field keeps its name)
     if verify != "all":

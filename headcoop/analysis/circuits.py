@@ -34,7 +34,7 @@ from transformer_lens import FactoredMatrix
 from headcoop.tl import HookedTransformer
 from transformer_lens.utilities.activation_functions import apply_softcap
 
-from headcoop.plot import Displayed
+from headcoop.results import Result
 from headcoop.analysis.common import one_head, vocab_labels
 from headcoop.analysis.dla import check_decomposable, output_labels
 from headcoop.analysis.norms import norm_kind
@@ -74,11 +74,15 @@ def _normed(model: HookedTransformer, layer: int, x: Float[Tensor, "n d_model"])
     return ln1(x[None])[0]
 
 
-def _attn_inputs(model: HookedTransformer, layer: int, with_pos: bool, circuit: str) -> Float[Tensor, "n d_model"]:
+def _attn_inputs(model: HookedTransformer, layer: int, with_pos: bool, circuit: str,
+                 ids: tuple[int, ...] | None = None) -> Float[Tensor, "n d_model"]:
     """What a head of `layer` reads as query/key ("qk") or value ("v") input, one row per token, or per
     (token, position) token-major when with_pos: ln1 of the embedding (+ standard positional embedding),
-    plus a shortformer's positional embedding after ln1 for q and k."""
+    plus a shortformer's positional embedding after ln1 for q and k. `ids`: only these tokens' rows (the norm
+    acts on each row alone, so they are those rows of the whole table)."""
     W_E, n_ctx = w_e(model), model.cfg.n_ctx
+    if ids is not None:
+        W_E = W_E[torch.tensor(ids, device=W_E.device)]
     kind = model.cfg.positional_embedding_type
     if with_pos and kind == "standard":
         return _normed(model, layer, (W_E[:, None, :] + w_pos(model)[None, :, :]).flatten(0, 1))
@@ -115,8 +119,36 @@ def _table_ids(tokens, d_vocab: int) -> Tensor:
     return ids
 
 
+def _id_range(token_ids: tuple[int, ...] | None, n_rows: int) -> int:
+    return n_rows if token_ids is None else max(token_ids) + 1
+
+
+def _rows(ids: Tensor, token_ids: tuple[int, ...] | None) -> Tensor:
+    """Vocabulary ids as rows of a table built with tokens= (ValueError naming an id it does not hold)."""
+    if token_ids is None:
+        return ids
+    where = torch.full((max(token_ids) + 1,), -1, dtype=torch.long)
+    where[torch.tensor(token_ids)] = torch.arange(len(token_ids))
+    rows = where[ids]
+    if (rows < 0).any():
+        missing = sorted(set(ids[rows < 0].tolist()))
+        raise ValueError(f"token ids {missing[:8]} are not in this table (built with tokens= of {len(token_ids)} ids)")
+    return rows
+
+
+def _subset(model: HookedTransformer, tokens, what: str) -> tuple[int, ...] | None:
+    """The distinct ids of `tokens` (any int sequence or tensor), in order, or None for the whole vocabulary."""
+    if tokens is None:
+        return None
+    ids = check_ids(torch.as_tensor(tokens).flatten() if not isinstance(tokens, Tensor) else tokens.flatten(),
+                    model.cfg.d_vocab, f"{what}: tokens")  # fmt: skip
+    if ids.numel() == 0:
+        raise ValueError(f"{what}: tokens is empty; give the token ids whose rows the table should hold")
+    return tuple(dict.fromkeys(ids.tolist()))
+
+
 @dataclasses.dataclass(frozen=True)
-class QKTable(Displayed):
+class QKTable(Result):
     """Pre-softmax attention scores of one head over query and key inputs.
 
     scores: [q_tok, k_tok], or [q_tok, q_pos, k_tok, k_pos] when positional. Entries with k_pos > q_pos
@@ -136,6 +168,7 @@ class QKTable(Displayed):
     direct_path: bool
     causal: bool
     assumptions: tuple[str, ...] = ()
+    token_ids: tuple[int, ...] | None = None  # the vocabulary ids of the token axes when built with tokens=
 
     @property
     def name(self) -> str:
@@ -148,7 +181,8 @@ class QKTable(Displayed):
     def scores_for(self, tokens) -> Float[Tensor, "batch q_pos k_pos"]:
         """The table looked up for [batch, pos] token ids: the scores this head assigns in that sequence
         (causally masked with -inf, like hook_attn_scores). Direct path only when `direct_path`."""
-        ids = _table_ids(tokens, self.scores.shape[0]).to(self.scores.device)
+        ids = _rows(_table_ids(tokens, _id_range(self.token_ids, self.scores.shape[0])), self.token_ids)
+        ids = ids.to(self.scores.device)
         width = ids.shape[1]
         q, k = ids[:, :, None], ids[:, None, :]
         if self.positional:
@@ -211,7 +245,7 @@ class QKTable(Displayed):
 
 
 @dataclasses.dataclass(frozen=True)
-class OVTable(Displayed):
+class OVTable(Result):
     """Effect on the logits of one head attending fully to one source input (b_O excluded).
 
     effects: [src_tok, vocab], or [src_tok, src_pos, vocab] when positional.
@@ -229,6 +263,7 @@ class OVTable(Displayed):
     positional: bool
     direct_path: bool
     assumptions: tuple[str, ...] = ()
+    token_ids: tuple[int, ...] | None = None  # the vocabulary ids of the source axis when built with tokens=
 
     @property
     def name(self) -> str:
@@ -240,7 +275,8 @@ class OVTable(Displayed):
 
     def effects_for(self, tokens) -> Float[Tensor, "batch pos vocab"]:
         """The effect of each source position of [batch, pos] token ids on the logits, [batch, pos, vocab]."""
-        ids = _table_ids(tokens, self.effects.shape[0]).to(self.effects.device)
+        ids = _rows(_table_ids(tokens, _id_range(self.token_ids, self.effects.shape[0])), self.token_ids)
+        ids = ids.to(self.effects.device)
         if not self.positional:
             return self.effects[ids]
         width = ids.shape[1]
@@ -269,7 +305,8 @@ class OVTable(Displayed):
 
 
 @torch.no_grad()
-def qk(model: HookedTransformer, head: int | str | tuple[int, int], layer: int | None = None, positional: bool | None = None) -> QKTable:
+def qk(model: HookedTransformer, head: int | str | tuple[int, int], layer: int | None = None, positional: bool | None = None,
+       tokens=None) -> QKTable:
     """Pre-softmax attention scores of one head for every query input x key input (module docstring).
 
     head, layer: an int head in `layer` (layer None: the model's only layer; in a deeper model pass layer=),
@@ -277,7 +314,8 @@ def qk(model: HookedTransformer, head: int | str | tuple[int, int], layer: int |
 
     Token-only table [q_tok, k_tok] when no position reaches Q/K (no, or an all-zero, positional embedding:
     Count01 default, SkipPair); else [q_tok, q_pos, k_tok, k_pos] (standard, shortformer, rotary).
-    `positional` forces the choice. Layer 0 reproduces hook_attn_scores exactly at causal positions (checked
+    `positional` forces the choice. `tokens`: only these token ids as queries and keys (e.g. the tokens of your
+    prompts, for a vocabulary too large for the whole table; `token_ids` records them). Layer 0 reproduces hook_attn_scores exactly at causal positions (checked
     on a sample of inputs on every call: ValueError if this model's attention does something the table does
     not model); layer > 0 is the direct path (embeddings only). Grouped-query heads use their shared K.
     ValueError when the dense table would exceed MAX_TABLE_ENTRIES. IndexError for a head/layer out of range.
@@ -287,8 +325,10 @@ def qk(model: HookedTransformer, head: int | str | tuple[int, int], layer: int |
     use_pos = _use_pos(model, True, positional)
     attn = model.blocks[layer].attn
     n_pos = model.cfg.n_ctx if use_pos else 1
-    _check_size("qk", model.cfg.d_vocab * n_pos, model.cfg.d_vocab * n_pos)
-    x = _attn_inputs(model, layer, use_pos, "qk")
+    ids = _subset(model, tokens, "qk")
+    n_tok = model.cfg.d_vocab if ids is None else len(ids)
+    _check_size("qk", n_tok * n_pos, n_tok * n_pos)
+    x = _attn_inputs(model, layer, use_pos, "qk", ids)
     w = lambda name: head_weight(attn, name, model.cfg)[head]  # noqa: E731
     q_lin, k_lin = x @ w("W_Q"), x @ w("W_K")  # [n, d_head], without biases
     q, k = q_lin + w("b_Q"), k_lin + w("b_K")
@@ -302,15 +342,20 @@ def qk(model: HookedTransformer, head: int | str | tuple[int, int], layer: int |
     if use_pos:
         scores = scores.unflatten(0, (-1, n_pos)).unflatten(2, (-1, n_pos))
     assumptions = (_DIRECT_QK,) if layer > 0 else ()
+    no_pos = not use_pos and _use_pos(model, True, None)  # positions reach Q and K, and positional=False left them out
+    if no_pos:
+        assumptions += (_NO_POS_QK,)
+    labels = vocab_labels(model)
     table = QKTable(
-        scores=scores, matrix=matrix, layer=layer, head=head, vocab=vocab_labels(model), positional=use_pos,
-        direct_path=layer > 0, causal=model.cfg.attention_dir == "causal", assumptions=assumptions,
+        scores=scores, matrix=matrix, layer=layer, head=head, vocab=labels if ids is None else [labels[i] for i in ids],
+        positional=use_pos, direct_path=layer > 0, causal=model.cfg.attention_dir == "causal", assumptions=assumptions,
+        token_ids=ids,
     )  # fmt: skip
-    if layer == 0:
+    if layer == 0 and not no_pos:  # a table without the positions the model adds cannot match its cache
         _check_against_cache(model, table)
-    elif is_bridge(model):  # a Bridge wraps Hugging Face code the table reimplements: check the method on layer 0
+    elif layer > 0 and not no_pos and is_bridge(model):  # a Bridge wraps Hugging Face code the table reimplements: check the method on layer 0
         try:
-            qk(model, head=head, layer=0, positional=positional)
+            qk(model, head=head, layer=0, positional=positional, tokens=tokens)
         except ValueError as err:
             raise ValueError(f"qk on a TransformerBridge checks its reading of the architecture on layer 0 first, "
                              f"and it fails there: {err}") from None  # fmt: skip
@@ -318,13 +363,15 @@ def qk(model: HookedTransformer, head: int | str | tuple[int, int], layer: int |
 
 
 _DIRECT_QK = "direct path: the head reading the embeddings alone (earlier layers' outputs left out)"
+_NO_POS_QK = "positions left out (positional=False on a model whose positions reach Q and K): tokens alone"
 
 
 def _check_against_cache(model: HookedTransformer, table: QKTable) -> None:
     """ValueError unless the table reproduces the cached layer-0 scores on a few inputs."""
     cfg = model.cfg
     width = min(cfg.n_ctx, 12)
-    ids = torch.randint(0, cfg.d_vocab, (4, width), generator=torch.Generator().manual_seed(0)).to(table.scores.device)
+    pool = torch.arange(cfg.d_vocab) if table.token_ids is None else torch.tensor(table.token_ids)
+    ids = pool[torch.randint(0, len(pool), (4, width), generator=torch.Generator().manual_seed(0))].to(table.scores.device)
     name = f"blocks.{table.layer}.attn.hook_attn_scores"
     _, cache = model.run_with_cache(ids, names_filter=lambda n: n == name)
     cached = cache[name][:, table.head]
@@ -341,7 +388,8 @@ def _check_against_cache(model: HookedTransformer, table: QKTable) -> None:
 
 
 @torch.no_grad()
-def ov(model: HookedTransformer, head: int | str | tuple[int, int], layer: int | None = None, positional: bool | None = None) -> OVTable:
+def ov(model: HookedTransformer, head: int | str | tuple[int, int], layer: int | None = None, positional: bool | None = None,
+       tokens=None) -> OVTable:
     """Logit effect of one head attending fully to each source input (module docstring):
     (ln1(x) W_V + b_V) W_O, through the final norm (scale taken as 1), then W_U.
 
@@ -350,14 +398,16 @@ def ov(model: HookedTransformer, head: int | str | tuple[int, int], layer: int |
     excluded. The direct path to the logits (later layers and MLPs left out; layer > 0: embeddings only).
     Combined with the head's pattern, sum_k pattern[q, k] * effects[x_k] is the head's DLA component
     (exactly, in a layer-0 head of a model without a final norm). Grouped-query heads use their shared V.
+    `tokens`: only these token ids as sources (every output logit is kept; `token_ids` records them).
     """
     _check_model(model, "ov")
     layer, head = one_head(model, head, layer)
     use_pos = _use_pos(model, model.cfg.positional_embedding_type == "standard", positional)
     attn = model.blocks[layer].attn
     n_pos = model.cfg.n_ctx if use_pos else 1
-    _check_size("ov", model.cfg.d_vocab * n_pos, model.cfg.d_vocab_out)
-    x = _attn_inputs(model, layer, use_pos, "v")
+    ids = _subset(model, tokens, "ov")
+    _check_size("ov", (model.cfg.d_vocab if ids is None else len(ids)) * n_pos, model.cfg.d_vocab_out)
+    x = _attn_inputs(model, layer, use_pos, "v", ids)
     final = getattr(model, "ln_final", None)
     kind = norm_kind(final)
     W_O = attn.W_O[head]  # [d_head, d_model]
@@ -379,7 +429,9 @@ def ov(model: HookedTransformer, head: int | str | tuple[int, int], layer: int |
         assumptions.append(f"final {kind} scale taken as 1 ({done})")
     if not model.cfg.attn_only or model.cfg.n_layers > layer + 1:
         assumptions.append("direct effect on the logits (later layers reading the head's output left out)")
+    labels = vocab_labels(model)
     return OVTable(
-        effects=effects, matrix=matrix, layer=layer, head=head, vocab=vocab_labels(model),
+        effects=effects, matrix=matrix, layer=layer, head=head, vocab=labels if ids is None else [labels[i] for i in ids],
         out_vocab=output_labels(model), positional=use_pos, direct_path=layer > 0, assumptions=tuple(assumptions),
+        token_ids=ids,
     )  # fmt: skip

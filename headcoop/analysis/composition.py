@@ -24,12 +24,12 @@ from headcoop.analysis.common import check_choice, require_model
 from headcoop.analysis.vocabulary import MODES, Mode, head_name
 from headcoop.bridge import is_bridge
 from headcoop.checks import check_finite
-from headcoop.plot import Displayed
+from headcoop.results import Result
 
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
-class CompositionScores(Displayed):
+class CompositionScores(Result):
     """scores: {mode: [layer, head, layer, head]} (sender first; zero unless the receiver's layer is later);
     heads: names in (layer, head) order; assumptions: what the scores leave out, in words."""
 

@@ -90,12 +90,13 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 from transformer_lens.utilities import get_act_name
 
+from headcoop.progress import with_progress
 from headcoop.analysis.ablation import hooks_added, reference_z, resample_order, z_hooks
 from headcoop.analysis.coalitions import CoalitionGame
 from headcoop.analysis.common import as_tokens, check_choice, parse_heads, require_model, require_task
 from headcoop.analysis.copies import per_input_metric
 from headcoop.analysis.estimators import HeadGame, top_interactions
-from headcoop.analysis.interactions import interactions
+from headcoop.analysis.interactions import MAX_EXACT, interactions
 from headcoop.analysis.mechanisms import (
     attended_sources, conditional_rank, consistent_outputs, distributed, effect_interval, necessity_classes,
     superposed, write_sets,
@@ -103,7 +104,7 @@ from headcoop.analysis.mechanisms import (
 from headcoop.analysis.vocabulary import METRIC_NAMES, MetricName, head_name
 from headcoop.bridge import user_hooks
 from headcoop.checks import check_float, check_int, check_seed
-from headcoop.plot import Displayed
+from headcoop.results import Result
 from headcoop.tasks.base import Batch, generator
 from headcoop.tl import HookedTransformer
 
@@ -163,7 +164,7 @@ class Reading:
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
-class Cooperation(Displayed):
+class Cooperation(Result):
     """The word of every pair of heads and the role of every head, each with the share of readings that
     agree (module docstring).
 
@@ -670,6 +671,7 @@ def _stand(words: list[str], readings: list[Reading], agree: float) -> tuple[str
     return (word if share >= agree else "undetermined"), share, flip
 
 
+@with_progress("hc.cooperation", cheaper="fewer heads=, draws=1 or how='mean' is cheaper")
 @torch.no_grad()
 def cooperation(
     model: HookedTransformer,
@@ -683,7 +685,7 @@ def cooperation(
     threshold: float | None = None,
     min_share: float | None = None,
     n: int = 512,
-    max_exact: int = 16,
+    max_exact: int = MAX_EXACT,
     top_pairs: int | None = None,
     screen_budget: int | None = None,
     draws: int = 4,
@@ -705,7 +707,7 @@ def cooperation(
     thresholds: overrides of `THRESHOLDS` (threshold= and min_share= set "role" and "min_share"); band: the
                factors each threshold is read at besides 1; agree: the share of readings a word needs.
     outputs:   the completions the writes are read over (token ids; default every answer of the inputs).
-    progress:  a tqdm bar over the ablations (default: on above 16 heads, where one ablation takes minutes).
+    progress:  a tqdm bar over the call's runs, shown after 2 s (default: `hc.set_progress`, on unless turned off).
     max_exact: the Shapley interaction index of each pair (`interaction`, no rule uses it) is computed
                exactly up to this many heads (mean ablation, first draw); above, NaN, or shapiq's ranking
                with top_pairs / screen_budget as `hc.interactions`.
@@ -827,10 +829,7 @@ def cooperation(
     composition: dict[str, dict[int, float]] = {}
     backup_rows, compensation = [], torch.zeros(k, k, dtype=torch.float64)
     methods = []
-    from headcoop.progress import tqdm
-
-    show = progress if progress is not None else k > 16
-    for h in tqdm(hows, desc="hc.cooperation: ablations", disable=not show, leave=False):
+    for h in hows:
         refs = [None] if h == "zero" else _draw_references(task, reference, h, draws, seed)
         repl = _replacements(model, players, batch, h, refs, seed)
         stacked = Batch.cat([batch] * len(refs)) if len(refs) > 1 else batch

@@ -44,6 +44,7 @@ from headcoop.analysis.vocabulary import METRIC_NAMES, TieRule
 from headcoop.bridge import is_bridge, user_hooks
 from headcoop.checks import check_metric_value
 from headcoop.tasks.base import Batch
+from headcoop.progress import advance
 
 Hooks = list[tuple[str, Callable]]
 Path = Literal["local", "stacked", "reference"]
@@ -521,9 +522,11 @@ def evaluate(target: Target, copies: Copies, path: Path, memory_budget_mb: float
     batch, n_pos = target.batch, target.n_pos
     layers = torch.as_tensor(list(copies.layers))
     out = []
+    advance(more=len(copies))  # the open call's progress bar (headcoop.progress), if any
     if path == "reference":
         for i in range(len(copies)):
             out.append(target.score.one(copies.reference(i)).to(target.logits.device))
+            advance(done=1)
         return torch.stack(out) if out else torch.zeros(0)
     for layer in layers.unique().tolist():
         lo, hi = int((layers < layer).sum()), int((layers <= layer).sum())
@@ -537,6 +540,7 @@ def evaluate(target: Target, copies: Copies, path: Path, memory_budget_mb: float
             else:
                 logits = run_stacked(target, layer, stop - start, copies.setter(start, stop))
             out.append(target.score(logits, stop - start, batch))
+            advance(done=stop - start)
     return torch.cat(out)
 
 
@@ -552,19 +556,23 @@ def evaluate_readout(target: Target, copies: Copies, path: Path, memory_budget_m
     layers = torch.as_tensor(list(copies.layers))
     unchanged = readout.of_target(target)
     out = []
+    advance(more=len(copies))
     if path == "reference":
         for i in range(len(copies)):
             value = unchanged if int(layers[i]) > site_layer else read_reference(target, copies.reference_hooks(i), readout)
             out.append(value.to(unchanged.device))
+            advance(done=1)
         return torch.stack(out) if out else torch.zeros(0)
     for layer in layers.unique().tolist():
         lo, hi = int((layers < layer).sum()), int((layers <= layer).sum())
         if layer > site_layer:
             out.append(unchanged[None].expand(hi - lo, *unchanged.shape))
+            advance(done=hi - lo)
             continue
         size = copies_per_chunk(target.model, target.batch, target.n_pos, memory_budget_mb, from_layer=layer)
         for start, stop in chunks(lo, hi, size):
             out.append(read_stacked(target, layer, stop - start, copies.setter(start, stop), readout).to(unchanged.device))
+            advance(done=stop - start)
     return torch.cat(out) if out else torch.zeros(0)
 
 

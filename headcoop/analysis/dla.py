@@ -37,7 +37,7 @@ from headcoop.tl import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
 from headcoop.analysis.vocabulary import layer_name
-from headcoop.plot import Displayed
+from headcoop.results import Result
 from headcoop.analysis.common import (
     as_tokens, check_choice, check_layer, check_positions, head_names, require_model, require_task, vocab_labels,
 )
@@ -117,7 +117,7 @@ def positions(pos, n: int, width: int) -> Int[Tensor, " batch"]:
 
 
 @dataclasses.dataclass(frozen=True)
-class DLAResult(Displayed):
+class DLAResult(Result):
     """Per-component contributions to the logits (or, with `at=`, to a layer's attention input) at one
     position per example.
 

@@ -41,6 +41,7 @@ import torch
 from torch import Tensor
 from transformer_lens.utilities import get_act_name
 
+from headcoop.progress import with_progress
 from headcoop.analysis.attribution import clopper_pearson
 from headcoop.analysis.common import check_choice, require_model
 from headcoop.analysis.copies import Copies, Target, clean_corrupt, evaluate, route, target_run
@@ -48,7 +49,7 @@ from headcoop.analysis.norms import frozen_norm, norm_kind, norm_weights
 from headcoop.analysis.vocabulary import DIRECTIONS, Direction, head_name
 from headcoop.bridge import is_bridge
 from headcoop.checks import check_finite, check_int, check_metric_value
-from headcoop.plot import Displayed
+from headcoop.results import Result
 from headcoop.tl import HookedTransformer
 
 EdgeMethod = Literal["eap", "eap-ig", "exact"]
@@ -428,7 +429,7 @@ def _products(deltas: dict, grads: dict, ordered: list, writers: list, readers: 
 
 # --- the result -----------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True, repr=False)
-class EdgeResult(Displayed):
+class EdgeResult(Result):
     """One row per edge (`to_dataframe()`): writer, reader, via, `score` (the estimated change of the metric by
     patching that edge alone; exact for method="exact"), `exact` (the exact change where verified, NaN
     elsewhere), `top` / `sampled` (the verified edges). missed: the false-negative bound over the sampled
@@ -509,6 +510,7 @@ def _assumptions(model) -> tuple[str, ...]:
 
 
 # --- the analysis ----------------------------------------------------------------------------------------
+@with_progress("hc.edges", cheaper="method='eap' (gradients, verify= of them checked exactly) is cheaper")
 def edges(
     model: HookedTransformer,
     clean=None,
@@ -521,6 +523,7 @@ def edges(
     steps: int = 5,
     seed: int = 0,
     memory_budget_mb: float = 256,
+    progress: bool | None = None,
 ) -> EdgeResult:
     """One score per edge of the model (module docstring): the change of `metric` when the target run (corrupt
     for "denoise") gets one writer's output from the source run at one reader's input.
@@ -531,6 +534,8 @@ def edges(
     drawn with `seed`, patched exactly (columns `exact`, `top`, `sampled`; `missed` the false-negative bound).
     clean, corrupt, metric, direction: as `hc.patch`. Returns an EdgeResult (`.to_dataframe()`: one row per
     edge; `.plot()`: the strongest edges as a layered graph).
+    progress: a tqdm bar over the call's modified runs, shown after 2 s, with a one-line estimate when they
+    predict more than two minutes (default: the process setting `hc.set_progress`, on unless turned off).
     """
     require_model(model, "edges")
     check_finite(model, "hc.edges")

@@ -37,6 +37,7 @@ import torch
 from torch import Tensor
 from transformer_lens.utilities import get_act_name
 
+from headcoop.progress import with_progress
 from headcoop.analysis.common import check_choice, require_model
 from headcoop.analysis.copies import Copies, Target, clean_corrupt, evaluate, route, target_run
 from headcoop.analysis.edges import (
@@ -44,7 +45,7 @@ from headcoop.analysis.edges import (
     reader_name, writer_name, writer_outputs,
 )  # fmt: skip
 from headcoop.checks import check_finite, check_int
-from headcoop.plot import Displayed
+from headcoop.results import Result
 from headcoop.tl import HookedTransformer
 
 Ablation = Literal["corrupt", "mean", "zero", "resample"]
@@ -53,7 +54,7 @@ EdgeName = tuple[str, str, str]  # (writer, reader, via): ("L0H1", "L1H2", "q"),
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
-class Circuit(Displayed):
+class Circuit(Result):
     """A set of edges (writer, reader, via) by name, and the nodes they touch."""
 
     edges: frozenset
@@ -251,7 +252,7 @@ def reference_run(model: HookedTransformer, tokens: Tensor, mask: Tensor, writer
 
 # --- faithfulness -----------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True, repr=False)
-class FaithfulnessResult(Displayed):
+class FaithfulnessResult(Result):
     """frame: one row per circuit size (edges, fraction of the graph, metric, faithfulness, and the random
     circuits' mean and standard deviation of faithfulness); full / empty: the metric of the whole model and of
     the empty circuit; cpr / cmd: MIB's area under the curve and area between the curve and 1 (over the
@@ -295,6 +296,7 @@ def _area(x: np.ndarray, y: np.ndarray) -> float:
     return float(np.sum((x[1:] - x[:-1]) * (y[1:] + y[:-1]) / 2))
 
 
+@with_progress("hc.faithfulness", cheaper="fewer sizes= is cheaper")
 def faithfulness(
     model: HookedTransformer,
     circuit_or_edges: Circuit | EdgeResult,
@@ -306,11 +308,15 @@ def faithfulness(
     random: int = 3,
     seed: int = 0,
     memory_budget_mb: float = 256,
+    progress: bool | None = None,
 ) -> FaithfulnessResult:
     """The metric recovered by a circuit with every other edge ablated (module docstring). A `Circuit` gives one
     point; an `EdgeResult` gives the curve over `sizes` (default: 0, 1, 2, 4, ... edges up to the whole graph),
     the circuit of each size its top edges, beside `random` random circuits per size (seeded). clean, corrupt,
-    metric: as `hc.patch`. Returns a FaithfulnessResult (`.plot()`: the curve; `.cpr`, `.cmd`: MIB's summaries)."""
+    metric: as `hc.patch`. Returns a FaithfulnessResult (`.plot()`: the curve; `.cpr`, `.cmd`: MIB's summaries).
+    progress: a tqdm bar over the call's modified runs, shown after 2 s, with a one-line estimate when they
+    predict more than two minutes (default: the process setting `hc.set_progress`, on unless turned off).
+    """
     require_model(model, "faithfulness")
     check_finite(model, "hc.faithfulness")
     check_edge_model(model)

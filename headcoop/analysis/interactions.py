@@ -43,6 +43,7 @@ import plotly.graph_objects as go
 import torch
 from jaxtyping import Float
 from torch import Tensor
+from headcoop.progress import with_progress
 from headcoop.tl import HookedTransformer
 
 from headcoop.analysis.coalitions import CoalitionGame, all_masks, shapley_weights
@@ -53,11 +54,11 @@ from headcoop.analysis.estimators import (
     permutation_shapley, shapiq_shapley, top_interactions,
 )  # fmt: skip
 from headcoop.checks import check_finite, check_float, check_int, check_seed
-from headcoop.plot import Displayed
+from headcoop.results import Result
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
-class Interactions(Displayed):
+class Interactions(Result):
     """Shapley values and pairwise interactions of heads (module docstring), built whole.
 
     heads: names ("L0H3"); shapley [head], shapley_se [head] (zeros when exact); interaction [head, head]
@@ -170,6 +171,9 @@ def _ablation_interaction(game: CoalitionGame, n: int, pairs: list[tuple[int, in
     return out
 
 
+MAX_EXACT = 16  # exact Shapley values up to this many heads (2^16 = 65,536 coalitions): the one source of the limit
+
+@with_progress("hc.interactions", cheaper="a smaller budget= (sampled) or fewer heads= is cheaper")
 @torch.no_grad()
 def interactions(
     model: HookedTransformer,
@@ -180,7 +184,7 @@ def interactions(
     method: str = "auto",
     reference=None,
     seed: int = 0,
-    max_exact: int = 16,
+    max_exact: int = MAX_EXACT,
     target_se: float = 0.01,
     max_permutations: int = 2000,
     pair_samples: int = 64,
@@ -191,6 +195,7 @@ def interactions(
     top_pairs: int | None = 20,
     screen_budget: int | None = None,
     repeats: int = 4,
+    progress: bool | None = None,
 ) -> Interactions:
     """Shapley values and pairwise interactions of heads (module docstring).
 
@@ -217,6 +222,8 @@ def interactions(
              `pair_samples` draws each, with a standard error; other pairs are NaN, their verdict "not
              estimated", and the model's verdict "undetermined". top_pairs=None estimates every pair that way
              (n (n - 1) / 2 * pair_samples * 4 coalitions).
+    progress: a tqdm bar over the call's modified runs, shown after 2 s, with a one-line estimate when they
+    predict more than two minutes (default: the process setting `hc.set_progress`, on unless turned off).
     """
     require_model(model, "interactions")
     check_finite(model, "hc.interactions")

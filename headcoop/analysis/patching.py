@@ -62,12 +62,13 @@ import pandas as pd
 import torch
 from jaxtyping import Float
 from torch import Tensor
+from headcoop.progress import with_progress
 from headcoop.tl import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
-from headcoop.plot import Displayed
+from headcoop.results import Result
 from headcoop.analysis import kernels
-from headcoop.analysis.common import check_choice, model_device, require_model
+from headcoop.analysis.common import check_choice, model_device, parse_heads, require_model
 from headcoop.analysis.grid import PatchGrid, normalized, pos_labels, select_cells
 from headcoop.analysis.copies import (
     Copies, Rows, Target, clean_corrupt, continuation, copies_per_chunk, evaluate, route, target_run,
@@ -85,7 +86,7 @@ Metric = Callable[[Float[Tensor, "batch pos vocab"]], Float[Tensor, ""]]
 
 # --- the result ---------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
-class PatchResult(Displayed):
+class PatchResult(Result):
     """The metric after each patch, with labelled axes.
 
     values:        tensor whose axes are named by `dims`:
@@ -201,6 +202,7 @@ def patches_per_chunk(
 
 
 # --- patching -----------------------------------------------------------------------------------------
+@with_progress("hc.patch", cheaper="positions='all', or hc.attribute (gradient estimates, verified), is cheaper")
 @torch.no_grad()
 def patch(
     model: HookedTransformer,
@@ -215,6 +217,8 @@ def patch(
     memory_budget_mb: float = 256,
     head_local: bool | None = None,
     method: PatchMethod = "auto",
+    heads=None,
+    progress: bool | None = None,
 ) -> PatchResult:
     """Activation patching of one head or every head (or the residual stream), all patches batched.
 
@@ -241,6 +245,9 @@ def patch(
                  forward pass from the tokens per patch with a hook on the component, as
                  `transformer_lens.patching` does. The tests compare the fast paths with it through this switch.
 
+    heads:       only these heads, in any form `hc.ablate` takes ("L0H1", (3, 2), [...]; instead of head/layer):
+                 the result keeps the full [layer, (pos,) head] grid with NaN for the heads left out.
+
     Hooks already on the model (inside `hc.ablate`, `hc.set_attention`, or a user's own) are honoured:
     every shortcut above would bypass them or stack the batch they may depend on, so with any hook
     installed each patch is one plain forward pass from the tokens, as `transformer_lens.patching` does
@@ -248,6 +255,8 @@ def patch(
     ValueError for a model with NaN/inf weights or a metric that does not return a scalar.
     Returns a PatchResult; `values` has dims ("layer", "head"), ("layer", "pos", "head"),
     ("layer", "dest_pos", "head"), ("layer",) or ("layer", "pos") (see PatchResult).
+    progress: a tqdm bar over the call's modified runs, shown after 2 s, with a one-line estimate when they
+    predict more than two minutes (default: the process setting `hc.set_progress`, on unless turned off).
     """
     require_model(model, "hc.patch")
     check_finite(model, "hc.patch")
@@ -259,14 +268,31 @@ def patch(
     if head_local is not None:  # the older knob for the same choice: method= says it (one knob per choice)
         check_bool("head_local", head_local)
         warnings.warn("hc.patch(head_local=...) is method='head-local' (True) or method='stacked' (False); "
-                      "pass method= instead", DeprecationWarning, stacklevel=2)  # fmt: skip
+                      "pass method= instead", DeprecationWarning, stacklevel=3)  # fmt: skip  (3: past the progress decorator)
         if method == "auto" and not head_local:
             method = "stacked"
-    layers, heads = select_cells(model, component, head, layer)
+    chosen = None
+    if heads is not None:
+        if head is not None or layer is not None:
+            raise ValueError("give heads= or head/layer, not both")
+        if component in RESID_COMPONENTS:
+            raise ValueError(f"component {component!r} has no head axis, so heads= does not apply")
+        chosen = set(parse_heads(model, heads))
+    layers, head_ids = select_cells(model, component, head, layer)
     clean_tokens, corrupt_tokens, score = clean_corrupt(model, clean, corrupt, metric)
-    grid = PatchGrid.build(component, positions, layers, heads, clean_tokens.shape[1], model_device(model))
-    values, clean_value, corrupt_value, label = sweep(model, component, grid, clean_tokens, corrupt_tokens, score,
+    grid = PatchGrid.build(component, positions, layers, head_ids, clean_tokens.shape[1], model_device(model))
+    cells = grid
+    if chosen is not None:  # a kv head of a grouped-query model counts as chosen when a query head sharing it is
+        per_kv = model.cfg.n_heads // (model.cfg.n_key_value_heads or model.cfg.n_heads) if component in ("k", "v") else 1
+        keep = torch.tensor([any((int(lay), int(h) * per_kv + j) in chosen for j in range(per_kv))
+                             for lay, h in zip(grid.layer.tolist(), grid.head.cpu().tolist())])  # fmt: skip
+        cells = grid.take(keep.nonzero().flatten())
+    values, clean_value, corrupt_value, label = sweep(model, component, cells, clean_tokens, corrupt_tokens, score,
                                                       direction, method, memory_budget_mb)  # fmt: skip
+    if chosen is not None:
+        full = torch.full((len(grid.layer),), float("nan"), dtype=values.dtype, device=values.device)
+        full[keep.nonzero().flatten().to(values.device)] = values
+        values = full
     return PatchResult(
         values=values.reshape(grid.shape).float().cpu(),
         dims=grid.dims,
@@ -438,7 +464,7 @@ def _title(result: PatchResult, normalized: bool) -> str:
     where = "at all positions at once" if result.positions == "all" else "one position at a time"
     if result.direction == "denoise":
         ran = f"Patching {what} from the clean run into the corrupt run, {where}"
-        scale = "share of the clean&minus;corrupt gap restored (1: fully restored)"
+        scale = "share of the clean − corrupt gap restored (1: fully restored)"
     else:
         ran = f"Patching {what} from the corrupt run into the clean run, {where}"
         scale = "share of the clean behaviour kept (0: fully broken)"

@@ -33,6 +33,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import torch
 from torch import Tensor
+from headcoop.progress import with_progress
 from headcoop.tl import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
@@ -45,11 +46,11 @@ from headcoop.analysis.copies import (
 )  # fmt: skip
 from headcoop.bridge import head_weight, is_bridge
 from headcoop.checks import check_finite, check_metric_value
-from headcoop.plot import Displayed
+from headcoop.results import Result
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
-class PathPatchResult(Displayed):
+class PathPatchResult(Result):
     """values: {(sender, receiver, via): metric} with receiver "logits" and via "direct" for each sender's
     direct path; clean_value / corrupt_value as in PatchResult; direction; assumptions."""
 
@@ -246,6 +247,7 @@ def check_path_model(model: HookedTransformer) -> None:
         raise ValueError("path_patch does not support grouped-query attention yet: a k or v input is shared by heads")
 
 
+@with_progress("hc.path_patch", cheaper="fewer senders= / receivers= is cheaper")
 @torch.no_grad()
 def path_patch(
     model: HookedTransformer,
@@ -259,6 +261,7 @@ def path_patch(
     direct: bool = True,
     memory_budget_mb: float = 256,
     method: PathMethod = "auto",
+    progress: bool | None = None,
 ) -> PathPatchResult:
     """Path patching of every sender -> receiver edge through q, k and v, and each sender's direct path to
     the logits (module docstring).
@@ -269,6 +272,8 @@ def path_patch(
     reference whenever a hook is installed on the model), "stacked" or "reference" (one forward pass per
     edge, `reference_edge`). Returns a PathPatchResult (`.to_dataframe()`: sender, receiver, via, value;
     `.method`: the path taken).
+    progress: a tqdm bar over the call's modified runs, shown after 2 s, with a one-line estimate when they
+    predict more than two minutes (default: the process setting `hc.set_progress`, on unless turned off).
     """
     require_model(model, "path_patch")
     check_finite(model, "hc.path_patch")

@@ -29,7 +29,7 @@ from torch import Tensor
 from headcoop.tl import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
-from headcoop.plot import Displayed
+from headcoop.results import Result
 from headcoop.analysis.common import as_tokens, check_choice, check_positions, layers_of, parse_heads
 from headcoop.analysis.vocabulary import HEAD_SITES, RESID_SITES, SITES, Site, head_name, layer_name
 from headcoop.checks import check_finite
@@ -229,7 +229,7 @@ def fit_logistic(
 # the result
 # --------------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
-class ProbeResult(Displayed):
+class ProbeResult(Result):
     """Probes fitted by `probe`, one per head (or per layer on residual sites).
 
     names:     ["L0H0", ...] (head sites) or ["L0", ...] / ["embed"] (residual sites)

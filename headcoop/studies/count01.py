@@ -57,7 +57,7 @@ from headcoop.analysis.common import require_task
 from headcoop.analysis.dla import dla
 from headcoop.analysis.probes import probe
 from headcoop.tasks.base import Task
-from headcoop.plot import Displayed
+from headcoop.results import Result
 from headcoop.tasks.count01 import EQ, FIVE, FOUR, ONE, TWO, ZERO, Count01
 
 COLUMNS = [
@@ -107,7 +107,7 @@ def qk_ratios(model: HookedTransformer, layer: int, head: int) -> tuple[float, f
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
-class HeadMetrics(Displayed):
+class HeadMetrics(Result):
     """The Count01 per-head quantities of one model (module docstring: definitions), built whole.
 
     table: one row per (layer, head), columns COLUMNS (a copy leaves through `to_dataframe()`).

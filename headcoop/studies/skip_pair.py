@@ -32,7 +32,7 @@ from headcoop.analysis.common import check_choice, check_head, check_layer, head
 from headcoop.analysis.dla import dla
 from headcoop.checks import check_int, installed_hooks
 from headcoop.fused import check_supported, fused_logits, stack_parameters
-from headcoop.plot import Displayed
+from headcoop.results import Result
 from headcoop.studies import Study, StudySection
 from headcoop.tasks.skip_pair import NOISE, PAIRS, READ_OFF, SIGNAL, SkipPair
 
@@ -142,7 +142,7 @@ def last_logits(model: HookedTransformer, tokens: Int[Tensor, "n pos"], chunk: i
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
-class ExactEvaluation(Displayed):
+class ExactEvaluation(Result):
     """A SkipPair model scored on every input (no sampling), built whole by `exact_evaluate`.
 
     pair_acc:   per pair type (PAIRS order), the probability that the argmax at the read-off is its
@@ -351,7 +351,7 @@ def constructive_pairs(contrib: Float[Tensor, "pair head 10"], centered: bool = 
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
-class Preferences(Displayed):
+class Preferences(Result):
     """Every head's preference ordering over the signal tokens, built whole by `preferences`.
 
     scores:    [layer * head, 4] QK score from the read-off token 0 (query) to signal keys 1..4

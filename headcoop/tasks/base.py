@@ -189,6 +189,8 @@ def check_ids(ids, d_vocab: int, what: str = "token ids") -> Tensor:
 class Task(ABC):
     """A toy task: vocabulary, sampler, labels, corruption, loss positions and model config."""
 
+    fixed_inputs: bool = False  # True for a task of fixed prompts (a contrast): sample() draws nothing
+
     name: ClassVar[str]
     vocab: list[str]
 

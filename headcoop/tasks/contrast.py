@@ -38,6 +38,7 @@ class Contrast(Task):
     """Fixed clean / corrupt prompts with their right and alternative answers (module docstring)."""
 
     name = "contrast"
+    fixed_inputs = True
 
     def __init__(self, clean, corrupt, answer, wrong, labels=None, vocab=None, pad_id: int = 0):
         self._tokenizer = vocab if _is_tokenizer(vocab) else None
