@@ -53,7 +53,7 @@ def build(batch: int = 8, n_pos: int = 16):
 def shapley_run(args) -> dict:
     import headcoop as hc
     from headcoop.analysis.coalitions import CoalitionGame
-    from headcoop.analysis.estimators import HeadGame, permutation_shapley, shapiq_shapley, top_interactions
+    from headcoop.analysis.estimators import HeadGame, shapiq_shapley, top_interactions
 
     torch.set_grad_enabled(False)
     model, tokens, answer, wrong, reference = build()
@@ -93,10 +93,7 @@ def shapley_run(args) -> dict:
     budget = int(shapley_s / out["coalition_s"])
     head_game = HeadGame(game)
     start = time.perf_counter()
-    if args.estimator == "permutation":
-        phi, se, _ = permutation_shapley(head_game, n, scale, args.target, budget, seed=0)
-    else:
-        phi, se = shapiq_shapley(head_game, args.estimator, budget, 4, seed=0)
+    phi, se = shapiq_shapley(head_game, args.estimator, budget, 4, seed=0)
     out["shapley_s"] = time.perf_counter() - start
     out["shapley_coalitions"] = head_game.evaluated
     out["max_se_share"] = float(se.max()) / scale
@@ -175,7 +172,7 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--shapley-share", type=float, default=0.6, help="share of the time for Shapley values")
     parser.add_argument("--estimator", default="kernelshap",
-                        choices=["permutation", "kernelshap", "svarm", "permutation-shapiq"])
+                        choices=["kernelshap", "svarm", "permutation"])
     parser.add_argument("--target", type=float, default=0.02)
     parser.add_argument("--top", type=int, default=20)
     parser.add_argument("--memory", action="store_true")

@@ -66,7 +66,7 @@ def main() -> None:
 def sampled() -> None:
     from transformer_lens import HookedTransformer, HookedTransformerConfig
 
-    from headcoop.analysis.estimators import permutation_shapley
+    from headcoop.analysis.estimators import HeadGame, shapiq_shapley
 
     cfg = HookedTransformerConfig(n_layers=4, d_model=64, d_head=8, n_heads=8, n_ctx=16, d_vocab=50, attn_only=True,
                                   normalization_type="LN", seed=0)  # fmt: skip
@@ -78,8 +78,8 @@ def sampled() -> None:
     ends = game.values(torch.stack([torch.ones(32, dtype=torch.bool), torch.zeros(32, dtype=torch.bool)])).cpu()
     scale = abs(float(ends[0] - ends[1]))
     start = time.perf_counter()
-    _, se, coalitions = permutation_shapley(game, 32, scale, 0.01, 4000 * 33, 0)
-    done = coalitions // 33
+    head_game = HeadGame(game)
+    _, se = shapiq_shapley(head_game, "kernelshap", 12_144, 4, seed=0)  # the coalitions the old sampler used
     t_hc = time.perf_counter() - start
     masks = torch.rand(64, 32, generator=torch.Generator().manual_seed(1)) < 0.5
     rows, answer, wrong = torch.arange(64), ids[:, 3], ids[:, 4]
@@ -90,9 +90,9 @@ def sampled() -> None:
         with hc.ablate(model, heads=off, how="mean"):
             logits = model(ids)[rows, -1]
         loop.append(float((logits[rows, answer] - logits[rows, wrong]).double().mean()))
-    t_loop = (time.perf_counter() - start) / len(masks) * done * 33
+    t_loop = (time.perf_counter() - start) / len(masks) * head_game.evaluated
     diff = (game.values(masks).cpu() - torch.tensor(loop, dtype=torch.float64)).abs().max().item()
-    print(f"sampled Shapley, 32 heads: {t_hc:.1f} s for {done} permutations ({done * 33:,} coalitions), max se "
+    print(f"sampled Shapley (shapiq KernelSHAP, 4 runs), 32 heads: {t_hc:.1f} s for {head_game.evaluated:,} coalitions, max se "
           f"{float(se.max()) / scale:.4f} of |v(all) - v(none)|; one forward pass per coalition: {t_loop:.1f} s "
           f"(extrapolated from {len(masks)}), ratio {t_loop / t_hc:.1f}x; max |diff| of the {len(masks)} values {diff:.1e}")
     print(f"coalition values: {game.method}")

@@ -50,7 +50,8 @@ def main() -> None:
     ends = game.values(torch.stack([torch.ones(n, dtype=torch.bool), torch.zeros(n, dtype=torch.bool)]))
     scale = float(abs(ends[0] - ends[1]))
     start = time.perf_counter()
-    reference, reference_se, done = estimators.permutation_shapley(head_game, n, scale, 0.0, args.reference, seed=123)
+    reference, reference_se = estimators.shapiq_shapley(head_game, "permutation", args.reference, 8, seed=123)
+    done = head_game.evaluated
     took = time.perf_counter() - start
     print(f"|v(N) - v(empty)| = {scale:.4f}; reference: {done:,} coalitions in {took:.0f} s ({took / done * 1000:.2f} ms "
           f"each), its largest standard error {float(reference_se.max()) / scale:.4f} of that")  # fmt: skip
@@ -58,10 +59,7 @@ def main() -> None:
     for budget in args.budgets:
         for name in estimators.SHAPLEY_ESTIMATORS:
             start = time.perf_counter()
-            if name == "permutation":
-                phi, se, _ = estimators.permutation_shapley(head_game, n, scale, 0.0, budget, seed=1)
-            else:
-                phi, se = estimators.shapiq_shapley(head_game, name, budget, 4, seed=1)
+            phi, se = estimators.shapiq_shapley(head_game, name, budget, 4, seed=1)
             rmse = float((phi - reference).pow(2).mean().sqrt()) / scale
             worst = float((phi - reference).abs().max()) / scale
             print(f"{budget:7d} {name:20} {rmse:7.4f} {worst:8.4f} {float(se.max()) / scale:7.4f} "

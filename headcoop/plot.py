@@ -26,32 +26,41 @@ pio.templates[TEMPLATE] = go.layout.Template(
 
 class Displayed:
     """What every analysis result shares: as the last expression of a Jupyter cell it shows its short repr,
-    a compact table (`to_dataframe()`, the first rows) and its figure (`plot()`); elsewhere, the repr.
+    a compact table (`to_dataframe()`, the first rows) and its figure (`plot()`), the figure through plotly's
+    own renderer (in a classic notebook its offline mode, which sends plotly.js once per kernel; in
+    JupyterLab and VS Code the plotly mimetype their front ends draw); elsewhere, the repr.
     Analysis results inherit it through `headcoop.results.Result`, which adds `save(path)`."""
 
     display_rows = 12
 
     def _repr_html_(self) -> str:
+        """The repr and the first rows of the table as HTML (the figure is `plot()`)."""
         import html
 
         frame = self.to_dataframe()
         shown = frame.head(self.display_rows).to_html(float_format=lambda v: f"{v:.4g}", max_cols=12)
         more = f"<p>{len(frame)} rows; <code>.to_dataframe()</code> has them all</p>" if len(frame) > self.display_rows else ""
-        return f"<div><pre>{html.escape(repr(self))}</pre>{shown}{more}{figure_html(self.plot())}</div>"
+        return f"<div><pre>{html.escape(repr(self))}</pre>{shown}{more}</div>"
+
+    def _ipython_display_(self) -> None:
+        """In a Jupyter kernel: the repr and table (`_repr_html_`), then the figure through plotly's renderer."""
+        from IPython.display import display
+
+        if not _in_kernel():  # a terminal IPython: plotly's default renderer would open a browser
+            print(repr(self))
+            return
+        display({"text/html": self._repr_html_(), "text/plain": repr(self)}, raw=True)
+        display(self.plot())
 
 
-_PLOTLY_SENT = False  # whether this process has already handed plotly.js to the notebook page
-
-
-def figure_html(fig: go.Figure) -> str:
-    """A figure as an HTML fragment that needs no network: the first one this process displays carries
-    plotly.js inline (about 3.6 MB, once per kernel, as plotly's own offline notebook mode does); later ones
-    use the `Plotly` that it defined on the page. Plotly's default notebook output would fetch plotly.js
-    from a CDN and stay blank offline."""
-    global _PLOTLY_SENT
-    include = not _PLOTLY_SENT
-    _PLOTLY_SENT = True
-    return fig.to_html(full_html=False, include_plotlyjs=include, default_height=f"{fig.layout.height or 500}px")
+def _in_kernel() -> bool:
+    """Whether this process is a Jupyter kernel (where plotly's renderer draws in the notebook)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and "IPKernelApp" in getattr(shell, "config", {})
 
 
 def _to_numpy(values) -> np.ndarray:

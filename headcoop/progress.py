@@ -40,6 +40,7 @@ __all__ = ["tqdm", "set_progress", "progress_enabled", "task", "advance", "estim
 
 DELAY_S = 2.0  # a bar shows once its call has run this long
 LONG_S = 120.0  # a call predicted to run longer than this prints a one-line estimate first
+ESTIMATE_AFTER_S = 1.0  # the estimate extrapolates the runs of this many seconds
 
 _enabled = os.environ.get("HEADCOOP_PROGRESS", "1").strip().lower() not in ("0", "false", "no", "off")
 _current: contextvars.ContextVar = contextvars.ContextVar("headcoop_progress_bar", default=None)
@@ -95,7 +96,7 @@ def advance(done: int = 0, more: int = 0) -> None:
     if done:
         bar.update(done)
         elapsed = bar.format_dict["elapsed"]
-        if not bar.hc_estimated and elapsed >= 1.0 and bar.total:
+        if not bar.hc_estimated and elapsed >= ESTIMATE_AFTER_S and bar.total:
             bar.hc_estimated = True
             predicted = elapsed / bar.n * bar.total
             if predicted > LONG_S:

@@ -31,6 +31,7 @@ from headcoop.tl import HookedTransformer
 import headcoop as hc
 from headcoop.checks import check_out_file
 from headcoop.analysis.attention import attention_data
+from headcoop.analysis.cooperation import ALL_PAIRS_UP_TO
 from headcoop.pages import Code, Details, Figure, Html, Section, Table, Text, render, stylesheet
 from headcoop.views import attention_heads_html, circuitsvis_bundle
 from headcoop.analysis.common import head_names, model_device, parse_heads, require_model, require_task
@@ -41,7 +42,7 @@ from headcoop.studies import study_for
 from headcoop.tasks.base import Batch, Task
 
 # --- what the sections share --------------------------------------------------------------------------
-RESERVE_S = 5.0  # of the budget, kept for drawing and writing the page (about 3 s for a 7 MB page on 2 cores)
+RESERVE_S = 7.0  # of the budget, kept for drawing and writing the page (about 5 s for a 7 MB page on 2 cores)
 
 
 @dataclasses.dataclass
@@ -393,7 +394,9 @@ def _section_dla(ctx: _Context) -> tuple:
     )
 
 
-MAX_REPORT_PAIRS_HEADS = 32  # hc.cooperation's coalitions grow as the square of the heads: up to 32 heads here
+# hc.cooperation reads every pair up to ALL_PAIRS_UP_TO heads, above it the top pairs only: the report covers
+# cooperation up to that many heads (one source for the limit: cooperation's)
+MAX_REPORT_PAIRS_HEADS = ALL_PAIRS_UP_TO
 
 
 def _section_cooperation(ctx: _Context) -> tuple:
@@ -517,10 +520,12 @@ def _head_to_head(ctx: _Context) -> tuple:
             blocks.append(Figure(paths.plot(), height=460))
         except ValueError as err:  # a block layout path patching does not model: say so
             blocks.append(_note(html.escape(str(err))))
-    if len(ctx.heads) <= MAX_REPORT_PAIRS_HEADS:
+    total = model.cfg.n_layers * model.cfg.n_heads  # hc.composition scores every pair of the model's heads
+    if total <= MAX_REPORT_PAIRS_HEADS:
         blocks.append(Figure(composition(model).plot(), height=420))
     else:
-        blocks.append(_note(f"Composition scores of {len(ctx.heads)} heads are too many pairs to draw here: "
+        blocks.append(_note(f"Composition scores: this model has {total} heads, too many pairs to score and draw here "
+                            f"(at most {MAX_REPORT_PAIRS_HEADS} heads; 20 s for 144 on 2 CPU cores): "
                             "<code>hc.composition(model).to_dataframe()</code> holds them all."))  # fmt: skip
     return tuple(blocks)
 

@@ -158,6 +158,39 @@ def test_the_false_negative_estimate_is_the_true_count_when_every_other_cell_is_
     assert torch.equal(again.sampled, some.sampled)  # the seed fixes the sample
 
 
+def _bisected_clopper_pearson(above, n, level=0.95):
+    """The interval headcoop computed by bisection on the binomial tail before it used scipy: the reference
+    the library's numbers must equal."""
+    import math
+
+    alpha = 1 - level
+
+    def tail_le(p, m):
+        if p <= 0:
+            return 1.0
+        if p >= 1:
+            return 0.0 if m < n else 1.0
+        return sum(math.exp(math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * math.log(p)
+                            + (n - i) * math.log1p(-p)) for i in range(m + 1))  # fmt: skip
+
+    def solve(f, want):
+        lo, hi = 0.0, 1.0
+        for _ in range(80):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if f(mid) > want else (lo, mid)
+        return (lo + hi) / 2
+
+    low = 0.0 if above == 0 else solve(lambda p: tail_le(p, above - 1), 1 - alpha / 2)
+    high = 1.0 if above == n else solve(lambda p: tail_le(p, above), alpha / 2)
+    return low, high
+
+
+def test_clopper_pearson_is_unchanged_from_the_bisection():
+    for above, n in [(0, 20), (1, 20), (5, 20), (20, 20), (3, 200), (17, 40), (0, 1), (1, 1)]:
+        assert clopper_pearson(above, n) == pytest.approx(_bisected_clopper_pearson(above, n), abs=1e-9)
+    assert clopper_pearson(0, 0) == (0.0, 1.0)
+
+
 def test_clopper_pearson_matches_scipy():
     beta = pytest.importorskip("scipy.stats").beta
     for above, n in [(0, 20), (1, 20), (5, 20), (20, 20), (3, 200)]:

@@ -12,7 +12,7 @@ from helpers import attn_only_2l_like
 
 import headcoop as hc
 from headcoop.analysis.coalitions import CoalitionGame, all_masks
-from headcoop.analysis.estimators import HeadGame, pair_interactions, shapiq_exact, shapiq_shapley, permutation_shapley
+from headcoop.analysis.estimators import HeadGame, pair_interactions, shapiq_exact, shapiq_shapley
 from headcoop.analysis.interactions import exact_shapley
 
 
@@ -45,7 +45,7 @@ def fourteen():
     return model, game, phi, inter, abs(float(values[-1] - values[0]))
 
 
-@pytest.mark.parametrize("estimator", ["kernelshap", "svarm", "permutation-shapiq"])
+@pytest.mark.parametrize("estimator", ["kernelshap", "svarm", "permutation"])
 def test_shapiq_estimators_fall_within_their_standard_errors(fourteen, estimator):
     _, game, phi, _, scale = fourteen
     head_game = HeadGame(game)
@@ -55,14 +55,28 @@ def test_shapiq_estimators_fall_within_their_standard_errors(fourteen, estimator
     assert ((estimate - phi).abs() <= 4 * se + 1e-3 * scale).all(), float(((estimate - phi).abs() / se).max())
 
 
-def test_permutation_estimator_stops_at_its_target_and_budget(fourteen):
-    _, game, phi, _, scale = fourteen
-    head_game = HeadGame(game)
-    estimate, se, used = permutation_shapley(head_game, 14, scale, 0.0, 30 * 15, seed=0)
-    assert used == head_game.evaluated <= 30 * 15
-    assert ((estimate - phi).abs() <= 4 * se + 1e-6).all()
-    estimate, se, used = permutation_shapley(HeadGame(game), 14, scale, 10.0, 10**6, seed=0)
-    assert used == 16 * 15  # 8 antithetic pairs, then every se is below 10 x scale
+def test_the_permutation_estimator_is_shapiqs_and_old_knobs_still_mean_what_they_meant(fourteen):
+    """estimator="permutation" is shapiq's PermutationSamplingSV run for run (headcoop's own antithetic sampler is
+    gone); max_permutations=k is budget=k (n + 1) and target_se is ignored, each with a DeprecationWarning."""
+    import shapiq
+
+    model, game, phi, _, scale = fourteen
+    estimate, se = shapiq_shapley(HeadGame(game), "permutation", budget=4 * 300, repeats=4, seed=5)
+    runs = []
+    for r in range(4):
+        values = shapiq.PermutationSamplingSV(14, random_state=5 + r).approximate(300, HeadGame(game))
+        runs.append([values.values[values.interaction_lookup[(i,)]] for i in range(14)])
+    torch.testing.assert_close(estimate, torch.tensor(runs, dtype=torch.float64).mean(0), rtol=0, atol=1e-12)
+    heads = [f"L{lay}H{h}" for lay in range(2) for h in range(7)]
+    with pytest.warns(DeprecationWarning, match="max_permutations=40.*budget=600"):
+        old = hc.interactions(model, heads=heads, metric="logit_diff", how="zero", method="sampled", max_permutations=40,
+                              estimator="permutation", top_pairs=1, screen_budget=200, pair_samples=4)  # fmt: skip
+    new = hc.interactions(model, heads=heads, metric="logit_diff", how="zero", method="sampled", budget=600,
+                          estimator="permutation", top_pairs=1, screen_budget=200, pair_samples=4)  # fmt: skip
+    torch.testing.assert_close(old.shapley, new.shapley, rtol=0, atol=0)
+    with pytest.warns(DeprecationWarning, match="target_se"), pytest.warns(DeprecationWarning, match="permutation-shapiq"):
+        hc.interactions(model, heads=heads, metric="logit_diff", how="zero", method="sampled", budget=600, target_se=0.1,
+                        estimator="permutation-shapiq", top_pairs=1, screen_budget=200, pair_samples=4)  # fmt: skip
 
 
 def test_pair_interactions_are_unbiased_within_their_errors(fourteen):
@@ -77,7 +91,7 @@ def test_interactions_above_the_limit_estimate_the_top_pairs_only(fourteen):
     model, _, phi, inter, scale = fourteen
     heads = [f"L{lay}H{h}" for lay in range(2) for h in range(7)]
     result = hc.interactions(model, heads=heads, metric="logit_diff", how="zero", method="sampled", top_pairs=5,
-                             screen_budget=4000, pair_samples=200, max_permutations=200, target_se=0.01)  # fmt: skip
+                             screen_budget=4000, pair_samples=200, budget=6000)  # fmt: skip
     frame = result.to_dataframe()
     estimated = frame[frame.verdict != "not estimated"]
     assert len(estimated) == 5 and frame.interaction.isna().sum() == 91 - 5

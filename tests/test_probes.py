@@ -77,6 +77,32 @@ def test_fit_agrees_with_sklearn_on_synthetic_data(n_classes, separation):
         assert (torch.softmax(z, -1).argmax(1) == y).all()
 
 
+def _mann_whitney_auc(scores, positive):
+    """The ROC AUC headcoop computed by hand before it used scikit-learn: (sum of the positives' mid-ranks -
+    n_pos (n_pos + 1) / 2) / (n_pos n_neg), tied scores sharing their average rank; kept as the reference
+    the library's numbers must equal."""
+    scores = scores.double()
+    positive = torch.as_tensor(positive).bool().expand_as(scores)
+    ordered = scores.sort(-1).values.contiguous()
+    below = torch.searchsorted(ordered, scores.contiguous(), right=False)
+    upto = torch.searchsorted(ordered, scores.contiguous(), right=True)
+    midrank = (below + upto + 1).double() / 2
+    n_pos = positive.sum(-1).double()
+    n_neg = positive.shape[-1] - n_pos
+    return ((midrank * positive).sum(-1) - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
+
+
+def test_roc_auc_is_unchanged_from_the_hand_written_one():
+    """scikit-learn's numbers equal the Mann-Whitney ones headcoop shipped before, ties included."""
+    g = torch.Generator().manual_seed(1)
+    scores = torch.randint(0, 5, (7, 64), generator=g).double()
+    labels = torch.randint(0, 2, (7, 64), generator=g).bool()
+    torch.testing.assert_close(roc_auc(scores, labels), _mann_whitney_auc(scores, labels), rtol=0, atol=1e-12)
+    smooth = torch.randn(3, 50, generator=g).double()
+    torch.testing.assert_close(roc_auc(smooth, labels[0, :50]), _mann_whitney_auc(smooth, labels[0, :50]), rtol=0,
+                               atol=1e-12)  # fmt: skip
+
+
 def test_roc_auc_matches_sklearn_with_ties():
     g = torch.Generator().manual_seed(0)
     scores = torch.randint(0, 4, (5, 101), generator=g).double()  # heavy ties

@@ -363,30 +363,14 @@ def _top_k_determined(magnitude: Tensor, k: int) -> bool:
 
 
 def clopper_pearson(above: int, n: int, level: float = 0.95) -> tuple[float, float]:
-    """The exact (Clopper-Pearson) interval of a binomial proportion, above successes of n, by bisection on
-    the binomial tail (no scipy needed)."""
+    """The exact (Clopper-Pearson) interval of a binomial proportion, `above` successes of `n`, as
+    `scipy.stats.binomtest(...).proportion_ci(method="exact")` gives it; (0, 1) when n is 0."""
+    from scipy.stats import binomtest
+
     if n == 0:
         return 0.0, 1.0
-    alpha = 1 - level
-
-    def tail_le(p: float, m: int) -> float:  # P(X <= m)
-        if p <= 0:
-            return 1.0
-        if p >= 1:
-            return 0.0 if m < n else 1.0
-        return sum(math.exp(math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * math.log(p)
-                            + (n - i) * math.log1p(-p)) for i in range(m + 1))  # fmt: skip
-
-    def solve(f, want: float) -> float:  # f decreasing in p
-        lo, hi = 0.0, 1.0
-        for _ in range(80):
-            mid = (lo + hi) / 2
-            lo, hi = (mid, hi) if f(mid) > want else (lo, mid)
-        return (lo + hi) / 2
-
-    low = 0.0 if above == 0 else solve(lambda p: tail_le(p, above - 1), 1 - alpha / 2)
-    high = 1.0 if above == n else solve(lambda p: tail_le(p, above), alpha / 2)
-    return low, high
+    interval = binomtest(above, n).proportion_ci(confidence_level=level, method="exact")
+    return float(interval.low), float(interval.high)
 
 
 # --- the entry point ----------------------------------------------------------------------------------

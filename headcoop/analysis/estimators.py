@@ -5,12 +5,10 @@ approximators read it directly, and every coalition they ask for goes through he
 
 - Exact (`exact`): headcoop enumerates the 2^n coalitions (`interactions.exact_shapley`); the tests check it
   against shapiq's `ExactComputer` at 10 heads.
-- Shapley values above the limit (`shapley`): one of
-    * "permutation": headcoop's antithetic permutation sampling (each random order followed by its reverse),
-      stopping once every head's standard error is below the target or at the budget;
-    * "kernelshap", "svarm", "permutation-shapiq": shapiq's KernelSHAP (paired), SVARM and permutation
-      sampling. shapiq gives no error estimate, so the budget is split into `repeats` independent runs of
-      different seeds: the estimate is their mean, its standard error the spread of the runs / sqrt(repeats).
+- Shapley values above the limit (`shapiq_shapley`): shapiq's estimators, "kernelshap" (KernelSHAP, paired),
+  "svarm" (SVARM) or "permutation" (permutation sampling; headcoop's own antithetic sampler, which this
+  replaced, is gone). shapiq gives no error estimate, so the budget is split into `repeats` independent runs
+  of different seeds: the estimate is their mean, its standard error the spread of the runs / sqrt(repeats).
   The default, KernelSHAP, was measured best (`benchmarks/shapley_estimators.py`, docs/benchmarks.md
   "Cooperation at 144 heads": the smallest RMSE and largest error at every budget on a 144-head game).
 - Pairwise interactions above the limit (`top_interactions`): shapiq's SVARM-IQ, whose every sampled
@@ -33,8 +31,9 @@ from torch import Tensor
 
 from headcoop.tasks.base import generator
 
-ShapleyEstimator = Literal["permutation", "kernelshap", "svarm", "permutation-shapiq"]
-SHAPLEY_ESTIMATORS = ("permutation", "kernelshap", "svarm", "permutation-shapiq")
+ShapleyEstimator = Literal["kernelshap", "svarm", "permutation"]
+SHAPLEY_ESTIMATORS = ("kernelshap", "svarm", "permutation")
+SHAPIQ_CLASSES = {"kernelshap": "KernelSHAP", "svarm": "SVARM", "permutation": "PermutationSamplingSV"}
 
 
 @functools.cache
@@ -94,49 +93,6 @@ def shapiq_exact(game: HeadGame) -> tuple[Tensor, Tensor]:
     return phi, inter
 
 
-def permutation_shapley(game, n: int, scale: float, target_se: float, budget: int, seed: int
-                        ) -> tuple[Tensor, Tensor, int]:  # fmt: skip
-    """headcoop's permutation sampling in antithetic pairs: each random order is followed by its reverse,
-    and the pair's mean marginal contribution is one sample. Stops when every head's standard error is at
-    most target_se * scale (after 16 orders) or when the next pair of orders would exceed `budget`
-    coalitions. Returns (estimate [n], standard error over pairs [n], coalitions evaluated)."""
-    gen = generator(seed)
-    total = torch.zeros(n, dtype=torch.float64)
-    squares = torch.zeros(n, dtype=torch.float64)
-    done = pairs = 0
-    per_pair = 2 * (n + 1)
-    batch = max(1, min(4, budget // per_pair))
-    while done + per_pair <= max(budget, 2 * per_pair):
-        k = max(1, min(batch, (budget - done) // per_pair))
-        orders = []
-        for _ in range(k):
-            order = torch.randperm(n, generator=gen)
-            orders += [order, order.flip(0)]
-        masks = []
-        for order in orders:
-            current = torch.zeros(n, dtype=torch.bool)
-            masks.append(current.clone())
-            for player in order:
-                current[player] = True
-                masks.append(current.clone())
-        v = masks_values(game, torch.stack(masks)).view(len(orders), n + 1)
-        for p in range(0, len(orders), 2):
-            pair = torch.zeros(n, dtype=torch.float64)
-            for order, values in ((orders[p], v[p]), (orders[p + 1], v[p + 1])):
-                pair[order] += (values[1:] - values[:-1]) / 2
-            total += pair
-            squares += pair**2
-        done += len(orders) * (n + 1)
-        pairs += len(orders) // 2
-        mean = total / pairs
-        se = ((squares / pairs - mean**2).clamp(min=0) / max(1, pairs - 1)).sqrt()
-        if pairs >= 8 and float(se.max()) <= target_se * scale:
-            break
-    mean = total / pairs
-    se = ((squares / pairs - mean**2).clamp(min=0) / max(1, pairs - 1)).sqrt()
-    return mean, se, done
-
-
 def min_budget_per_run(n: int) -> int:
     """The fewest coalitions one shapiq run may take on n players: 4n + 2. Measured on a 20-player game of
     range 1 (KernelSHAP, paired sampling, 8 seeds): at 2n + 2 = 42 coalitions its regression is singular
@@ -169,7 +125,7 @@ def check_estimate(shapley: Tensor, se: Tensor, v_full: float, v_empty: float, s
         raise ValueError(
             f"{what}: the sampled Shapley values are not an estimate (largest |value| {largest:.3g}, largest "
             f"standard error {largest_se:.3g}, sum {total:.3g} against v(N) - v(empty) = {v_full - v_empty:.3g}; the "
-            f"game's range is {scale:.3g}); raise the budget or use estimator='permutation'"
+            f"game's range is {scale:.3g}); raise the budget or use another estimator="
         )
 
 
@@ -187,7 +143,7 @@ def shapiq_shapley(game: HeadGame, estimator: str, budget: int, repeats: int, se
             approximator = shapiq.KernelSHAP(n, pairing_trick=True, random_state=seed + r)
         elif estimator == "svarm":
             approximator = shapiq.SVARM(n, random_state=seed + r)
-        elif estimator == "permutation-shapiq":
+        elif estimator == "permutation":
             approximator = shapiq.PermutationSamplingSV(n, random_state=seed + r)
         else:
             raise ValueError(f"unknown estimator {estimator!r}; valid values are {list(SHAPLEY_ESTIMATORS)}")
@@ -255,5 +211,5 @@ def top_interactions(game: HeadGame, top: int, screen_budget: int, samples: int,
     return inter, errors, pairs
 
 
-__all__ = ["HeadGame", "SHAPLEY_ESTIMATORS", "ShapleyEstimator", "permutation_shapley", "shapiq_shapley",
+__all__ = ["HeadGame", "SHAPLEY_ESTIMATORS", "ShapleyEstimator", "shapiq_shapley",
            "shapiq_exact", "pair_interactions", "screen_pairs", "top_interactions"]  # fmt: skip

@@ -15,8 +15,7 @@ every other player ablated. Reported:
 
 Exact by enumerating all 2^n coalitions up to `max_exact` players (16: 65,536 coalitions). Above that
 (`headcoop.analysis.estimators`, on shapiq): Shapley values by shapiq's KernelSHAP at a budget of
-coalitions (or headcoop's antithetic permutation sampling, or shapiq's SVARM or permutation sampling), each
-with a standard error per head; and the interaction index of the `top_pairs` strongest pairs only (shapiq's
+coalitions (or shapiq's SVARM or permutation sampling), each with a standard error per head; and the interaction index of the `top_pairs` strongest pairs only (shapiq's
 SVARM-IQ ranks every pair, then each top pair's weighting is sampled directly: a random order of the other
 heads with the pair as one block, S = the heads before the block, `pair_samples` draws per pair). Both are
 marked sampled in the repr and plot title; pairs not estimated are NaN.
@@ -37,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import warnings
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -51,7 +51,7 @@ from headcoop.analysis.vocabulary import AblationHow, head_name
 from headcoop.analysis.common import check_choice, parse_heads, require_model
 from headcoop.analysis.estimators import (
     SHAPLEY_ESTIMATORS, HeadGame, ShapleyEstimator, check_budget, check_estimate, pair_interactions,
-    permutation_shapley, shapiq_shapley, top_interactions,
+    shapiq_shapley, top_interactions,
 )  # fmt: skip
 from headcoop.checks import check_finite, check_float, check_int, check_seed
 from headcoop.results import Result
@@ -185,8 +185,8 @@ def interactions(
     reference=None,
     seed: int = 0,
     max_exact: int = MAX_EXACT,
-    target_se: float = 0.01,
-    max_permutations: int = 2000,
+    target_se: float | None = None,
+    max_permutations: int | None = None,
     pair_samples: int = 64,
     threshold: float = 0.05,
     pos=None,
@@ -207,16 +207,16 @@ def interactions(
              `reference` and `seed` as there).
     method:  "auto" (exact up to max_exact heads, else sampled), "exact" or "sampled".
     Sampled (`headcoop.analysis.estimators`):
-    estimator: Shapley values by "kernelshap" (the default: shapiq's paired KernelSHAP had the smallest
-             errors at every budget measured, benchmarks/shapley_estimators.py), "permutation" (headcoop's
-             antithetic permutations: stops when every
-             standard error is below target_se * |v(all) - v(none)|, or at `budget` coalitions, default
-             max_permutations * (n + 1)), or shapiq's "kernelshap", "svarm" or "permutation-shapiq" at `budget`
-             coalitions (default 20,000) split into `repeats` runs whose spread gives the standard error;
-             each run needs at least 4n + 2 coalitions (ValueError below, naming the budget that would do).
-             A budget of 2^n coalitions or more enumerates them exactly instead (the method says so). An
-             estimate whose value or standard error exceeds the game's range, or whose sum misses
-             v(all) - v(none) by more, is a ValueError, not a result.
+    estimator: Shapley values by one of shapiq's estimators: "kernelshap" (the default: paired KernelSHAP had
+             the smallest errors at every budget measured, benchmarks/shapley_estimators.py), "svarm" or
+             "permutation" (permutation sampling), at `budget` coalitions (default 20,000) split into `repeats`
+             runs whose spread gives the standard error; each run needs at least 4n + 2 coalitions
+             (ValueError below, naming the budget that would do). A budget of 2^n coalitions or more
+             enumerates them exactly instead (the method says so). An estimate whose value or standard error
+             exceeds the game's range, or whose sum misses v(all) - v(none) by more, is a ValueError, not a
+             result. ("permutation-shapiq" is the old name of "permutation"; max_permutations and target_se
+             drove headcoop's own sampler, which shapiq's replaced: max_permutations=k now means
+             budget=k * (n + 1), and target_se is ignored, both with a DeprecationWarning.)
     top_pairs: how many pairs get an interaction index: shapiq's SVARM-IQ ranks every pair at `screen_budget`
              coalitions (default max(2,000, 20 n)), and the top_pairs strongest are estimated again from
              `pair_samples` draws each, with a standard error; other pairs are NaN, their verdict "not
@@ -229,8 +229,15 @@ def interactions(
     check_finite(model, "hc.interactions")
     check_int("max_exact", max_exact, 1, 24)
     check_float("threshold", threshold, 0.0)
-    check_float("target_se", target_se, 0.0)
-    check_int("max_permutations", max_permutations, 2)
+    if target_se is not None:
+        check_float("target_se", target_se, 0.0)
+        warnings.warn("hc.interactions(target_se=...) is ignored: shapiq's estimators run to their budget= (headcoop's "
+                      "own sampler, which stopped at a target, is gone)", DeprecationWarning, stacklevel=3)  # fmt: skip
+    if max_permutations is not None:
+        check_int("max_permutations", max_permutations, 2)
+    if estimator == "permutation-shapiq":
+        warnings.warn('estimator="permutation-shapiq" is now estimator="permutation"', DeprecationWarning, stacklevel=3)
+        estimator = "permutation"
     check_int("pair_samples", pair_samples, 1)
     check_seed(seed)
     check_choice("estimator", estimator, SHAPLEY_ESTIMATORS)
@@ -246,10 +253,14 @@ def interactions(
     n = len(players)
     if method not in ("auto", "exact", "sampled"):
         raise ValueError(f"unknown method {method!r}; valid values are ['auto', 'exact', 'sampled']")
+    if max_permutations is not None:  # headcoop's sampler's budget, in permutations of n + 1 coalitions each
+        warnings.warn(f"hc.interactions(max_permutations={max_permutations}) is budget={max_permutations * (n + 1)} "
+                      "(shapiq's estimators count coalitions); pass budget= instead", DeprecationWarning, stacklevel=3)  # fmt: skip
+        budget = budget if budget is not None else max_permutations * (n + 1)
     exact = method == "exact" or (method == "auto" and n <= max_exact)
     capped = not exact and budget is not None and n <= 24 and budget >= 2**n
     exact = exact or capped  # a budget of every coalition or more: enumerate them (the repr says so)
-    if not exact and estimator != "permutation":
+    if not exact:
         check_budget(n, budget if budget is not None else 20_000, repeats)
     if exact and n > 24:
         raise ValueError(f"method='exact' with {n} heads would enumerate {2**n:,} coalitions; use method='sampled'")
@@ -269,11 +280,7 @@ def interactions(
         ablation = _ablation_interaction(game, n, list(itertools.combinations(range(n), 2)))
     else:
         head_game = HeadGame(game)
-        if estimator == "permutation":
-            limit = budget if budget is not None else max_permutations * (n + 1)
-            shapley, se, _ = permutation_shapley(head_game, n, scale, target_se, limit, seed)
-        else:
-            shapley, se = shapiq_shapley(head_game, estimator, budget if budget is not None else 20_000, repeats, seed)
+        shapley, se = shapiq_shapley(head_game, estimator, budget if budget is not None else 20_000, repeats, seed)
         check_estimate(shapley, se, v_full, v_empty, head_game.span, f"hc.interactions (estimator={estimator!r}, budget={budget})")
         shapley_cost = head_game.evaluated
         if top_pairs is None or top_pairs >= n * (n - 1) // 2:
@@ -292,7 +299,7 @@ def interactions(
                           f"SVARM-IQ at {screen:,} coalitions, then {pair_samples} draws each; others not estimated)")  # fmt: skip
         ablation = _ablation_interaction(game, n, pairs)
         shapley_text = (f"Shapley from {shapley_cost:,} coalitions by {estimator}"
-                        f"{'' if estimator == 'permutation' else f' (shapiq, {repeats} runs)'}, max se {float(se.max()):.3g}")  # fmt: skip
+                        f" (shapiq, {repeats} runs), max se {float(se.max()):.3g}")  # fmt: skip
         how_computed = f"sampled: {shapley_text}; {pairs_text}; {head_game.evaluated:,} coalitions in all; {game.method}"
     names = tuple(head_name(lay, h) for lay, h in players)
     tau = threshold * scale

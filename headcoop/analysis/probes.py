@@ -115,22 +115,15 @@ def probe_features(
 # ROC AUC
 # --------------------------------------------------------------------------------------------
 def roc_auc(scores: Float[Tensor, "*probe n"], positive: Tensor) -> Float[Tensor, " *probe"]:
-    """Area under the ROC curve of `scores` against the boolean labels `positive` ([n] or [*probe, n]).
+    """Area under the ROC curve of `scores` against the boolean labels `positive` ([n] or [*probe, n]), by
+    scikit-learn's `roc_auc_score` per probe (tied scores count 1/2); NaN where all labels are equal."""
+    from sklearn.metrics import roc_auc_score
 
-    Mann-Whitney: (sum of the positives' mid-ranks - n_pos (n_pos + 1) / 2) / (n_pos n_neg); tied
-    scores share their average rank, so a tie between a positive and a negative counts 1/2.
-    NaN where all labels are equal.
-    """
-    scores = scores.double()
-    positive = torch.as_tensor(positive, device=scores.device).bool().expand_as(scores)
-    ordered = scores.sort(-1).values.contiguous()
-    below = torch.searchsorted(ordered, scores.contiguous(), right=False)
-    upto = torch.searchsorted(ordered, scores.contiguous(), right=True)
-    midrank = (below + upto + 1).double() / 2  # 1-based average rank of each score's tie group
-    n_pos = positive.sum(-1).double()
-    n_neg = positive.shape[-1] - n_pos
-    rank_sum = (midrank * positive).sum(-1)
-    return (rank_sum - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
+    scores = scores.double().cpu()
+    positive = torch.as_tensor(positive).bool().cpu().expand_as(scores)
+    flat_scores, flat_labels = scores.reshape(-1, scores.shape[-1]).numpy(), positive.reshape(-1, scores.shape[-1]).numpy()
+    out = [roc_auc_score(y, s) if 0 < y.sum() < len(y) else float("nan") for s, y in zip(flat_scores, flat_labels)]
+    return torch.tensor(out, dtype=torch.float64).reshape(scores.shape[:-1])
 
 
 # --------------------------------------------------------------------------------------------
