@@ -72,7 +72,7 @@ def task(desc: str, progress: bool | None = None, unit: str = "run", expected: i
     if outer is not None:
         yield outer
         return
-    bar = tqdm(total=expected, desc=desc, unit=unit, delay=DELAY_S, leave=False, disable=not progress_enabled(progress),
+    bar = tqdm(total=expected, desc=desc, unit=unit, delay=DELAY_S, leave=True, disable=not progress_enabled(progress),
                file=sys.stderr)  # fmt: skip
     bar.hc_announced, bar.hc_cheaper, bar.hc_estimated = 0, cheaper, False
     token = _current.set(bar)

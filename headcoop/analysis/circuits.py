@@ -140,10 +140,10 @@ def _subset(model: HookedTransformer, tokens, what: str) -> tuple[int, ...] | No
     """The distinct ids of `tokens` (any int sequence or tensor), in order, or None for the whole vocabulary."""
     if tokens is None:
         return None
+    if not isinstance(tokens, Tensor) and len(tokens) == 0 or isinstance(tokens, Tensor) and tokens.numel() == 0:
+        raise ValueError(f"{what}: tokens is empty; give the token ids whose rows the table should hold")
     ids = check_ids(torch.as_tensor(tokens).flatten() if not isinstance(tokens, Tensor) else tokens.flatten(),
                     model.cfg.d_vocab, f"{what}: tokens")  # fmt: skip
-    if ids.numel() == 0:
-        raise ValueError(f"{what}: tokens is empty; give the token ids whose rows the table should hold")
     return tuple(dict.fromkeys(ids.tolist()))
 
 

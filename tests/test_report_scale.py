@@ -1,0 +1,167 @@
+"""The report on a researcher's own model: a time budget that leaves out (and names) what would overrun it,
+--heads / --sections / --device, QK and OV top entries for large vocabularies, the task described from its
+prompts, one verdict per section, and titles without HTML entities. (benchmarks/report.py measures the
+report at GPT-2-small shape: time and size.)"""
+
+import importlib
+import re
+
+import pytest
+import torch
+from helpers import attn_only_2l_like
+from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+import headcoop as hc
+from headcoop.cli import main
+
+report_module = importlib.import_module("headcoop.reporting")
+
+
+def _big_vocab_model():
+    """Two layers with MLPs and learned positions over 200 tokens: tables too large to draw as heatmaps."""
+    cfg = HookedTransformerConfig(n_layers=2, d_model=32, d_head=8, n_heads=3, d_mlp=64, n_ctx=12, d_vocab=200,
+                                  act_fn="gelu", normalization_type="LN", positional_embedding_type="standard", seed=0)  # fmt: skip
+    return HookedTransformer(cfg).eval()
+
+
+def _contrast(model, n=8, width=8, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    clean = torch.randint(0, model.cfg.d_vocab, (n, width), generator=gen)
+    corrupt = clean.clone()
+    corrupt[:, 2] = (clean[:, 2] + 5) % model.cfg.d_vocab
+    return hc.contrast(clean, corrupt, answer=[4] * n, wrong=[7] * n, labels=[0, 1] * (n // 2))
+
+
+@pytest.fixture(scope="module")
+def big(tmp_path_factory):
+    model = _big_vocab_model()
+    task = _contrast(model)
+    path = hc.report(model, out=tmp_path_factory.mktemp("big") / "r.html", task=task, progress=False, budget_s=None)
+    return model, task, path.read_text(encoding="utf-8")
+
+
+def _section(page: str, anchor: str) -> str:
+    start = page.index(f"<section id='hc-sec-{anchor}'")
+    return page[start: page.index("</section>", start)]
+
+
+def test_a_task_of_fixed_prompts_is_described_from_its_prompts(big):
+    model, task, page = big
+    overview, accuracy = _section(page, "overview"), _section(page, "accuracy")
+    assert "8 fixed prompts (the same every run), 8 tokens long" in overview
+    for column in ("clean prompt", "corrupt prompt", "answer", "alternative"):
+        assert column in overview
+    assert "A task built from your own inputs" not in page  # hc.contrast's module docstring is not the task
+    assert "fresh samples" not in accuracy and "on its 8 fixed prompts" in accuracy
+    assert "200 tokens" in overview
+
+
+def test_large_vocabularies_list_each_heads_top_entries(big):
+    model, task, page = big
+    circuits = _section(page, "circuits")
+    assert "too large to draw (200 tokens, and positions" in circuits
+    assert circuits.count("largest |score|") == 6 and circuits.count("largest |effect|") == 6
+    assert "hc.ov(model, &#34;L0H0&#34;, positional=False, tokens=ids)" in circuits or "tokens=ids" in circuits
+    # the top entry listed for L1H2's OV is the table's largest |effect| over the prompts' tokens
+    ids = sorted(set(task.clean.tokens.flatten().tolist()) | set(task.corrupt(task.clean).tokens.flatten().tolist()))
+    table = hc.ov(model, "L1H2", positional=False, tokens=ids)
+    best = float(table.effects.abs().max())
+    block = circuits[circuits.index("<summary>L1H2"):]
+    assert f"{best:.3f}" in block.replace("-", "")
+
+
+def test_figure_titles_hold_no_html_entities(big):
+    model, task, page = big
+    titles = re.findall(r'"title":\{"text":"([^"]*)"', page)
+    assert titles and not [t for t in titles if re.search(r"&[a-z]+;", t)], titles
+
+
+def test_one_overall_verdict_per_section(big):
+    cooperation = _section(big[2], "cooperation")
+    assert cooperation.count("The section's verdict") == 1 and "Overall" not in cooperation
+
+
+def test_the_budget_leaves_out_what_would_overrun_it_and_says_how_to_run_it(tmp_path):
+    model = _big_vocab_model()
+    task = _contrast(model)
+    ctx = report_module._Context(model=model, task=task, source="m", examples=1, clean=task.clean,
+                                 corrupt=task.corrupt(task.clean), budget=report_module._Budget(20.0, 1.0))  # fmt: skip
+    # at a predicted 1 s per forward pass, exact patching (2 + 4.5 passes) fits 20 s less the 7 s reserve; AtP* (44) not
+    blocks = report_module._section_patching(ctx)
+    left = [row[0] for row in ctx.budget.left_out]
+    assert "exact head patching (all positions)" not in left
+    assert "head patching one position at a time (AtP* estimates, 40 cells verified)" in left
+    text = " ".join(str(getattr(b, "text", "")) for b in blocks)
+    assert "Left out to stay within the report's budget" in text and "hc.attribute(model, clean, corrupt" in text
+    # no budget: nothing is left out
+    free = report_module._Context(model=model, task=task, source="m", examples=1, clean=task.clean,
+                                  corrupt=task.corrupt(task.clean))  # fmt: skip
+    report_module._section_patching(free)
+    report_module._section_cooperation(free)
+    assert free.budget.left_out == []
+
+
+def test_heads_and_sections_narrow_the_report(tmp_path):
+    model = attn_only_2l_like()
+    task = _contrast(model)
+    path = hc.report(model, out=tmp_path / "r.html", task=task, progress=False, heads=["L0H1", "L1H3"],
+                     sections="overview,heads,patching,circuits")  # fmt: skip
+    page = path.read_text(encoding="utf-8")
+    assert re.findall(r"<section id='hc-sec-([^']+)'", page) == ["overview", "heads", "patching", "circuits"]
+    heads = _section(page, "heads")
+    assert "L0H1" in heads and "L1H3" in heads and "L0H0" not in heads
+    assert "L0H1, L1H3 of 8" in _section(page, "overview")
+    circuits = _section(page, "circuits")
+    assert "<summary>L0H1" in circuits and "<summary>L1H3" in circuits and "<summary>L0H0" not in circuits
+    with pytest.raises(ValueError, match=r"unknown report sections \['nope'\]"):
+        hc.report(model, out=tmp_path / "x.html", task=task, progress=False, sections=["nope"])
+    with pytest.raises(ValueError, match="no heads given"):
+        hc.report(model, out=tmp_path / "x.html", task=task, progress=False, heads=[])
+    with pytest.raises(ValueError, match="budget_s must be"):
+        hc.report(model, out=tmp_path / "x.html", task=task, progress=False, budget_s=0)
+    with pytest.raises(ValueError, match="not a torch device"):
+        hc.report(model, out=tmp_path / "x.html", task=task, progress=False, device="gpu9")
+
+
+def test_patch_of_chosen_heads_equals_the_full_sweep_there():
+    model = attn_only_2l_like()
+    task = _contrast(model)
+    clean, corrupt = task.clean, task.corrupt(task.clean)
+    metric = lambda logits: logits[:, -1, 4].mean() - logits[:, -1, 7].mean()  # noqa: E731
+    full = hc.patch(model, clean=clean, corrupt=corrupt, metric=metric, positions="each")
+    some = hc.patch(model, clean=clean, corrupt=corrupt, metric=metric, positions="each", heads=["L0H2", (1, 1)])
+    assert torch.equal(some.values[0, :, 2], full.values[0, :, 2]) and torch.equal(some.values[1, :, 1], full.values[1, :, 1])
+    assert int(some.values.isnan().sum()) == some.values.numel() - 2 * some.values.shape[1]
+    with pytest.raises(ValueError, match="heads= or head/layer"):
+        hc.patch(model, clean=clean, corrupt=corrupt, metric=metric, heads=["L0H2"], head=1)
+    with pytest.raises(ValueError, match="no head axis"):
+        hc.patch(model, clean=clean, corrupt=corrupt, metric=metric, heads=["L0H2"], component="resid_pre")
+
+
+def test_qk_and_ov_of_chosen_tokens_are_those_rows_of_the_whole_table():
+    model = _big_vocab_model()
+    ids = [5, 17, 3]
+    for layer in (0, 1):
+        whole, some = hc.ov(model, head=1, layer=layer), hc.ov(model, head=1, layer=layer, tokens=ids)
+        torch.testing.assert_close(some.effects, whole.effects[ids], rtol=0, atol=1e-5)
+        whole, some = hc.qk(model, head=2, layer=layer), hc.qk(model, head=2, layer=layer, tokens=ids)
+        torch.testing.assert_close(some.scores, whole.scores[ids][:, :, ids], rtol=0, atol=1e-4)
+        assert some.token_ids == (5, 17, 3) and some.vocab == [whole.vocab[i] for i in ids]
+    token_only = hc.qk(model, head=0, layer=0, positional=False, tokens=ids)
+    assert "positions left out" in repr(token_only)  # the model adds positions: said, not checked against its cache
+    with pytest.raises(ValueError, match=r"token ids \[6\] are not in this table"):
+        some.scores_for(torch.tensor([[5, 6]]))
+    with pytest.raises(ValueError, match="tokens is empty"):
+        hc.ov(model, head=0, layer=0, tokens=[])
+
+
+def test_the_command_line_takes_heads_sections_and_budget(tmp_path, capsys):
+    out = tmp_path / "r.html"
+    assert main(["report", "skip-pair", "--out", str(out), "--no-progress", "--heads", "L0H0", "--sections", "overview",
+                 "heads", "--budget", "0"]) == 0  # fmt: skip
+    page = out.read_text(encoding="utf-8")
+    assert re.findall(r"<section id='hc-sec-([^']+)'", page) == ["overview", "heads"] and "no time budget" in page
+    assert main(["report", "skip-pair", "--out", str(out), "--no-progress", "--sections", "nope"]) == 2
+    assert "unknown report sections ['nope']" in capsys.readouterr().err
+    assert main(["report", "skip-pair", "--out", str(out), "--no-progress", "--budget", "-1"]) == 2
+    assert "--budget must be 0 (no limit) or more seconds" in capsys.readouterr().err
