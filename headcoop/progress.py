@@ -36,7 +36,7 @@ else:
         warnings.filterwarnings("ignore", message="IProgress not found")
         importlib.import_module("tqdm.auto")
 
-__all__ = ["tqdm", "set_progress", "progress_enabled", "task", "advance", "estimate", "with_progress", "DELAY_S", "LONG_S"]
+__all__ = ["tqdm", "set_progress", "progress_enabled", "task", "advance", "expect", "estimate", "with_progress", "DELAY_S", "LONG_S"]
 
 DELAY_S = 2.0  # a bar shows once its call has run this long
 LONG_S = 120.0  # a call predicted to run longer than this prints a one-line estimate first
@@ -103,6 +103,14 @@ def advance(done: int = 0, more: int = 0) -> None:
                 hint = f"; {bar.hc_cheaper}" if bar.hc_cheaper else ""
                 bar.write(f"{bar.desc}: about {_duration(predicted)} for {bar.total:,} runs on this machine{hint}",
                           file=sys.stderr)  # fmt: skip
+
+
+def expect(runs: int) -> None:
+    """Tell the open bar how many runs its call will make in all (a call whose engine runs come in many
+    batches, like a sampled Shapley estimate, would otherwise extrapolate from the first batch alone)."""
+    bar = _current.get()
+    if bar is not None and not bar.disable and runs > (bar.total or 0):
+        bar.total = runs
 
 
 def with_progress(desc: str, cheaper: str = "") -> Callable:

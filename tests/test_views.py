@@ -187,7 +187,8 @@ def test_every_result_is_frozen_and_shows_itself_in_a_notebook():
         field = dataclasses.fields(result)[0].name
         with pytest.raises(dataclasses.FrozenInstanceError):
             setattr(result, field, None)
-        page = result._repr_html_()
-        assert "<table" in page and "plotly" in page.lower(), name
+        page = result._repr_html_()  # the table; the figure goes through plotly's renderer (_ipython_display_)
+        assert "<table" in page and "plotly" not in page.lower(), name
         assert page.startswith("<div><pre>" + html.escape(repr(result))[:20]), name
+        assert callable(result._ipython_display_) and result.plot().data, name
         assert len(repr(result)) < 400, name

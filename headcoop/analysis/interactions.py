@@ -43,7 +43,7 @@ import plotly.graph_objects as go
 import torch
 from jaxtyping import Float
 from torch import Tensor
-from headcoop.progress import with_progress
+from headcoop.progress import expect, with_progress
 from headcoop.tl import HookedTransformer
 
 from headcoop.analysis.coalitions import CoalitionGame, all_masks, shapley_weights
@@ -266,6 +266,12 @@ def interactions(
         raise ValueError(f"method='exact' with {n} heads would enumerate {2**n:,} coalitions; use method='sampled'")
     game = CoalitionGame(model, players, tokens=tokens, metric=metric, how=how, reference=reference, seed=seed,
                          pos=pos)  # fmt: skip
+    if exact:
+        expect(2 + 2**n)
+    else:  # the Shapley budget, the screening of pairs, the top pairs' draws and their ablation interactions
+        pairs_estimated = n * (n - 1) // 2 if top_pairs is None else min(top_pairs, n * (n - 1) // 2)
+        expect(2 + (budget if budget is not None else 20_000) + (screen_budget or max(2000, 20 * n))
+               + pairs_estimated * (4 * pair_samples + 4))  # fmt: skip
     ends = game.values(torch.stack([torch.ones(n, dtype=torch.bool), torch.zeros(n, dtype=torch.bool)])).cpu()
     v_full, v_empty = float(ends[0]), float(ends[1])
     scale = abs(v_full - v_empty)
