@@ -5,7 +5,9 @@
 The model: a HookedTransformer built from GPT-2 small's configuration (12 layers x 12 heads, d_model 768,
 d_mlp 3072, vocabulary 50,257, LayerNorm, learned positions; random weights, seed 0), saved as a
 TransformerLens export (config.json + model.safetensors), and a prompts file of `--prompts` clean / corrupt
-pairs of `--tokens` token ids (the corrupt prompt changes one token) with a right and a wrong answer each.
+pairs of `--tokens` token ids (the corrupt prompt changes one token) with a right and a wrong answer each;
+and the same shape as a Hugging Face folder (transformers' GPT2LMHeadModel from GPT2Config(), random
+weights), which the report loads as a TransformerBridge.
 The command a researcher types, `headcoop report MODEL --prompts FILE --out report.html`, runs in a fresh
 process and is timed from its start (the imports included) to the page on disk.
 
@@ -46,6 +48,10 @@ def build(folder: Path, n_prompts: int, n_tokens: int) -> tuple[Path, Path]:
     torch.manual_seed(0)
     model = HookedTransformer(HookedTransformerConfig(**SHAPE, seed=0)).eval()
     export(model, folder / "model")
+    import transformers
+
+    torch.manual_seed(0)  # the same shape as a Hugging Face folder, loaded as a TransformerBridge
+    transformers.GPT2LMHeadModel(transformers.GPT2Config()).eval().save_pretrained(folder / "hf")
     gen = torch.Generator().manual_seed(0)
     clean = torch.randint(0, SHAPE["d_vocab"], (n_prompts, n_tokens), generator=gen)
     corrupt = clean.clone()
@@ -81,7 +87,7 @@ def run_report(model_dir: Path, prompts: Path, out: Path, extra: list[str]) -> d
     left_out = re.findall(r"Left out to stay within the report's budget:</b> (.*?) \(predicted (\d+) s", page)
     sections = re.findall(r"<section id='hc-sec-([^']+)'", page)
     return dict(seconds=round(seconds, 1), mb=round(out.stat().st_size / 2**20, 2), sections=sections,
-                left_out=[{"what": what, "predicted_s": int(s)} for what, s in left_out], command=" ".join(extra))  # fmt: skip
+                left_out=[{"what": what, "predicted_s": int(s)} for what, s in dict.fromkeys(left_out)], command=" ".join(extra))  # fmt: skip
 
 
 def main() -> None:
@@ -98,10 +104,11 @@ def main() -> None:
         results["forward_s"] = round(forward_s(model_dir, prompts), 3)
         print(f"GPT-2-small shape, {args.prompts} prompts x {args.tokens} tokens, {results['threads']} threads; "
               f"one forward pass {results['forward_s']:.3f} s")  # fmt: skip
-        runs = {"every head": ["--budget", str(args.budget)],
-                "three heads": ["--budget", str(args.budget), "--heads", "L0H1", "L5H5", "L11H2"]}  # fmt: skip
-        for label, extra in runs.items():
-            result = run_report(model_dir, prompts, folder / f"{label.replace(' ', '-')}.html", extra)
+        runs = {"every head": (model_dir, ["--budget", str(args.budget)]),
+                "three heads": (model_dir, ["--budget", str(args.budget), "--heads", "L0H1", "L5H5", "L11H2"]),
+                "every head, Hugging Face GPT-2 folder (TransformerBridge)": (folder / "hf", ["--budget", str(args.budget)])}  # fmt: skip
+        for label, (where, extra) in runs.items():
+            result = run_report(where, prompts, folder / f"run-{len(results)}.html", extra)
             results[label] = result
             verdict = "within" if result["seconds"] <= 60 and result["mb"] <= 10 else "OVER"
             print(f"\n{label}: {result['seconds']:.1f} s (goal 60 s), {result['mb']:.2f} MB (goal 10 MB): {verdict}")

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import weakref
+
 import torch
 from torch import nn
 
@@ -229,10 +231,28 @@ def w_pos(model) -> torch.Tensor:
     read with an offset, as OPT's is, so its raw weight is not the embedding of position i)."""
     if not is_bridge(model):
         return model.W_pos
+    # a forward pass of n_ctx tokens (3 s on a GPT-2-small shape): kept per Bridge while the positional weights'
+    # checksum and the model's hooks stay the same (a changed weight or a new hook computes it again)
+    params = list(model.pos_embed.parameters()) if hasattr(model, "pos_embed") else None
+    key = None
+    if params:
+        with torch.no_grad():
+            key = (model.cfg.n_ctx, tuple(user_hooks(model)),
+                   tuple((p.data_ptr(), tuple(p.shape), float(p.double().sum()), float(p.double().square().sum()))
+                         for p in params))  # fmt: skip
+        kept = _W_POS.get(model)
+        if kept is not None and kept[0] == key:
+            return kept[1]
     ids = torch.zeros(1, model.cfg.n_ctx, dtype=torch.long, device=model.W_E.device)
     with torch.no_grad():
         _, cache = model.run_with_cache(ids, names_filter=lambda name: name == "hook_pos_embed")
-    return cache["hook_pos_embed"][0]
+    table = cache["hook_pos_embed"][0]
+    if key is not None:
+        _W_POS[model] = (key, table)
+    return table
+
+
+_W_POS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # Bridge -> (weights' checksum, its w_pos)
 
 
 def w_e(model) -> torch.Tensor:

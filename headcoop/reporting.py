@@ -42,6 +42,9 @@ from headcoop.studies import study_for
 from headcoop.tasks.base import Batch, Task
 
 # --- what the sections share --------------------------------------------------------------------------
+EXACT_PATCH = "exact head patching (all positions)"
+ESTIMATED_PATCH = "AtP* estimates of head patching (all positions), 24 heads verified"
+EACH_PATCH = "head patching one position at a time (AtP* estimates, 40 cells verified)"
 RESERVE_S = 7.0  # of the budget, kept for drawing and writing the page (about 5 s for a 7 MB page on 2 cores)
 
 
@@ -70,6 +73,9 @@ class _Budget:
         self.left_out.append((what, predicted, how))
         return False
 
+    def was_left_out(self, what: str) -> bool:
+        return any(row[0] == what for row in self.left_out)
+
     def note(self, what: str) -> Text:
         """The page's words for an analysis left out."""
         _, predicted, how = next(row for row in self.left_out if row[0] == what)
@@ -91,8 +97,14 @@ def _forward_seconds(model: HookedTransformer, tokens: Tensor) -> float:
 
 
 def _depth(model: HookedTransformer, layer: int) -> float:
-    """The share of a forward pass a copy starting at `layer` runs."""
-    return (model.cfg.n_layers - layer) / model.cfg.n_layers
+    """The share of a forward pass a copy starting at `layer` runs (a Bridge's copies run from the tokens)."""
+    return 1.0 if is_bridge(model) else (model.cfg.n_layers - layer) / model.cfg.n_layers
+
+
+def _gradient_cost(model: HookedTransformer) -> float:
+    """Forward passes AtP*'s estimate takes: the clean and corrupt runs, the backward pass, and GradDrop's
+    pass per layer (measured on a GPT-2-small-shaped Bridge: 14.7 passes' time for 12 layers)."""
+    return 2 + model.cfg.n_layers
 
 
 @dataclasses.dataclass
@@ -149,15 +161,20 @@ class _Context:
         return 2 + positions * sum(_depth(self.model, lay) for lay, _ in self.heads)
 
     def patch(self, positions: str = "all"):
-        """hc.patch of the covered heads' z on the clean / corrupt batches (denoising), or None when it does
-        not fit the budget (the exact map of every position: see patch_each)."""
+        """hc.patch of the covered heads' z on the clean / corrupt batches (denoising); where that does not
+        fit the budget and positions="all", AtP* estimates of it verified on 12 top and 12 sampled heads
+        (an AttributionResult); None when neither fits (the exact map of every position: see patch_each)."""
         def compute():
-            what = "exact head patching (all positions)"
             call = f"hc.patch(model, clean, corrupt{self.heads_arg})"
-            if not self.budget.afford(what, self.patch_cost(), call):
+            if self.budget.afford(EXACT_PATCH, self.patch_cost(), call):
+                return hc.patch(self.model, clean=self.clean, corrupt=self.corrupt, metric=self.metric,
+                                positions=positions, heads=None if self.all_heads else self.heads, progress=False)  # fmt: skip
+            atp = _gradient_cost(self.model) + 1.1 * 24 * max(_depth(self.model, lay) for lay, _ in self.heads)  # 24 heads
+            if positions != "all" or not self.budget.afford(
+                    ESTIMATED_PATCH, atp, "hc.attribute(model, clean, corrupt, positions='all', estimator='atp*')"):
                 return None
-            return hc.patch(self.model, clean=self.clean, corrupt=self.corrupt, metric=self.metric, positions=positions,
-                            heads=None if self.all_heads else self.heads, progress=False)  # fmt: skip
+            return hc.attribute(self.model, clean=self.clean, corrupt=self.corrupt, metric=self.metric, positions="all",
+                                estimator="atp*", verify=12, sample=12, progress=False)  # fmt: skip
         return self.once(f"patch-{positions}", compute)
 
     def patch_each(self, threshold_s: float):
@@ -170,9 +187,8 @@ class _Context:
             predicted = self.patch_cost(n_pos) * self.budget.forward_s
             if predicted <= min(threshold_s, self.budget.remaining()):
                 return self.patch("each"), predicted
-            atp = 4 + 40 * max(_depth(self.model, lay) for lay, _ in self.heads)  # gradients, then 40 cells exactly
-            what = "head patching one position at a time (AtP* estimates, 40 cells verified)"
-            if not self.budget.afford(what, atp, "hc.attribute(model, clean, corrupt, estimator='atp*')"):
+            atp = _gradient_cost(self.model) + 1.1 * 40 * max(_depth(self.model, lay) for lay, _ in self.heads)  # 40 cells
+            if not self.budget.afford(EACH_PATCH, atp, "hc.attribute(model, clean, corrupt, estimator='atp*')"):
                 return None, predicted
             estimate = hc.attribute(self.model, clean=self.clean, corrupt=self.corrupt, metric=self.metric,
                                     estimator="atp*", verify=20, sample=20, progress=False)  # fmt: skip
@@ -282,17 +298,21 @@ def _section_heads(ctx: _Context) -> tuple:
     if patched is not None:
         share = _share(patched).reshape(-1)
         flat = [lay * model.cfg.n_heads + h for lay, h in ctx.heads]
-        table.insert(0, "patch effect", share[flat].numpy())
+        estimated = isinstance(patched, hc.AttributionResult)
+        table.insert(0, "patch effect (AtP* estimate)" if estimated else "patch effect", share[flat].numpy())
         notes.append(
             "<b>patch effect</b>: share of the clean &minus; corrupt gap in mean logit difference (right answer "
             "minus the alternative) restored by patching the head's output <code>z</code> from the clean run into "
             f"the corrupt run (<code>hc.patch</code> on {len(ctx.clean)} inputs; 1: the head alone restores it)."
+            + (f" <b>Estimated</b>: exact patching of every head did not fit the budget, so these are AtP* estimates "
+               f"(<code>hc.attribute</code>, positions='all'); {int(patched.verified.sum())} heads were patched "
+               "exactly (the patching section compares them)." if estimated else "")
         )
     notes.append(
         "<b>DLA logit diff</b>: the head's direct contribution to logit(answer) &minus; logit(alternative) at "
         "the answer position, mean and std over the same inputs (<code>hc.dla</code>)."
     )
-    blocks = [] if patched is not None else [ctx.budget.note("exact head patching (all positions)")]
+    blocks = [ctx.budget.note(w) for w in (EXACT_PATCH, ESTIMATED_PATCH) if ctx.budget.was_left_out(w)]
     study = study_for(task)
     probe_batch = task.patching_inputs(n=1024, seed=1)[0]
     if study.generic_probes and len(probe_batch.labels.unique()) > 1 and len(probe_batch) < 8:
@@ -347,10 +367,16 @@ def _section_patching(ctx: _Context) -> tuple:
     each, predicted = ctx.patch_each(ctx.exact_limit_s)
     n_layers = model.cfg.n_layers
     height = max(360, 140 + 28 * model.cfg.n_heads) * n_layers
-    blocks = []
-    if heads is None:
-        blocks.append(ctx.budget.note("exact head patching (all positions)"))
-    else:
+    blocks = [ctx.budget.note(w) for w in (EXACT_PATCH, ESTIMATED_PATCH) if ctx.budget.was_left_out(w)]
+    if isinstance(heads, hc.AttributionResult):
+        blocks += [
+            _note("AtP* estimates of patching each head's clean output <code>z</code> into the corrupt run at all "
+                  f"positions at once (<code>hc.attribute</code>): {int(heads.top.sum())} top heads and "
+                  f"{int(heads.sampled.sum())} sampled ones patched exactly; the scatter compares them."),
+            Figure(heads.plot(kind="map"), height=300 + 40 * n_layers),
+            Figure(heads.plot(kind="scatter"), height=420),
+        ]
+    elif heads is not None:
         gap = heads.clean_value != heads.corrupt_value  # else show the raw metric: there is no gap to share
         blocks += [
             _note(
@@ -361,7 +387,7 @@ def _section_patching(ctx: _Context) -> tuple:
             Figure(heads.plot(normalized=gap, title="head patching: all positions (exact)"), height=300 + 40 * n_layers),
         ]
     if each is None:
-        blocks.append(ctx.budget.note("head patching one position at a time (AtP* estimates, 40 cells verified)"))
+        blocks.append(ctx.budget.note(EACH_PATCH))
     elif isinstance(each, hc.AttributionResult):
         m = each.missed
         why = (f"more than {ctx.exact_limit_s:.0f} s" if predicted > ctx.exact_limit_s
@@ -602,10 +628,10 @@ def _circuit_tops(ctx: _Context) -> list:
         "<code>hc.qk</code>), with <code>ids</code> the token ids you want as rows; every row of the "
         "vocabulary when it fits in memory (<code>tokens=None</code>)."
     )]
-    shown = 0
+    shown, per_head = 0, 1.0  # seconds a head takes: measured from the first one (a guess before it)
     for layer, head in ctx.heads:
         start = time.perf_counter()
-        if shown and ctx.budget.remaining() < 3 * per_head:
+        if ctx.budget.remaining() < 2 * per_head:
             break
         try:
             qk = hc.qk(model, head=head, layer=layer, positional=False, tokens=ids)
@@ -625,7 +651,7 @@ def _circuit_tops(ctx: _Context) -> list:
         per_head = time.perf_counter() - start
     if shown < len(ctx.heads):
         blocks.append(_note(f"Tables of {shown} of {len(ctx.heads)} heads fit the report's budget; the others are "
-                            "one <code>hc.qk</code> / <code>hc.ov</code> call each."))  # fmt: skip
+                            "one <code>hc.qk</code> / <code>hc.ov</code> call each (or a larger <code>--budget</code>)."))  # fmt: skip
     return blocks
 
 

@@ -165,3 +165,32 @@ def test_the_command_line_takes_heads_sections_and_budget(tmp_path, capsys):
     assert "unknown report sections ['nope']" in capsys.readouterr().err
     assert main(["report", "skip-pair", "--out", str(out), "--no-progress", "--budget", "-1"]) == 2
     assert "--budget must be 0 (no limit) or more seconds" in capsys.readouterr().err
+
+
+def test_a_bridges_positional_table_is_kept_only_while_its_weights_stay(tmp_path):
+    """bridge.w_pos runs a forward pass of n_ctx tokens (3 s at GPT-2-small shape), so it is kept per Bridge;
+    a changed positional weight, or a hook, computes it again."""
+    import warnings
+
+    import transformers
+
+    from headcoop.bridge import load_folder, w_pos
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1, n_embd=16, n_head=2, n_positions=8,
+                                                             vocab_size=50)).save_pretrained(tmp_path / "g")  # fmt: skip
+    bridge = load_folder(tmp_path / "g")
+    first = w_pos(bridge)
+    assert w_pos(bridge) is first  # kept
+    weight = next(bridge.pos_embed.parameters())
+    with torch.no_grad():
+        weight.add_(1.0)
+    changed = w_pos(bridge)
+    assert changed is not first and torch.allclose(changed, first + 1.0, atol=1e-6)
+    bridge.add_hook("hook_pos_embed", lambda act, hook: act * 2)
+    try:
+        torch.testing.assert_close(w_pos(bridge), 2 * changed)
+    finally:
+        bridge.reset_hooks()
+    torch.testing.assert_close(w_pos(bridge), changed)
