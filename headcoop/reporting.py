@@ -58,7 +58,7 @@ class _Budget:
     limit_s: float | None
     forward_s: float
     start: float = dataclasses.field(default_factory=time.perf_counter)
-    left_out: list = dataclasses.field(default_factory=list)  # (what, predicted s, how to run it)
+    left_out: list = dataclasses.field(default_factory=list)  # (what, predicted s, how to run it, s left then)
 
     def remaining(self) -> float:
         if self.limit_s is None:
@@ -67,10 +67,10 @@ class _Budget:
 
     def afford(self, what: str, forwards: float, how: str) -> bool:
         """Whether `what`, predicted at `forwards` forward passes, fits; if not it is listed as left out."""
-        predicted = forwards * self.forward_s
-        if predicted <= self.remaining():
+        predicted, left = forwards * self.forward_s, self.remaining()
+        if predicted <= left:
             return True
-        self.left_out.append((what, predicted, how))
+        self.left_out.append((what, predicted, how, left))
         return False
 
     def was_left_out(self, what: str) -> bool:
@@ -78,13 +78,13 @@ class _Budget:
 
     def note(self, what: str) -> Text:
         """The page's words for an analysis left out."""
-        _, predicted, how = next(row for row in self.left_out if row[0] == what)
+        _, predicted, how, left = next(row for row in self.left_out if row[0] == what)
         return Text(Markup(
             "<p class=\"note\"><b>Left out to stay within the report's budget:</b> {} (predicted {:.0f} s on this "
             "machine; {:.0f} s of the {:.0f} s budget were left). Run it with <code>{}</code>, or give the report a "
             "larger budget (<code>--budget</code>, <code>hc.report(budget_s=...)</code>) or fewer heads "
             "(<code>--heads</code>).</p>"
-        ).format(what, predicted, max(0.0, self.remaining()), self.limit_s or 0, how), note=False)
+        ).format(what, predicted, max(0.0, left), self.limit_s or 0, how), note=False)
 
 
 def _forward_seconds(model: HookedTransformer, tokens: Tensor) -> float:
