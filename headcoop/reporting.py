@@ -786,6 +786,9 @@ def report_sections(
 def _check_sections(sections, known: list[str]) -> set[str]:
     if isinstance(sections, str):
         sections = [part.strip() for part in sections.split(",") if part.strip()]
+    if not isinstance(sections, (list, tuple, set)) or not all(isinstance(name, str) for name in sections):
+        raise TypeError(f"sections must be section names (a list, or one comma-separated string) from {known}, "
+                        f"got {sections!r}")  # fmt: skip
     sections = list(sections)
     unknown = [name for name in sections if name not in known]
     if unknown or not sections:

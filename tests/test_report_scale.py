@@ -115,6 +115,8 @@ def test_heads_and_sections_narrow_the_report(tmp_path):
     assert "<summary>L0H1" in circuits and "<summary>L1H3" in circuits and "<summary>L0H0" not in circuits
     with pytest.raises(ValueError, match=r"unknown report sections \['nope'\]"):
         hc.report(model, out=tmp_path / "x.html", task=task, progress=False, sections=["nope"])
+    with pytest.raises(TypeError, match="sections must be section names"):
+        hc.report(model, out=tmp_path / "x.html", task=task, progress=False, sections=3)
     with pytest.raises(ValueError, match="no heads given"):
         hc.report(model, out=tmp_path / "x.html", task=task, progress=False, heads=[])
     with pytest.raises(ValueError, match="budget_s must be"):
