@@ -406,8 +406,7 @@ def attribute(
     sample:  how many further cells, drawn at random (`seed`) from the rest, to patch exactly: the
              false-negative bound comes from them.
     Returns an AttributionResult ([layer, pos, head] etc. as PatchResult; `exact` NaN where not verified).
-    progress: a tqdm bar over the call's modified runs, shown after 2 s, with a one-line estimate when they
-    predict more than two minutes (default: the process setting `hc.set_progress`, on unless turned off).
+    progress: as `hc.patch` (one bar over the call's runs, and the estimate before a long call).
     """
     require_model(model, "hc.attribute")
     check_finite(model, "hc.attribute")

@@ -534,8 +534,7 @@ def edges(
     drawn with `seed`, patched exactly (columns `exact`, `top`, `sampled`; `missed` the false-negative bound).
     clean, corrupt, metric, direction: as `hc.patch`. Returns an EdgeResult (`.to_dataframe()`: one row per
     edge; `.plot()`: the strongest edges as a layered graph).
-    progress: a tqdm bar over the call's modified runs, shown after 2 s, with a one-line estimate when they
-    predict more than two minutes (default: the process setting `hc.set_progress`, on unless turned off).
+    progress: as `hc.patch` (one bar over the call's runs, and the estimate before a long call).
     """
     require_model(model, "edges")
     check_finite(model, "hc.edges")

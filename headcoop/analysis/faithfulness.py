@@ -314,8 +314,7 @@ def faithfulness(
     point; an `EdgeResult` gives the curve over `sizes` (default: 0, 1, 2, 4, ... edges up to the whole graph),
     the circuit of each size its top edges, beside `random` random circuits per size (seeded). clean, corrupt,
     metric: as `hc.patch`. Returns a FaithfulnessResult (`.plot()`: the curve; `.cpr`, `.cmd`: MIB's summaries).
-    progress: a tqdm bar over the call's modified runs, shown after 2 s, with a one-line estimate when they
-    predict more than two minutes (default: the process setting `hc.set_progress`, on unless turned off).
+    progress: as `hc.patch` (one bar over the call's runs, and the estimate before a long call).
     """
     require_model(model, "faithfulness")
     check_finite(model, "hc.faithfulness")

@@ -222,8 +222,7 @@ def interactions(
              `pair_samples` draws each, with a standard error; other pairs are NaN, their verdict "not
              estimated", and the model's verdict "undetermined". top_pairs=None estimates every pair that way
              (n (n - 1) / 2 * pair_samples * 4 coalitions).
-    progress: a tqdm bar over the call's modified runs, shown after 2 s, with a one-line estimate when they
-    predict more than two minutes (default: the process setting `hc.set_progress`, on unless turned off).
+    progress: as `hc.patch` (one bar over the call's runs, and the estimate before a long call).
     """
     require_model(model, "interactions")
     check_finite(model, "hc.interactions")

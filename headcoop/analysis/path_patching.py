@@ -272,8 +272,7 @@ def path_patch(
     reference whenever a hook is installed on the model), "stacked" or "reference" (one forward pass per
     edge, `reference_edge`). Returns a PathPatchResult (`.to_dataframe()`: sender, receiver, via, value;
     `.method`: the path taken).
-    progress: a tqdm bar over the call's modified runs, shown after 2 s, with a one-line estimate when they
-    predict more than two minutes (default: the process setting `hc.set_progress`, on unless turned off).
+    progress: as `hc.patch` (one bar over the call's runs, and the estimate before a long call).
     """
     require_model(model, "path_patch")
     check_finite(model, "hc.path_patch")
