@@ -24,8 +24,8 @@ import torch
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 import headcoop as hc
-from headcoop.analysis.copies import clean_corrupt, evaluate, target_run
-from headcoop.analysis.edges import edge_copies, graph, writer_outputs
+from headcoop.analysis.engine.copies import clean_corrupt, evaluate, target_run
+from headcoop.analysis.edges.scores import edge_copies, graph, writer_outputs
 
 warnings.filterwarnings("ignore")
 SHAPE = dict(n_layers=12, d_model=768, d_head=64, n_heads=12, d_mlp=3072, d_vocab=50257)

@@ -52,8 +52,8 @@ def build(batch: int = 8, n_pos: int = 16):
 
 def shapley_run(args) -> dict:
     import headcoop as hc
-    from headcoop.analysis.coalitions import CoalitionGame
-    from headcoop.analysis.estimators import HeadGame, shapiq_shapley, top_interactions
+    from headcoop.analysis.games.coalitions import CoalitionGame
+    from headcoop.analysis.games.estimators import HeadGame, shapiq_shapley, top_interactions
 
     torch.set_grad_enabled(False)
     model, tokens, answer, wrong, reference = build()
@@ -138,7 +138,7 @@ MEMORY_CASES = {
 
 def memory_child(case: str) -> None:
     import headcoop as hc  # noqa: F401  (the statements use it)
-    from headcoop.analysis.coalitions import CoalitionGame  # noqa: F401
+    from headcoop.analysis.games.coalitions import CoalitionGame  # noqa: F401
 
     torch.set_grad_enabled(False)
     model, tokens, answer, wrong, _ = build(batch=32, n_pos=16)

@@ -20,7 +20,7 @@ import warnings
 import torch
 
 import headcoop as hc
-from headcoop.analysis.coalitions import CoalitionGame
+from headcoop.analysis.games.coalitions import CoalitionGame
 
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 
@@ -66,7 +66,7 @@ def main() -> None:
 def sampled() -> None:
     from transformer_lens import HookedTransformer, HookedTransformerConfig
 
-    from headcoop.analysis.estimators import HeadGame, shapiq_shapley
+    from headcoop.analysis.games.estimators import HeadGame, shapiq_shapley
 
     cfg = HookedTransformerConfig(n_layers=4, d_model=64, d_head=8, n_heads=8, n_ctx=16, d_vocab=50, attn_only=True,
                                   normalization_type="LN", seed=0)  # fmt: skip

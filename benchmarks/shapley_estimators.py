@@ -28,8 +28,8 @@ warnings.filterwarnings("ignore")
 def main() -> None:
     from transformer_lens import HookedTransformer, HookedTransformerConfig
 
-    from headcoop.analysis import estimators
-    from headcoop.analysis.coalitions import CoalitionGame
+    from headcoop.analysis.games import estimators
+    from headcoop.analysis.games.coalitions import CoalitionGame
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reference", type=int, default=60000)

@@ -21,7 +21,7 @@ import weakref
 import torch
 from torch import nn
 
-from headcoop.checks import global_hooks, has_hooks, installed_hooks
+from headcoop.checks import global_hooks, has_hooks, installed_hooks, weight_shapes
 from headcoop.tl import HookedTransformer
 
 COMPATIBILITY_FIX = "call model.enable_compatibility_mode() first"
@@ -132,7 +132,6 @@ def check_folder(folder) -> dict:
     import json
     import re
 
-    from headcoop.checkpoints import weight_shapes
 
     folder = Path(folder)
     try:
@@ -170,7 +169,6 @@ def _first_mismatch(folder: Path) -> str | None:
     (the model built on the meta device: no memory), as "NAME: weights [..], config [..]"; None if none found."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from headcoop.checkpoints import weight_shapes
 
     try:
         config = AutoConfig.from_pretrained(str(folder), local_files_only=True)

@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError, safe_open
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from headcoop.tl import HookedTransformer, HookedTransformerConfig, require_hooked_transformer
 
-from headcoop.checks import check_device, check_finite
+from headcoop.checks import check_device, check_finite, weight_shapes
 from headcoop.owners import pid_alive, this_owner
 from headcoop.tasks import task_from_dict
 from headcoop.tasks.base import Task, build_model, hold_entries
@@ -566,18 +566,6 @@ def check_config_shapes(config: dict[str, Any], shapes: dict[str, tuple[int, ...
     if "blocks.0.attn.W_Q" in shapes and len(shapes["blocks.0.attn.W_Q"]) == 3:
         need("n_heads", shapes["blocks.0.attn.W_Q"][0], "blocks.0.attn.W_Q")
         need("d_head", shapes["blocks.0.attn.W_Q"][2], "blocks.0.attn.W_Q")
-
-
-def weight_shapes(file: Path) -> dict[str, tuple[int, ...]]:
-    """Parameter name -> shape from a safetensors file's header, reading no tensor; ValueError for a
-    damaged file, PermissionError for one this user cannot read."""
-    try:
-        with safe_open(str(file), framework="pt") as f:
-            return {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}
-    except PermissionError:
-        raise PermissionError(errno.EACCES, f"cannot read {str(file)!r}: permission denied") from None
-    except (SafetensorError, OSError, ValueError) as err:
-        raise ValueError(f"damaged weights file {file}: it is not a safetensors file ({err})") from None
 
 
 def load(name_or_path: str | os.PathLike, device: str | None = None) -> HookedTransformer:

@@ -6,6 +6,7 @@ coerces: a value of the wrong type is a TypeError, one out of range a ValueError
 
 from __future__ import annotations
 
+import errno
 import math
 import numbers
 import os
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors import SafetensorError, safe_open
 from torch import nn
 
 MAX_SEED = 2**63 - 1
@@ -201,3 +203,15 @@ def _no_file_above(path: Path, what: str) -> None:
             if not parent.is_dir():
                 raise ValueError(f"{what}: cannot write {str(path)!r}: {str(parent)!r} is a file, not a folder")
             return
+
+
+def weight_shapes(file: Path) -> dict[str, tuple[int, ...]]:
+    """Parameter name -> shape from a safetensors file's header, reading no tensor; ValueError for a
+    damaged file, PermissionError for one this user cannot read."""
+    try:
+        with safe_open(str(file), framework="pt") as f:
+            return {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}
+    except PermissionError:
+        raise PermissionError(errno.EACCES, f"cannot read {str(file)!r}: permission denied") from None
+    except (SafetensorError, OSError, ValueError) as err:
+        raise ValueError(f"damaged weights file {file}: it is not a safetensors file ({err})") from None

@@ -4,7 +4,7 @@ before a call predicted to run far longer than a minute.
     hc.set_progress(False)          # no bars and no estimates anywhere (HEADCOOP_PROGRESS=0 does the same)
     hc.patch(model, positions="each", progress=False)   # or per call
 
-A call opens its bar with `task(...)`; the engine (`headcoop.analysis.copies.evaluate`) adds its modified runs
+A call opens its bar with `task(...)`; the engine (`headcoop.analysis.engine.copies.evaluate`) adds its modified runs
 to the bar's total and advances it as they finish, so nested calls (hc.cooperation running coalition games)
 share one bar. The bar appears only after `DELAY_S` seconds: quick calls print nothing.
 

@@ -30,13 +30,13 @@ from headcoop.tl import HookedTransformer
 
 import headcoop as hc
 from headcoop.checks import check_out_file
-from headcoop.analysis.attention import attention_data
-from headcoop.analysis.cooperation import ALL_PAIRS_UP_TO
+from headcoop.analysis.nodes.attention import attention_data
+from headcoop.analysis.mechanisms.cooperation import ALL_PAIRS_UP_TO
 from headcoop.pages import Code, Details, Figure, Html, Section, Table, Text, render, stylesheet
 from headcoop.views import attention_heads_html, circuitsvis_bundle
-from headcoop.analysis.common import head_names, model_device, parse_heads, require_model, require_task
+from headcoop.analysis.engine.inputs import head_names, model_device, parse_heads, require_model, require_task
 from headcoop.checks import check_float
-from headcoop.analysis.copies import task_score
+from headcoop.analysis.engine.copies import task_score
 from headcoop.bridge import is_bridge, is_hf_folder, kind_label, load_folder
 from headcoop.studies import study_for
 from headcoop.tasks.base import Batch, Task
@@ -429,8 +429,8 @@ def _section_cooperation(ctx: _Context) -> tuple:
     """The mechanism of every pair of covered heads and each head's role (hc.cooperation), then Shapley values
     and pairwise interactions on accuracy (hc.interactions) where they are exact and fit the budget, then
     head-to-head path patching and composition scores. One overall verdict: hc.cooperation's."""
-    from headcoop.analysis.cooperation import MECHANISMS, cooperation
-    from headcoop.analysis.interactions import MAX_EXACT, interactions
+    from headcoop.analysis.mechanisms.cooperation import MECHANISMS, cooperation
+    from headcoop.analysis.games.interactions import MAX_EXACT, interactions
 
     model, k = ctx.model, len(ctx.heads)
     heads = None if ctx.all_heads else ctx.heads
@@ -520,8 +520,8 @@ def _shapley(ctx: _Context, heads, max_exact: int, interactions: Callable) -> tu
 
 def _head_to_head(ctx: _Context) -> tuple:
     """For models with two or more layers: path patching (causal) beside composition scores (weights)."""
-    from headcoop.analysis.composition import composition
-    from headcoop.analysis.path_patching import path_patch
+    from headcoop.analysis.weights.composition import composition
+    from headcoop.analysis.edges.path_patching import path_patch
 
     model = ctx.model
     senders = [(lay, h) for lay, h in ctx.heads if any(r > lay for r, _ in ctx.heads)]

@@ -5,7 +5,7 @@ import torch
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 import headcoop as hc
-from headcoop.analysis.common import parse_heads
+from headcoop.analysis.engine.inputs import parse_heads
 
 Z = "blocks.0.attn.hook_z"
 

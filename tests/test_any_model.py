@@ -201,7 +201,7 @@ def test_float64_sums_exactly():
 def test_patching_with_metrics_that_read_other_rows(read):
     """The row-wise suffix reads only the rows the metric reads when that is checked; a metric reading
     another row, or every row, still matches TransformerLens."""
-    from headcoop.analysis import suffix
+    from headcoop.analysis.engine import kernels as suffix
 
     model = build("gelu-LN")
     gen = torch.Generator().manual_seed(5)
@@ -228,7 +228,7 @@ def test_probe_and_mean_ablation_on_every_shape(shaped):
     labels = (batch[:, 0] > VOCAB // 2).long()
     result = hc.probe(model, batch, labels, site="z", pos=-1)
     assert result.names == [f"L{lay}H{h}" for lay in range(2) for h in range(4)]
-    from headcoop.analysis.probes import probe_features
+    from headcoop.analysis.nodes.probes import probe_features
 
     features, *_ = probe_features(model, batch, site="z", pos=-1)
     _, cache = model.run_with_cache(batch)
@@ -248,7 +248,7 @@ def test_coalition_values_on_every_shape(shaped, how):
     """CoalitionGame's layer-by-layer evaluation (shared prefixes, the last layer at the read rows only)
     equals hc.ablate of the heads outside each coalition plus a full forward pass, for every coalition of
     6 heads in both layers, named metrics and a callable, answers read at a different row per input."""
-    from headcoop.analysis.coalitions import CoalitionGame, all_masks
+    from headcoop.analysis.games.coalitions import CoalitionGame, all_masks
 
     name, model, tokens, corrupt = shaped
     vocab_out = model.cfg.d_vocab_out
@@ -345,8 +345,8 @@ def test_last_layer_with_one_changed_row_matches_a_forward_pass(shape):
     """suffix.last_layer_one_row (every copy's one changed row entering the last layer, read at several
     rows, including rows before, at and after the changed one) against the model's own blocks run from
     that layer on the whole changed residual stream."""
-    from headcoop.analysis import suffix
-    from headcoop.analysis.copies import continuation
+    from headcoop.analysis.engine import kernels as suffix
+    from headcoop.analysis.engine.copies import continuation
 
     model = build(shape)
     gen = torch.Generator().manual_seed(6)

@@ -213,7 +213,7 @@ def test_interventions_and_attention_views_match_the_twin(built, inputs, shape):
             outs.append(model(clean))
     close(*outs)
     assert user_hooks(bridge) == []
-    from headcoop.analysis.attention import attention_data
+    from headcoop.analysis.nodes.attention import attention_data
 
     view_b, view_t = (attention_data(m, clean, layer=1) for m in (bridge, twin))
     close(torch.tensor(view_b[0][1]["attention"]), torch.tensor(view_t[0][1]["attention"]))

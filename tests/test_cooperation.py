@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import headcoop as hc
-from headcoop.analysis.coalitions import CoalitionGame, all_masks
+from headcoop.analysis.games.coalitions import CoalitionGame, all_masks
 from headcoop.tasks.planted import PLANTED
 
 # Under resample ablation a copy head's replacement votes for another input's answer as strongly as the
@@ -159,7 +159,7 @@ def test_row_logits_equal_the_reference(mechanism):
 def test_caller_given_replacements_equal_the_games_own(hooked):
     """replacements= (hc.cooperation's stacked reference draws) gives the logits of the game that computes
     the same mean replacement itself, on the fast path and, with a user's hook installed, on the reference."""
-    from headcoop.analysis.ablation import reference_z, replacement
+    from headcoop.analysis.engine.ablation import reference_z, replacement
 
     model = hc.planted("backup", weight_noise=0.05)
     batch, ref = model.task.sample(16, seed=2), model.task.sample(64, seed=3)
@@ -279,7 +279,7 @@ def test_word_sources_quote_the_sources_verbatim():
     import re
     from pathlib import Path
 
-    from headcoop.analysis.cooperation import MECHANISMS, WORD_SOURCES
+    from headcoop.analysis.mechanisms.cooperation import MECHANISMS, WORD_SOURCES
 
     seeds = Path(__file__).resolve().parents[2] / "shared" / "seeds"
     if not seeds.exists():
@@ -295,7 +295,7 @@ def test_word_sources_quote_the_sources_verbatim():
 def test_the_answer_aligned_mean_equals_its_definition():
     """mean-aligned: at input b's position p, the mean over references of z at the same offset from their
     answer position (the per-position mean where no reference has that offset), against a plain loop."""
-    from headcoop.analysis.cooperation import _aligned_mean
+    from headcoop.analysis.mechanisms.cooperation import _aligned_mean
 
     g = torch.Generator().manual_seed(0)
     ref = torch.randn(7, 6, 2, 3, generator=g)

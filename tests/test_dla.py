@@ -6,7 +6,7 @@ from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 import headcoop as hc
 from helpers import jiggle
-from headcoop.analysis.dla import DLAResult
+from headcoop.analysis.nodes.dla import DLAResult
 
 ATOL = 1e-5
 

@@ -8,8 +8,8 @@ import torch
 from helpers import attn_only_2l_like
 
 import headcoop as hc
-from headcoop.analysis.copies import clean_corrupt, evaluate, target_run
-from headcoop.analysis.edges import edge_copies, graph, writer_outputs
+from headcoop.analysis.engine.copies import clean_corrupt, evaluate, target_run
+from headcoop.analysis.edges.scores import edge_copies, graph, writer_outputs
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
 
@@ -173,7 +173,7 @@ def test_bad_input():
 
 # --- circuits and faithfulness ----------------------------------------------------------------------------
 def _random_masks(model, n=5, seed=0):
-    from headcoop.analysis.edges import graph
+    from headcoop.analysis.edges.scores import graph
 
     writers, readers, _ = graph(model)
     return torch.rand(n, len(writers), len(readers), generator=torch.Generator().manual_seed(seed)) > 0.5
@@ -182,8 +182,8 @@ def _random_masks(model, n=5, seed=0):
 @pytest.mark.parametrize("shape", list(SHAPES))
 @pytest.mark.parametrize("how", ["corrupt", "mean", "zero", "resample"])
 def test_ablated_runs_on_the_engine_match_one_pass_per_circuit_at_the_split_inputs(shape, how):
-    from headcoop.analysis.edges import graph
-    from headcoop.analysis.faithfulness import _reference_outputs, circuit_copies
+    from headcoop.analysis.edges.scores import graph
+    from headcoop.analysis.edges.faithfulness import _reference_outputs, circuit_copies
 
     model = attn_only_2l_like(seed=12, **SHAPES[shape])
     clean, corrupt = _inputs(model)

@@ -9,7 +9,7 @@ import torch
 from helpers import attn_only_2l_like
 
 import headcoop as hc
-from headcoop.analysis.probe_patching import probe_patch
+from headcoop.analysis.nodes.probe_patching import probe_patch
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -92,7 +92,7 @@ def plain_edge_ablation(model, tokens, reference, metric, sender, receiver, via)
 @pytest.mark.parametrize("shape", [dict(), dict(positional_embedding_type="rotary", rotary_dim=4),
                                    dict(attn_only=False, d_mlp=16, act_fn="gelu", positional_embedding_type="standard")])
 def test_ablate_edges_over_several_references_equals_the_plain_loop(shape):
-    from headcoop.analysis.edge_ablation import ablate_edges
+    from headcoop.analysis.edges.ablation import ablate_edges
 
     model = attn_only_2l_like(seed=2, n_layers=3, **shape)
     tokens, _ = _inputs(model, seed=3, batch=6)
@@ -113,7 +113,7 @@ def test_ablate_edges_over_several_references_equals_the_plain_loop(shape):
 
 
 def test_ablate_edges_with_a_user_hook_takes_the_canonical_reference():
-    from headcoop.analysis.edge_ablation import ablate_edges
+    from headcoop.analysis.edges.ablation import ablate_edges
 
     model = attn_only_2l_like(seed=2, n_layers=3)
     tokens, _ = _inputs(model, seed=3, batch=6)

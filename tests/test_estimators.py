@@ -1,4 +1,4 @@
-"""Shapley values and interactions above the exact limit, on shapiq (headcoop.analysis.estimators): the game
+"""Shapley values and interactions above the exact limit, on shapiq (headcoop.analysis.games.estimators): the game
 as a shapiq.Game, headcoop's exact path against shapiq's exact computer, the sampled estimators against the
 exact values within their standard errors, and the top-pairs-only interactions."""
 
@@ -11,9 +11,9 @@ import torch
 from helpers import attn_only_2l_like
 
 import headcoop as hc
-from headcoop.analysis.coalitions import CoalitionGame, all_masks
-from headcoop.analysis.estimators import HeadGame, pair_interactions, shapiq_exact, shapiq_shapley
-from headcoop.analysis.interactions import exact_shapley
+from headcoop.analysis.games.coalitions import CoalitionGame, all_masks
+from headcoop.analysis.games.estimators import HeadGame, pair_interactions, shapiq_exact, shapiq_shapley
+from headcoop.analysis.games.interactions import exact_shapley
 
 
 def game_of(n_heads_per_layer: int, seed: int = 0, how: str = "zero"):

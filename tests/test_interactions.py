@@ -11,8 +11,8 @@ import torch
 from helpers import attn_only_2l_like
 
 import headcoop as hc
-from headcoop.analysis.coalitions import CoalitionGame, all_masks
-from headcoop.analysis.interactions import exact_shapley
+from headcoop.analysis.games.coalitions import CoalitionGame, all_masks
+from headcoop.analysis.games.interactions import exact_shapley
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -223,7 +223,7 @@ def test_a_game_whose_players_all_sit_after_layer_0_equals_the_ablation_loop(how
     prefix and crashed): every coalition's value equals hc.ablate's forward pass."""
     import itertools
 
-    from headcoop.analysis.coalitions import CoalitionGame
+    from headcoop.analysis.games.coalitions import CoalitionGame
 
     model = hc.Count01(max_len=6).model(seed=0, n_heads=2, d_model=8, d_head=2, n_layers=2)
     batch = hc.Count01(max_len=6).sample(16, seed=1)

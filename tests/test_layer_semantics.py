@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import headcoop as hc
-from headcoop.analysis.attention import attention_data
+from headcoop.analysis.nodes.attention import attention_data
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import transformer_lens.patching as tlp
 from transformer_lens import HookedTransformer
 
 import headcoop as hc
-from headcoop.analysis.patching import PatchResult, patches_per_chunk
+from headcoop.analysis.nodes.patching import PatchResult, patches_per_chunk
 
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 tlp.tqdm = lambda iterable, *args, **kwargs: iterable  # silence the reference's progress bars
@@ -140,7 +140,7 @@ def test_one_forward_pass_per_chunk_not_per_patch(setups, monkeypatch, head_loca
     calls = []
     original = HookedTransformer.forward
     monkeypatch.setattr(HookedTransformer, "forward", lambda self, *a, **k: calls.append(1) or original(self, *a, **k))
-    from headcoop.analysis import suffix
+    from headcoop.analysis.engine import kernels as suffix
 
     suffix_calls = []
     original_suffix = suffix.run_from

@@ -8,7 +8,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 
 import headcoop as hc
-from headcoop.analysis.probes import fit_logistic, probe_features, roc_auc
+from headcoop.analysis.nodes.probes import fit_logistic, probe_features, roc_auc
 
 
 @pytest.fixture(scope="module")

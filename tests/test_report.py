@@ -19,7 +19,7 @@ from headcoop.studies import skip_pair as skip_pair_study
 from headcoop.studies.skip_pair import compare_orderings
 
 import headcoop as hc
-from headcoop.analysis.common import head_names
+from headcoop.analysis.engine.inputs import head_names
 from headcoop.views import circuitsvis_bundle
 
 report_module = importlib.import_module("headcoop.reporting")

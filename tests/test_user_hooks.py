@@ -14,7 +14,7 @@ from test_any_model import build
 from transformer_lens import patching
 
 import headcoop as hc
-from headcoop.analysis.coalitions import CoalitionGame
+from headcoop.analysis.games.coalitions import CoalitionGame
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.mark.slow]
 

@@ -60,7 +60,7 @@ def build(out: Path = DEFAULT_OUT) -> Path:
         "model). `hc.attribute` estimates every patch of an `hc.patch` sweep from gradients; here each estimate is "
         "compared with the full exact sweep (`hc.patch`, itself checked against TransformerLens in the tests).",
         "",
-        "Methods (`headcoop/analysis/attribution.py` has the definitions):",
+        "Methods (`headcoop/analysis/nodes/attribution.py` has the definitions):",
         "",
         "- **atp**: first order at the target run (Nanda 2023): (a_clean - a_corrupt) times the gradient.",
         "- **atp\\***: AtP* (Kramár et al. 2024): the QK fix for q and k patches (the attention pattern after the "

@@ -12,7 +12,7 @@ import headcoop as hc
 from experiments.cooperation.common import Settings
 from experiments.shared import write_table
 from experiments.cooperation.measures import WRITES_TO
-from headcoop.analysis.cooperation import MECHANISMS, ROLES
+from headcoop.analysis.mechanisms.cooperation import MECHANISMS, ROLES
 
 PRIMARY = dict(n_heads=16, d_model=32, d_head=2)
 # which outputs a head "writes to" in one context: (name, reading of hc.superposed_writes, outputs); the

@@ -19,7 +19,7 @@ from experiments.cooperation.quotes import (
     DISTRIBUTE, FINDING, INTERFERE, LEAST_FAVOURITE, ONE_HEAD, ONLY_CORRECT, QUESTION, SUPERPOSE, TABLE1, TITLE,
 )
 from experiments.robustness.page import REGISTRY_SAYS, default_verdicts, with_registry
-from headcoop.analysis.cooperation import MECHANISMS
+from headcoop.analysis.mechanisms.cooperation import MECHANISMS
 from headcoop.pages import Claim, Section, Table, Text, render
 
 HERE = Path(__file__).resolve().parent

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import headcoop as hc
-from headcoop.analysis.cooperation import MECHANISMS
+from headcoop.analysis.mechanisms.cooperation import MECHANISMS
 from headcoop.tasks.bench import BENCH
 from headcoop.tasks.planted import PLANTED
 

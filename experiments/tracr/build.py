@@ -92,7 +92,7 @@ def _nonzero(matrix: np.ndarray, axis: int) -> list[int]:
 
 def ground_truth(model, labels: list[str], out_labels: list[str]) -> dict:
     """Reads and writes of every component, its operation, the empty components, the true edges and nodes."""
-    from headcoop.analysis.edges import graph, reader_name, writer_name
+    from headcoop.analysis.edges.scores import graph, reader_name, writer_name
 
     cfg = model.cfg
     W = lambda t: t.detach().cpu().numpy()  # noqa: E731

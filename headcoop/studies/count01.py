@@ -50,12 +50,12 @@ from torch import Tensor
 from headcoop.tl import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
-from headcoop.analysis.circuits import qk
+from headcoop.analysis.weights.qkov import qk
 from headcoop.checks import check_float, check_int
-from headcoop.studies import Study, StudySection
-from headcoop.analysis.common import require_task
-from headcoop.analysis.dla import dla
-from headcoop.analysis.probes import probe
+from headcoop.studies.base import Study, StudySection
+from headcoop.analysis.engine.inputs import require_task
+from headcoop.analysis.nodes.dla import dla
+from headcoop.analysis.nodes.probes import probe
 from headcoop.tasks.base import Task
 from headcoop.results import Result
 from headcoop.tasks.count01 import EQ, FIVE, FOUR, ONE, TWO, ZERO, Count01

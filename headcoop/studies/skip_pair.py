@@ -27,13 +27,13 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 from headcoop.tl import HookedTransformer
 
-from headcoop.analysis.circuits import ov, qk
-from headcoop.analysis.common import check_choice, check_head, check_layer, head_names, model_device, require_task
-from headcoop.analysis.dla import dla
+from headcoop.analysis.weights.qkov import ov, qk
+from headcoop.analysis.engine.inputs import check_choice, check_head, check_layer, head_names, model_device, require_task
+from headcoop.analysis.nodes.dla import dla
 from headcoop.checks import check_int, installed_hooks
 from headcoop.fused import check_supported, fused_logits, stack_parameters
 from headcoop.results import Result
-from headcoop.studies import Study, StudySection
+from headcoop.studies.base import Study, StudySection
 from headcoop.tasks.skip_pair import NOISE, PAIRS, READ_OFF, SIGNAL, SkipPair
 
 ORDERING_KINDS = ("equal", "reversed", "partly reversed", "partly equal")

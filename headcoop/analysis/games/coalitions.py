@@ -19,7 +19,7 @@ metric is its default). The paths (`method`), each compared with the reference i
   after layer l, so layer l runs once per distinct such prefix (a random order of 32 heads in 4 layers has
   33 coalitions but 9 + 17 + 25 + 33 = 84 distinct layer states instead of 132), through TransformerLens's
   own block with a hook on z; with a named metric, the last layer computes only the row each input is read
-  at (`headcoop.analysis.kernels.supported` models);
+  at (`headcoop.analysis.engine.kernels.supported` models);
 - "stacked": the engine's stacked path, C coalitions at a time through the model's blocks from the first
   player's layer, one hook per layer setting each copy's ablated heads;
 - "reference": `hc.ablate` of the players outside S and one plain forward pass per coalition. It is also
@@ -36,12 +36,12 @@ from torch import Tensor
 from headcoop.tl import HookedTransformer
 from transformer_lens.utilities import apply_softcap, get_act_name
 
-from headcoop.analysis.ablation import ablate, hooks_added, reference_z, replacement, resample_order, z_hooks
-from headcoop.analysis.common import check_choice, require_task
-from headcoop.analysis.copies import (
+from headcoop.analysis.engine.ablation import ablate, hooks_added, reference_z, replacement, resample_order, z_hooks
+from headcoop.analysis.engine.inputs import check_choice, require_task
+from headcoop.analysis.engine.copies import (
     BRIDGE_STACKED, AtRows, Copies, Score, Target, evaluate, hooks_in_the_way, measure, route, target_run,
 )
-from headcoop.analysis.kernels import attention_out, finish_block, pattern_at_rows, supported, unembed
+from headcoop.analysis.engine.kernels import attention_out, finish_block, pattern_at_rows, supported, unembed
 from headcoop.analysis.vocabulary import ABLATION_HOWS, GAME_METHODS, AblationHow, GameMethod, head_name
 from headcoop.bridge import is_bridge
 

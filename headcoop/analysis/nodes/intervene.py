@@ -40,9 +40,9 @@ from torch import Tensor
 from headcoop.tl import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
-from headcoop.analysis.ablation import hooks_added
-from headcoop.analysis.common import parse_heads
-from headcoop.analysis.common import check_positions, vocab_labels
+from headcoop.analysis.engine.ablation import hooks_added
+from headcoop.analysis.engine.inputs import parse_heads
+from headcoop.analysis.engine.inputs import check_positions, vocab_labels
 
 OTHERS = ("model",)
 

@@ -30,7 +30,7 @@ from headcoop.tl import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
 from headcoop.results import Result
-from headcoop.analysis.common import as_tokens, check_choice, check_positions, layers_of, parse_heads
+from headcoop.analysis.engine.inputs import as_tokens, check_choice, check_positions, layers_of, parse_heads
 from headcoop.analysis.vocabulary import HEAD_SITES, RESID_SITES, SITES, Site, head_name, layer_name
 from headcoop.checks import check_finite
 from headcoop.tasks.base import Batch, generator

@@ -21,7 +21,7 @@ baseline, 1 at the clean baseline.
 The batching trick
 ------------------
 ``transformer_lens.patching`` runs one forward pass per patch and syncs with the host (``.item()``) after
-each. Here a sweep is a specification on the stacked-copies engine (``headcoop.analysis.copies``): a
+each. Here a sweep is a specification on the stacked-copies engine (``headcoop.analysis.engine.copies``): a
 grid of patches, a setter and the metric. The engine stacks the patches along the batch axis: a chunk of
 P patches of one layer is one pass over P copies of the target batch ([P * batch, pos]), copy p carrying
 patch p. P comes from ``memory_budget_mb`` (the engine's one memory formula). Three ways to run a chunk
@@ -42,7 +42,7 @@ patch p. P comes from ``memory_budget_mb`` (the engine's one memory formula). Th
   softmax, ``pattern @ v``), applies ``F.linear(z, W_O, b_O)``, adds the target's resid_pre and runs the
   block's MLP, as the block does; a one-position patch of z, q or pattern changes a single row of z, so
   only that row is recomputed. Later layers then run row-wise from the first row the patch can change
-  (``headcoop.analysis.kernels``: with causal attention no earlier row changes; the keys and values of
+  (``headcoop.analysis.engine.kernels``: with causal attention no earlier row changes; the keys and values of
   earlier rows come from the target's cache), and the last layer only at the rows the metric reads
   (checked on every call, see ``kernels.reads_only``).
 
@@ -67,13 +67,13 @@ from headcoop.tl import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
 from headcoop.results import Result
-from headcoop.analysis import kernels
-from headcoop.analysis.common import check_choice, model_device, parse_heads, require_model
-from headcoop.analysis.grid import PatchGrid, normalized, pos_labels, select_cells
-from headcoop.analysis.copies import (
+from headcoop.analysis.engine import kernels
+from headcoop.analysis.engine.inputs import check_choice, model_device, parse_heads, require_model
+from headcoop.analysis.engine.grid import PatchGrid, normalized, pos_labels, select_cells
+from headcoop.analysis.engine.copies import (
     Copies, Rows, Target, clean_corrupt, continuation, copies_per_chunk, evaluate, route, target_run,
 )  # fmt: skip
-from headcoop.analysis.kernels import attention_out, causal, softmax_keys
+from headcoop.analysis.engine.kernels import attention_out, causal, softmax_keys
 from headcoop.checks import check_bool, check_finite, check_float
 from headcoop.analysis.vocabulary import (
     COMPONENTS, DIRECTIONS, PATCH_METHODS, POSITIONS, RESID_COMPONENTS, Component, Direction, PatchMethod, Positions,
@@ -186,7 +186,7 @@ def _prefix_reusable(model: HookedTransformer, component: str) -> bool:
     """Whether the head-local shortcut reproduces the model's own computation: blocks whose attention
     output is `F.linear(z, W_O, b_O)` added to resid_pre (then the MLP, per row), scores from the hooked q/k
     by `calculate_attention_scores` and the causal mask alone, and later layers the row-wise suffix
-    (`headcoop.analysis.kernels`) runs exactly."""
+    (`headcoop.analysis.engine.kernels`) runs exactly."""
     if component in RESID_COMPONENTS or not kernels.supported(model):
         return False
     # the cached q and k of a rotary model are before the rotation the scores use: q/k patches go stacked

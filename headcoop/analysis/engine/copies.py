@@ -37,9 +37,9 @@ from torch import Tensor
 from headcoop.tl import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
-from headcoop.analysis import kernels
-from headcoop.analysis.kernels import RowLogits
-from headcoop.analysis.common import as_tokens, check_choice, check_positions, require_task, task_of
+from headcoop.analysis.engine import kernels
+from headcoop.analysis.engine.kernels import RowLogits
+from headcoop.analysis.engine.inputs import as_tokens, check_choice, check_positions, require_task, task_of
 from headcoop.analysis.vocabulary import METRIC_NAMES, TieRule
 from headcoop.bridge import is_bridge, user_hooks
 from headcoop.checks import check_metric_value

@@ -15,7 +15,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from headcoop.analysis.edges import EdgeResult
+from headcoop.analysis.edges.scores import EdgeResult
 
 
 def _node(name: str) -> str:

@@ -27,7 +27,7 @@ corrupt with clean activations, "noise" the reverse):
   activation are averaged over them and multiplied by ``a_source - a_target``.
 
 Verification: the ``verify`` cells with the largest score and ``sample`` cells drawn at random from the rest
-(``seed``) are patched exactly with the engine (`headcoop.analysis.patching.sweep`, the path `hc.patch` takes,
+(``seed``) are patched exactly with the engine (`headcoop.analysis.nodes.patching.sweep`, the path `hc.patch` takes,
 exact with any hook installed). From the sample, a count with a Clopper-Pearson 95% interval of the cells
 outside the top whose exact effect exceeds the smallest exact effect among the top cells (AtP*'s
 false-negative bound). ``verify="all"`` runs the whole exact sweep: then recall@k and the correlations are
@@ -53,11 +53,11 @@ from headcoop.progress import with_progress
 from headcoop.tl import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
-from headcoop.analysis.common import check_choice, model_device
-from headcoop.analysis.copies import clean_corrupt, hooks_in_the_way
-from headcoop.analysis.kernels import scores_of, softmax_keys
-from headcoop.analysis.grid import PatchGrid, kv_heads, normalized, pos_labels, select_cells
-from headcoop.analysis.patching import sweep
+from headcoop.analysis.engine.inputs import check_choice, model_device
+from headcoop.analysis.engine.copies import clean_corrupt, hooks_in_the_way
+from headcoop.analysis.engine.kernels import scores_of, softmax_keys
+from headcoop.analysis.engine.grid import PatchGrid, kv_heads, normalized, pos_labels, select_cells
+from headcoop.analysis.nodes.patching import sweep
 from headcoop.analysis.vocabulary import (
     ATTRIBUTION_METHODS, COMPONENTS, DIRECTIONS, POSITIONS, RESID_COMPONENTS, AttributionMethod, Component,
     Direction, Positions, head_name, layer_name,
@@ -188,7 +188,7 @@ class AttributionResult(Result):
 
     def as_patch_result(self):
         """The estimates as a PatchResult (same grid; `method` names the estimate), for its heatmaps and helpers."""
-        from headcoop.analysis.patching import PatchResult
+        from headcoop.analysis.nodes.patching import PatchResult
 
         return PatchResult(values=self.values, dims=self.dims, coords=self.coords, clean_value=self.clean_value,
                            corrupt_value=self.corrupt_value, component=self.component, positions=self.positions,

@@ -9,7 +9,7 @@ import torch
 from headcoop.tl import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
-from headcoop.analysis.common import as_tokens, layers_of, require_task, token_labels
+from headcoop.analysis.engine.inputs import as_tokens, layers_of, require_task, token_labels
 from headcoop.analysis.vocabulary import head_name
 from headcoop.tasks.base import Batch
 from headcoop.views import AttentionView, attention_view

@@ -11,9 +11,9 @@ import pandas as pd
 import torch
 from transformer_lens.utilities import get_act_name
 
-from headcoop.analysis.common import as_tokens, parse_heads
-from headcoop.analysis.copies import Score, evaluate, route, target_run
-from headcoop.analysis.path_patching import check_path_model, path_copies
+from headcoop.analysis.engine.inputs import as_tokens, parse_heads
+from headcoop.analysis.engine.copies import Score, evaluate, route, target_run
+from headcoop.analysis.edges.path_patching import check_path_model, path_copies
 from headcoop.analysis.vocabulary import head_name
 
 

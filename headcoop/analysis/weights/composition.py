@@ -20,7 +20,7 @@ import plotly.graph_objects as go
 import torch
 from headcoop.tl import HookedTransformer
 
-from headcoop.analysis.common import check_choice, require_model
+from headcoop.analysis.engine.inputs import check_choice, require_model
 from headcoop.analysis.vocabulary import MODES, Mode, head_name
 from headcoop.bridge import is_bridge
 from headcoop.checks import check_finite

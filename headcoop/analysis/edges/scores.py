@@ -32,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-from typing import Literal, get_args
 
 import numpy as np
 import pandas as pd
@@ -42,102 +41,18 @@ from torch import Tensor
 from transformer_lens.utilities import get_act_name
 
 from headcoop.progress import with_progress
-from headcoop.analysis.attribution import clopper_pearson
-from headcoop.analysis.common import check_choice, require_model
-from headcoop.analysis.copies import Copies, Target, clean_corrupt, evaluate, route, target_run
-from headcoop.analysis.norms import frozen_norm, norm_kind, norm_weights
-from headcoop.analysis.vocabulary import DIRECTIONS, Direction, head_name
-from headcoop.bridge import is_bridge
+from headcoop.analysis.nodes.attribution import clopper_pearson
+from headcoop.analysis.engine.inputs import check_choice, require_model
+from headcoop.analysis.engine.copies import Copies, Target, clean_corrupt, evaluate, route, target_run
+from headcoop.analysis.engine.norms import frozen_norm, norm_kind, norm_weights
+from headcoop.analysis.vocabulary import DIRECTIONS, Direction
+from headcoop.analysis.edges.graph import (
+    ATTN_READERS, EDGE_METHODS, EdgeMethod, Reader, Writer, check_edge_model, graph, grouped, has_mlp, qkv_weights,
+    reader_name, writer_name,
+)  # fmt: skip
 from headcoop.checks import check_finite, check_int, check_metric_value
 from headcoop.results import Result
 from headcoop.tl import HookedTransformer
-
-EdgeMethod = Literal["eap", "eap-ig", "exact"]
-EDGE_METHODS: tuple[str, ...] = get_args(EdgeMethod)
-Writer = tuple  # ("embed",) | ("pos_embed",) | ("head", layer, head) | ("mlp", layer)
-Reader = tuple  # ("head", layer, head, via) | ("kv", layer, kv_head, via) | ("mlp", layer) | ("logits",)
-ATTN_READERS = ("head", "kv")  # a head's q/k/v input; "kv": the k or v input of a key/value head (grouped-query)
-
-
-# --- the graph ------------------------------------------------------------------------------------------
-def writer_name(w: Writer) -> str:
-    return {"embed": "embed", "pos_embed": "pos_embed"}.get(w[0]) or (head_name(w[1], w[2]) if w[0] == "head" else f"MLP{w[1]}")
-
-
-def reader_name(r: Reader) -> tuple[str, str]:
-    """(reader, via): ("L1H2", "q"), ("MLP1", "in"), ("logits", "direct")."""
-    if r[0] == "head":
-        return head_name(r[1], r[2]), r[3]
-    if r[0] == "kv":
-        return f"L{r[1]}KV{r[2]}", r[3]
-    return (f"MLP{r[1]}", "in") if r[0] == "mlp" else ("logits", "direct")
-
-
-def _order(node: tuple, n_layers: int) -> int:
-    """Position in the forward pass: embeddings first, then per layer its heads, then its MLP, then the logits."""
-    kind = node[0]
-    if kind in ("embed", "pos_embed"):
-        return -1
-    if kind in ATTN_READERS:
-        return 2 * node[1]
-    return 2 * node[1] + 1 if kind == "mlp" else 2 * n_layers
-
-
-def _has_mlp(model) -> bool:
-    return not model.cfg.attn_only and bool(model.cfg.d_mlp)
-
-
-def graph(model: HookedTransformer) -> tuple[list[Writer], list[Reader], list[tuple[Writer, Reader]]]:
-    """Every writer, every reader and every edge (writer before reader) of the model, in forward order."""
-    cfg = model.cfg
-    writers: list[Writer] = [("embed",)]
-    if cfg.positional_embedding_type == "standard":
-        writers.append(("pos_embed",))
-    readers: list[Reader] = []
-    for lay in range(cfg.n_layers):
-        writers += [("head", lay, h) for h in range(cfg.n_heads)]
-        readers += [("head", lay, h, "q") for h in range(cfg.n_heads)]
-        readers += [(_kv_kind(model), lay, g, v) for g in range(_n_kv(model)) for v in ("k", "v")]
-        if _has_mlp(model):
-            writers.append(("mlp", lay))
-            readers.append(("mlp", lay))
-    readers.append(("logits",))
-    n = cfg.n_layers
-    edges = [(w, r) for r in readers for w in writers if _order(w, n) < _order(r, n)]
-    return writers, readers, edges
-
-
-def _grouped(model) -> bool:
-    kv = model.cfg.n_key_value_heads
-    return kv is not None and kv != model.cfg.n_heads
-
-
-def _n_kv(model) -> int:
-    return model.cfg.n_key_value_heads if _grouped(model) else model.cfg.n_heads
-
-
-def _kv_kind(model) -> str:
-    """Grouped-query models read k and v per key/value head ("kv", shared by several query heads: one reader)."""
-    return "kv" if _grouped(model) else "head"
-
-
-def qkv_weights(attn, via: str, index: int, grouped: bool) -> tuple[Tensor, Tensor]:
-    """(W [d_model, d_head], b [d_head]) of head `index`'s q, k or v; a grouped-query model's k and v by
-    key/value head (TransformerLens's `_W_K`, `_b_K`)."""
-    prefix = "_" if grouped and via in ("k", "v") else ""
-    return getattr(attn, f"{prefix}W_{via.upper()}")[index], getattr(attn, f"{prefix}b_{via.upper()}")[index]
-
-
-def check_edge_model(model: HookedTransformer) -> None:
-    """The model shapes `hc.edges` supports; a clear error for the others."""
-    cfg = model.cfg
-    if is_bridge(model):
-        raise ValueError("hc.edges does not take a TransformerBridge yet: its q/k/v inputs are shared by all heads")
-    if cfg.parallel_attn_mlp:
-        raise ValueError("hc.edges needs sequential blocks (attention, then the MLP); this model has parallel_attn_mlp=True")
-    if _has_mlp(model) and cfg.act_fn in ("solu_ln",):
-        raise ValueError("hc.edges does not support SoLU-LN MLPs (their hook_pre is not the MLP's only input)")
-
 
 # --- writer changes and reader inputs -------------------------------------------------------------------
 def writer_outputs(model: HookedTransformer, cache, writers: list[Writer]) -> dict[Writer, Tensor]:
@@ -172,7 +87,7 @@ def reader_input(model: HookedTransformer, target: Target, reader: Reader, delta
         pos_embed = target.extras.get("shortformer_pos_embed")
         if via in ("q", "k") and pos_embed is not None:
             x = x + pos_embed
-        W, b = qkv_weights(block.attn, via, head, _grouped(model))
+        W, b = qkv_weights(block.attn, via, head, grouped(model))
         return x @ W + b
     x = frozen_norm(getattr(block, "ln2", None), target.act("resid_mid", lay) + delta,
                     _scale(cache, f"blocks.{lay}.ln2.hook_scale"))  # fmt: skip
@@ -252,7 +167,7 @@ def _reader_grads(model: HookedTransformer, tokens: Tensor, score, readers: list
         if r[0] in ATTN_READERS:
             g = grads[get_act_name(r[3], lay)]
             g = torch.zeros_like(kept[get_act_name(r[3], lay)]) if g is None else g
-            g = g[:, :, r[2]] @ qkv_weights(model.blocks[lay].attn, r[3], r[2], _grouped(model))[0].T
+            g = g[:, :, r[2]] @ qkv_weights(model.blocks[lay].attn, r[3], r[2], grouped(model))[0].T
             out[r] = norm_transpose(getattr(model.blocks[lay], "ln1", None), g, scales.get(f"blocks.{lay}.ln1.hook_scale"))
         elif r[0] == "mlp":
             mlp = model.blocks[lay].mlp
@@ -328,18 +243,18 @@ def edge_copies(model: HookedTransformer, edges: list[tuple[Writer, Reader]], de
 
 
 @contextlib.contextmanager
-def _split_inputs(model: HookedTransformer):
+def split_inputs(model: HookedTransformer):
     """TransformerLens's own per-head q/k/v inputs and MLP input hook, switched on for the reference and back."""
     cfg = model.cfg
     was = (cfg.use_split_qkv_input, cfg.use_hook_mlp_in)
     model.set_use_split_qkv_input(True)
-    if _has_mlp(model):
+    if has_mlp(model):
         model.set_use_hook_mlp_in(True)
     try:
         yield
     finally:
         model.set_use_split_qkv_input(was[0])
-        if _has_mlp(model):
+        if has_mlp(model):
             model.set_use_hook_mlp_in(was[1])
 
 
@@ -357,7 +272,7 @@ def reference_edge(model: HookedTransformer, target: Target, reader: Reader, del
             hooks.append(("ln_final.hook_scale", lambda x, hook: scale.to(x)))
         return model.run_with_hooks(target.tokens, fwd_hooks=hooks)
     lay = reader[1]
-    with _split_inputs(model):
+    with split_inputs(model):
         if reader[0] in ATTN_READERS:
             head, via = reader[2], reader[3]
 

@@ -6,7 +6,7 @@
     result.to_dataframe()                        # one row per pair: word, agreement, what flips it, the axes
     result.readings                              # one row per reading: how, draw, threshold band, words
 
-**The axes** (`headcoop.analysis.mechanisms`), per pair (i, j) and input:
+**The axes** (`headcoop.analysis.mechanisms.axes`), per pair (i, j) and input:
 
 - *necessity*: the pair's 2 x 2 game on the user's metric (both, only i, only j, neither active; every other
   head as in the model: the "full" context, or every other head ablated: "isolated" where the pair
@@ -91,13 +91,13 @@ from torch import Tensor
 from transformer_lens.utilities import get_act_name
 
 from headcoop.progress import with_progress
-from headcoop.analysis.ablation import hooks_added, reference_z, resample_order, z_hooks
-from headcoop.analysis.coalitions import CoalitionGame
-from headcoop.analysis.common import as_tokens, check_choice, parse_heads, require_model, require_task
-from headcoop.analysis.copies import per_input_metric
-from headcoop.analysis.estimators import HeadGame, top_interactions
-from headcoop.analysis.interactions import MAX_EXACT, interactions
-from headcoop.analysis.mechanisms import (
+from headcoop.analysis.engine.ablation import hooks_added, reference_z, resample_order, z_hooks
+from headcoop.analysis.games.coalitions import CoalitionGame
+from headcoop.analysis.engine.inputs import as_tokens, check_choice, parse_heads, require_model, require_task
+from headcoop.analysis.engine.copies import per_input_metric
+from headcoop.analysis.games.estimators import HeadGame, top_interactions
+from headcoop.analysis.games.interactions import MAX_EXACT, interactions
+from headcoop.analysis.mechanisms.axes import (
     attended_sources, conditional_rank, consistent_outputs, distributed, effect_interval, necessity_classes,
     superposed, write_sets,
 )  # fmt: skip
@@ -348,7 +348,7 @@ def _additive_by_construction(model: HookedTransformer, a: tuple[int, int], b: t
 def _head_dla(model: HookedTransformer, tokens: Tensor, pos: Tensor) -> Tensor | str:
     """Each head's direct logit attribution [batch, layer, head, vocab] at the read rows (the final norm's
     scale frozen), or why there is none (no exact DLA for the model, or installed hooks make it inexact)."""
-    from headcoop.analysis.dla import check_decomposable, dla
+    from headcoop.analysis.nodes.dla import check_decomposable, dla
 
     try:
         check_decomposable(model, "cooperation's direct effects")
@@ -448,7 +448,7 @@ def _run_with(model, tokens, pos, values: dict, cache_names=()) -> tuple[Tensor,
 def _head_direct(model, z: Tensor, head: tuple[int, int], rows, pos, scale: Tensor | None) -> Tensor:
     """[batch, vocab] head's direct contribution to the logits at the read rows from its z [batch, pos,
     d_head], through the final norm with its scale held at `scale` ([batch, 1])."""
-    from headcoop.analysis.norms import frozen_norm
+    from headcoop.analysis.engine.norms import frozen_norm
 
     out = (z[rows, pos].to(model.W_U.dtype) @ model.blocks[head[0]].attn.W_O[head[1]]).cpu()
     ln = getattr(model, "ln_final", None)

@@ -6,7 +6,7 @@ The residual stream at the last layer is a sum of what every component wrote:
 
 and the logits are `ln_final(resid) @ W_U + b_U`. Without a final norm every term, pushed through W_U, is
 that component's contribution. With a final LayerNorm / RMSNorm each term is centred (LN) and divided
-by the norm's scale cached from the same forward pass (`headcoop.analysis.norms`, as TransformerLens's
+by the norm's scale cached from the same forward pass (`headcoop.analysis.engine.norms`, as TransformerLens's
 `apply_ln_to_stack`); the norm's bias is a component of its own. Either way the contributions sum to
 the logits exactly (checked on every call); with a norm, the frozen scale is an assumption the result
 states in its repr and plot title.
@@ -38,10 +38,10 @@ from transformer_lens.utilities import get_act_name
 
 from headcoop.analysis.vocabulary import layer_name
 from headcoop.results import Result
-from headcoop.analysis.common import (
+from headcoop.analysis.engine.inputs import (
     as_tokens, check_choice, check_layer, check_positions, head_names, require_model, require_task, vocab_labels,
 )
-from headcoop.analysis.norms import describe, norm_kind, through_norm
+from headcoop.analysis.engine.norms import describe, norm_kind, through_norm
 from headcoop.bridge import out_bias, user_hooks
 from headcoop.checks import check_finite
 from headcoop.tasks.base import Batch

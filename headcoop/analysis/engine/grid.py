@@ -11,7 +11,7 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
-from headcoop.analysis.common import check_layer, head_selection, task_symbols
+from headcoop.analysis.engine.inputs import check_layer, head_selection, task_symbols
 from headcoop.analysis.vocabulary import RESID_COMPONENTS
 from headcoop.tl import HookedTransformer
 

@@ -3,7 +3,7 @@
     result = hc.interactions(model)                    # the task's inputs and metric, mean ablation
     result = hc.interactions(model, metric="accuracy", how="zero", heads=["L0H1", "L0H4", "L0H7"])
 
-A coalition game (`headcoop.analysis.coalitions`): v(S) is the metric with only the heads in S active and
+A coalition game (`headcoop.analysis.games.coalitions`): v(S) is the metric with only the heads in S active and
 every other player ablated. Reported:
 
 - `shapley` [head]: each head's Shapley value, sum_{S not containing i} |S|!(n-|S|-1)!/n! (v(S+i) - v(S));
@@ -14,7 +14,7 @@ every other player ablated. Reported:
   v(N) - v(N-i) - v(N-j) + v(N-i-j).
 
 Exact by enumerating all 2^n coalitions up to `max_exact` players (16: 65,536 coalitions). Above that
-(`headcoop.analysis.estimators`, on shapiq): Shapley values by shapiq's KernelSHAP at a budget of
+(`headcoop.analysis.games.estimators`, on shapiq): Shapley values by shapiq's KernelSHAP at a budget of
 coalitions (or shapiq's SVARM or permutation sampling), each with a standard error per head; and the interaction index of the `top_pairs` strongest pairs only (shapiq's
 SVARM-IQ ranks every pair, then each top pair's weighting is sampled directly: a random order of the other
 heads with the pair as one block, S = the heads before the block, `pair_samples` draws per pair). Both are
@@ -46,10 +46,10 @@ from torch import Tensor
 from headcoop.progress import expect, with_progress
 from headcoop.tl import HookedTransformer
 
-from headcoop.analysis.coalitions import CoalitionGame, all_masks, shapley_weights
+from headcoop.analysis.games.coalitions import CoalitionGame, all_masks, shapley_weights
 from headcoop.analysis.vocabulary import AblationHow, head_name
-from headcoop.analysis.common import check_choice, parse_heads, require_model
-from headcoop.analysis.estimators import (
+from headcoop.analysis.engine.inputs import check_choice, parse_heads, require_model
+from headcoop.analysis.games.estimators import (
     SHAPLEY_ESTIMATORS, HeadGame, ShapleyEstimator, check_budget, check_estimate, pair_interactions,
     shapiq_shapley, top_interactions,
 )  # fmt: skip
@@ -206,7 +206,7 @@ def interactions(
     how:     how a head outside the coalition is ablated: "zero", "mean" or "resample" (as hc.ablate;
              `reference` and `seed` as there).
     method:  "auto" (exact up to max_exact heads, else sampled), "exact" or "sampled".
-    Sampled (`headcoop.analysis.estimators`):
+    Sampled (`headcoop.analysis.games.estimators`):
     estimator: Shapley values by one of shapiq's estimators: "kernelshap" (the default: paired KernelSHAP had
              the smallest errors at every budget measured, benchmarks/shapley_estimators.py), "svarm" or
              "permutation" (permutation sampling), at `budget` coalitions (default 20,000) split into `repeats`

@@ -37,11 +37,11 @@ from headcoop.progress import with_progress
 from headcoop.tl import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
-from headcoop.analysis import kernels
-from headcoop.analysis.common import check_choice, parse_heads, require_model
-from headcoop.analysis.norms import frozen_norm
+from headcoop.analysis.engine import kernels
+from headcoop.analysis.engine.inputs import check_choice, parse_heads, require_model
+from headcoop.analysis.engine.norms import frozen_norm
 from headcoop.analysis.vocabulary import DIRECTIONS, PATH_METHODS, VIAS, Direction, PathMethod, Via, head_name
-from headcoop.analysis.copies import (
+from headcoop.analysis.engine.copies import (
     Copies, Rows, Target, clean_corrupt, evaluate, route, target_run,
 )  # fmt: skip
 from headcoop.bridge import head_weight, is_bridge

@@ -38,12 +38,12 @@ from torch import Tensor
 from transformer_lens.utilities import get_act_name
 
 from headcoop.progress import with_progress
-from headcoop.analysis.common import check_choice, require_model
-from headcoop.analysis.copies import Copies, Target, clean_corrupt, evaluate, route, target_run
-from headcoop.analysis.edges import (
-    EdgeResult, Reader, Writer, _grouped, _has_mlp, _kv_kind, _split_inputs, check_edge_model, graph, qkv_weights,
-    reader_name, writer_name, writer_outputs,
+from headcoop.analysis.engine.inputs import check_choice, require_model
+from headcoop.analysis.engine.copies import Copies, Target, clean_corrupt, evaluate, route, target_run
+from headcoop.analysis.edges.graph import (
+    Reader, Writer, check_edge_model, graph, grouped, has_mlp, kv_kind, qkv_weights, reader_name, writer_name,
 )  # fmt: skip
+from headcoop.analysis.edges.scores import EdgeResult, split_inputs, writer_outputs
 from headcoop.checks import check_finite, check_int
 from headcoop.results import Result
 from headcoop.tl import HookedTransformer
@@ -155,7 +155,7 @@ def circuit_copies(model: HookedTransformer, target: Target, masks: Tensor, writ
         def set_qkv(x, hook, layer, via):
             x = stacked(x).clone()
             block = model.blocks[layer]
-            kind = "head" if via == "q" else _kv_kind(model)
+            kind = "head" if via == "q" else kv_kind(model)
             for h in range(x.shape[3]):
                 removed = drop((kind, layer, h, via))
                 if isinstance(removed, int):
@@ -164,7 +164,7 @@ def circuit_copies(model: HookedTransformer, target: Target, masks: Tensor, writ
                 pos_embed = target.extras.get("shortformer_pos_embed")
                 if via in ("q", "k") and pos_embed is not None:
                     inp = inp + pos_embed
-                W, b = qkv_weights(block.attn, via, h, _grouped(model))
+                W, b = qkv_weights(block.attn, via, h, grouped(model))
                 x[:, :, :, h] = inp @ W + b
             return x.view(n * batch, *x.shape[2:])
 
@@ -191,7 +191,7 @@ def circuit_copies(model: HookedTransformer, target: Target, masks: Tensor, writ
             for via in ("q", "k", "v"):
                 hooks.append((get_act_name(via, lay), lambda x, hook, lay=lay, via=via: set_qkv(x, hook, lay, via)))
             hooks.append((get_act_name("z", lay), lambda x, hook, lay=lay: capture_z(x, hook, lay)))
-            if _has_mlp(model):
+            if has_mlp(model):
                 hooks.append((get_act_name("resid_mid", lay), lambda x, hook, lay=lay: capture_mid(x, hook, lay)))
                 hooks.append((f"blocks.{lay}.mlp.hook_pre", lambda x, hook, lay=lay: set_mlp(x, hook, lay, "pre")))
                 if cfg.gated_mlp:
@@ -230,7 +230,7 @@ def reference_run(model: HookedTransformer, tokens: Tensor, mask: Tensor, writer
 
     def split(x, hook, layer, via):
         x = x.clone()
-        kind = "head" if via == "q" else _kv_kind(model)
+        kind = "head" if via == "q" else kv_kind(model)
         for h in range(x.shape[2]):
             x[:, :, h] = x[:, :, h] - removed((kind, layer, h, via))
         return x
@@ -242,11 +242,11 @@ def reference_run(model: HookedTransformer, tokens: Tensor, mask: Tensor, writer
         for via in ("q", "k", "v"):
             hooks.append((f"blocks.{lay}.hook_{via}_input", lambda x, hook, lay=lay, via=via: split(x, hook, lay, via)))
         hooks.append((get_act_name("z", lay), lambda x, hook, lay=lay: capture_z(x, hook, lay)))
-        if _has_mlp(model):
+        if has_mlp(model):
             hooks.append((f"blocks.{lay}.hook_mlp_in", lambda x, hook, lay=lay: x - removed(("mlp", lay))))
             hooks.append((get_act_name("mlp_out", lay), lambda x, hook, lay=lay: capture(x, hook, ("mlp", lay))))
     hooks.append((get_act_name("resid_post", model.cfg.n_layers - 1), lambda x, hook: x - removed(("logits",))))
-    with _split_inputs(model):
+    with split_inputs(model):
         return model.run_with_hooks(tokens, fwd_hooks=hooks)
 
 

@@ -23,7 +23,7 @@ from torch import Tensor
 from headcoop.tl import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
-from headcoop.analysis.common import as_tokens, check_choice, parse_heads, require_task
+from headcoop.analysis.engine.inputs import as_tokens, check_choice, parse_heads, require_task
 from headcoop.analysis.vocabulary import HOWS, How
 from headcoop.tasks.base import generator
 

@@ -11,11 +11,11 @@ import torch
 from torch import Tensor
 from transformer_lens.utilities import get_act_name
 
-from headcoop.analysis.common import as_tokens, check_positions
-from headcoop.analysis.copies import Readout, evaluate, route, target_run
-from headcoop.analysis.grid import PatchGrid, pos_labels
-from headcoop.analysis.patching import PatchResult, patch_copies
-from headcoop.analysis.probes import ProbeResult
+from headcoop.analysis.engine.inputs import as_tokens, check_positions
+from headcoop.analysis.engine.copies import Readout, evaluate, route, target_run
+from headcoop.analysis.engine.grid import PatchGrid, pos_labels
+from headcoop.analysis.nodes.patching import PatchResult, patch_copies
+from headcoop.analysis.nodes.probes import ProbeResult
 
 
 def probe_readout(model, probe: ProbeResult, index: int, pos: Tensor) -> Readout:

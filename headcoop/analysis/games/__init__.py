@@ -1,0 +1,1 @@
+"""Coalition games over heads: values of coalitions, Shapley values and interactions, shapiq estimators."""

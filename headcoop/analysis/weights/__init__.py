@@ -1,0 +1,1 @@
+"""Analyses of the weights alone: QK and OV tables, composition scores."""
