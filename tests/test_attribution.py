@@ -12,7 +12,7 @@ import torch
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 import headcoop as hc
-from headcoop.analysis.nodes.attribution import clopper_pearson
+from headcoop.analysis.engine.verification import clopper_pearson
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_any_model import N_CTX, SHAPES, VOCAB, build  # noqa: E402

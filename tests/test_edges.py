@@ -124,9 +124,27 @@ def test_verification_patches_the_top_and_a_seeded_sample_exactly():
     missed = result.missed
     threshold = frame.exact[frame.top].abs().min()
     assert missed["above"] == int((frame.exact[frame.sampled].abs() > threshold).sum())
-    assert missed["rest"] == len(frame) - 5 and 0 <= missed["low"] <= missed["high"] <= 1
+    assert missed["rest"] == len(frame) - 5 and 0 <= missed["share_low"] <= missed["share_high"] <= 1
     again = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, verify=5, sample=12, seed=1).to_dataframe()
     assert (again.sampled == frame.sampled).all()  # the seed decides the sample
+
+
+def test_edges_and_attribute_bound_their_misses_in_one_unit():
+    """One verification routine: `missed` has the same keys from hc.edges and hc.attribute, "estimate" / "low" /
+    "high" count items of the rest in both (issue 46: 0.522 from hc.edges was a fraction, 19.307 from
+    hc.attribute a count) and "share*" are the same bound as fractions."""
+    model = attn_only_2l_like(seed=8, **SHAPES["LN, MLPs"])
+    clean, corrupt = _inputs(model, seed=5)
+    edge = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, verify=5, sample=40, seed=1).missed
+    node = hc.attribute(model, clean=clean, corrupt=corrupt, metric=metric, verify=3, sample=10, seed=1).missed
+    assert set(edge) == set(node) == {"threshold", "rest", "sampled", "above", "estimate", "low", "high", "share",
+                                      "share_low", "share_high"}
+    for m in (edge, node):
+        assert m["share"] == pytest.approx(m["above"] / m["sampled"])
+        assert m["estimate"] == pytest.approx(m["share"] * m["rest"])
+        assert m["low"] == pytest.approx(m["share_low"] * m["rest"]) and m["high"] == pytest.approx(m["share_high"] * m["rest"])
+        assert 0 <= m["share_low"] <= m["share"] <= m["share_high"] <= 1 <= m["rest"]
+    assert edge["high"] > 1  # a count: 40 of thousands of edges sampled leaves an upper bound above one edge
 
 
 def test_the_result_shows_itself():

@@ -41,7 +41,7 @@ from torch import Tensor
 from transformer_lens.utilities import get_act_name
 
 from headcoop.progress import with_progress
-from headcoop.analysis.nodes.attribution import clopper_pearson
+from headcoop.analysis.engine.verification import miss_bound, pick
 from headcoop.analysis.engine.inputs import check_choice, require_model
 from headcoop.analysis.engine.copies import Copies, Target, clean_corrupt, evaluate, route, target_run
 from headcoop.analysis.engine.norms import frozen_norm, norm_kind, norm_weights
@@ -314,22 +314,16 @@ def _integrated_grads(model, tokens: Tensor, score, readers: list[Reader], sourc
 
 def _verify(frame: pd.DataFrame, ordered: list, verify: int, sample: int, seed: int, exact) -> tuple[dict, int]:
     """Patch exactly (`exact(edges)` -> changes of the metric) the `verify` edges with the largest |score| and
-    `sample` others drawn with `seed`; fill frame's exact / top / sampled; return the false-negative bound (as
-    `hc.attribute`'s `missed`) and the number of edges patched."""
-    order = np.argsort(-frame.score.abs().to_numpy(), kind="stable")
-    top, rest = order[:verify], order[verify:]
-    picked = np.random.default_rng(seed).choice(rest, size=min(sample, len(rest)), replace=False) if sample else np.array([], int)
+    `sample` others drawn with `seed` (`verification.pick`); fill frame's exact / top / sampled; return the
+    false-negative bound (`verification.miss_bound`, the one `hc.attribute` gives) and the number of edges patched."""
+    top, picked, rest = pick(torch.as_tensor(frame.score.abs().to_numpy()), verify, sample, seed)
+    top, picked = top.numpy(), picked.numpy()
     chosen = sorted(set(top.tolist()) | set(picked.tolist()))
     frame.loc[chosen, "exact"] = exact([ordered[i] for i in chosen]).double().cpu().numpy()
     frame.loc[top, "top"] = True
     frame.loc[picked, "sampled"] = True
-    if not (len(top) and len(picked)):
-        return {}, len(chosen)
-    threshold = float(frame.loc[top, "exact"].abs().min())
-    above = int((frame.loc[picked, "exact"].abs() > threshold).sum())
-    low, high = clopper_pearson(above, len(picked))
-    return dict(threshold=threshold, rest=int(len(rest)), sampled=int(len(picked)), above=above,
-                estimate=above / len(picked) * len(rest), low=low, high=high), len(chosen)  # fmt: skip
+    effect = lambda idx: torch.as_tensor(frame.loc[idx, "exact"].to_numpy())  # noqa: E731
+    return miss_bound(effect(top), effect(picked), rest), len(chosen)
 
 
 def _products(deltas: dict, grads: dict, ordered: list, writers: list, readers: list) -> Tensor:
@@ -348,7 +342,8 @@ class EdgeResult(Result):
     """One row per edge (`to_dataframe()`): writer, reader, via, `score` (the estimated change of the metric by
     patching that edge alone; exact for method="exact"), `exact` (the exact change where verified, NaN
     elsewhere), `top` / `sampled` (the verified edges). missed: the false-negative bound over the sampled
-    edges ({"threshold", "rest", "sampled", "above", "estimate", "low", "high"}, as `hc.attribute`); cost: passes
+    edges (`engine.verification.miss_bound`, the same as `hc.attribute`'s: "estimate", "low", "high" count
+    edges of the rest, "share", "share_low", "share_high" are fractions of it); cost: passes
     and seconds; assumptions: in words (also in the repr and the plot title)."""
 
     frame: pd.DataFrame
@@ -373,7 +368,8 @@ class EdgeResult(Result):
         top = self.ranked().head(3)
         shown = "; ".join(f"{r.writer}->{r.reader} ({r.via}) {r.score:+.3g}" for _, r in top.iterrows())
         miss = (f"; missed: {self.missed['above']}/{self.missed['sampled']} sampled above the top's smallest "
-                f"|exact| ({self.missed['low']:.0%}..{self.missed['high']:.0%} of the rest)") if self.missed else ""
+                f"|exact|: {self.missed['estimate']:.3g} ({self.missed['low']:.3g}..{self.missed['high']:.3g}) of the "
+                f"{self.missed['rest']} others)") if self.missed else ""
         said = f"; assumes {'; '.join(self.assumptions)}" if self.assumptions else ""
         return (f"EdgeResult({len(self.frame)} edges, {self.method}, {self.direction}, clean={self.clean_value:.4g}, "
                 f"corrupt={self.corrupt_value:.4g}; strongest: {shown}{miss}{said})")  # fmt: skip

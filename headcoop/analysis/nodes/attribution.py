@@ -58,6 +58,7 @@ from headcoop.analysis.engine.copies import clean_corrupt, hooks_in_the_way
 from headcoop.analysis.engine.kernels import scores_of, softmax_keys
 from headcoop.analysis.engine.grid import PatchGrid, kv_heads, normalized, pos_labels, select_cells
 from headcoop.analysis.nodes.patching import sweep
+from headcoop.analysis.engine.verification import miss_bound, pick
 from headcoop.analysis.vocabulary import (
     ATTRIBUTION_METHODS, COMPONENTS, DIRECTIONS, POSITIONS, RESID_COMPONENTS, AttributionMethod, Component,
     Direction, Positions, head_name, layer_name,
@@ -362,17 +363,6 @@ def _top_k_determined(magnitude: Tensor, k: int) -> bool:
     return bool(values[k - 1] > values[k])
 
 
-def clopper_pearson(above: int, n: int, level: float = 0.95) -> tuple[float, float]:
-    """The exact (Clopper-Pearson) interval of a binomial proportion, `above` successes of `n`, as
-    `scipy.stats.binomtest(...).proportion_ci(method="exact")` gives it; (0, 1) when n is 0."""
-    from scipy.stats import binomtest
-
-    if n == 0:
-        return 0.0, 1.0
-    interval = binomtest(above, n).proportion_ci(confidence_level=level, method="exact")
-    return float(interval.low), float(interval.high)
-
-
 # --- the entry point ----------------------------------------------------------------------------------
 @with_progress("hc.attribute", cheaper="a smaller verify= / sample= is cheaper")
 def attribute(
@@ -554,14 +544,8 @@ def _verify(model, component, grid: PatchGrid, clean_tokens, corrupt_tokens, sco
             verify, sample: int, seed: int, target_value: float, memory_budget_mb: float, cost: dict):  # fmt: skip
     """Patch exactly the top cells by score and a random sample of the rest; the false-negative bound."""
     n = score.numel()
-    flat = score.reshape(-1)
-    order = torch.argsort(flat, descending=True, stable=True)
     k = n if verify == "all" else min(int(verify), n)
-    top_idx = order[:k]
-    rest = order[k:]
-    rng = np.random.default_rng(seed)
-    take = min(sample, len(rest))
-    sample_idx = rest[torch.as_tensor(rng.choice(len(rest), size=take, replace=False), dtype=torch.long)] if take else rest[:0]
+    top_idx, sample_idx, rest = pick(score.reshape(-1), k, sample, seed)
     chosen = torch.cat([top_idx, sample_idx])
     exact = torch.full((n,), float("nan"))
     method_label = ""
@@ -576,15 +560,9 @@ def _verify(model, component, grid: PatchGrid, clean_tokens, corrupt_tokens, sco
     top[top_idx] = True
     sampled = torch.zeros(n, dtype=torch.bool)
     sampled[sample_idx] = True
-    missed = {}
-    if k and take:
-        threshold = float((exact[top_idx] - target_value).abs().min())
-        above = int(((exact[sample_idx] - target_value).abs() > threshold).sum())
-        low, high = clopper_pearson(above, take)
-        missed = {"threshold": threshold, "rest": len(rest), "sampled": take, "above": above,
-                  "estimate": above / take * len(rest), "low": low * len(rest), "high": high * len(rest)}  # fmt: skip
+    missed = miss_bound(exact[top_idx] - target_value, exact[sample_idx] - target_value, rest)
     shape = score.shape
     return exact.reshape(shape), top.reshape(shape), sampled.reshape(shape), missed, method_label
 
 
-__all__: Sequence[str] = ["attribute", "AttributionResult", "clopper_pearson"]
+__all__: Sequence[str] = ["attribute", "AttributionResult"]
