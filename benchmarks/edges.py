@@ -62,10 +62,10 @@ def main() -> None:
     print(f"one forward pass: {forward:.3f} s")
 
     start = time.perf_counter()
-    hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, method="eap")
+    hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, estimator="eap")
     eap_s = time.perf_counter() - start
     start = time.perf_counter()
-    verified = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, method="eap", verify=20, sample=20)
+    verified = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, estimator="eap", verify=20, sample=20)
     verified_s = time.perf_counter() - start
     print(f"EAP, every edge: {eap_s:.2f} s ({eap_s / forward:.1f} forward-pass equivalents; floor about 4)")
     print(f"EAP verified on its top 20 + 20 sampled edges: {verified_s:.2f} s; missed: {verified.missed}")

@@ -55,7 +55,7 @@ def test_every_edge_on_the_engine_matches_one_pass_per_edge_at_the_split_inputs(
     stacked, reference = _exact(model, clean, corrupt), _exact(model, clean, corrupt, path="reference")
     assert np.abs(stacked).max() > 1e-3  # the edges do something
     np.testing.assert_allclose(stacked, reference, atol=2e-5, rtol=1e-4)
-    result = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, method="exact")
+    result = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, estimator="exact")
     np.testing.assert_allclose(result.to_dataframe().score, stacked, atol=1e-6)
 
 
@@ -63,7 +63,7 @@ def test_head_edges_agree_with_path_patching():
     """Head -> head (q, k, v) and head -> logits edges are hc.path_patch's edges: the same numbers."""
     model = attn_only_2l_like(seed=4, n_layers=3)
     clean, corrupt = _inputs(model, seed=1)
-    frame = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, method="exact").to_dataframe()
+    frame = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, estimator="exact").to_dataframe()
     paths = hc.path_patch(model, clean=clean, corrupt=corrupt, metric=metric)
     target = float(metric(model(corrupt)))
     checked = 0
@@ -82,7 +82,7 @@ def test_eap_is_the_derivative_of_the_exact_patch(shape):
     clean, corrupt = _inputs(model, seed=2)
     eps = 1e-4
     slope = _exact(model, clean, corrupt, scale=eps) / eps
-    eap = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, method="eap").to_dataframe().score.to_numpy()
+    eap = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, estimator="eap").to_dataframe().score.to_numpy()
     np.testing.assert_allclose(eap, slope, atol=1e-3 * np.abs(slope).max(), rtol=1e-3)
 
 
@@ -95,18 +95,18 @@ def test_on_a_model_linear_in_its_embeddings_every_estimate_is_exact():
             block.attn.W_Q.zero_()
             block.attn.W_K.zero_()
     clean, corrupt = _inputs(model, seed=3)
-    exact = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, method="exact").to_dataframe().score
+    exact = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, estimator="exact").to_dataframe().score
     for method in ("eap", "eap-ig"):
-        est = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, method=method, steps=3).to_dataframe().score
+        est = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, estimator=method, steps=3).to_dataframe().score
         np.testing.assert_allclose(est, exact, atol=1e-5)
 
 
 def test_eap_ig_differs_from_eap_where_the_model_is_not_linear_and_tracks_the_exact_patch():
     model = attn_only_2l_like(seed=7, **SHAPES["LN, MLPs"])
     clean, corrupt = _inputs(model, seed=4)
-    exact = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, method="exact").to_dataframe().score
-    eap = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, method="eap").to_dataframe().score
-    ig = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, method="eap-ig", steps=8).to_dataframe().score
+    exact = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, estimator="exact").to_dataframe().score
+    eap = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, estimator="eap").to_dataframe().score
+    ig = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, estimator="eap-ig", steps=8).to_dataframe().score
     assert not np.allclose(eap, ig, atol=1e-4)
     assert np.corrcoef(ig, exact)[0, 1] > 0.8
 
@@ -114,7 +114,7 @@ def test_eap_ig_differs_from_eap_where_the_model_is_not_linear_and_tracks_the_ex
 def test_verification_patches_the_top_and_a_seeded_sample_exactly():
     model = attn_only_2l_like(seed=8, **SHAPES["LN, MLPs"])
     clean, corrupt = _inputs(model, seed=5)
-    exact = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, method="exact").to_dataframe()
+    exact = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, estimator="exact").to_dataframe()
     result = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, verify=5, sample=12, seed=1)
     frame = result.to_dataframe()
     assert frame.top.sum() == 5 and frame.sampled.sum() == 12 and frame.exact.notna().sum() == 17
@@ -167,19 +167,24 @@ def test_a_user_hook_sends_the_patches_down_the_reference_path_and_is_honoured()
     clean, corrupt = _inputs(model)
     model.add_hook("blocks.0.hook_mlp_out", lambda x, hook: 2 * x)
     try:
-        result = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, method="exact")
+        result = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, estimator="exact")
     finally:
         model.reset_hooks()
-    assert result.exact_method.startswith("reference") and "blocks.0.hook_mlp_out" in result.exact_method
-    plain = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, method="exact").to_dataframe().score
+    assert result.method.startswith("reference") and "blocks.0.hook_mlp_out" in result.method
+    plain = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, estimator="exact").to_dataframe().score
     assert not np.allclose(result.to_dataframe().score, plain, atol=1e-4)
 
 
 def test_bad_input():
     model = attn_only_2l_like(seed=11)
     clean, corrupt = _inputs(model)
-    with pytest.raises(ValueError, match="method"):
-        hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, method="acdc")
+    with pytest.raises(ValueError, match="estimator"):
+        hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, estimator="acdc")
+    with pytest.warns(DeprecationWarning, match="estimator"):  # the old spelling: `method` names the path
+        old = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, method="exact")
+    assert old.estimator == "exact" and old.method == "stacked copies from the reader's layer"
+    with pytest.raises(ValueError, match="same choice"):
+        hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, method="exact", estimator="eap-ig")
     with pytest.raises(ValueError, match="verify"):
         hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, verify=-1)
     gqa = attn_only_2l_like(seed=11, n_key_value_heads=2)
@@ -254,7 +259,7 @@ def test_a_known_circuit_is_fully_faithful_and_loses_what_it_drops():
                               clean=clean, corrupt=corrupt, metric=metric)  # fmt: skip
     assert abs(partial.frame.faithfulness.iloc[0] - 1.0) > 0.05
     # exact edge scores find it: every edge outside the true circuit scores 0
-    frame = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, method="exact").to_dataframe()
+    frame = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, estimator="exact").to_dataframe()
     outside = ~frame.apply(lambda r: (r.writer, r.reader, r.via) in set(true), axis=1)
     assert frame.score[outside].abs().max() < 1e-6 and frame.score[~outside].abs().max() > 1e-3
 
@@ -330,7 +335,7 @@ def test_a_grouped_query_model_has_one_reader_per_key_value_head():
     circuit runs too."""
     model = attn_only_2l_like(seed=17, **SHAPES["grouped-query"])
     clean, corrupt = _inputs(model)
-    frame = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, method="exact").to_dataframe()
+    frame = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, estimator="exact").to_dataframe()
     kv = frame[frame.via.isin(["k", "v"])]
     assert set(kv.reader) == {"L0KV0", "L0KV1", "L1KV0", "L1KV1"} and set(frame[frame.via == "q"].reader) >= {"L1H3"}
     assert kv.score.abs().max() > 1e-4
@@ -346,13 +351,13 @@ def test_noising_patches_the_corrupt_run_into_the_clean_one():
     hc.path_patch's noising, and EAP is still the exact patch's derivative there."""
     model = attn_only_2l_like(seed=18, n_layers=2)
     clean, corrupt = _inputs(model, seed=7)
-    frame = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, method="exact", direction="noise").to_dataframe()
+    frame = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, estimator="exact", direction="noise").to_dataframe()
     paths = hc.path_patch(model, clean=clean, corrupt=corrupt, metric=metric, direction="noise")
     target = float(metric(model(clean)))
     for (sender, receiver, via), value in paths.values.items():
         row = frame[(frame.writer == sender) & (frame.reader == receiver) & (frame.via == via)]
         assert float(row.score.iloc[0]) == pytest.approx(value - target, abs=2e-5)
-    flipped = hc.edges(model, clean=corrupt, corrupt=clean, metric=metric, method="exact").to_dataframe()
+    flipped = hc.edges(model, clean=corrupt, corrupt=clean, metric=metric, estimator="exact").to_dataframe()
     np.testing.assert_allclose(frame.score, flipped.score, atol=1e-6)  # noising = denoising with the roles swapped
 
 

@@ -35,7 +35,7 @@ def results():
     corrupt[:, 2] = (clean[:, 2] + 3) % two.cfg.d_vocab
     task = hc.contrast(clean, corrupt, answer=[4] * 8, wrong=[7] * 8, labels=[0, 1] * 4)
     count01, skip = hc.load("count01"), hc.load("skip-pair")
-    edges = hc.edges(two, clean=clean, corrupt=corrupt, metric=_metric, method="eap", verify=4)
+    edges = hc.edges(two, clean=clean, corrupt=corrupt, metric=_metric, estimator="eap", verify=4)
     circuit = hc.circuit(edges, 6)
     out = {
         "PatchResult": hc.patch(two, clean=clean, corrupt=corrupt, metric=_metric, positions="each"),

@@ -33,7 +33,7 @@ def test_every_analysis_runs_and_empty_components_have_exactly_no_effect(name):
     model, info = load(name)
     clean, corrupt = inputs(info, n=16)
     metric = metric_for(model, info, clean)
-    exact = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, method="exact").to_dataframe()
+    exact = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, estimator="exact").to_dataframe()
     empty = set(info["truth"]["empty"])
     from_empty = exact[exact.writer.isin(empty)]
     assert (from_empty.score == 0).all()
@@ -45,7 +45,7 @@ def test_every_analysis_runs_and_empty_components_have_exactly_no_effect(name):
             if node in empty:
                 assert v == 0.0, node
     for method in ("eap", "eap-ig"):
-        hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, method=method, verify=3, sample=3)
+        hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, estimator=method, verify=3, sample=3)
     hc.attribute(model, clean=clean, corrupt=corrupt, metric=metric, component="z", positions="all", estimator="atp*")
     hc.dla(model, clean)
 
@@ -57,7 +57,7 @@ def test_exact_scores_rank_the_true_nodes_first_and_the_true_circuit_is_faithful
     model, info = load(name)
     clean, corrupt = inputs(info, n=32, seed=1)
     metric = metric_for(model, info, clean)
-    frame = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, method="exact").to_dataframe()
+    frame = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, estimator="exact").to_dataframe()
     _, shown = exercised(model, info, clean, corrupt)
     nodes = frame.assign(a=frame.score.abs()).groupby("writer").a.sum().drop(["embed", "pos_embed"], errors="ignore")
     components = [f"L{lay}H{h}" for lay in range(model.cfg.n_layers) for h in range(model.cfg.n_heads)]
@@ -100,7 +100,7 @@ def test_no_edge_outside_the_truth_moves_the_metric(name):
     metric = metric_for(model, info, clean)
     true = {tuple(e) for e in info["truth"]["edges"]}
     for method in ("exact", "eap"):
-        frame = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, method=method).to_dataframe()
+        frame = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, estimator=method).to_dataframe()
         false = [(w, r, v) not in true for w, r, v in zip(frame.writer, frame.reader, frame.via)]
         assert float(frame.score[false].abs().max()) == 0.0, method
     assert float(frame.score[[not f for f in false]].abs().max()) > 0

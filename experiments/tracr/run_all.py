@@ -101,7 +101,7 @@ def run_program(name: str, n: int) -> tuple[list[dict], list[dict], dict]:
     results = {}
     for method in EDGE_METHODS:
         started = time.perf_counter()
-        result = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, method=method)
+        result = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, estimator=method)
         seconds = time.perf_counter() - started
         frame = result.to_dataframe()
         key = list(zip(frame.writer, frame.reader, frame.via))
@@ -155,7 +155,7 @@ def score_reference_circuits(n: int) -> pd.DataFrame | None:
         clean, corrupt = inputs(info, n=n)
         metric = metric_for(model, info, clean)
         truth = {tuple(e) for e in info["truth"]["edges"]}
-        scores = {m: hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, method=m).to_dataframe() for m in EDGE_METHODS}
+        scores = {m: hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, estimator=m).to_dataframe() for m in EDGE_METHODS}
         for function, edges in named.items():
             ref = set(edges)
             how = "zero" if "acdc" in function else "resample"

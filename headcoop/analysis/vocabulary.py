@@ -74,3 +74,25 @@ NormKind = Literal["LN", "LNPre", "RMS", "RMSPre"]
 
 TieRule = Literal["argmax", "none"]  # accuracy at a tie for the top logit: argmax's token order, or no answer
 TIE_RULES: tuple[str, ...] = get_args(TieRule)
+
+# the engine: which path computes copies of a run ("local": the specification's shortcut, then the row-wise
+# suffix; "stacked": the model's blocks on stacked copies; "reference": one plain forward pass per copy)
+Path = Literal["local", "stacked", "reference"]
+PATHS: tuple[str, ...] = get_args(Path)
+
+# hc.edges: how each edge is scored (gradient estimates, or every edge patched exactly)
+EdgeEstimator = Literal["eap", "eap-ig", "exact"]
+EDGE_ESTIMATORS: tuple[str, ...] = get_args(EdgeEstimator)
+# hc.faithfulness: what an edge outside the circuit carries
+Ablation = Literal["corrupt", "mean", "zero", "resample"]
+ABLATIONS: tuple[str, ...] = get_args(Ablation)
+
+# hc.interactions: shapiq's Shapley estimators
+ShapleyEstimator = Literal["kernelshap", "svarm", "permutation"]
+SHAPLEY_ESTIMATORS: tuple[str, ...] = get_args(ShapleyEstimator)
+
+# hc.cooperation: the ablations a reading is taken under, and the readings of "writes to"
+ReadingHow = Literal["zero", "mean", "resample", "mean-aligned"]
+READING_HOWS: tuple[str, ...] = get_args(ReadingHow)
+WriteReading = Literal["positive", "centered", "half_answer"]
+WRITE_READINGS: tuple[str, ...] = get_args(WriteReading)

@@ -28,7 +28,7 @@ the curve and 1 (CMD, lower is better), over the fraction of edges kept.
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal, get_args
+
 
 import numpy as np
 import pandas as pd
@@ -44,12 +44,11 @@ from headcoop.analysis.edges.graph import (
     Reader, Writer, check_edge_model, graph, grouped, has_mlp, kv_kind, qkv_weights, reader_name, writer_name,
 )  # fmt: skip
 from headcoop.analysis.edges.scores import EdgeResult, split_inputs, writer_outputs
+from headcoop.analysis.vocabulary import ABLATIONS, Ablation
 from headcoop.checks import check_finite, check_int
 from headcoop.results import Result
 from headcoop.tl import HookedTransformer
 
-Ablation = Literal["corrupt", "mean", "zero", "resample"]
-ABLATIONS: tuple[str, ...] = get_args(Ablation)
 EdgeName = tuple[str, str, str]  # (writer, reader, via): ("L0H1", "L1H2", "q"), ("MLP0", "logits", "direct")
 
 

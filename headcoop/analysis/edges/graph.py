@@ -4,16 +4,12 @@ named as MIB and EAP-IG name them."""
 
 from __future__ import annotations
 
-from typing import Literal, get_args
-
 from torch import Tensor
 
 from headcoop.analysis.vocabulary import head_name
 from headcoop.bridge import is_bridge
 from headcoop.tl import HookedTransformer
 
-EdgeMethod = Literal["eap", "eap-ig", "exact"]
-EDGE_METHODS: tuple[str, ...] = get_args(EdgeMethod)
 Writer = tuple  # ("embed",) | ("pos_embed",) | ("head", layer, head) | ("mlp", layer)
 Reader = tuple  # ("head", layer, head, via) | ("kv", layer, kv_head, via) | ("mlp", layer) | ("logits",)
 ATTN_READERS = ("head", "kv")  # a head's q/k/v input; "kv": the k or v input of a key/value head (grouped-query)

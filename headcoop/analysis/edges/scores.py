@@ -6,7 +6,7 @@ and value input ("L1H2" via "q", "k", "v"), each MLP's input ("MLP1" via "in") a
 "direct"). A writer feeds every reader after it: a head of layer l feeds the MLP of layer l and everything
 in later layers.
 
-**Exact edge patching** (`method="exact"`, and the verification of the estimates): the target run (corrupt
+**Exact edge patching** (`estimator="exact"`, and the verification of the estimates): the target run (corrupt
 for "denoise", as `hc.path_patch`) with one change: the reader's input is the target's residual stream at
 that reader plus the writer's change of output, delta_w = out_w(source) - out_w(target), at every position,
 through the reader's norm with the target run's scale frozen (so the patch stays an edge). Everything else is
@@ -45,9 +45,9 @@ from headcoop.analysis.engine.verification import miss_bound, pick
 from headcoop.analysis.engine.inputs import check_choice, require_model
 from headcoop.analysis.engine.copies import Copies, Target, clean_corrupt, evaluate, route, target_run
 from headcoop.analysis.engine.norms import frozen_norm, norm_kind, norm_weights
-from headcoop.analysis.vocabulary import DIRECTIONS, Direction
+from headcoop.analysis.vocabulary import DIRECTIONS, EDGE_ESTIMATORS, Direction, EdgeEstimator
 from headcoop.analysis.edges.graph import (
-    ATTN_READERS, EDGE_METHODS, EdgeMethod, Reader, Writer, check_edge_model, graph, grouped, has_mlp, qkv_weights,
+    ATTN_READERS, Reader, Writer, check_edge_model, graph, grouped, has_mlp, qkv_weights,
     reader_name, writer_name,
 )  # fmt: skip
 from headcoop.checks import check_finite, check_int, check_metric_value
@@ -158,7 +158,7 @@ def _reader_grads(model: HookedTransformer, tokens: Tensor, score, readers: list
         if not isinstance(value, Tensor) or not value.requires_grad:
             raise ValueError("hc.edges' estimates need a metric differentiable in the logits (a logit difference, "
                              f"a log-probability); this one returned {value!r} with no gradient: use "
-                             "method='exact' for it")  # fmt: skip
+                             "estimator='exact' for it")  # fmt: skip
         order = sorted(kept)
         grads = dict(zip(order, torch.autograd.grad(value, [kept[n] for n in order], allow_unused=True)))
     out = {}
@@ -340,7 +340,7 @@ def _products(deltas: dict, grads: dict, ordered: list, writers: list, readers: 
 @dataclasses.dataclass(frozen=True, repr=False)
 class EdgeResult(Result):
     """One row per edge (`to_dataframe()`): writer, reader, via, `score` (the estimated change of the metric by
-    patching that edge alone; exact for method="exact"), `exact` (the exact change where verified, NaN
+    patching that edge alone; exact for estimator="exact"), `exact` (the exact change where verified, NaN
     elsewhere), `top` / `sampled` (the verified edges). missed: the false-negative bound over the sampled
     edges (`engine.verification.miss_bound`, the same as `hc.attribute`'s: "estimate", "low", "high" count
     edges of the rest, "share", "share_low", "share_high" are fractions of it); cost: passes
@@ -351,8 +351,8 @@ class EdgeResult(Result):
     corrupt_value: float
     target_value: float
     direction: str
+    estimator: str
     method: str
-    exact_method: str
     missed: dict
     cost: dict
     assumptions: tuple[str, ...] = ()
@@ -371,7 +371,7 @@ class EdgeResult(Result):
                 f"|exact|: {self.missed['estimate']:.3g} ({self.missed['low']:.3g}..{self.missed['high']:.3g}) of the "
                 f"{self.missed['rest']} others)") if self.missed else ""
         said = f"; assumes {'; '.join(self.assumptions)}" if self.assumptions else ""
-        return (f"EdgeResult({len(self.frame)} edges, {self.method}, {self.direction}, clean={self.clean_value:.4g}, "
+        return (f"EdgeResult({len(self.frame)} edges, {self.estimator}, {self.direction}, clean={self.clean_value:.4g}, "
                 f"corrupt={self.corrupt_value:.4g}; strongest: {shown}{miss}{said})")  # fmt: skip
 
     def plot(self, k: int = 30) -> go.Figure:
@@ -394,7 +394,7 @@ class EdgeResult(Result):
         fig.add_trace(go.Scatter(x=[place[n][0] for n in nodes], y=[place[n][1] for n in nodes], mode="markers+text",
                                  text=nodes, textposition="top center", showlegend=False,
                                  marker=dict(size=10, color="black")))  # fmt: skip
-        title = f"{min(k, len(self.frame))} strongest of {len(self.frame)} edges ({self.method})"
+        title = f"{min(k, len(self.frame))} strongest of {len(self.frame)} edges ({self.estimator})"
         if self.assumptions:
             title += f"<br><sup>assumes {'; '.join(self.assumptions)}</sup>"
         fig.update_layout(title=title, xaxis=dict(visible=False), yaxis=dict(visible=False), height=500)
@@ -420,14 +420,29 @@ def _assumptions(model) -> tuple[str, ...]:
     return ("each reader's norm scale and the final norm's frozen at the target run's",) if model.cfg.normalization_type else ()
 
 
+def _estimator(estimator: str, method: str | None) -> str:
+    """`estimator`, or the older spelling `method=` (a DeprecationWarning: `method` names the engine's path
+    everywhere else, as `EdgeResult.method` does)."""
+    import warnings
+
+    check_choice("estimator", estimator, EDGE_ESTIMATORS)
+    if method is None:
+        return estimator
+    check_choice("method", method, EDGE_ESTIMATORS)
+    if estimator != "eap" and estimator != method:
+        raise ValueError(f"method={method!r} and estimator={estimator!r} name the same choice; pass estimator= only")
+    warnings.warn("hc.edges(method=...) is estimator=...; method= is deprecated here", DeprecationWarning, stacklevel=4)
+    return method
+
+
 # --- the analysis ----------------------------------------------------------------------------------------
-@with_progress("hc.edges", cheaper="method='eap' (gradients, verify= of them checked exactly) is cheaper")
+@with_progress("hc.edges", cheaper="estimator='eap' (gradients, verify= of them checked exactly) is cheaper")
 def edges(
     model: HookedTransformer,
     clean=None,
     corrupt=None,
     metric=None,
-    method: EdgeMethod = "eap",
+    estimator: EdgeEstimator = "eap",
     verify: int = 0,
     sample: int = 0,
     direction: Direction = "denoise",
@@ -435,11 +450,12 @@ def edges(
     seed: int = 0,
     memory_budget_mb: float = 256,
     progress: bool | None = None,
+    method: str | None = None,
 ) -> EdgeResult:
     """One score per edge of the model (module docstring): the change of `metric` when the target run (corrupt
     for "denoise") gets one writer's output from the source run at one reader's input.
 
-    method: "eap" (gradient estimate: 1 forward pass of the source, 1 forward and 1 backward of the target),
+    estimator: "eap" (gradient estimate: 1 forward pass of the source, 1 forward and 1 backward of the target),
     "eap-ig" (the gradient averaged over `steps` interpolations of the embeddings) or "exact" (every edge
     patched on the engine). verify / sample: the verify edges with the largest |estimate| and `sample` more,
     drawn with `seed`, patched exactly (columns `exact`, `top`, `sampled`; `missed` the false-negative bound).
@@ -450,7 +466,7 @@ def edges(
     require_model(model, "edges")
     check_finite(model, "hc.edges")
     check_edge_model(model)
-    check_choice("method", method, EDGE_METHODS)
+    estimator = _estimator(estimator, method)
     check_choice("direction", direction, DIRECTIONS)
     verify, sample = check_int("verify", verify, 0), check_int("sample", sample, 0)
     steps = check_int("steps", steps, 1)
@@ -470,11 +486,11 @@ def edges(
                    reference="one forward pass per edge (TransformerLens's split q/k/v and MLP inputs)")  # fmt: skip
     ordered = sorted(all_edges, key=lambda e: model.cfg.n_layers if e[1][0] == "logits" else e[1][1])
     passes: float
-    if method == "exact":
+    if estimator == "exact":
         scores = evaluate(target, edge_copies(model, ordered, deltas, target), chosen.path, memory_budget_mb) - target.value
         passes = float(len(ordered))
     else:
-        if method == "eap":
+        if estimator == "eap":
             grads, _ = _reader_grads(model, target_tokens, score, readers)
             passes = 3.0
         else:
@@ -484,22 +500,22 @@ def edges(
     estimate_s = time.perf_counter() - started
     frame = pd.DataFrame([dict(writer=writer_name(w), reader=reader_name(r)[0], via=reader_name(r)[1]) for w, r in ordered])
     frame["score"] = scores.detach().double().cpu().numpy()
-    frame["exact"] = frame["score"] if method == "exact" else np.nan
+    frame["exact"] = frame["score"] if estimator == "exact" else np.nan
     frame["top"] = False
     frame["sampled"] = False
     missed: dict = {}
     verify_s = 0.0
-    if method != "exact" and (verify or sample):
+    if estimator != "exact" and (verify or sample):
         started = time.perf_counter()
         missed, patched = _verify(frame, ordered, verify, sample, seed,
                                   lambda sub: evaluate(target, edge_copies(model, sub, deltas, target), chosen.path,
                                                        memory_budget_mb) - target.value)  # fmt: skip
         verify_s, passes = time.perf_counter() - started, passes + patched
     return EdgeResult(frame=frame, clean_value=float(clean_value), corrupt_value=float(corrupt_value),
-                      target_value=float(target.value), direction=direction, method=method,
-                      exact_method=chosen.label, missed=missed,
+                      target_value=float(target.value), direction=direction, estimator=estimator,
+                      method=chosen.label, missed=missed,
                       cost=dict(passes=passes, estimate_s=estimate_s, verification_s=verify_s),
                       assumptions=_assumptions(model))  # fmt: skip
 
 
-__all__ = ["edges", "EdgeResult", "graph", "edge_copies", "reference_edge", "EDGE_METHODS"]
+__all__ = ["edges", "EdgeResult", "graph", "edge_copies", "reference_edge"]

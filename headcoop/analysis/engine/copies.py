@@ -29,7 +29,7 @@ import dataclasses
 import re
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from typing import Literal, Union
+from typing import Union
 
 import torch
 from jaxtyping import Float, Int
@@ -40,14 +40,13 @@ from transformer_lens.utilities import get_act_name
 from headcoop.analysis.engine import kernels
 from headcoop.analysis.engine.kernels import RowLogits
 from headcoop.analysis.engine.inputs import as_tokens, check_choice, check_positions, require_task, task_of
-from headcoop.analysis.vocabulary import METRIC_NAMES, TieRule
+from headcoop.analysis.vocabulary import METRIC_NAMES, Path, TieRule
 from headcoop.bridge import is_bridge, user_hooks
 from headcoop.checks import check_metric_value
 from headcoop.tasks.base import Batch
 from headcoop.progress import advance
 
 Hooks = list[tuple[str, Callable]]
-Path = Literal["local", "stacked", "reference"]
 
 
 # --- logits of stacked copies -------------------------------------------------------------------------

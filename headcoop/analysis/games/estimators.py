@@ -22,17 +22,16 @@ from __future__ import annotations
 
 import functools
 import itertools
-from typing import Literal
+
 
 import numpy as np
 import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
+from headcoop.analysis.vocabulary import SHAPLEY_ESTIMATORS, ShapleyEstimator
 from headcoop.tasks.base import generator
 
-ShapleyEstimator = Literal["kernelshap", "svarm", "permutation"]
-SHAPLEY_ESTIMATORS = ("kernelshap", "svarm", "permutation")
 SHAPIQ_CLASSES = {"kernelshap": "KernelSHAP", "svarm": "SVARM", "permutation": "PermutationSamplingSV"}
 
 

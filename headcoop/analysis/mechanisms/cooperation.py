@@ -81,7 +81,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections import Counter
-from typing import Literal, get_args
+
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -101,7 +101,9 @@ from headcoop.analysis.mechanisms.axes import (
     attended_sources, conditional_rank, consistent_outputs, distributed, effect_interval, necessity_classes,
     superposed, write_sets,
 )  # fmt: skip
-from headcoop.analysis.vocabulary import METRIC_NAMES, MetricName, head_name
+from headcoop.analysis.vocabulary import (
+    METRIC_NAMES, READING_HOWS, WRITE_READINGS, MetricName, ReadingHow, WriteReading, head_name,
+)  # fmt: skip
 from headcoop.bridge import user_hooks
 from headcoop.checks import check_float, check_int, check_seed
 from headcoop.results import Result
@@ -113,10 +115,6 @@ MECHANISMS = ("superposition", "redundant", "division", "composition", "competit
 ROLES = ("supports", "competes", "inactive", "undetermined")
 INPUT_CLASSES = ("not_needed", "or", "and", "a_only", "b_only", "shared", "other")  # codes of `input_class`
 CLASSES = ("or", "and", "i_only", "j_only", "shared")
-ReadingHow = Literal["zero", "mean", "resample", "mean-aligned"]
-READING_HOWS: tuple[str, ...] = get_args(ReadingHow)
-WriteReading = Literal["positive", "centered", "half_answer"]
-WRITE_READINGS: tuple[str, ...] = get_args(WriteReading)
 # the thresholds of the rules (module docstring) and their defaults; each is banded at half and twice
 THRESHOLDS = {"role": 0.1, "min_share": 0.1, "majority": 0.5, "division": 0.2, "cutoff": 0.2, "rank_tol": 0.1,
               "composition": 0.5, "floor": 0.1}  # fmt: skip

@@ -99,12 +99,12 @@ class AttributionResult(Result):
     component: str
     positions: str
     direction: str
-    method: str
+    estimator: str
     pos_labels: list[str]
     missed: dict
     cost: dict
     assumptions: tuple[str, ...]
-    exact_method: str = ""
+    method: str = ""  # the path of the verification's exact patches, as PatchResult.method
 
     @property
     def verified(self) -> Tensor:
@@ -171,7 +171,7 @@ class AttributionResult(Result):
         m = self.missed
         bound = (f", missed outside the top: {m['estimate']:.3g} ({m['low']:.3g}..{m['high']:.3g}) of {m['rest']}"
                  if m else "")  # fmt: skip
-        return (f"AttributionResult({self.method!r} {self.direction} {self.component!r}, positions={self.positions!r}, "
+        return (f"AttributionResult({self.estimator!r} {self.direction} {self.component!r}, positions={self.positions!r}, "
                 f"dims={self.dims}, shape={tuple(self.values.shape)}, verified={int(self.verified.sum())}{bound}; "
                 f"assumes: {'; '.join(self.assumptions)})")  # fmt: skip
 
@@ -193,7 +193,7 @@ class AttributionResult(Result):
 
         return PatchResult(values=self.values, dims=self.dims, coords=self.coords, clean_value=self.clean_value,
                            corrupt_value=self.corrupt_value, component=self.component, positions=self.positions,
-                           direction=self.direction, pos_labels=self.pos_labels, method=f"estimate: {self.method}")  # fmt: skip
+                           direction=self.direction, pos_labels=self.pos_labels, method=f"estimate: {self.estimator}")  # fmt: skip
 
     def plot(self, kind: Literal["scatter", "map"] = "scatter", title: str | None = None):
         """A plotly figure (never shown). "scatter": the estimated against the exact effect of the verified
@@ -207,7 +207,7 @@ class AttributionResult(Result):
                        + (f"; estimated {m['estimate']:.3g} ({m['low']:.3g}..{m['high']:.3g}) cells outside the top exceed "
                           "the top's smallest exact effect" if m else "") if bool(self.verified.any()) else "nothing verified")  # fmt: skip
             normalized = self.clean_value != self.corrupt_value
-            title = title or (f"{self.method} ESTIMATE of patching each head's {self.component} ({self.direction})"
+            title = title or (f"{self.estimator} ESTIMATE of patching each head's {self.component} ({self.direction})"
                               f"<br><sup>{'; '.join(self.assumptions)}; {checked}</sup>")  # fmt: skip
             return self.as_patch_result().plot(normalized=normalized, title=title)
         check_choice("kind", kind, ("scatter", "map"))
@@ -229,7 +229,7 @@ class AttributionResult(Result):
             hi = float(max((frame.exact - self.target_value).max(), (frame.estimate - self.target_value).max()))
             fig.add_trace(go.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", name="estimate = exact",
                                      line=dict(dash="dot", color="grey")))  # fmt: skip
-        title = title or (f"{self.method} estimates of patching {self.component} ({self.direction}) against exact "
+        title = title or (f"{self.estimator} estimates of patching {self.component} ({self.direction}) against exact "
                           f"patching<br><sup>assumes: {'; '.join(self.assumptions)}</sup>")  # fmt: skip
         fig.update_layout(title=title, template=TEMPLATE, xaxis_title="exact effect on the metric",
                           yaxis_title="estimated effect")  # fmt: skip
@@ -535,8 +535,8 @@ def attribute(
     return AttributionResult(
         values=values, score=score, exact=exact, top=top, sampled=sampled, dims=grid.dims, coords=grid.coords,
         clean_value=clean_value, corrupt_value=corrupt_value, target_value=target_value, component=component,
-        positions=positions, direction=direction, method=method, pos_labels=pos_labels(model, clean_tokens),
-        missed=missed, cost=cost, assumptions=tuple(assumptions), exact_method=exact_method,
+        positions=positions, direction=direction, estimator=method, pos_labels=pos_labels(model, clean_tokens),
+        missed=missed, cost=cost, assumptions=tuple(assumptions), method=exact_method,
     )  # fmt: skip
 
 
