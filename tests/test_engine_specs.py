@@ -130,3 +130,25 @@ def test_ablate_edges_with_a_user_hook_takes_the_canonical_reference():
             assert row.value == pytest.approx(want, abs=1e-5, rel=1e-5)
     finally:
         model.reset_hooks(including_permanent=True)
+
+
+def test_probe_patch_reads_where_the_probe_was_fit_by_default():
+    """hc.probe fits at a Batch's answer position; hc.probe_patch's default reads there too (issue 46: it read
+    the last position, -15.86 against 0.71 on a tiny model), so its clean reading is the fitted probe's own mean
+    logit on the clean inputs."""
+    task = hc.Count01()
+    model = task.model(n_heads=2, d_model=8, d_head=2, seed=0)
+    batch = task.sample(48, seed=3)
+    assert len(set(batch.answer_pos.tolist())) > 1  # variable lengths: the last position is not the answer's
+    probe = hc.probe(model, batch, labels=batch.labels, site="resid_post")
+    corrupt = task.corrupt(batch)
+    default = probe_patch(model, batch, corrupt, probe, index=0)
+    explicit = probe_patch(model, batch, corrupt, probe, index=0, pos=batch.answer_pos)
+    last = probe_patch(model, batch, corrupt, probe, index=0, pos=batch.tokens.shape[1] - 1)
+    torch.testing.assert_close(default.values, explicit.values)
+    from headcoop.analysis.nodes.probes import probe_features
+
+    features, *_ = probe_features(model, batch, site="resid_post")  # at hc.probe's positions
+    fitted = float((features[:, 0].double() @ probe.weight[0] + probe.bias[0]).mean())
+    assert default.clean_value == pytest.approx(fitted, abs=1e-6)
+    assert last.clean_value != pytest.approx(fitted, abs=1e-3)

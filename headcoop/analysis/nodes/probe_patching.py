@@ -11,11 +11,12 @@ import torch
 from torch import Tensor
 from transformer_lens.utilities import get_act_name
 
-from headcoop.analysis.engine.inputs import as_tokens, check_positions
+from headcoop.analysis.engine.inputs import as_tokens
 from headcoop.analysis.engine.copies import Readout, evaluate, route, target_run
 from headcoop.analysis.engine.grid import PatchGrid, pos_labels
+from headcoop.tasks.base import Batch
 from headcoop.analysis.nodes.patching import PatchResult, patch_copies
-from headcoop.analysis.nodes.probes import ProbeResult
+from headcoop.analysis.nodes.probes import ProbeResult, read_positions
 
 
 def probe_readout(model, probe: ProbeResult, index: int, pos: Tensor) -> Readout:
@@ -43,10 +44,11 @@ def probe_patch(model, clean, corrupt, probe: ProbeResult, index: int = 0, pos=N
                 memory_budget_mb: float = 256) -> PatchResult:  # fmt: skip
     """The probe's mean logit after patching the clean resid_pre into the corrupt run at each (layer, pos):
     a PatchResult [layer, pos] (clean_value / corrupt_value: the unpatched runs' readings). probe: a binary
-    `hc.probe` result; index: which of its probes; pos: its read-out position ([batch] or int; default last)."""
+    `hc.probe` result; index: which of its probes; pos: its read-out position ([batch] or int; default where
+    `hc.probe` fits: the corrupt Batch's answer_pos, else the clean Batch's, else the last position)."""
     clean_tokens, corrupt_tokens = as_tokens(model, clean), as_tokens(model, corrupt)
-    batch, n_pos = corrupt_tokens.shape
-    pos = check_positions(n_pos - 1 if pos is None else pos, batch, n_pos)
+    n_pos = corrupt_tokens.shape[1]
+    pos = read_positions(model, corrupt if pos is not None or isinstance(corrupt, Batch) else clean, corrupt_tokens, pos)
     readout = probe_readout(model, probe, index, pos)
     _, source_cache = model.run_with_cache(clean_tokens, names_filter=lambda n: n.endswith("hook_resid_pre") or n == readout.site)
     target = target_run(model, corrupt_tokens, None, lambda n: True)

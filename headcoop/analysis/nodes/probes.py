@@ -40,8 +40,9 @@ from headcoop.tasks.base import Batch, generator
 # --------------------------------------------------------------------------------------------
 # features
 # --------------------------------------------------------------------------------------------
-def _positions(model: HookedTransformer, tokens, toks: Tensor, pos) -> Int[Tensor, " batch"]:
-    """One read-out position per example: `pos` (int or [batch]), else the Batch's answer_pos, else the last."""
+def read_positions(model: HookedTransformer, tokens, toks: Tensor, pos) -> Int[Tensor, " batch"]:
+    """One read-out position per example [batch]: `pos` (int or [batch]), else the Batch's answer_pos, else the
+    last. The one rule for where a probe reads: `hc.probe` fits there and `hc.probe_patch` reads there."""
     batch, width = toks.shape
     if pos is None:
         pos = tokens.answer_pos if isinstance(tokens, Batch) else width - 1
@@ -81,7 +82,7 @@ def probe_features(
         heads_of = {lay: [h for la, h in pairs if la == lay] for lay in layers}
     hook_site = "z" if site == "result" else site
     hook_names = [get_act_name("embed")] if site == "embed" else [get_act_name(hook_site, lay) for lay in layers]
-    pos_index = _positions(model, tokens, toks, pos)
+    pos_index = read_positions(model, tokens, toks, pos)
 
     with torch.no_grad():
         _, cache = model.run_with_cache(toks, names_filter=lambda name: name in hook_names)
