@@ -25,7 +25,8 @@ from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 import headcoop as hc
 from headcoop.analysis.engine.copies import clean_corrupt, evaluate, target_run
-from headcoop.analysis.edges.scores import edge_copies, graph, writer_outputs
+from headcoop.analysis.edges.exact import edge_copies, writer_outputs
+from headcoop.analysis.edges.graph import graph
 
 warnings.filterwarnings("ignore")
 SHAPE = dict(n_layers=12, d_model=768, d_head=64, n_heads=12, d_mlp=3072, d_vocab=50257)
@@ -88,7 +89,7 @@ def main() -> None:
         for layer, edges in sorted(by_layer.items()):
             picked = [edges[i] for i in rng.choice(len(edges), size=min(per_layer, len(edges)), replace=False)]
             start = time.perf_counter()
-            evaluate(target, edge_copies(model, picked, deltas, target), path, 256)
+            evaluate(target, edge_copies(model, picked, deltas, target, source), path, 256)
             total += (time.perf_counter() - start) / len(picked) * len(edges)
         return total
 

@@ -9,7 +9,8 @@ from helpers import attn_only_2l_like
 
 import headcoop as hc
 from headcoop.analysis.engine.copies import clean_corrupt, evaluate, target_run
-from headcoop.analysis.edges.scores import edge_copies, graph, writer_outputs
+from headcoop.analysis.edges.exact import edge_copies, writer_activation, writer_outputs
+from headcoop.analysis.edges.graph import graph
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
 
@@ -45,7 +46,11 @@ def _exact(model, clean, corrupt, scale=1.0, path="stacked"):
     out_s, out_t = writer_outputs(model, source, writers), writer_outputs(model, target.cache, writers)
     deltas = {w: scale * (out_s[w] - out_t[w]) for w in writers}
     ordered = sorted(all_edges, key=lambda e: model.cfg.n_layers if e[1][0] == "logits" else e[1][1])
-    return (evaluate(target, edge_copies(model, ordered, deltas, target), path, 256) - target.value).double().numpy()
+    def scaled(w):  # the writer's activation whose output change is `scale` times the source's
+        return w, writer_activation(target.cache, w) + scale * (writer_activation(source, w) - writer_activation(target.cache, w))
+
+    copies = edge_copies(model, ordered, deltas, target, scaled)
+    return (evaluate(target, copies, path, 256) - target.value).double().numpy()
 
 
 @pytest.mark.parametrize("shape", list(SHAPES))

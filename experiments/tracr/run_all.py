@@ -38,7 +38,8 @@ def exercised(model, info: dict, clean, corrupt) -> tuple[set, set]:
     """The true edges and nodes these inputs can show: an edge whose writer's output differs between clean and
     corrupt in a direction its reader reads; a node whose output differs at all. The rest cannot move any
     patch of these inputs (a length computed from inputs of one length, the positional embedding)."""
-    from headcoop.analysis.edges.scores import graph, writer_name, writer_outputs
+    from headcoop.analysis.edges.exact import writer_outputs
+    from headcoop.analysis.edges.graph import graph, writer_name
 
     truth, labels = info["truth"], info["truth"]["labels"]
     writers, _, _ = graph(model)

@@ -1,7 +1,7 @@
 """Mean-ablating edges between heads, over a family of mean references in one engine call: the receiver's q,
 k or v input sees the sender's output replaced by its mean over a reference batch (per position), every other
 path as in the run; each (edge, reference) is one copy with its own replacement value. A specification on the
-engine: path patching's `path_copies`, keyed by (sender, reference), so that a verdict over many references
+engine: the one edge engine (`exact.edge_copies`, through `path_copies`), keyed by (sender, reference), so that a verdict over many references
 (issue 37) reads them side by side instead of looping.
 """
 
@@ -40,7 +40,8 @@ def ablate_edges(model, tokens, edges, references, metric, memory_budget_mb: flo
     deltas = {key: (means[key[1]][get_act_name("z", key[0][0])][:, :, key[0][1]] - z(key))
               @ model.blocks[key[0][0]].attn.W_O[key[0][1]] for key, _, _ in copies}  # fmt: skip
     chosen = route(model, "auto", "stacked", "stacked copies from the receiver's layer", "edge")
-    spec = path_copies(model, copies, deltas, target, lambda key: (means[key[1]], key[0]))
+    replace = lambda key: (("head", *key[0]), means[key[1]][get_act_name("z", key[0][0])][:, :, key[0][1]])  # noqa: E731
+    spec = path_copies(model, copies, deltas, target, replace, shortcut=False)
     values = evaluate(target, spec, chosen.path, memory_budget_mb).tolist()
     rows = [dict(sender=head_name(*s), receiver=head_name(*rec), via=v, reference=r, value=x, unablated=target.value)
             for ((s, r), rec, v), x in zip(copies, values)]  # fmt: skip

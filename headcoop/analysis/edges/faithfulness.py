@@ -43,7 +43,8 @@ from headcoop.analysis.engine.copies import Copies, Target, clean_corrupt, evalu
 from headcoop.analysis.edges.graph import (
     Reader, Writer, check_edge_model, graph, grouped, has_mlp, kv_kind, qkv_weights, reader_name, writer_name,
 )  # fmt: skip
-from headcoop.analysis.edges.scores import EdgeResult, split_inputs, writer_outputs
+from headcoop.analysis.edges.exact import split_inputs, writer_outputs
+from headcoop.analysis.edges.scores import EdgeResult
 from headcoop.analysis.vocabulary import ABLATIONS, Ablation
 from headcoop.checks import check_finite, check_int
 from headcoop.results import Result

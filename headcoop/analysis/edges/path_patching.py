@@ -1,31 +1,25 @@
 """Path patching: the effect of one sender head's output on one receiver head's query, key or value input,
-with every other path left as in the target run.
+with every other path left as in the target run: the head-to-head view of exact edge patching
+(`edges/exact.py`, one specification and one reference shared with `hc.edges` and `hc.ablate_edges`).
 
 For a sender A (layer a) and a receiver B (layer b > a) the target run is repeated with one change: B's
 `via` input (q, k or v) is computed from the target's residual stream entering layer b plus A's change of
-output, delta_A = (z_A(source) - z_A(target)) W_O[A], at every position. The receiver's LayerNorm uses the
+output, delta_A = (z_A(source) - z_A(target)) W_O[A], at every position. The receiver's norm uses the
 target run's scale, frozen (so the patch stays a path: the scale would otherwise carry every head's
-change). A shortformer's positional embedding joins q and k after the norm, as in the block. Nothing else
-in layers a..b changes; B's new output then flows through every later layer as usual. A sender's direct
+change). A shortformer's positional embedding joins q and k after the norm, as in the block. A sender's direct
 path to the logits (receiver "logits") adds delta_A to the final residual stream, through the final norm
 with its target scale frozen.
 
 Directions as `hc.patch`: "denoise" runs the corrupt input with clean sender outputs, "noise" the reverse.
 Edges of one receiver layer run stacked (one pass over many copies of the target batch, started at that
-layer). The slow reference beside it (`method="reference"`: `reference_edge`, `reference_direct`) is
-canonical two-step path patching (Wang et al. 2022): the target run with the sender patched and every other
-head and MLP frozen at the target, then the receiver's q, k or v from that run's residual stream (ln1 at the
-target's scale). Without hooks the two agree (the residual stream entering layer b is then exactly the
-target's plus delta_A). Whenever any hook is installed on the model (the user's own, `hc.ablate`'s, ...) the
-reference is the path taken: a hook between sender and receiver (a scaled attn_out, a steering vector on the
-residual stream) then acts on the sender's change as it does in the model, and a hook on the receiver's
-ln1, q, k or v acts on its patched input; `method` names the hooks.
+layer); where `kernels.supported` holds, each copy recomputes only its receiver head (`_receiver_local`). The
+slow reference (`method="reference"`, and whenever any hook is installed on the model) is canonical two-step
+path patching (Wang et al. 2022): `exact.step_one`, `exact.step_two`; `method` names the hooks.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections import OrderedDict
 from collections.abc import Callable
 
 import numpy as np
@@ -41,11 +35,11 @@ from headcoop.analysis.engine import kernels
 from headcoop.analysis.engine.inputs import check_choice, parse_heads, require_model
 from headcoop.analysis.engine.norms import frozen_norm
 from headcoop.analysis.vocabulary import DIRECTIONS, PATH_METHODS, VIAS, Direction, PathMethod, Via, head_name
-from headcoop.analysis.engine.copies import (
-    Copies, Rows, Target, clean_corrupt, evaluate, route, target_run,
-)  # fmt: skip
-from headcoop.bridge import head_weight, is_bridge
-from headcoop.checks import check_finite, check_metric_value
+from headcoop.analysis.engine.copies import Copies, Rows, Target, clean_corrupt, evaluate, route, target_run
+from headcoop.analysis.edges.exact import edge_copies
+from headcoop.analysis.edges.scores import CANONICAL
+from headcoop.bridge import is_bridge
+from headcoop.checks import check_finite
 from headcoop.results import Result
 
 
@@ -149,91 +143,6 @@ def _last_layer_rows(model, layer, q, k, v, heads, target_cache, target_logits, 
     return out.view(n * batch, n_pos, -1)
 
 
-@torch.no_grad()
-def reference_edge(model: HookedTransformer, target_tokens, target_cache, source_cache, sender, receiver, via: str,
-                   metric) -> float:  # fmt: skip
-    """The slow, obviously-correct value of one edge by canonical two-step path patching, every installed
-    hook acting as in any forward pass: (1) the target run with the sender's z from the source and every
-    other head's z and every MLP's output frozen at the target's (`sender_run`); (2) the target run with
-    the receiver head's `via` activation set to what that head computes from step 1's residual stream
-    entering its layer, through ln1 with the target run's scale (`_edge_logits`). Without hooks this equals
-    the module docstring's definition (the target's resid_pre plus the sender's change)."""
-    logits = _edge_logits(model, target_tokens, target_cache, sender_run(model, target_tokens, target_cache,
-                                                                          source_cache, sender), receiver, via)  # fmt: skip
-    return float(check_metric_value(metric(logits), "metric"))
-
-
-@torch.no_grad()
-def sender_run(model, target_tokens, target_cache, source_cache, sender) -> dict[str, Tensor]:
-    """Step one of canonical path patching: the target run with sender (layer, head)'s z from `source_cache`,
-    every other head's z and every MLP's output held at `target_cache`'s (hooks appended after any installed
-    hook, so a hook on the path acts on the sender's change as in the model). Returns the residual stream
-    entering every later layer and leaving the last ({hook name: [batch, pos, d_model]})."""
-    a, i = sender
-    n_layers = model.cfg.n_layers
-    hooks = []
-    for lay in range(n_layers):
-        z_name = get_act_name("z", lay)
-        frozen_z = target_cache[z_name].clone()
-        if lay == a:
-            frozen_z[:, :, i] = source_cache[z_name][:, :, i]
-        hooks.append((z_name, lambda x, hook, v=frozen_z: v.to(x)))
-        mlp_name = get_act_name("mlp_out", lay)
-        if mlp_name in target_cache.cache_dict:
-            hooks.append((mlp_name, lambda x, hook, v=target_cache[mlp_name]: v.to(x)))
-    wanted = [get_act_name("resid_pre", lay) for lay in range(a + 1, n_layers)] + [get_act_name("resid_post", n_layers - 1)]
-    captured: dict[str, Tensor] = {}
-    for name in wanted:
-        hooks.append((name, lambda x, hook, name=name: captured.__setitem__(name, x.detach().clone())))
-    model.run_with_hooks(target_tokens, fwd_hooks=hooks)
-    return captured
-
-
-def _edge_logits(model, target_tokens, target_cache, resid: dict, receiver, via) -> Tensor:
-    """Step two of canonical path patching, logits [batch, pos, vocab]: one pass of the target tokens up to
-    the receiver's layer with its resid_pre set to step one's (`resid`, from `sender_run`) and ln1's scale at
-    the target's, reading the receiver head's `via` activation after every hook there; then one pass of the
-    target tokens with that head's `via` activation set to it. The same on a HookedTransformer and a
-    TransformerBridge (whose q/k/v inputs are shared by all heads), and every hook on ln1, q, k or v acts."""
-    layer, head = receiver
-    name = get_act_name(via, layer)
-    resid_name = get_act_name("resid_pre", layer)
-    read: dict[str, Tensor] = {}
-    hooks = [(resid_name, lambda x, hook: resid[resid_name].to(x))]
-    scale = target_cache.cache_dict.get(f"blocks.{layer}.ln1.hook_scale")
-    if scale is not None:
-        hooks.append((f"blocks.{layer}.ln1.hook_scale", lambda s, hook: scale.to(s)))
-    hooks.append((name, lambda x, hook: read.__setitem__("value", x[:, :, head].detach().clone())))
-    model.run_with_hooks(target_tokens, fwd_hooks=hooks, stop_at_layer=layer + 1)
-
-    def receive(x, hook):
-        x = x.clone()
-        x[:, :, head] = read["value"].to(x)
-        return x
-
-    return model.run_with_hooks(target_tokens, fwd_hooks=[(name, receive)])
-
-
-@torch.no_grad()
-def reference_direct(model: HookedTransformer, target_tokens, target_cache, source_cache, sender, metric) -> float:
-    """The slow value of a sender's direct path by canonical path patching: step one as `reference_edge`,
-    then the target run with the last layer's output set to step one's and the final norm's scale held at
-    the target run's."""
-    logits = _direct_logits(model, target_tokens, target_cache, sender_run(model, target_tokens, target_cache,
-                                                                            source_cache, sender))  # fmt: skip
-    return float(check_metric_value(metric(logits), "metric"))
-
-
-def _direct_logits(model, target_tokens, target_cache, resid: dict) -> Tensor:
-    """The logits [batch, pos, vocab] of `reference_direct`'s second pass."""
-    name = get_act_name("resid_post", model.cfg.n_layers - 1)
-    hooks = [(name, lambda x, hook: resid[name].to(x))]
-    scale = target_cache.cache_dict.get("ln_final.hook_scale")
-    if scale is not None:
-        hooks.append(("ln_final.hook_scale", lambda s, hook: scale.to(s)))
-    return model.run_with_hooks(target_tokens, fwd_hooks=hooks)
-
-
 def _stacked_supported(model: HookedTransformer) -> bool:
     """Whether the stacked path models this block layout (causal attention, attention then MLP, no norm after
     a block's outputs; rotary and Bridges included). Other layouts take the reference, which runs the
@@ -321,13 +230,14 @@ def path_patch(
             f"sender (last in layer {last_sender}); a head cannot path-patch a head of its own or an earlier layer"
         )
     edges += [(s, "logits", "direct") for s in senders] if direct else []
-    values = evaluate(target, path_copies(model, edges, deltas, target, lambda sender: (source_cache, sender)), path, memory_budget_mb).tolist()
+    replace = lambda s: (("head", *s), source_cache[get_act_name("z", s[0])][:, :, s[1]])  # noqa: E731
+    copies = path_copies(model, edges, deltas, target, replace, shortcut=path == "local")
+    values = evaluate(target, copies, path, memory_budget_mb).tolist()
     out = {(head_name(*s), r if r == "logits" else head_name(*r), v): x for (s, r, v), x in zip(edges, values)}
     return PathPatchResult(values=out, clean_value=clean_value, corrupt_value=corrupt_value, direction=direction,
                            assumptions=_assumptions(cfg), method=chosen.label)  # fmt: skip
 
 
-CANONICAL = "canonical two-step path patching per edge (sender patched, other heads and MLPs frozen; then the receiver)"
 
 
 def _receiver_only(model: HookedTransformer) -> bool:
@@ -336,78 +246,21 @@ def _receiver_only(model: HookedTransformer) -> bool:
     return kernels.supported(model) and model.cfg.positional_embedding_type != "rotary"
 
 
-def path_copies(model, edges: list, deltas: dict, target: Target, sources: Callable) -> Copies:
-    """The specification of a path-patching sweep for the engine: copy i is edge i (key, receiver, via), the
-    first layer it changes the receiver's (n_layers for a direct path); edges sorted by that layer. `key` names
-    the copy's change: deltas[key] [batch, pos, d_model] is what the sender's output adds (its own value per
-    copy: one sender under several replacements is several keys), and sources(key) = (a cache holding the
-    sender's replacement z, the sender (layer, head)) for the canonical reference. `hc.path_patch` keys by
-    sender; `ablate_edges` by (sender, reference)."""
-    n_layers = model.cfg.n_layers
-    layers = [n_layers if r == "logits" else r[0] for _, r, _ in edges]
-    final = target.act("resid_post", n_layers - 1)
-    final_scale = target.cache.cache_dict.get("ln_final.hook_scale")
-
-    def direct_logits(lo: int, hi: int) -> Tensor:  # [n * batch, pos, vocab]
-        x = torch.stack([final + deltas[s] for s, _, _ in edges[lo:hi]])
-        if final_scale is not None:
-            x = frozen_norm(model.ln_final, x, final_scale)
-        return model.unembed(x.flatten(0, 1))
+def path_copies(model, edges: list, deltas: dict, target: Target, replacement: Callable, shortcut: bool) -> Copies:
+    """Path-patching edges (key, receiver (layer, head) or "logits", via) as the one edge engine's copies
+    (`exact.edge_copies`), sorted by the receiver's layer. deltas[key]: the sender's change of output [batch,
+    pos, d_model]; replacement(key): (the sender as a writer, its replacing z) for the reference; shortcut:
+    recompute only the receiver head (`_receiver_local`) on the "local" path."""
+    as_edges = [(key, ("logits",) if r == "logits" else ("head", r[0], r[1], v)) for key, r, v in edges]
 
     def local(layer: int, lo: int, hi: int):
-        if layer == n_layers:
-            return direct_logits(lo, hi)
         return _receiver_local(model, layer, edges[lo:hi], deltas, target)
 
-    def setter(lo: int, hi: int) -> list:
-        """Hooks on the receivers' q/k/v in a stack of hi - lo copies: each copy's receiver input recomputed
-        from the target's resid_pre plus its sender's change, through ln1 with the target's scale."""
-        chunk, n, batch = edges[lo:hi], hi - lo, target.batch
-        lay = chunk[0][1][0]
-        block = model.blocks[lay]
-        resid = target.act("resid_pre", lay)
-        scale = target.cache.cache_dict.get(f"blocks.{lay}.ln1.hook_scale")
-        pos_embed = target.extras["shortformer_pos_embed"]
-        hooks = []
-        for v in VIAS:
-            idx = [i for i, e in enumerate(chunk) if e[2] == v]
-            if not idx:
-                continue
-            new_inputs = []
-            for i in idx:
-                sender, (_, head), _ = chunk[i]
-                x = frozen_norm(block.ln1, resid + deltas[sender], scale) if scale is not None else resid + deltas[sender]
-                if v in ("q", "k") and pos_embed is not None:
-                    x = x + pos_embed
-                W, b = (head_weight(block.attn, f"{kind}_{v.upper()}", model.cfg)[head] for kind in ("W", "b"))
-                new_inputs.append(x @ W + b)  # [batch, pos, d_head]
-            heads, values, copies = torch.tensor([chunk[i][1][1] for i in idx]), torch.stack(new_inputs), torch.tensor(idx)
-
-            def hook(act, hook, heads=heads, values=values, copies=copies):
-                act = act.view(n, batch, *act.shape[1:]).clone()
-                act[copies, :, :, heads] = values.to(act)
-                return act.view(n * batch, *act.shape[2:])
-
-            hooks.append((get_act_name(v, lay), hook))
-        return hooks
-
-    step_one: OrderedDict = OrderedDict()  # key -> its step-one residual streams, the 16 latest kept
-
-    def reference(i: int) -> Tensor:
-        key, receiver, v = edges[i]
-        if key not in step_one:
-            step_one[key] = sender_run(model, target.tokens, target.cache, *sources(key))
-            if len(step_one) > 16:
-                step_one.popitem(last=False)
-        if receiver == "logits":
-            return _direct_logits(model, target.tokens, target.cache, step_one[key])
-        return _edge_logits(model, target.tokens, target.cache, step_one[key], receiver, v)
-
-    return Copies(layers=layers, setter=setter, reference=reference, local=local)
+    return edge_copies(model, as_edges, deltas, target, replacement, local=local if shortcut else None)
 
 
 def _assumptions(cfg) -> tuple[str, ...]:
     return ("receiver and final norm scales frozen at the target run's",) if cfg.normalization_type else ()
 
 
-__all__ = ["path_patch", "PathPatchResult", "path_copies", "reference_edge", "reference_direct", "sender_run"]
+__all__ = ["path_patch", "PathPatchResult", "path_copies"]

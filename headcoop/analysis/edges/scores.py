@@ -6,17 +6,11 @@ and value input ("L1H2" via "q", "k", "v"), each MLP's input ("MLP1" via "in") a
 "direct"). A writer feeds every reader after it: a head of layer l feeds the MLP of layer l and everything
 in later layers.
 
-**Exact edge patching** (`estimator="exact"`, and the verification of the estimates): the target run (corrupt
-for "denoise", as `hc.path_patch`) with one change: the reader's input is the target's residual stream at
-that reader plus the writer's change of output, delta_w = out_w(source) - out_w(target), at every position,
-through the reader's norm with the target run's scale frozen (so the patch stays an edge). Everything else is
-as in the target run, and the reader's changed output flows through every later layer. This is
-`hc.path_patch`'s definition, extended to embeddings and MLPs. It runs on the stacked-copies engine
-(`copies.py`): copy i is edge i, hooks on the reader's q/k/v (or the MLP's pre-activation) set copy i's
-reader input; the direct path to the logits is computed without hooks. The slow reference beside it
-(`reference_edge`) is one forward pass per edge that adds delta_w at TransformerLens's own split inputs
-(`use_split_qkv_input`, `use_hook_mlp_in`) with the norm scale held by a hook; whenever any hook is installed
-on the model the reference is the path taken.
+**Exact edge patching** (`estimator="exact"`, and the verification of the estimates): `edges/exact.py`, the
+one specification and reference that `hc.path_patch` shares: the target run (corrupt for "denoise") with one
+reader's input computed from the target's residual stream plus one writer's change of output, its norm at the
+target's scale; on the stacked-copies engine, with canonical two-step path patching as the reference, taken
+whenever any hook is installed on the model.
 
 **Estimates**: edge attribution patching ("eap", Syed et al. 2023) scores an edge by the first-order change
 of the metric, delta_w . d metric / d input_r, with the gradient at the target run and the norm scales
@@ -29,7 +23,6 @@ missed, as `hc.attribute` does for nodes.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import time
 
@@ -43,58 +36,16 @@ from transformer_lens.utilities import get_act_name
 from headcoop.progress import with_progress
 from headcoop.analysis.engine.verification import miss_bound, pick
 from headcoop.analysis.engine.inputs import check_choice, require_model
-from headcoop.analysis.engine.copies import Copies, Target, clean_corrupt, evaluate, route, target_run
-from headcoop.analysis.engine.norms import frozen_norm, norm_kind, norm_weights
+from headcoop.analysis.engine.copies import clean_corrupt, evaluate, route, target_run
+from headcoop.analysis.engine.norms import norm_kind, norm_weights
 from headcoop.analysis.vocabulary import DIRECTIONS, EDGE_ESTIMATORS, Direction, EdgeEstimator
+from headcoop.analysis.edges.exact import edge_copies, writer_outputs
 from headcoop.analysis.edges.graph import (
-    ATTN_READERS, Reader, Writer, check_edge_model, graph, grouped, has_mlp, qkv_weights,
-    reader_name, writer_name,
+    ATTN_READERS, Reader, check_edge_model, graph, grouped, qkv_weights, reader_name, writer_name,
 )  # fmt: skip
 from headcoop.checks import check_finite, check_int, check_metric_value
 from headcoop.results import Result
 from headcoop.tl import HookedTransformer
-
-# --- writer changes and reader inputs -------------------------------------------------------------------
-def writer_outputs(model: HookedTransformer, cache, writers: list[Writer]) -> dict[Writer, Tensor]:
-    """Each writer's output [batch, pos, d_model] in a cached run."""
-    out = {}
-    for w in writers:
-        if w[0] == "embed":
-            out[w] = cache["hook_embed"]
-        elif w[0] == "pos_embed":
-            out[w] = cache["hook_pos_embed"].expand_as(cache["hook_embed"])
-        elif w[0] == "head":
-            out[w] = cache[get_act_name("z", w[1])][:, :, w[2]] @ model.blocks[w[1]].attn.W_O[w[2]]
-        else:
-            out[w] = cache[get_act_name("mlp_out", w[1])]
-    return out
-
-
-def _scale(cache, name: str) -> Tensor | None:
-    return cache.cache_dict.get(name)
-
-
-def reader_input(model: HookedTransformer, target: Target, reader: Reader, delta: Tensor) -> Tensor:
-    """The reader's own activation when its residual input is the target's plus `delta` [*copy, batch, pos,
-    d_model], through its norm at the target's scale: q/k/v [*copy, batch, pos, d_head] for a head, the
-    pre-activation [*copy, batch, pos, d_mlp] for an MLP (a gated MLP: (gate, linear) pre-activations)."""
-    cache, lay = target.cache, reader[1]
-    block = model.blocks[lay]
-    if reader[0] in ATTN_READERS:
-        via, head = reader[3], reader[2]
-        x = frozen_norm(getattr(block, "ln1", None), target.act("resid_pre", lay) + delta,
-                        _scale(cache, f"blocks.{lay}.ln1.hook_scale"))  # fmt: skip
-        pos_embed = target.extras.get("shortformer_pos_embed")
-        if via in ("q", "k") and pos_embed is not None:
-            x = x + pos_embed
-        W, b = qkv_weights(block.attn, via, head, grouped(model))
-        return x @ W + b
-    x = frozen_norm(getattr(block, "ln2", None), target.act("resid_mid", lay) + delta,
-                    _scale(cache, f"blocks.{lay}.ln2.hook_scale"))  # fmt: skip
-    if model.cfg.gated_mlp:  # TransformerLens's GatedMLP adds b_in after the product of the two
-        return x @ block.mlp.W_gate, x @ block.mlp.W_in
-    return x @ block.mlp.W_in + block.mlp.b_in
-
 
 def _final_kind(model) -> str | None:
     """The final norm's kind (None: no final norm), whose hook_normalized is x / scale before its weight."""
@@ -188,109 +139,6 @@ def _reader_grads(model: HookedTransformer, tokens: Tensor, score, readers: list
                 g = g - g.mean(-1, keepdim=True) if _final_kind(model) in ("LN", "LNPre") else g
             out[r] = g
     return {r: g.detach() for r, g in out.items()}, value.detach()
-
-
-# --- exact edge patching on the engine ------------------------------------------------------------------
-def edge_copies(model: HookedTransformer, edges: list[tuple[Writer, Reader]], deltas: dict[Writer, Tensor],
-                target: Target) -> Copies:  # fmt: skip
-    """The engine's specification of an edge-patching sweep: copy i is edge i, its first changed layer the
-    reader's (n_layers for the logits); `edges` sorted by that layer. deltas[w]: the writer's change of output
-    [batch, pos, d_model]."""
-    n_layers = model.cfg.n_layers
-    layers = [n_layers if r[0] == "logits" else r[1] for _, r in edges]
-    final_scale = _scale(target.cache, "ln_final.hook_scale")
-    final = target.act("resid_post", n_layers - 1)
-
-    def local(layer: int, lo: int, hi: int) -> Tensor:  # only the direct paths: [n * batch, pos, vocab]
-        x = torch.stack([final + deltas[w] for w, _ in edges[lo:hi]])
-        if final_scale is not None:
-            x = frozen_norm(model.ln_final, x, final_scale)
-        return model.unembed(x.flatten(0, 1))
-
-    def setter(lo: int, hi: int) -> list:
-        """Hooks that set each copy's reader input (q/k/v of one head, or an MLP's pre-activation) in a stack of
-        hi - lo copies of the target batch."""
-        chunk, n, batch = edges[lo:hi], hi - lo, target.batch
-        sites: dict[str, list[tuple[int, int | None, Tensor]]] = {}  # hook name -> (copy, head, value)
-        for c, (w, r) in enumerate(chunk):
-            value = reader_input(model, target, r, deltas[w])
-            if r[0] in ATTN_READERS:
-                sites.setdefault(get_act_name(r[3], r[1]), []).append((c, r[2], value))
-            elif model.cfg.gated_mlp:
-                sites.setdefault(f"blocks.{r[1]}.mlp.hook_pre", []).append((c, None, value[0]))
-                sites.setdefault(f"blocks.{r[1]}.mlp.hook_pre_linear", []).append((c, None, value[1]))
-            else:
-                sites.setdefault(f"blocks.{r[1]}.mlp.hook_pre", []).append((c, None, value))
-
-        def setting(entries):
-            def hook(act, hook):
-                act = act.view(n, batch, *act.shape[1:]).clone()
-                for c, head, value in entries:
-                    if head is None:
-                        act[c] = value.to(act)
-                    else:
-                        act[c, :, :, head] = value.to(act)
-                return act.view(n * batch, *act.shape[2:])
-            return hook
-
-        return [(name, setting(entries)) for name, entries in sites.items()]
-
-    def reference(i: int) -> Tensor:
-        w, r = edges[i]
-        return reference_edge(model, target, r, deltas[w])
-
-    return Copies(layers=layers, setter=setter, reference=reference, local=local)
-
-
-@contextlib.contextmanager
-def split_inputs(model: HookedTransformer):
-    """TransformerLens's own per-head q/k/v inputs and MLP input hook, switched on for the reference and back."""
-    cfg = model.cfg
-    was = (cfg.use_split_qkv_input, cfg.use_hook_mlp_in)
-    model.set_use_split_qkv_input(True)
-    if has_mlp(model):
-        model.set_use_hook_mlp_in(True)
-    try:
-        yield
-    finally:
-        model.set_use_split_qkv_input(was[0])
-        if has_mlp(model):
-            model.set_use_hook_mlp_in(was[1])
-
-
-@torch.no_grad()
-def reference_edge(model: HookedTransformer, target: Target, reader: Reader, delta: Tensor) -> Tensor:
-    """The slow, obviously-correct logits [batch, pos, vocab] of one edge patch: one forward pass of the target
-    tokens that adds `delta` at the reader's own input (TransformerLens's `hook_q_input` / `hook_k_input` /
-    `hook_v_input` for one head, `hook_mlp_in` for an MLP, the last `hook_resid_post` for the logits) with that
-    reader's norm scale held at the target's by a hook; every installed hook acts as in any forward pass."""
-    cache = target.cache
-    if reader[0] == "logits":
-        hooks = [(get_act_name("resid_post", model.cfg.n_layers - 1), lambda x, hook: x + delta.to(x))]
-        scale = _scale(cache, "ln_final.hook_scale")
-        if scale is not None:
-            hooks.append(("ln_final.hook_scale", lambda x, hook: scale.to(x)))
-        return model.run_with_hooks(target.tokens, fwd_hooks=hooks)
-    lay = reader[1]
-    with split_inputs(model):
-        if reader[0] in ATTN_READERS:
-            head, via = reader[2], reader[3]
-
-            def add(x, hook):
-                x = x.clone()
-                x[:, :, head] += delta.to(x)
-                return x
-
-            hooks = [(f"blocks.{lay}.hook_{via}_input", add)]
-            scale = _scale(cache, f"blocks.{lay}.ln1.hook_scale")
-            if scale is not None:  # split inputs: one scale per head, [batch, pos, head, 1]
-                hooks.append((f"blocks.{lay}.ln1.hook_scale", lambda x, hook: scale[:, :, None].expand_as(x).to(x)))
-        else:
-            hooks = [(f"blocks.{lay}.hook_mlp_in", lambda x, hook: x + delta.to(x))]
-            scale = _scale(cache, f"blocks.{lay}.ln2.hook_scale")
-            if scale is not None:
-                hooks.append((f"blocks.{lay}.ln2.hook_scale", lambda x, hook: scale.to(x)))
-        return model.run_with_hooks(target.tokens, fwd_hooks=hooks)
 
 
 def _integrated_grads(model, tokens: Tensor, score, readers: list[Reader], source_cache, target_cache,
@@ -435,6 +283,9 @@ def _estimator(estimator: str, method: str | None) -> str:
     return method
 
 
+CANONICAL = "canonical two-step path patching per edge (writer replaced, other heads and MLPs frozen; then the reader)"
+
+
 # --- the analysis ----------------------------------------------------------------------------------------
 @with_progress("hc.edges", cheaper="estimator='eap' (gradients, verify= of them checked exactly) is cheaper")
 def edges(
@@ -459,7 +310,8 @@ def edges(
     "eap-ig" (the gradient averaged over `steps` interpolations of the embeddings) or "exact" (every edge
     patched on the engine). verify / sample: the verify edges with the largest |estimate| and `sample` more,
     drawn with `seed`, patched exactly (columns `exact`, `top`, `sampled`; `missed` the false-negative bound).
-    clean, corrupt, metric, direction: as `hc.patch`. Returns an EdgeResult (`.to_dataframe()`: one row per
+    clean, corrupt, metric, direction: as `hc.patch`; method: the deprecated spelling of `estimator`.
+    Returns an EdgeResult (`.to_dataframe()`: one row per
     edge; `.plot()`: the strongest edges as a layered graph).
     progress: as `hc.patch` (one bar over the call's runs, and the estimate before a long call).
     """
@@ -483,11 +335,11 @@ def edges(
     source_value = float(check_metric_value(score.one(source_logits), "metric"))
     clean_value, corrupt_value = (source_value, target.value) if direction == "denoise" else (target.value, source_value)
     chosen = route(model, "auto", "stacked", "stacked copies from the reader's layer", "edge",
-                   reference="one forward pass per edge (TransformerLens's split q/k/v and MLP inputs)")  # fmt: skip
+                   reference=CANONICAL)  # fmt: skip
     ordered = sorted(all_edges, key=lambda e: model.cfg.n_layers if e[1][0] == "logits" else e[1][1])
     passes: float
     if estimator == "exact":
-        scores = evaluate(target, edge_copies(model, ordered, deltas, target), chosen.path, memory_budget_mb) - target.value
+        scores = evaluate(target, edge_copies(model, ordered, deltas, target, source_cache), chosen.path, memory_budget_mb) - target.value
         passes = float(len(ordered))
     else:
         if estimator == "eap":
@@ -508,7 +360,7 @@ def edges(
     if estimator != "exact" and (verify or sample):
         started = time.perf_counter()
         missed, patched = _verify(frame, ordered, verify, sample, seed,
-                                  lambda sub: evaluate(target, edge_copies(model, sub, deltas, target), chosen.path,
+                                  lambda sub: evaluate(target, edge_copies(model, sub, deltas, target, source_cache), chosen.path,
                                                        memory_budget_mb) - target.value)  # fmt: skip
         verify_s, passes = time.perf_counter() - started, passes + patched
     return EdgeResult(frame=frame, clean_value=float(clean_value), corrupt_value=float(corrupt_value),
@@ -518,4 +370,4 @@ def edges(
                       assumptions=_assumptions(model))  # fmt: skip
 
 
-__all__ = ["edges", "EdgeResult", "graph", "edge_copies", "reference_edge"]
+__all__ = ["edges", "EdgeResult"]
