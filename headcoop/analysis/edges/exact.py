@@ -257,5 +257,25 @@ def split_inputs(model: HookedTransformer):
             model.set_use_hook_mlp_in(was[1])
 
 
+@contextlib.contextmanager
+def prepended(model: HookedTransformer, hooks: list[tuple[str, Callable]]):
+    """Forward hooks run *before* every hook already installed at their points (TransformerLens's `prepend`),
+    removed on exit without touching anyone else's hooks."""
+    points = dict(model.hook_dict)
+    added = []
+    try:
+        for name, fn in hooks:
+            point = points[name]
+            point.add_hook(fn, dir="fwd", prepend=True)
+            added.append((point, point.fwd_hooks[0]))
+    finally:
+        try:
+            yield
+        finally:
+            for point, handle in added:
+                handle.hook.remove()
+                point.fwd_hooks.remove(handle)
+
+
 __all__ = ["edge_copies", "reader_input", "step_one", "step_two", "writer_activation", "writer_outputs",
-           "source_replacement", "split_inputs"]
+           "source_replacement", "split_inputs", "prepended", "reader_sites"]

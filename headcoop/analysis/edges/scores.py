@@ -24,6 +24,7 @@ missed, as `hc.attribute` does for nodes.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 
 import numpy as np
@@ -39,7 +40,7 @@ from headcoop.analysis.engine.inputs import check_choice, require_model
 from headcoop.analysis.engine.copies import clean_corrupt, evaluate, route, target_run
 from headcoop.analysis.engine.norms import norm_kind, norm_weights
 from headcoop.analysis.vocabulary import DIRECTIONS, EDGE_ESTIMATORS, Direction, EdgeEstimator
-from headcoop.analysis.edges.exact import edge_copies, writer_outputs
+from headcoop.analysis.edges.exact import edge_copies, prepended, reader_sites, writer_outputs
 from headcoop.analysis.edges.graph import (
     ATTN_READERS, Reader, check_edge_model, graph, grouped, qkv_weights, reader_name, writer_name,
 )  # fmt: skip
@@ -67,10 +68,19 @@ def norm_transpose(module, g: Tensor, scale: Tensor | None) -> Tensor:
 
 # --- gradients at the readers ----------------------------------------------------------------------------
 def _reader_grads(model: HookedTransformer, tokens: Tensor, score, readers: list[Reader],
-                  embeds: tuple[Tensor, Tensor | None] | None = None) -> tuple[dict[Reader, Tensor], Tensor]:  # fmt: skip
+                  embeds: tuple[Tensor, Tensor | None] | None = None,
+                  through_hooks: bool = False) -> tuple[dict[Reader, Tensor], Tensor]:  # fmt: skip
     """d metric / d (each reader's residual input) [batch, pos, d_model] at one run of `tokens` (embeddings
-    replaced by `embeds` = (token, positional) when given), every norm scale frozen (detached), and the
-    metric's value."""
+    replaced by `embeds` = (token, positional) when given), each reader's own norm scale frozen, and the
+    metric's value.
+
+    One forward and backward pass gives the gradient at each reader's activation (q/k/v, an MLP's
+    pre-activation: after every hook there, which the exact patch's reader also sets after them; the final
+    norm's output before any hook there). Mapping it back to the residual input: by hand (the norm at its
+    frozen scale, W_Q / W_in transposed) when no hook is installed; with `through_hooks`, by autograd across
+    the hooks on the reader's norm and q/k/v or MLP input (`_local_vjps`), so that a hook there is inside the
+    derivative."""
+    cfg = model.cfg
     kept: dict[str, Tensor] = {}
 
     def keep(act, hook):
@@ -78,71 +88,95 @@ def _reader_grads(model: HookedTransformer, tokens: Tensor, score, readers: list
         kept[hook.name] = act
         return act
 
-    scales: dict[str, Tensor] = {}
+    seen: dict[str, Tensor] = {}  # each norm's scale, and the residual streams the local maps start from
 
-    def record(act, hook):  # each block norm's scale, at which its reader's input is mapped back
-        scales[hook.name] = act.detach()
+    def record(act, hook):
+        seen[hook.name] = act.detach()
         return act
 
-
-    cfg = model.cfg
-    names = set()
-    for r in readers:
-        if r[0] in ATTN_READERS:
-            names.add(get_act_name(r[3], r[1]))
-        elif r[0] == "mlp":
-            names.add(f"blocks.{r[1]}.mlp.hook_pre")
-            if cfg.gated_mlp:
-                names.add(f"blocks.{r[1]}.mlp.hook_pre_linear")
-        else:  # the direct path holds the final norm's scale: read the gradient after it (`_final_grad`)
-            names.add("ln_final.hook_normalized" if _final_kind(model) else get_act_name("resid_post", cfg.n_layers - 1))
-    hooks = [(n, keep) for n in sorted(names)]
-    hooks.append((lambda n: n.endswith("hook_scale"), record))
+    final = "ln_final.hook_normalized" if _final_kind(model) else get_act_name("resid_post", cfg.n_layers - 1)
+    names = {name for r in readers if r[0] != "logits" for name, _ in reader_sites(model, r)}
+    hooks = [(n, keep) for n in sorted(names)] + [(lambda n: n.endswith("hook_scale"), record)]
+    if through_hooks:
+        hooks.append((lambda n: n.endswith(("hook_resid_pre", "hook_resid_mid", "hook_pos_embed")), record))
     if embeds is not None:
         hooks.append(("hook_embed", lambda act, hook: embeds[0].to(act)))
         if embeds[1] is not None:
             hooks.append(("hook_pos_embed", lambda act, hook: embeds[1].to(act)))
-    with torch.enable_grad():
-        # the weights need no gradient: every kept activation is made a leaf of the graph above
-        logits = model.run_with_hooks(tokens, fwd_hooks=hooks)
+    # the final norm's output is read before any hook there (so that one is inside the derivative)
+    first = [(final, keep)] if any(r[0] == "logits" for r in readers) else []
+    with torch.enable_grad(), prepended(model, first if through_hooks else []):
+        logits = model.run_with_hooks(tokens, fwd_hooks=hooks + ([] if through_hooks else first))
         value = score.one(logits)
-        if not isinstance(value, Tensor) or not value.requires_grad:
-            raise ValueError("hc.edges' estimates need a metric differentiable in the logits (a logit difference, "
-                             f"a log-probability); this one returned {value!r} with no gradient: use "
-                             "estimator='exact' for it")  # fmt: skip
+        _check_differentiable(value)
         order = sorted(kept)
-        grads = dict(zip(order, torch.autograd.grad(value, [kept[n] for n in order], allow_unused=True)))
-    out = {}
+        found = dict(zip(order, torch.autograd.grad(value, [kept[n] for n in order], allow_unused=True)))
+    grads = {n: torch.zeros_like(kept[n]) if g is None else g.detach() for n, g in found.items()}
+    out = _local_vjps(model, readers, grads, seen) if through_hooks else {}
     for r in readers:
+        if r in out:
+            continue
         lay = r[1] if r[0] != "logits" else cfg.n_layers - 1
         if r[0] in ATTN_READERS:
-            g = grads[get_act_name(r[3], lay)]
-            g = torch.zeros_like(kept[get_act_name(r[3], lay)]) if g is None else g
-            g = g[:, :, r[2]] @ qkv_weights(model.blocks[lay].attn, r[3], r[2], grouped(model))[0].T
-            out[r] = norm_transpose(getattr(model.blocks[lay], "ln1", None), g, scales.get(f"blocks.{lay}.ln1.hook_scale"))
+            W = qkv_weights(model.blocks[lay].attn, r[3], r[2], grouped(model))[0]
+            g = grads[get_act_name(r[3], lay)][:, :, r[2]] @ W.T
+            out[r] = norm_transpose(getattr(model.blocks[lay], "ln1", None), g, seen.get(f"blocks.{lay}.ln1.hook_scale"))
         elif r[0] == "mlp":
             mlp = model.blocks[lay].mlp
-            g_pre = grads[f"blocks.{lay}.mlp.hook_pre"]
-            g_pre = torch.zeros_like(kept[f"blocks.{lay}.mlp.hook_pre"]) if g_pre is None else g_pre
+            g = grads[f"blocks.{lay}.mlp.hook_pre"] @ (mlp.W_gate if cfg.gated_mlp else mlp.W_in).T
             if cfg.gated_mlp:
-                g_lin = grads[f"blocks.{lay}.mlp.hook_pre_linear"]
-                g = g_pre @ mlp.W_gate.T + (0 if g_lin is None else g_lin @ mlp.W_in.T)
-            else:
-                g = g_pre @ mlp.W_in.T
-            out[r] = norm_transpose(getattr(model.blocks[lay], "ln2", None), g, scales.get(f"blocks.{lay}.ln2.hook_scale"))
+                g = g + grads[f"blocks.{lay}.mlp.hook_pre_linear"] @ mlp.W_in.T
+            out[r] = norm_transpose(getattr(model.blocks[lay], "ln2", None), g, seen.get(f"blocks.{lay}.ln2.hook_scale"))
         else:
-            name = "ln_final.hook_normalized" if _final_kind(model) else get_act_name("resid_post", lay)
-            g = grads[name]
-            g = torch.zeros_like(kept[name]) if g is None else g
+            g = grads[final]
             if _final_kind(model):  # x / scale at a frozen scale, then centred (LN): its transpose
-                g = g / scales["ln_final.hook_scale"]
+                g = g / seen["ln_final.hook_scale"]
                 g = g - g.mean(-1, keepdim=True) if _final_kind(model) in ("LN", "LNPre") else g
             out[r] = g
     return {r: g.detach() for r, g in out.items()}, value.detach()
 
 
+def _local_vjps(model: HookedTransformer, readers: list[Reader], grads: dict[str, Tensor],
+                seen: dict[str, Tensor]) -> dict[Reader, Tensor]:
+    """The head and MLP readers' residual-input gradients by autograd across every hook on the way from the
+    residual stream to the reader's activation: per layer, one pass of that block alone (`start_at_layer`)
+    from the run's resid_pre (and resid_mid, for its MLP) as leaves, the block's norm scales held at the run's
+    (frozen); then one vector-Jacobian product per reader with the gradient at its activation."""
+    out: dict[Reader, Tensor] = {}
+    for lay in sorted({r[1] for r in readers if r[0] != "logits"}):
+        here = [r for r in readers if r[0] != "logits" and r[1] == lay]
+        x = seen[get_act_name("resid_pre", lay)].clone().requires_grad_(True)
+        mid_name = get_act_name("resid_mid", lay)
+        mid = seen[mid_name].clone().requires_grad_(True) if mid_name in seen else None
+        hooks = [(f"blocks.{lay}.{ln}.hook_scale", lambda a, hook, s=seen[f"blocks.{lay}.{ln}.hook_scale"]: s.to(a))
+                 for ln in ("ln1", "ln2") if f"blocks.{lay}.{ln}.hook_scale" in seen]  # fmt: skip
+        if mid is not None:
+            hooks.append((mid_name, lambda a, hook: mid))
+        acts: dict[str, Tensor] = {}
+        for name in {name for r in here for name, _ in reader_sites(model, r)}:
+            hooks.append((name, lambda a, hook, name=name: acts.__setitem__(name, a) or a))
+        pos = seen.get("hook_pos_embed") if model.cfg.positional_embedding_type == "shortformer" else None
+        with torch.enable_grad():
+            model.run_with_hooks(x, start_at_layer=lay, stop_at_layer=lay + 1, shortformer_pos_embed=pos, fwd_hooks=hooks)
+            for r in here:
+                sites = reader_sites(model, r)
+                outs = [acts[n] if h is None else acts[n][:, :, h] for n, h in sites]
+                wants = [grads[n] if h is None else grads[n][:, :, h] for n, h in sites]
+                (g,) = torch.autograd.grad(outs, [x if r[0] in ATTN_READERS else mid], grad_outputs=wants,
+                                           retain_graph=True, allow_unused=True)  # fmt: skip
+                out[r] = torch.zeros_like(x) if g is None else g
+    return out
+
+
+def _check_differentiable(value) -> None:
+    if not isinstance(value, Tensor) or not value.requires_grad:
+        raise ValueError("hc.edges' estimates need a metric differentiable in the logits (a logit difference, "
+                         f"a log-probability); this one returned {value!r} with no gradient: use "
+                         "estimator='exact' for it")  # fmt: skip
+
+
 def _integrated_grads(model, tokens: Tensor, score, readers: list[Reader], source_cache, target_cache,
-                      steps: int) -> dict[Reader, Tensor]:
+                      steps: int, gradients=None) -> dict[Reader, Tensor]:
     """EAP-IG's gradients: each reader's, averaged over `steps` runs whose token and positional embeddings move
     from the target's to the source's (alpha = 1/steps .. 1)."""
     grads: dict[Reader, Tensor] = {}
@@ -153,7 +187,7 @@ def _integrated_grads(model, tokens: Tensor, score, readers: list[Reader], sourc
         def between(name: str) -> Tensor:
             return target_cache[name] + alpha * (source_cache[name] - target_cache[name])
 
-        g, _ = _reader_grads(model, tokens, score, readers,
+        g, _ = (gradients or _reader_grads)(model, tokens, score, readers,
                              embeds=(between("hook_embed"), between("hook_pos_embed") if pos else None))  # fmt: skip
         for r, v in g.items():
             grads[r] = grads.get(r, 0) + v / steps
@@ -264,8 +298,19 @@ def _node_key(name: str) -> tuple[int, int]:
     return 2 * int(layer) + 1, int(head)
 
 
-def _assumptions(model) -> tuple[str, ...]:
-    return ("each reader's norm scale and the final norm's frozen at the target run's",) if model.cfg.normalization_type else ()
+RESIDUAL_HOOKS = ("hook_resid_pre", "hook_resid_mid", "hook_resid_post", "hook_attn_out")
+
+
+def _assumptions(model, estimator: str, hooks: tuple[str, ...]) -> tuple[str, ...]:
+    """What the scores assume, in words: frozen norm scales; for an estimate under hooks on the residual stream
+    between writers and readers, that it carries each writer's change to its readers unchanged (the exact
+    patches, verified ones included, carry it through those hooks)."""
+    said = ["each reader's norm scale and the final norm's frozen at the target run's"] if model.cfg.normalization_type else []
+    between = [h for h in hooks if h.endswith(RESIDUAL_HOOKS)]
+    if estimator != "exact" and between:
+        said.append(f"the gradients are taken across every hook, but each writer's change reaches its readers "
+                    f"without the residual-stream hooks at {', '.join(between[:3])} (the exact patches pass through them)")
+    return tuple(said)
 
 
 def _estimator(estimator: str, method: str | None) -> str:
@@ -342,11 +387,12 @@ def edges(
         scores = evaluate(target, edge_copies(model, ordered, deltas, target, source_cache), chosen.path, memory_budget_mb) - target.value
         passes = float(len(ordered))
     else:
+        gradients = functools.partial(_reader_grads, through_hooks=bool(chosen.hooks))  # a hook: autograd across it
         if estimator == "eap":
-            grads, _ = _reader_grads(model, target_tokens, score, readers)
+            grads, _ = gradients(model, target_tokens, score, readers)
             passes = 3.0
         else:
-            grads = _integrated_grads(model, target_tokens, score, readers, source_cache, target.cache, steps)
+            grads = _integrated_grads(model, target_tokens, score, readers, source_cache, target.cache, steps, gradients)
             passes = 1.0 + 3.0 * steps
         scores = _products(deltas, grads, ordered, writers, readers)
     estimate_s = time.perf_counter() - started
@@ -367,7 +413,7 @@ def edges(
                       target_value=float(target.value), direction=direction, estimator=estimator,
                       method=chosen.label, missed=missed,
                       cost=dict(passes=passes, estimate_s=estimate_s, verification_s=verify_s),
-                      assumptions=_assumptions(model))  # fmt: skip
+                      assumptions=_assumptions(model, estimator, chosen.hooks))  # fmt: skip
 
 
 __all__ = ["edges", "EdgeResult"]
