@@ -220,7 +220,7 @@ def test_ablated_runs_on_the_engine_match_one_pass_per_circuit_at_the_split_inpu
     _, corrupt_cache = model.run_with_cache(corrupt_t)
     target = target_run(model, clean_t, score, lambda n: True)
     copies = circuit_copies(model, target, _random_masks(model), writers, readers,
-                            _reference_outputs(model, writers, corrupt_cache, how))  # fmt: skip
+                            _reference_outputs(model, writers, corrupt_cache, how, *clean_t.shape))  # fmt: skip
     stacked, reference = evaluate(target, copies, "stacked", 256), evaluate(target, copies, "reference", 256)
     torch.testing.assert_close(stacked, reference, atol=2e-5, rtol=1e-4)
     assert float(stacked.std()) > 1e-4  # the circuits differ

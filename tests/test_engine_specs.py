@@ -102,14 +102,16 @@ def test_ablate_edges_over_several_references_equals_the_plain_loop(shape):
         return logits[:, -1, 4].mean() - logits[:, -1, 7].mean()
 
     edges = [("L0H1", "L2H3", "q"), ("L0H1", "L1H0", "v"), ("L1H2", "L2H0", "k")]
-    frame = ablate_edges(model, tokens, edges, references, metric)
+    result = ablate_edges(model, tokens, edges, references, metric)
+    frame = result.to_dataframe()
     assert len(frame) == 9
     for _, row in frame.iterrows():
         sender, receiver = (int(row.sender[1]), int(row.sender[3])), (int(row.receiver[1]), int(row.receiver[3]))
         want = plain_edge_ablation(model, tokens, references[row.reference], metric, sender, receiver, row.via)
         assert row.value == pytest.approx(want, abs=1e-5, rel=1e-5), (row.sender, row.receiver, row.via, row.reference)
     assert frame.groupby(["sender", "receiver", "via"]).value.nunique().max() > 1  # the references differ
-    assert frame.attrs["method"].startswith("stacked")
+    assert result.method.startswith("stacked")
+    assert "mean over 8 reference inputs, per position" in repr(result) and "norm scale frozen" in repr(result)
 
 
 def test_ablate_edges_with_a_user_hook_takes_the_canonical_reference():
@@ -124,7 +126,7 @@ def test_ablate_edges_with_a_user_hook_takes_the_canonical_reference():
 
     model.add_hook("blocks.2.hook_resid_post", lambda x, hook: x * 1.1 + 0.01)  # after every receiver
     try:
-        frame = ablate_edges(model, tokens, [("L0H1", "L2H3", "v")], references, metric)
+        frame = ablate_edges(model, tokens, [("L0H1", "L2H3", "v")], references, metric).to_dataframe()
         for _, row in frame.iterrows():
             want = plain_edge_ablation(model, tokens, references[row.reference], metric, (0, 1), (2, 3), "v")
             assert row.value == pytest.approx(want, abs=1e-5, rel=1e-5)
@@ -152,3 +154,60 @@ def test_probe_patch_reads_where_the_probe_was_fit_by_default():
     fitted = float((features[:, 0].double() @ probe.weight[0] + probe.bias[0]).mean())
     assert default.clean_value == pytest.approx(fitted, abs=1e-6)
     assert last.clean_value != pytest.approx(fitted, abs=1e-3)
+
+
+@torch.no_grad()
+def plain_recomputed_edge_ablation(model, tokens, reference, metric, sender, receiver, via):
+    """hc.faithfulness's definition: the receiver's split `via` input = the run's resid_pre - the sender's output
+    + its mean output over `reference` (per position), with ln1 recomputed on that input (no scale frozen)."""
+    (a, i), (b, j) = sender, receiver
+    _, run = model.run_with_cache(tokens)
+    _, ref = model.run_with_cache(reference)
+    z = run[f"blocks.{a}.attn.hook_z"][:, :, i]
+    mean = ref[f"blocks.{a}.attn.hook_z"][:, :, i].mean(0, keepdim=True)
+    resid = run[f"blocks.{b}.hook_resid_pre"] + (mean - z) @ model.W_O[a, i]
+    model.set_use_split_qkv_input(True)
+    try:
+        def put(x, hook):
+            x = x.clone()
+            x[:, :, j] = resid
+            return x
+
+        return float(metric(model.run_with_hooks(tokens, fwd_hooks=[(f"blocks.{b}.hook_{via}_input", put)])))
+    finally:
+        model.set_use_split_qkv_input(False)
+
+
+def test_one_mean_ablated_edge_under_both_named_definitions():
+    """Issue 46: mean-ablating one edge gave 0.62417 through hc.faithfulness and 0.62481 through hc.ablate_edges
+    with neither saying which definition ran. Both now take the mean by the one ablation (`replacement`) over the
+    same reference; they differ only in the norm (frozen at the run's scale for the edge, recomputed for the
+    circuit), each value equals its plain TransformerLens reference, and each result names its definition."""
+    from headcoop.analysis.edges.ablation import ablate_edges
+    from headcoop.analysis.edges.faithfulness import Circuit
+    from headcoop.analysis.edges.graph import graph, reader_name, writer_name
+
+    model = attn_only_2l_like(seed=2)  # LayerNorm: the two definitions differ
+    tokens, corrupt = _inputs(model, seed=3, batch=6)
+    reference = _inputs(model, seed=4, batch=8)[0]
+
+    def metric(logits):
+        return logits[:, -1, 4].mean() - logits[:, -1, 7].mean()
+
+    edge = ("L0H1", "L1H2", "v")
+    frozen = ablate_edges(model, tokens, [edge], [reference], metric)
+    frozen_value = float(frozen.to_dataframe().value.iloc[0])
+    assert frozen_value == pytest.approx(plain_edge_ablation(model, tokens, reference, metric, (0, 1), (1, 2), "v"), abs=1e-5)
+    everything = {(writer_name(w), *reader_name(r)) for w, r in graph(model)[2]}
+    result = hc.faithfulness(model, Circuit(frozenset(everything - {edge})), clean=tokens, corrupt=corrupt,
+                             metric=metric, how="mean", reference=reference)  # fmt: skip
+    recomputed_value = float(result.to_dataframe().metric.iloc[-1])
+    want = plain_recomputed_edge_ablation(model, tokens, reference, metric, (0, 1), (1, 2), "v")
+    assert recomputed_value == pytest.approx(want, abs=1e-5)
+    assert abs(frozen_value - recomputed_value) > 1e-4  # two readings of "mean-ablate an edge", named
+    assert "mean over 8 reference inputs, per position" in repr(frozen) and "norm scale frozen" in repr(frozen)
+    assert "mean over 8 reference inputs, per position" in repr(result) and "norms recomputed" in repr(result)
+    with pytest.raises(ValueError, match="reference= only applies"):
+        hc.faithfulness(model, result_circuit := Circuit(frozenset({edge})), clean=tokens, corrupt=corrupt,
+                        metric=metric, how="zero", reference=reference)  # fmt: skip
+    assert result_circuit.edges

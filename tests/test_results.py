@@ -53,6 +53,7 @@ def results():
         "EdgeResult": edges,
         "Circuit": circuit,
         "FaithfulnessResult": hc.faithfulness(two, edges, clean=clean, corrupt=corrupt, metric=_metric, random=2),
+        "EdgeAblationResult": hc.ablate_edges(two, clean, [("L0H1", "L1H2", "q")], [corrupt], _metric),
         "HeadMetrics": head_metrics(count01, n=256),
         "ExactEvaluation": exact_evaluate(skip),
         "Preferences": preferences(skip),

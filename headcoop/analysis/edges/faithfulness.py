@@ -38,13 +38,14 @@ from torch import Tensor
 from transformer_lens.utilities import get_act_name
 
 from headcoop.progress import with_progress
-from headcoop.analysis.engine.inputs import check_choice, require_model
+from headcoop.analysis.engine.inputs import as_tokens, check_choice, require_model
 from headcoop.analysis.engine.copies import Copies, Target, clean_corrupt, evaluate, route, target_run
 from headcoop.analysis.edges.graph import (
     Reader, Writer, check_edge_model, graph, grouped, has_mlp, kv_kind, qkv_weights, reader_name, writer_name,
 )  # fmt: skip
 from headcoop.analysis.edges.exact import split_inputs, writer_outputs
 from headcoop.analysis.edges.scores import EdgeResult
+from headcoop.analysis.engine.ablation import describe_ablation, replacement, shifted_order
 from headcoop.analysis.vocabulary import ABLATIONS, Ablation
 from headcoop.checks import check_finite, check_int
 from headcoop.results import Result
@@ -96,16 +97,12 @@ def circuit(edges: EdgeResult | list, k: int | None = None, threshold: float | N
 
 
 # --- the ablated run ------------------------------------------------------------------------------------
-def _reference_outputs(model, writers: list[Writer], corrupt_cache, how: str) -> dict[Writer, Tensor]:
-    """Each writer's output in the reference [batch or 1, pos, d_model]."""
-    outs = writer_outputs(model, corrupt_cache, writers)
-    if how == "corrupt":
-        return outs
-    if how == "mean":
-        return {w: o.mean(0, keepdim=True) for w, o in outs.items()}
-    if how == "zero":
-        return {w: torch.zeros_like(o[:1]) for w, o in outs.items()}
-    return {w: o.roll(1, dims=0) for w, o in outs.items()}  # resample: another input's outputs
+def _reference_outputs(model, writers: list[Writer], ref_cache, how: str, batch: int, n_pos: int) -> dict[Writer, Tensor]:
+    """Each writer's output in the reference [batch, pos, d_model], by the one ablation (`replacement`) from its
+    outputs on the reference inputs; resample pairs input i with reference input i - 1 (`shifted_order`)."""
+    outs = writer_outputs(model, ref_cache, writers)
+    order = shifted_order(len(next(iter(outs.values())))) if how == "resample" else None
+    return {w: replacement(o, how, batch, n_pos, order) for w, o in outs.items()}
 
 
 def circuit_copies(model: HookedTransformer, target: Target, masks: Tensor, writers: list[Writer],
@@ -267,6 +264,7 @@ class FaithfulnessResult(Result):
     how: str
     method: str
     n_edges: int
+    ablation: str = ""  # the definition that ran (`describe_ablation`)
 
     def to_dataframe(self) -> pd.DataFrame:
         return self.frame.copy()
@@ -275,7 +273,8 @@ class FaithfulnessResult(Result):
         last = self.frame.iloc[-1]
         return (f"FaithfulnessResult({len(self.frame)} circuit sizes of {self.n_edges} edges, {self.how} ablation: "
                 f"CPR {self.cpr:.3f} (random {self.random_cpr:.3f}), CMD {self.cmd:.3f}; at {int(last.edges)} edges "
-                f"faithfulness {last.faithfulness:.3f}; model {self.full:.4g}, empty {self.empty:.4g}; {self.method})")  # fmt: skip
+                f"faithfulness {last.faithfulness:.3f}; model {self.full:.4g}, empty {self.empty:.4g}; "
+                f"{self.ablation or self.how}; norms recomputed; {self.method})")  # fmt: skip
 
     def plot(self) -> go.Figure:
         f = self.frame
@@ -285,7 +284,8 @@ class FaithfulnessResult(Result):
             fig.add_trace(go.Scatter(x=f.fraction, y=f.random_mean, mode="lines", name="random circuits (mean)",
                                      error_y=dict(array=f.random_std, visible=True), line=dict(dash="dash")))  # fmt: skip
         fig.add_hline(y=1.0, line_dash="dot", line_color="grey")
-        fig.update_layout(title=f"Faithfulness ({self.how} ablation): CPR {self.cpr:.3f}, CMD {self.cmd:.3f}",
+        fig.update_layout(title=f"Faithfulness ({self.how} ablation): CPR {self.cpr:.3f}, CMD {self.cmd:.3f}"
+                                + (f"<br><sup>{self.ablation}; norms recomputed</sup>" if self.ablation else ""),
                           xaxis_title="fraction of edges kept", yaxis_title="faithfulness")  # fmt: skip
         return fig
 
@@ -304,6 +304,7 @@ def faithfulness(
     corrupt=None,
     metric=None,
     how: Ablation = "corrupt",
+    reference=None,
     sizes: list[int] | None = None,
     random: int = 3,
     seed: int = 0,
@@ -313,7 +314,10 @@ def faithfulness(
     """The metric recovered by a circuit with every other edge ablated (module docstring). A `Circuit` gives one
     point; an `EdgeResult` gives the curve over `sizes` (default: 0, 1, 2, 4, ... edges up to the whole graph),
     the circuit of each size its top edges, beside `random` random circuits per size (seeded). clean, corrupt,
-    metric: as `hc.patch`. Returns a FaithfulnessResult (`.plot()`: the curve; `.cpr`, `.cmd`: MIB's summaries).
+    metric: as `hc.patch`. how: what an edge outside the circuit carries, by the one ablation
+    (`engine.ablation.replacement`): "corrupt" (the paired corrupt input's writer output), "mean" (its mean over
+    the reference inputs, per position), "resample" (reference input i - 1's), "zero"; reference: the inputs
+    "mean" and "resample" take their values from (default: the corrupt inputs). Returns a FaithfulnessResult (`.plot()`: the curve; `.cpr`, `.cmd`: MIB's summaries).
     progress: as `hc.patch` (one bar over the call's runs, and the estimate before a long call).
     """
     require_model(model, "faithfulness")
@@ -325,11 +329,16 @@ def faithfulness(
     names = [(writer_name(w), *reader_name(r)) for w, r in all_edges]
     index = {name: i for i, name in enumerate(names)}
     clean_tokens, corrupt_tokens, score = clean_corrupt(model, clean, corrupt, metric)
+    if reference is not None and how not in ("mean", "resample"):
+        raise ValueError(f'reference= only applies to how="mean" or "resample", not how={how!r}')
+    ref_tokens = corrupt_tokens if reference is None else as_tokens(model, reference)
     with torch.no_grad():
-        _, corrupt_cache = model.run_with_cache(corrupt_tokens)
+        _, ref_cache = model.run_with_cache(ref_tokens)
     with torch.no_grad():
         target = target_run(model, clean_tokens, score, lambda n: True)
-    reference = _reference_outputs(model, writers, corrupt_cache, how)
+    reference = _reference_outputs(model, writers, ref_cache, how, *clean_tokens.shape)
+    ablation = describe_ablation(how, len(ref_tokens), "corrupt" if ref_tokens is corrupt_tokens else "reference",
+                                 order="shifted")  # fmt: skip
     w_index = {w: i for i, w in enumerate(writers)}
     r_index = {r: i for i, r in enumerate(readers)}
 
@@ -381,7 +390,7 @@ def faithfulness(
     cpr = _area(x, table.faithfulness.to_numpy()) if len(table) > 1 else float("nan")
     cmd = _area(x, np.abs(1 - table.faithfulness.to_numpy())) if len(table) > 1 else float("nan")
     random_cpr = _area(x, table.random_mean.to_numpy()) if random and len(table) > 1 else float("nan")
-    return FaithfulnessResult(table, full, empty, cpr, cmd, random_cpr, how, chosen.label, len(names))
+    return FaithfulnessResult(table, full, empty, cpr, cmd, random_cpr, how, chosen.label, len(names), ablation)
 
 
-__all__ = ["circuit", "Circuit", "faithfulness", "FaithfulnessResult", "circuit_copies", "reference_run", "ABLATIONS"]
+__all__ = ["circuit", "Circuit", "faithfulness", "FaithfulnessResult", "circuit_copies", "reference_run"]

@@ -85,23 +85,53 @@ def resample_order(n_ref: int, seed: int) -> Int[Tensor, " ref"]:
     return torch.randperm(n_ref, generator=generator(seed))
 
 
-def replacement(
-    ref_z: Float[Tensor, "ref ref_pos k d_head"], how: str, batch: int, n_pos: int, order: Tensor | None
-) -> Float[Tensor, "batch pos k d_head"]:
-    """What ablated heads write in place of their z, for inputs of [batch, n_pos] (the one definition
-    `hc.ablate` and the coalition games share):
-    "mean": z at position p is the mean over the reference examples of the head's z at p;
-    "resample": example i takes reference example order[i % n_ref] (`resample_order`).
-    ValueError when the inputs are longer than the reference."""
-    n_ref, ref_pos = ref_z.shape[:2]
+def shifted_order(n_ref: int) -> Int[Tensor, " ref"]:
+    """The resample order that pairs example i with reference example i - 1 (the batch rolled by one): where the
+    reference is the paired corrupt batch (`hc.faithfulness`), no example takes its own pair. ValueError for a
+    single reference example (it would take itself)."""
+    if n_ref < 2:
+        raise ValueError(f"resample needs at least 2 reference inputs (one input would take its own values); got {n_ref}")
+    return torch.arange(n_ref).roll(1)
+
+
+def replacement(ref: Float[Tensor, "ref ref_pos *rest"], how: str, batch: int, n_pos: int,
+                order: Tensor | None = None) -> Float[Tensor, "batch pos *rest"]:  # fmt: skip
+    """What an ablated activation becomes, for inputs of [batch, n_pos], from the same activation on reference
+    inputs `ref` (a head's z, a writer's output, ...): the one definition `hc.ablate`, the coalition games,
+    `hc.cooperation`, `hc.faithfulness` and `hc.ablate_edges` share (`ABLATIONS`, `describe_ablation`):
+    "zero": 0; "mean": at position p the mean over the reference examples at p; "resample": example i takes
+    reference example order[i % n_ref] (`resample_order`, `shifted_order`); "corrupt": example i takes
+    reference example i (the paired corrupt input). ValueError when the inputs are longer than the reference."""
+    n_ref, ref_pos = ref.shape[:2]
     if n_pos > ref_pos:
         raise ValueError(f"inputs of length {n_pos} are longer than the {how}-ablation reference ({ref_pos} positions)")
+    rest = ref.shape[2:]
+    if how == "zero":
+        return ref.new_zeros(batch, n_pos, *rest)
     if how == "mean":
-        return ref_z[:, :n_pos].mean(0).expand(batch, -1, -1, -1)
+        return ref[:, :n_pos].mean(0).expand(batch, n_pos, *rest)
     if how == "resample":
         pick = order[torch.arange(batch) % n_ref]
-        return ref_z[pick.to(ref_z.device), :n_pos]
-    raise ValueError(f"replacement() takes how 'mean' or 'resample', got {how!r}")
+        return ref[pick.to(ref.device), :n_pos]
+    if how == "corrupt":
+        if n_ref != batch:
+            raise ValueError(f"corrupt ablation pairs each input with its corrupt input: {batch} inputs, {n_ref} corrupt")
+        return ref[:, :n_pos]
+    raise ValueError(f"replacement() takes how 'zero', 'mean', 'resample' or 'corrupt', got {how!r}")
+
+
+def describe_ablation(how: str, n_ref: int = 0, reference: str = "reference", order: str = "seeded") -> str:
+    """The definition that ran, in words, for a result's repr and title (`replacement`)."""
+    if how == "zero":
+        return "zero: the output set to 0"
+    if how == "mean":
+        return f"mean: the output's mean over {n_ref} {reference} inputs, per position"
+    if how == "resample":
+        drawn = "the batch rolled by one" if order == "shifted" else "a seeded permutation"
+        return f"resample: another {reference} input's output ({drawn} of {n_ref})"
+    if how == "corrupt":
+        return "corrupt: the paired corrupt input's output"
+    return f"{how}"
 
 
 @contextlib.contextmanager

@@ -36,7 +36,9 @@ from torch import Tensor
 from headcoop.tl import HookedTransformer
 from transformer_lens.utilities import apply_softcap, get_act_name
 
-from headcoop.analysis.engine.ablation import ablate, hooks_added, reference_z, replacement, resample_order, z_hooks
+from headcoop.analysis.engine.ablation import (
+    ablate, describe_ablation, hooks_added, reference_z, replacement, resample_order, z_hooks,
+)  # fmt: skip
 from headcoop.analysis.engine.inputs import check_choice, require_task
 from headcoop.analysis.engine.copies import (
     BRIDGE_STACKED, AtRows, Copies, Score, Target, evaluate, hooks_in_the_way, measure, route, target_run,
@@ -95,10 +97,16 @@ class CoalitionGame:
             self._prepare_linear()
 
     # --- what an ablated head writes ---------------------------------------------------------------
+    @property
+    def ablation(self) -> str:
+        """The definition the game's absent players are replaced by, in words (`describe_ablation`)."""
+        return describe_ablation(self.how, getattr(self, "n_ref", 0))
+
     def _prepare_replacements(self, reference) -> None:
         n, width = self.tokens.shape
         layers = sorted({lay for lay, _ in self.players})
         self.reference = reference
+        self.n_ref = 0
         self.replacement: dict[tuple[int, int], Tensor] = {}  # (layer, head) -> [batch, pos, d_head]
         if self.how == "zero":
             d_head = self.model.cfg.d_head
@@ -108,7 +116,8 @@ class CoalitionGame:
         if reference is None:
             self.reference = require_task(self.model, f'the reference of how="{self.how}"').sample(512, seed=0)
         ref_z = reference_z(self.model, self.reference, set(layers))
-        order = resample_order(next(iter(ref_z.values())).shape[0], self.seed)
+        self.n_ref = next(iter(ref_z.values())).shape[0]
+        order = resample_order(self.n_ref, self.seed)
         for lay, head in self.players:
             value = replacement(ref_z[lay][:, :, head, None], self.how, n, width, order)[:, :, 0]
             self.replacement[(lay, head)] = value.to(self.tokens.device)

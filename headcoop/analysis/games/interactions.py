@@ -81,6 +81,7 @@ class Interactions(Result):
     method: str
     threshold: float
     interaction_se: Float[Tensor, "head head"] | None = None  # sampled pairs' standard errors (None: exact)
+    ablation: str = ""  # the definition that replaced absent heads, in words (`describe_ablation`)
 
     def to_dataframe(self) -> pd.DataFrame:
         """One row per pair: head_a, head_b, interaction (index), interaction_se (0 when exact),
@@ -123,7 +124,7 @@ class Interactions(Result):
                   for k in ("redundant", "synergistic", "independent", "not estimated")}  # fmt: skip
         missing = f", {counts['not estimated']} not estimated" if counts["not estimated"] else ""
         return (
-            f"Interactions({len(self.heads)} heads, {self.metric}, {self.how} ablation: {self.model_verdict}; "
+            f"Interactions({len(self.heads)} heads, {self.metric}, {self.ablation or self.how + ' ablation'}: {self.model_verdict}; "
             f"pairs {counts['redundant']} redundant, {counts['synergistic']} synergistic, "
             f"{counts['independent']} independent{missing}; v(all) {self.v_full:.4g}, v(none) {self.v_empty:.4g}; "
             f"{self.method})"
@@ -325,7 +326,7 @@ def interactions(
         heads=names, shapley=shapley.float(), shapley_se=se.float(), interaction=inter.float(),
         ablation_interaction=ablation.float(), v_full=v_full, v_empty=v_empty, verdicts=verdicts,
         model_verdict=model_verdict, metric=metric_name, how=how, method=how_computed, threshold=threshold,
-        interaction_se=None if pair_se is None else pair_se.float(),
+        interaction_se=None if pair_se is None else pair_se.float(), ablation=game.ablation,
     )  # fmt: skip
 
 
