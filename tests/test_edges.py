@@ -379,3 +379,56 @@ def test_a_user_hook_sends_the_ablated_runs_down_the_reference_path_and_is_honou
         model.reset_hooks()
     assert hooked.method.startswith("reference") and "blocks.0.hook_mlp_out" in hooked.method
     assert hooked.full == pytest.approx(want, abs=1e-5) and abs(hooked.full - plain.full) > 1e-4
+
+
+def _full_table_products(deltas, grads, ordered, writers, readers):
+    """The previous EAP product: the whole writer x reader table, then the edges picked from it."""
+    D = torch.stack([deltas[w].reshape(-1) for w in writers])
+    table = D @ torch.stack([grads[r].reshape(-1).to(D) for r in readers]).T
+    w_index, r_index = {w: i for i, w in enumerate(writers)}, {r: i for i, r in enumerate(readers)}
+    return table[[w_index[w] for w, _ in ordered], [r_index[r] for _, r in ordered]]
+
+
+@pytest.mark.parametrize("shape", ["LN, MLPs", "grouped-query", "LN, shortformer"])
+def test_eap_at_its_floor_keeps_its_scores(shape):
+    """Issue 46: EAP runs the source once and the target once (forward and backward) when nothing is verified,
+    and computes only the edges' products; the scores equal the full table's and the verified run's."""
+    from headcoop.analysis.edges.scores import _products, _reader_grads
+    from headcoop.analysis.engine.copies import Score
+
+    model = attn_only_2l_like(seed=12, **SHAPES[shape])
+    clean, corrupt = _inputs(model, seed=6)
+    calls = []
+    forward = model.forward
+    model.forward = lambda *a, **k: calls.append(1) or forward(*a, **k)
+    try:
+        floor = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, estimator="eap")
+        assert len(calls) == 2 and floor.cost["passes"] == 3.0  # source forward; target forward + backward
+        calls.clear()
+        checked = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, estimator="eap", verify=2)
+        assert len(calls) > 3
+    finally:
+        del model.forward
+    np.testing.assert_allclose(floor.to_dataframe().score, checked.to_dataframe().score, rtol=1e-6, atol=1e-9)
+    writers, readers, all_edges = graph(model)
+    ordered = sorted(all_edges, key=lambda e: model.cfg.n_layers if e[1][0] == "logits" else e[1][1])
+    _, source = model.run_with_cache(clean)
+    _, target = model.run_with_cache(corrupt)
+    out_s, out_t = writer_outputs(model, source, writers), writer_outputs(model, target, writers)
+    deltas = {w: out_s[w] - out_t[w] for w in writers}
+    grads, _ = _reader_grads(model, corrupt, Score(metric), readers)
+    torch.testing.assert_close(_products(deltas, grads, ordered, writers),
+                               _full_table_products(deltas, grads, ordered, writers, readers), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(floor.to_dataframe().score, _products(deltas, grads, ordered, writers).detach().numpy(), rtol=1e-5, atol=1e-7)
+
+
+def test_non_finite_metrics_and_scores_are_refused():
+    """Issue 47, item 3: a NaN or inf metric, or logits that overflow, are a ValueError naming what is not finite."""
+    model = attn_only_2l_like(seed=13, **SHAPES["LN, MLPs"])
+    clean, corrupt = _inputs(model)
+    for estimator in ("eap", "exact"):
+        with pytest.raises(ValueError, match="NaN or inf"):
+            hc.edges(model, clean=clean, corrupt=corrupt, metric=lambda logits: metric(logits) * float("nan"),
+                     estimator=estimator)  # fmt: skip
+    with pytest.raises(ValueError, match="NaN or inf"):
+        hc.edges(model, clean=clean, corrupt=corrupt, metric=lambda logits: metric(logits) + float("inf"))

@@ -42,7 +42,7 @@ from headcoop.analysis.engine.norms import norm_kind, norm_weights
 from headcoop.analysis.vocabulary import DIRECTIONS, EDGE_ESTIMATORS, Direction, EdgeEstimator
 from headcoop.analysis.edges.exact import edge_copies, prepended, reader_sites, writer_outputs
 from headcoop.analysis.edges.graph import (
-    ATTN_READERS, Reader, check_edge_model, graph, grouped, qkv_weights, reader_name, writer_name,
+    ATTN_READERS, Reader, Writer, check_edge_model, graph, grouped, qkv_weights, reader_name, writer_name,
 )  # fmt: skip
 from headcoop.checks import check_finite, check_int, check_metric_value
 from headcoop.results import Result
@@ -68,8 +68,8 @@ def norm_transpose(module, g: Tensor, scale: Tensor | None) -> Tensor:
 
 # --- gradients at the readers ----------------------------------------------------------------------------
 def _reader_grads(model: HookedTransformer, tokens: Tensor, score, readers: list[Reader],
-                  embeds: tuple[Tensor, Tensor | None] | None = None,
-                  through_hooks: bool = False) -> tuple[dict[Reader, Tensor], Tensor]:  # fmt: skip
+                  embeds: tuple[Tensor, Tensor | None] | None = None, through_hooks: bool = False,
+                  record: tuple[set[str], dict] | None = None) -> tuple[dict[Reader, Tensor], Tensor]:  # fmt: skip
     """d metric / d (each reader's residual input) [batch, pos, d_model] at one run of `tokens` (embeddings
     replaced by `embeds` = (token, positional) when given), each reader's own norm scale frozen, and the
     metric's value.
@@ -79,7 +79,8 @@ def _reader_grads(model: HookedTransformer, tokens: Tensor, score, readers: list
     norm's output before any hook there). Mapping it back to the residual input: by hand (the norm at its
     frozen scale, W_Q / W_in transposed) when no hook is installed; with `through_hooks`, by autograd across
     the hooks on the reader's norm and q/k/v or MLP input (`_local_vjps`), so that a hook there is inside the
-    derivative."""
+    derivative. record = (hook names, dict): the run's activations at those names are stored in the dict
+    (detached; the writers' outputs, so that EAP needs no second pass of the target)."""
     cfg = model.cfg
     kept: dict[str, Tensor] = {}
 
@@ -90,15 +91,17 @@ def _reader_grads(model: HookedTransformer, tokens: Tensor, score, readers: list
 
     seen: dict[str, Tensor] = {}  # each norm's scale, and the residual streams the local maps start from
 
-    def record(act, hook):
+    def remember(act, hook):
         seen[hook.name] = act.detach()
         return act
 
     final = "ln_final.hook_normalized" if _final_kind(model) else get_act_name("resid_post", cfg.n_layers - 1)
     names = {name for r in readers if r[0] != "logits" for name, _ in reader_sites(model, r)}
-    hooks = [(n, keep) for n in sorted(names)] + [(lambda n: n.endswith("hook_scale"), record)]
+    hooks = [(n, keep) for n in sorted(names)] + [(lambda n: n.endswith("hook_scale"), remember)]
     if through_hooks:
-        hooks.append((lambda n: n.endswith(("hook_resid_pre", "hook_resid_mid", "hook_pos_embed")), record))
+        hooks.append((lambda n: n.endswith(("hook_resid_pre", "hook_resid_mid", "hook_pos_embed")), remember))
+    if record is not None:
+        hooks.append((lambda n: n in record[0], lambda act, hook: record[1].__setitem__(hook.name, act.detach()) or act))
     if embeds is not None:
         hooks.append(("hook_embed", lambda act, hook: embeds[0].to(act)))
         if embeds[1] is not None:
@@ -208,14 +211,24 @@ def _verify(frame: pd.DataFrame, ordered: list, verify: int, sample: int, seed: 
     return miss_bound(effect(top), effect(picked), rest), len(chosen)
 
 
-def _products(deltas: dict, grads: dict, ordered: list, writers: list, readers: list) -> Tensor:
-    """delta_w . grad_r summed over batch, positions and d_model for every edge: one matrix product of the
-    writers' changes [writer, batch * pos * d_model] and the readers' gradients [reader, same]."""
+def _products(deltas: dict, grads: dict, ordered: list, writers: list) -> Tensor:
+    """delta_w . grad_r summed over batch, positions and d_model for every edge of `ordered`, computing only those:
+    each reader's writers are a prefix of `writers` (the graph's forward order) and its edges follow each other
+    in `ordered`, so readers with equally many writers take one matrix product of that prefix of the writers'
+    changes [k, batch * pos * d_model] with their gradients [m, same] (64 readers at a time)."""
     D = torch.stack([deltas[w].reshape(-1) for w in writers])
-    table = torch.cat([D @ torch.stack([grads[r].reshape(-1).to(D) for r in readers[i:i + 64]]).T
-                       for i in range(0, len(readers), 64)], 1)  # [writer, reader], 64 readers at a time
-    w_index, r_index = {w: i for i, w in enumerate(writers)}, {r: i for i, r in enumerate(readers)}
-    return table[[w_index[w] for w, _ in ordered], [r_index[r] for _, r in ordered]]
+    seq: dict = {}  # reader -> how many writers feed it, in the order of `ordered`
+    for _, r in ordered:
+        seq[r] = seq.get(r, 0) + 1
+    readers, out, i = list(seq), [], 0
+    while i < len(readers):
+        k, j = seq[readers[i]], i
+        while j < len(readers) and seq[readers[j]] == k and j - i < 64:
+            j += 1
+        G = torch.stack([grads[r].reshape(-1).to(D) for r in readers[i:j]])
+        out.append((D[:k] @ G.T).T.reshape(-1))  # reader-major, each reader's k writers in order
+        i = j
+    return torch.cat(out)
 
 
 # --- the result -----------------------------------------------------------------------------------------
@@ -370,50 +383,71 @@ def edges(
     writers, readers, all_edges = graph(model)
     clean_tokens, corrupt_tokens, score = clean_corrupt(model, clean, corrupt, metric)
     source_tokens, target_tokens = (clean_tokens, corrupt_tokens) if direction == "denoise" else (corrupt_tokens, clean_tokens)
+    chosen = route(model, "auto", "stacked", "stacked copies from the reader's layer", "edge", reference=CANONICAL)
+    gradients = functools.partial(_reader_grads, through_hooks=bool(chosen.hooks))  # a hook: autograd across it
+    ordered = sorted(all_edges, key=lambda e: model.cfg.n_layers if e[1][0] == "logits" else e[1][1])
+    sites = writer_sites(writers)
     started = time.perf_counter()
     with torch.no_grad():
-        source_logits, source_cache = model.run_with_cache(source_tokens)
-    with torch.no_grad():
-        target = target_run(model, target_tokens, score, lambda n: True)
-    out_source, out_target = writer_outputs(model, source_cache, writers), writer_outputs(model, target.cache, writers)
-    deltas = {w: (out_source[w] - out_target[w]).detach() for w in writers}
-    source_value = float(check_metric_value(score.one(source_logits), "metric"))
-    clean_value, corrupt_value = (source_value, target.value) if direction == "denoise" else (target.value, source_value)
-    chosen = route(model, "auto", "stacked", "stacked copies from the reader's layer", "edge",
-                   reference=CANONICAL)  # fmt: skip
-    ordered = sorted(all_edges, key=lambda e: model.cfg.n_layers if e[1][0] == "logits" else e[1][1])
-    passes: float
-    if estimator == "exact":
-        scores = evaluate(target, edge_copies(model, ordered, deltas, target, source_cache), chosen.path, memory_budget_mb) - target.value
-        passes = float(len(ordered))
+        source_logits, source_cache = model.run_with_cache(source_tokens, names_filter=lambda n: n in sites)
+    source_value = _finite(score.one(source_logits), "the metric on the source inputs")
+    target = None
+    if estimator == "eap" and not (verify or sample):  # the floor: the target's one pass gives its writers too
+        acts: dict[str, Tensor] = {}
+        grads, value = gradients(model, target_tokens, score, readers, record=(sites, acts))
+        target_value, deltas = _finite(value, "the metric on the target inputs"), _deltas(model, writers, source_cache, acts)
     else:
-        gradients = functools.partial(_reader_grads, through_hooks=bool(chosen.hooks))  # a hook: autograd across it
+        with torch.no_grad():
+            target = target_run(model, target_tokens, score, lambda n: True)
+        target_value, deltas = _finite(target.value, "the metric on the target inputs"), _deltas(model, writers, source_cache, target.cache)
         if estimator == "eap":
             grads, _ = gradients(model, target_tokens, score, readers)
-            passes = 3.0
-        else:
+        elif estimator == "eap-ig":
             grads = _integrated_grads(model, target_tokens, score, readers, source_cache, target.cache, steps, gradients)
-            passes = 1.0 + 3.0 * steps
-        scores = _products(deltas, grads, ordered, writers, readers)
-    estimate_s = time.perf_counter() - started
+
+    def exact(sub: list) -> Tensor:
+        return evaluate(target, edge_copies(model, sub, deltas, target, source_cache), chosen.path, memory_budget_mb) - target.value
+
+    scores = exact(ordered) if estimator == "exact" else _products(deltas, grads, ordered, writers)
+    if not bool(torch.isfinite(scores).all()):
+        raise ValueError(f"hc.edges' {estimator} scores hold NaN or inf (the model's logits or the metric's gradient "
+                         "overflow on these inputs): check the metric and the inputs, or use a float64 model")  # fmt: skip
+    passes = {"exact": float(len(ordered)), "eap": 3.0 + (target is not None), "eap-ig": 1.0 + 3.0 * steps}[estimator]
     frame = pd.DataFrame([dict(writer=writer_name(w), reader=reader_name(r)[0], via=reader_name(r)[1]) for w, r in ordered])
     frame["score"] = scores.detach().double().cpu().numpy()
     frame["exact"] = frame["score"] if estimator == "exact" else np.nan
     frame["top"] = False
     frame["sampled"] = False
-    missed: dict = {}
-    verify_s = 0.0
+    estimate_s, missed, verify_s = time.perf_counter() - started, {}, 0.0
     if estimator != "exact" and (verify or sample):
         started = time.perf_counter()
-        missed, patched = _verify(frame, ordered, verify, sample, seed,
-                                  lambda sub: evaluate(target, edge_copies(model, sub, deltas, target, source_cache), chosen.path,
-                                                       memory_budget_mb) - target.value)  # fmt: skip
+        missed, patched = _verify(frame, ordered, verify, sample, seed, exact)
         verify_s, passes = time.perf_counter() - started, passes + patched
-    return EdgeResult(frame=frame, clean_value=float(clean_value), corrupt_value=float(corrupt_value),
-                      target_value=float(target.value), direction=direction, estimator=estimator,
-                      method=chosen.label, missed=missed,
+    clean_value, corrupt_value = (source_value, target_value) if direction == "denoise" else (target_value, source_value)
+    return EdgeResult(frame=frame, clean_value=clean_value, corrupt_value=corrupt_value, target_value=target_value,
+                      direction=direction, estimator=estimator, method=chosen.label, missed=missed,
                       cost=dict(passes=passes, estimate_s=estimate_s, verification_s=verify_s),
                       assumptions=_assumptions(model, estimator, chosen.hooks))  # fmt: skip
+
+
+def writer_sites(writers: list[Writer]) -> set[str]:
+    """The hook points holding the writers' activations (`exact.writer_activation`)."""
+    return {"hook_embed" if w[0] == "embed" else "hook_pos_embed" if w[0] == "pos_embed" else
+            get_act_name("z" if w[0] == "head" else "mlp_out", w[1]) for w in writers}  # fmt: skip
+
+
+def _deltas(model: HookedTransformer, writers: list[Writer], source, target) -> dict[Writer, Tensor]:
+    """Each writer's change of output, source minus target [batch, pos, d_model], from either run's activations."""
+    out_source, out_target = writer_outputs(model, source, writers), writer_outputs(model, target, writers)
+    return {w: (out_source[w] - out_target[w]).detach() for w in writers}
+
+
+def _finite(value, what: str) -> float:
+    """A metric value as a float; ValueError naming it when it is NaN or inf."""
+    value = float(check_metric_value(value, "metric"))
+    if not np.isfinite(value):
+        raise ValueError(f"hc.edges: {what} is {value} (NaN or inf): the model's logits or the metric overflow here")
+    return value
 
 
 __all__ = ["edges", "EdgeResult"]
