@@ -216,6 +216,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The command line's parser.
+    Long: one argparse declaration per option, in the order `--help` prints them."""
     parser = argparse.ArgumentParser(
         prog="headcoop",
         description="Do attention heads cooperate, compete or superpose? Report on what every head of a model does "

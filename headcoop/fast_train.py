@@ -213,6 +213,7 @@ def train_many(
     device: where configs and dicts are built and every model trains ("cpu", "cuda", "cuda:1"); None:
     the given models' device, else the CPU. One device for all: models elsewhere are a ValueError, a
     device this machine lacks a RuntimeError (no silent CPU fallback).
+    Long: the docstring documents each argument; the body is one pass over shape groups (group, stack, train, unstack) that shares their state.
     """
     if not isinstance(task, Task):
         raise TypeError(f"task must be a headcoop Task such as hc.Count01(), got {type(task).__name__}")

@@ -154,6 +154,7 @@ def sweep(
     threads each would oversubscribe the cores; in this process, its own setting).
     A process pool broken by a killed worker is replaced by a new pool of the same size (shut down at the
     end) and the lost chunks are sent there.
+    Long: the docstring documents each argument and the resume rules; the body is 62 lines.
     """
     cfg = TrainConfig.resolve(config, steps=steps, batch_size=batch_size, lr=lr, weight_decay=weight_decay,
                               warmup=warmup)  # fmt: skip

@@ -211,7 +211,9 @@ class _W:
 
 def bench(which: Bench = "post", weight_noise: float = 0.0, seed: int = 0) -> HookedTransformer:
     """A bench model (module docstring) with `model.task` and `model.truth` ({"pairs", "roles", "model",
-    "backup"}); `weight_noise`: the std of seeded Gaussian noise added to every weight."""
+    "backup"}); `weight_noise`: the std of seeded Gaussian noise added to every weight.
+    Long: one hand-set weight layout per bench model, each a few lines, in one place so they can be compared.
+    """
     task = BenchTask(which)
     model = HookedTransformer(task.config()).eval()
     w = _W(model, task)

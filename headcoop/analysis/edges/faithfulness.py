@@ -108,13 +108,18 @@ def _reference_outputs(model, writers: list[Writer], ref_cache, how: str, batch:
 def circuit_copies(model: HookedTransformer, target: Target, masks: Tensor, writers: list[Writer],
                    readers: list[Reader], reference: dict[Writer, Tensor]) -> Copies:  # fmt: skip
     """The engine's specification of n ablated runs of the clean target: masks [n, writer, reader] bool, True
-    where the edge is in copy n's circuit (module docstring)."""
+    where the edge is in copy n's circuit (module docstring).
+    Long: the engine's setter is a closure over the stacked copies' state (writers' changes per copy), as the other specifications are.
+    """
     n_layers, cfg = model.cfg.n_layers, model.cfg
     w_index = {w: i for i, w in enumerate(writers)}
     r_index = {r: i for i, r in enumerate(readers)}
     embeds = {w: writer_outputs(model, target.cache, [w])[w] for w in writers if w[0] in ("embed", "pos_embed")}
 
     def setter(lo: int, hi: int) -> list:
+        """Hooks that rebuild every reader's input in copies lo..hi from the edges each copy keeps.
+        Long: one hook per reader kind (q/k/v, MLP input, logits) over the same per-copy state; split apart they
+        would pass that state around."""
         n, batch = hi - lo, target.batch
         keep = masks[lo:hi].to(target.logits.device)
         state: dict = {"changes": {w: (embeds[w] - reference[w])[None].expand(n, *embeds[w].shape) for w in embeds}}
@@ -319,6 +324,7 @@ def faithfulness(
     the reference inputs, per position), "resample" (reference input i - 1's), "zero"; reference: the inputs
     "mean" and "resample" take their values from (default: the corrupt inputs). Returns a FaithfulnessResult (`.plot()`: the curve; `.cpr`, `.cmd`: MIB's summaries).
     progress: as `hc.patch` (one bar over the call's runs, and the estimate before a long call).
+    Long: the docstring documents each argument; the body is 71 lines (one curve, its random circuits, MIB's summaries).
     """
     require_model(model, "faithfulness")
     check_finite(model, "hc.faithfulness")

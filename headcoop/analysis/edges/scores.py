@@ -373,13 +373,7 @@ def edges(
     edge; `.plot()`: the strongest edges as a layered graph).
     progress: as `hc.patch` (one bar over the call's runs, and the estimate before a long call).
     """
-    require_model(model, "edges")
-    check_finite(model, "hc.edges")
-    check_edge_model(model)
-    estimator = _estimator(estimator, method)
-    check_choice("direction", direction, DIRECTIONS)
-    verify, sample = check_int("verify", verify, 0), check_int("sample", sample, 0)
-    steps = check_int("steps", steps, 1)
+    estimator, verify, sample, steps = _checked(model, estimator, method, direction, verify, sample, steps)
     writers, readers, all_edges = graph(model)
     clean_tokens, corrupt_tokens, score = clean_corrupt(model, clean, corrupt, metric)
     source_tokens, target_tokens = (clean_tokens, corrupt_tokens) if direction == "denoise" else (corrupt_tokens, clean_tokens)
@@ -428,6 +422,16 @@ def edges(
                       direction=direction, estimator=estimator, method=chosen.label, missed=missed,
                       cost=dict(passes=passes, estimate_s=estimate_s, verification_s=verify_s),
                       assumptions=_assumptions(model, estimator, chosen.hooks))  # fmt: skip
+
+
+def _checked(model, estimator: str, method, direction: str, verify, sample, steps) -> tuple[str, int, int, int]:
+    """hc.edges' model and arguments checked (an error naming the bad one): the estimator, verify, sample, steps."""
+    require_model(model, "edges")
+    check_finite(model, "hc.edges")
+    check_edge_model(model)
+    estimator = _estimator(estimator, method)
+    check_choice("direction", direction, DIRECTIONS)
+    return estimator, check_int("verify", verify, 0), check_int("sample", sample, 0), check_int("steps", steps, 1)
 
 
 def writer_sites(writers: list[Writer]) -> set[str]:

@@ -232,3 +232,31 @@ def vocab_labels(model: HookedTransformer) -> list[str]:
 def run(model: HookedTransformer, tokens, **cache_kwargs) -> tuple[Float[Tensor, "batch pos vocab"], ActivationCache]:
     """Logits and the TransformerLens ActivationCache of `model` on `tokens` (any form `as_tokens` takes)."""
     return model.run_with_cache(as_tokens(model, tokens), **cache_kwargs)
+
+
+def check_decomposable(model: HookedTransformer, what: str) -> None:
+    """ValueError unless the residual stream of `model` is a plain sum of its components (no norm after a
+    block's attention or MLP, no post-norm architecture) and the logits are linear in the final norm's
+    output (no soft-capping): the conditions under which the decomposition is exact."""
+    try:
+        from transformer_lens.components.transformer_block import POST_NORM_ARCHITECTURES
+    except ImportError:  # TransformerLens 4.x: no components; the Bridge's config names post-norm models
+        POST_NORM_ARCHITECTURES = ()
+
+    cfg = require_model(model, what).cfg
+    if cfg.use_normalization_before_and_after or cfg.original_architecture in POST_NORM_ARCHITECTURES:
+        raise ValueError(
+            f"{what}: this model normalises each block's attention and MLP output before adding it to the "
+            "residual stream, so the stream is not a sum of the heads' outputs and no exact decomposition exists"
+        )
+    if cfg.output_logits_soft_cap is not None and cfg.output_logits_soft_cap > 0:
+        raise ValueError(f"{what} needs linear logits, but this model soft-caps them (output_logits_soft_cap)")
+    if cfg.final_rms and cfg.normalization_type not in ("LN", "LNPre"):
+        pass  # final_rms only changes the final norm's module, which norms.through_norm reads
+
+
+def output_labels(model: HookedTransformer) -> list[str]:
+    """One label per output logit: the task's token strings when the vocabularies match, else the ids."""
+    if model.cfg.d_vocab_out == model.cfg.d_vocab:
+        return vocab_labels(model)
+    return [str(i) for i in range(model.cfg.d_vocab_out)]

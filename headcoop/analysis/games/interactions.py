@@ -224,6 +224,7 @@ def interactions(
              estimated", and the model's verdict "undetermined". top_pairs=None estimates every pair that way
              (n (n - 1) / 2 * pair_samples * 4 coalitions).
     progress: as `hc.patch` (one bar over the call's runs, and the estimate before a long call).
+    Long: exact and sampled Shapley values share the game, the screening and the pair estimates; splitting it by estimator is open (issue 46's note).
     """
     require_model(model, "interactions")
     check_finite(model, "hc.interactions")

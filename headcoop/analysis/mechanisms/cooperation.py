@@ -346,7 +346,8 @@ def _additive_by_construction(model: HookedTransformer, a: tuple[int, int], b: t
 def _head_dla(model: HookedTransformer, tokens: Tensor, pos: Tensor) -> Tensor | str:
     """Each head's direct logit attribution [batch, layer, head, vocab] at the read rows (the final norm's
     scale frozen), or why there is none (no exact DLA for the model, or installed hooks make it inexact)."""
-    from headcoop.analysis.nodes.dla import check_decomposable, dla
+    from headcoop.analysis.engine.inputs import check_decomposable
+    from headcoop.analysis.nodes.dla import dla
 
     try:
         check_decomposable(model, "cooperation's direct effects")
@@ -709,6 +710,7 @@ def cooperation(
     max_exact: the Shapley interaction index of each pair (`interaction`, no rule uses it) is computed
                exactly up to this many heads (mean ablation, first draw); above, NaN, or shapiq's ranking
                with top_pairs / screen_budget as `hc.interactions`.
+    Long: nine jobs in one function, to be split into the mechanisms package (axes, evidence, words) by issue 48.
     """
     require_model(model, "cooperation")
     check_choice("metric", metric, METRIC_NAMES)

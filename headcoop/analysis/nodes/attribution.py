@@ -397,6 +397,7 @@ def attribute(
              false-negative bound comes from them.
     Returns an AttributionResult ([layer, pos, head] etc. as PatchResult; `exact` NaN where not verified).
     progress: as `hc.patch` (one bar over the call's runs, and the estimate before a long call).
+    Long: three estimators share one gradient pass and its bookkeeping; splitting it by estimator is open (issue 46's note).
     """
     require_model(model, "hc.attribute")
     check_finite(model, "hc.attribute")

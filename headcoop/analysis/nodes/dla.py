@@ -39,41 +39,13 @@ from transformer_lens.utilities import get_act_name
 from headcoop.analysis.vocabulary import layer_name
 from headcoop.results import Result
 from headcoop.analysis.engine.inputs import (
-    as_tokens, check_choice, check_layer, check_positions, head_names, require_model, require_task, vocab_labels,
+    as_tokens, check_choice, check_decomposable, check_layer, check_positions, head_names, output_labels, require_task,
 )
 from headcoop.analysis.engine.norms import describe, norm_kind, through_norm
 from headcoop.bridge import out_bias, user_hooks
 from headcoop.checks import check_finite
 from headcoop.tasks.base import Batch
 
-
-
-def check_decomposable(model: HookedTransformer, what: str) -> None:
-    """ValueError unless the residual stream of `model` is a plain sum of its components (no norm after a
-    block's attention or MLP, no post-norm architecture) and the logits are linear in the final norm's
-    output (no soft-capping): the conditions under which the decomposition is exact."""
-    try:
-        from transformer_lens.components.transformer_block import POST_NORM_ARCHITECTURES
-    except ImportError:  # TransformerLens 4.x: no components; the Bridge's config names post-norm models
-        POST_NORM_ARCHITECTURES = ()
-
-    cfg = require_model(model, what).cfg
-    if cfg.use_normalization_before_and_after or cfg.original_architecture in POST_NORM_ARCHITECTURES:
-        raise ValueError(
-            f"{what}: this model normalises each block's attention and MLP output before adding it to the "
-            "residual stream, so the stream is not a sum of the heads' outputs and no exact decomposition exists"
-        )
-    if cfg.output_logits_soft_cap is not None and cfg.output_logits_soft_cap > 0:
-        raise ValueError(f"{what} needs linear logits, but this model soft-caps them (output_logits_soft_cap)")
-    if cfg.final_rms and cfg.normalization_type not in ("LN", "LNPre"):
-        pass  # final_rms only changes the final norm's module, which norms.through_norm reads
-
-
-def output_labels(model: HookedTransformer) -> list[str]:
-    """One label per output logit: the task's token strings when the vocabularies match, else the ids."""
-    if model.cfg.d_vocab_out == model.cfg.d_vocab:
-        return vocab_labels(model)
-    return [str(i) for i in range(model.cfg.d_vocab_out)]
 
 
 def component_names(model: HookedTransformer, upto: int | None = None) -> list[str]:
@@ -259,6 +231,7 @@ def dla(model: HookedTransformer, tokens=None, pos=None, answer=None, wrong=None
     `assumptions` say so). Returns a DLAResult whose `values` [batch, component, vocab] sum over
     components to the logits (or the attention input) within 1e-4 (float32) or 1e-9 (float64), relative
     to their largest entry; ValueError otherwise.
+    Long: the decomposition's components are collected in forward order in one pass over the cache.
     """
     check_decomposable(model, "dla")
     check_finite(model, "hc.dla")

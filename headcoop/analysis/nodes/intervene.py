@@ -131,6 +131,7 @@ def set_attention(
     query_pos: None (every query row), an int, or a [batch] tensor of one query position per example.
     After the rules (module docstring) every changed row sums to 1 over its allowed keys, or is
     all-zero when its imposed weights sum to 0. Yields the model; hooks removed on exit.
+    Long: the docstring documents the three ways of naming weights; the body is one hook and its checks.
     """
     pairs = parse_heads(model, head, layer)
     if (weights is None) == (tokens is None):

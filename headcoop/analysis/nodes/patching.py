@@ -257,6 +257,7 @@ def patch(
     ("layer", "dest_pos", "head"), ("layer",) or ("layer", "pos") (see PatchResult).
     progress: a tqdm bar over the call's modified runs, shown after 2 s, with a one-line estimate when they
     predict more than two minutes (default: the process setting `hc.set_progress`, on unless turned off).
+    Long: the docstring documents each argument; the body is 47 lines.
     """
     require_model(model, "hc.patch")
     check_finite(model, "hc.patch")

@@ -367,6 +367,7 @@ def probe(
     Features are standardised with the train split's mean and standard deviation (constant
     features are left unscaled); `weight` and `bias` are reported back in original units.
     Returns a ProbeResult (acc, roc_auc, train_acc per probe; `.to_dataframe()`, `.plot()`).
+    Long: the docstring documents each argument; the body is 66 lines.
     """
     if labels is None:
         if not isinstance(tokens, Batch):

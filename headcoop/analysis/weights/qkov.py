@@ -36,7 +36,7 @@ from transformer_lens.utilities.activation_functions import apply_softcap
 
 from headcoop.results import Result
 from headcoop.analysis.engine.inputs import one_head, vocab_labels
-from headcoop.analysis.nodes.dla import check_decomposable, output_labels
+from headcoop.analysis.engine.inputs import check_decomposable, output_labels
 from headcoop.analysis.engine.norms import norm_kind
 from headcoop.analysis.vocabulary import head_name
 from headcoop.bridge import apply_rotary, attn_scale, head_weight, is_bridge, user_hooks, w_e, w_pos
