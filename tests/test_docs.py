@@ -63,3 +63,14 @@ def test_index_links():
     for link in local:
         # the results pages are written by the experiments; every other link must resolve now
         assert link.startswith("results/") or (DOCS / link).exists(), link
+
+
+def test_architecture_extensions_run_as_written(tmp_path):
+    """docs/architecture.md's two worked extensions use the public API alone and run as written."""
+    text = (DOCS / "architecture.md").read_text(encoding="utf-8")
+    blocks = _python_blocks(text)
+    assert len(blocks) == 2 and all("headcoop.analysis" not in block for block in blocks)
+    done = subprocess.run([sys.executable, "-c", RUNNER.replace("docs/guide.md", "docs/architecture.md"),
+                           str(DOCS / "architecture.md")], cwd=tmp_path, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "EdgeAblationResult" in done.stdout and "ran 2 blocks" in done.stdout
