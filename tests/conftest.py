@@ -2,7 +2,14 @@
 HookedTransformer (TransformerLens 3.9) is not ours to fix; progress bars are off (HEADCOOP_PROGRESS=0)."""
 
 import os
+import sys
 import warnings
+from pathlib import Path
+
+# tests/ mirrors headcoop/analysis/ (tests/analysis/<room>/); their shared helpers import each other by module name
+for _folder in sorted(Path(__file__).parent.glob("analysis/*")):
+    if _folder.is_dir() and str(_folder) not in sys.path:
+        sys.path.insert(0, str(_folder))
 
 os.environ["HEADCOOP_PROGRESS"] = "0"  # no progress bars or estimates in tests (subprocesses inherit it)
 

@@ -96,7 +96,7 @@ def build(out: Path = DEFAULT_OUT) -> Path:
         Table(misses, 4).markdown() if len(misses) else "(none)",
         "",
         "One layer, attention only, logit difference: the metric is linear in z, so z attribution is exact there "
-        "(`tests/test_attribution.py` checks equality for every method and both directions), and the QK fix makes "
+        "(`tests/analysis/nodes/test_attribution.py` checks equality for every method and both directions), and the QK fix makes "
         "q and k attribution exact too (checked with and without rotary positions). A saturated head built by hand "
         "(`_saturated` in the tests) shows the failure AtP* fixes: AtP estimates a key patch worth 0.8 at ~1e-7 "
         "and ranks another cell first; the random sample of the verification finds it (the false-negative count "

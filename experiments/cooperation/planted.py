@@ -1,6 +1,6 @@
 """The confusion tables of hc.cooperation on models whose truth is fixed by their weights (issue 37): the
 planted models (`headcoop/tasks/planted.py`) and the mechanism bench (`headcoop/tasks/bench.py`, whose
-truths are checked on plain hooks in tests/test_mechanism_bench.py), every named pair under each ablation
+truths are checked on plain hooks in tests/analysis/mechanisms/test_mechanism_bench.py), every named pair under each ablation
 alone and under the default reading family, on accuracy and on the logit difference, without and with
 0.01 weight noise (3 seeds). Writes docs/results/planted.md (overwriting only that file, which it wrote).
 
@@ -23,7 +23,7 @@ OUT = Path(__file__).resolve().parents[2] / "docs" / "results" / "planted.md"
 MARK = "<!-- written by experiments/cooperation/planted.py -->"
 HOWS = ("zero", "mean", "resample", "mean-aligned", "family")
 METRICS = ("accuracy", "logit_diff")
-# the bench's truth on the logit difference where it differs from accuracy's (tests/test_mechanism_bench.py)
+# the bench's truth on the logit difference where it differs from accuracy's (tests/analysis/mechanisms/test_mechanism_bench.py)
 LOGIT_DIFF_TRUTH = {"unequal": {("L0H0", "L0H1"): "not testable"}, "mlp": {("L0H0", "L0H1"): "independent"},
                     "and-suppress": {("L0H0", "L0H1"): "inactive"}, "ln-2l": {("L0H0", "L1H0"): "redundant"}}
 # the planted models' truth on the logit difference where it differs from accuracy's: two copy heads' logit
@@ -81,7 +81,7 @@ def main() -> None:
              "with junk or suppressive writes, a feeder, a previous-token head feeding an induction head, a partial "
              "backup, a LayerNorm model, unequal redundancy, an uneven division, cancelling heads, a mechanism on "
              "one pair of four, a head routed through an MLP). Each truth is written down in its module; the bench's are checked with plain "
-             "hooks on `hook_z` in `tests/test_mechanism_bench.py`, not with `hc.cooperation`. 256 task inputs, "
+             "hooks on `hook_z` in `tests/analysis/mechanisms/test_mechanism_bench.py`, not with `hc.cooperation`. 256 task inputs, "
              "default thresholds; `family` is the default reading family (zero, mean, resample and "
              "answer-aligned mean ablation, 4 reference draws, every threshold at half and twice its default), a "
              "single ablation is that ablation with its draws and threshold bands. A word stands where 90% of "

@@ -39,7 +39,7 @@ from transformer_lens.utilities import get_act_name
 
 from headcoop.analysis.engine import kernels
 from headcoop.analysis.engine.kernels import RowLogits
-from headcoop.analysis.engine.inputs import as_tokens, check_choice, check_positions, require_task, task_of
+from headcoop.analysis.engine.inputs import as_tokens, check_choice, read_positions, require_task, task_of
 from headcoop.analysis.vocabulary import METRIC_NAMES, Path, TieRule
 from headcoop.bridge import is_bridge, user_hooks
 from headcoop.checks import check_metric_value
@@ -186,7 +186,7 @@ def measure(model: HookedTransformer, tokens=None, metric=None, *, corrupt=None,
     batch = tokens if isinstance(tokens, Batch) else None
     n, width = clean_tokens.shape
     device = clean_tokens.device
-    positions = check_positions(pos if pos is not None else batch.answer_pos if batch is not None else -1, n, width).to(device)
+    positions = read_positions(tokens, clean_tokens, pos)
     answer = batch.answer if answer is None and batch is not None else answer
     wrong = batch.wrong if wrong is None and batch is not None else wrong
     answer = None if answer is None else torch.as_tensor(answer).to(device)

@@ -260,3 +260,13 @@ def output_labels(model: HookedTransformer) -> list[str]:
     if model.cfg.d_vocab_out == model.cfg.d_vocab:
         return vocab_labels(model)
     return [str(i) for i in range(model.cfg.d_vocab_out)]
+
+
+def read_positions(tokens, ids: Int[Tensor, "batch pos"], pos=None) -> Int[Tensor, " batch"]:
+    """The one rule for where an analysis reads each input [batch]: `pos` (an int, negative from the end, or one
+    per input), else a Batch's answer position, else the last position. `measure` (patching, games, edges),
+    `hc.dla`, `hc.probe` and `hc.probe_patch` all read there."""
+    n, width = ids.shape
+    if pos is None:
+        pos = tokens.answer_pos if isinstance(tokens, Batch) else width - 1
+    return check_positions(pos, n, width).to(ids.device)

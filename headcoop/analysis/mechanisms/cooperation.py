@@ -119,7 +119,7 @@ CLASSES = ("or", "and", "i_only", "j_only", "shared")
 THRESHOLDS = {"role": 0.1, "min_share": 0.1, "majority": 0.5, "division": 0.2, "cutoff": 0.2, "rank_tol": 0.1,
               "composition": 0.5, "floor": 0.1}  # fmt: skip
 
-WORD_SOURCES = {  # text in double quotes is verbatim from ../shared/seeds (tests/test_cooperation.py checks it)
+WORD_SOURCES = {  # text in double quotes is verbatim from ../shared/seeds (tests/analysis/mechanisms/test_cooperation.py checks it)
     "superposition": 'The SkipPair post: "In contexts where both heads write to multiple outputs, they will only '
                      'constructively interfere on the correct token."; "they distribute important source tokens '
                      'between them, and constructively interfere to produce the correct answer"; "We think this shows '

@@ -39,7 +39,8 @@ from transformer_lens.utilities import get_act_name
 from headcoop.analysis.vocabulary import layer_name
 from headcoop.results import Result
 from headcoop.analysis.engine.inputs import (
-    as_tokens, check_choice, check_decomposable, check_layer, check_positions, head_names, output_labels, require_task,
+    as_tokens, check_choice, check_decomposable, check_layer, head_names, output_labels, read_positions,
+    require_task,
 )
 from headcoop.analysis.engine.norms import describe, norm_kind, through_norm
 from headcoop.bridge import out_bias, user_hooks
@@ -81,11 +82,6 @@ def token_ids(labels: list[str], value, n: int, what: str) -> Int[Tensor, " batc
     if ids.numel() and (ids.min() < 0 or ids.max() >= len(labels)):
         raise ValueError(f"{what} id {ids[(ids < 0) | (ids >= len(labels))][0].item()} is outside 0..{len(labels) - 1}")
     return ids.long().cpu()
-
-
-def positions(pos, n: int, width: int) -> Int[Tensor, " batch"]:
-    """A [n] LongTensor of positions (on the CPU) from an int or a per-example [n] tensor; see `check_positions`."""
-    return check_positions(pos, n, width).cpu()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -242,9 +238,7 @@ def dla(model: HookedTransformer, tokens=None, pos=None, answer=None, wrong=None
     batch = tokens if isinstance(tokens, Batch) else None
     ids = as_tokens(model, tokens)
     n, width = ids.shape
-    if pos is None:
-        pos = batch.answer_pos if batch is not None else -1
-    pos = positions(pos, n, width)
+    pos = read_positions(tokens, ids, pos).cpu()
     labels = output_labels(model) if layer is None else [f"d{i}" for i in range(cfg.d_model)]
     if layer is None:
         if answer is None and batch is not None:

@@ -11,12 +11,12 @@ import torch
 from torch import Tensor
 from transformer_lens.utilities import get_act_name
 
-from headcoop.analysis.engine.inputs import as_tokens
+from headcoop.analysis.engine.inputs import as_tokens, read_positions
 from headcoop.analysis.engine.copies import Readout, evaluate, route, target_run
 from headcoop.analysis.engine.grid import PatchGrid, pos_labels
 from headcoop.tasks.base import Batch
 from headcoop.analysis.nodes.patching import PatchResult, patch_copies
-from headcoop.analysis.nodes.probes import ProbeResult, read_positions
+from headcoop.analysis.nodes.probes import ProbeResult
 
 
 def probe_readout(model, probe: ProbeResult, index: int, pos: Tensor) -> Readout:
@@ -48,7 +48,7 @@ def probe_patch(model, clean, corrupt, probe: ProbeResult, index: int = 0, pos=N
     `hc.probe` fits: the corrupt Batch's answer_pos, else the clean Batch's, else the last position)."""
     clean_tokens, corrupt_tokens = as_tokens(model, clean), as_tokens(model, corrupt)
     n_pos = corrupt_tokens.shape[1]
-    pos = read_positions(model, corrupt if pos is not None or isinstance(corrupt, Batch) else clean, corrupt_tokens, pos)
+    pos = read_positions(corrupt if pos is not None or isinstance(corrupt, Batch) else clean, corrupt_tokens, pos)
     readout = probe_readout(model, probe, index, pos)
     _, source_cache = model.run_with_cache(clean_tokens, names_filter=lambda n: n.endswith("hook_resid_pre") or n == readout.site)
     target = target_run(model, corrupt_tokens, None, lambda n: True)

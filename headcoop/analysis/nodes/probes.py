@@ -30,7 +30,7 @@ from headcoop.tl import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
 from headcoop.results import Result
-from headcoop.analysis.engine.inputs import as_tokens, check_choice, check_positions, layers_of, parse_heads
+from headcoop.analysis.engine.inputs import as_tokens, check_choice, layers_of, parse_heads, read_positions
 from headcoop.analysis.vocabulary import HEAD_SITES, RESID_SITES, SITES, Site, head_name, layer_name
 from headcoop.checks import check_finite
 from headcoop.tasks.base import Batch, generator
@@ -40,15 +40,6 @@ from headcoop.tasks.base import Batch, generator
 # --------------------------------------------------------------------------------------------
 # features
 # --------------------------------------------------------------------------------------------
-def read_positions(model: HookedTransformer, tokens, toks: Tensor, pos) -> Int[Tensor, " batch"]:
-    """One read-out position per example [batch]: `pos` (int or [batch]), else the Batch's answer_pos, else the
-    last. The one rule for where a probe reads: `hc.probe` fits there and `hc.probe_patch` reads there."""
-    batch, width = toks.shape
-    if pos is None:
-        pos = tokens.answer_pos if isinstance(tokens, Batch) else width - 1
-    return check_positions(pos, batch, width).to(toks.device)
-
-
 def probe_features(
     model: HookedTransformer, tokens, site: Site = "z", head=None, layer: int | None = None, pos=None
 ) -> tuple[Float[Tensor, "batch probe d_feature"], list[str], list[int], list[int | None]]:
@@ -82,7 +73,7 @@ def probe_features(
         heads_of = {lay: [h for la, h in pairs if la == lay] for lay in layers}
     hook_site = "z" if site == "result" else site
     hook_names = [get_act_name("embed")] if site == "embed" else [get_act_name(hook_site, lay) for lay in layers]
-    pos_index = read_positions(model, tokens, toks, pos)
+    pos_index = read_positions(tokens, toks, pos)
 
     with torch.no_grad():
         _, cache = model.run_with_cache(toks, names_filter=lambda name: name in hook_names)

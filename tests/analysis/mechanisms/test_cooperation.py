@@ -281,7 +281,7 @@ def test_word_sources_quote_the_sources_verbatim():
 
     from headcoop.analysis.mechanisms.cooperation import MECHANISMS, WORD_SOURCES
 
-    seeds = Path(__file__).resolve().parents[2] / "shared" / "seeds"
+    seeds = Path(__file__).resolve().parents[4] / "shared" / "seeds"
     if not seeds.exists():
         pytest.skip("../shared/seeds is not present in this checkout")
     text = " ".join(p.read_text(encoding="utf-8") for p in seeds.glob("*.md"))
