@@ -7,10 +7,8 @@ checkpoints shipped inside the package; anything else is a path.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import dataclasses
 import errno
-import functools
 import hashlib
 import inspect
 import json
@@ -19,7 +17,6 @@ import os
 import re
 import shutil
 import socket
-import sys
 import tempfile
 import warnings
 from pathlib import Path
@@ -31,6 +28,7 @@ from safetensors.torch import load_file, save_file
 from headcoop.tl import HookedTransformer, HookedTransformerConfig, require_hooked_transformer
 
 from headcoop.checks import check_device, check_finite, weight_shapes
+from headcoop.folders import exchange
 from headcoop.owners import pid_alive, this_owner
 from headcoop.tasks import task_from_dict
 from headcoop.tasks.base import Task, build_model, hold_entries
@@ -204,31 +202,6 @@ def _replaceable(path: Path) -> bool:
     return True
 
 
-def _exchange(a: Path, b: Path) -> bool:
-    """Swap two folders in one atomic step (Linux renameat2 RENAME_EXCHANGE); False where unsupported."""
-    libc = _libc()
-    if libc is None:
-        return False
-    if libc.renameat2(-100, os.fsencode(a), -100, os.fsencode(b), 2) == 0:  # AT_FDCWD, RENAME_EXCHANGE
-        return True
-    err = ctypes.get_errno()
-    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EXDEV):
-        return False
-    raise OSError(err, f"cannot swap {a} and {b}: {os.strerror(err)}")
-
-
-@functools.cache
-def _libc():
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.renameat2  # noqa: B018 (glibc >= 2.28)
-    except (OSError, AttributeError):
-        return None
-    return libc
-
-
 def _install(tmp: Path, path: Path, replace: bool) -> None:
     """Put the finished checkpoint folder `tmp` at `path`: `path` always holds the old checkpoint or the new."""
     if not replace:
@@ -241,11 +214,11 @@ def _install(tmp: Path, path: Path, replace: bool) -> None:
             os.replace(tmp / name, path / name)
         tmp.rmdir()
         return
-    if _exchange(tmp, path):
+    if exchange(tmp, path):
         try:
             _remove_checkpoint(tmp)  # now the old checkpoint
         except OSError:
-            _exchange(tmp, path)  # the old one back where it was; the caller removes the new one in tmp
+            exchange(tmp, path)  # the old one back where it was; the caller removes the new one in tmp
             raise
         return
     # No atomic swap on this system: move the old checkpoint aside first. A kill between the two

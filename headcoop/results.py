@@ -19,11 +19,12 @@ headcoop result (it says so), never one holding anything else.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import importlib
 import json
 import math
 import os
-import shutil
+import re
 import uuid
 from pathlib import Path
 
@@ -33,6 +34,8 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformer_lens import FactoredMatrix
 
+from headcoop.folders import exchange
+from headcoop.owners import pid_alive, this_owner
 from headcoop.plot import Displayed
 
 FORMAT = "headcoop-result"
@@ -41,8 +44,27 @@ META = "result.json"
 TENSORS = "tensors.safetensors"
 
 
+# The result classes `hc.load_result` may build, by class name: every Result subclass defined in headcoop's own
+# modules registers itself here when its module is imported. A result file names a class; nothing else is built.
+REGISTRY: dict[str, type] = {}
+# The modules that define result classes, imported (and nothing else) when a file names a class not yet
+# registered; tests/test_results.py checks the list against the package.
+RESULT_MODULES = (
+    "headcoop.analysis.nodes.patching", "headcoop.analysis.nodes.attribution", "headcoop.analysis.nodes.dla",
+    "headcoop.analysis.nodes.probes", "headcoop.analysis.weights.qkov", "headcoop.analysis.weights.composition",
+    "headcoop.analysis.edges.path_patching", "headcoop.analysis.edges.scores", "headcoop.analysis.edges.faithfulness",
+    "headcoop.analysis.edges.ablation", "headcoop.analysis.games.interactions", "headcoop.analysis.mechanisms.cooperation",
+    "headcoop.studies.count01", "headcoop.studies.skip_pair",
+)
+
+
 class Result(Displayed):
     """What every analysis result shares: its notebook display (`headcoop.plot.Displayed`) and `save`."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.__module__.startswith("headcoop."):
+            REGISTRY[cls.__qualname__] = cls
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write this result to the folder `path` (tables as parquet, tensors as safetensors, the rest as JSON;
@@ -50,63 +72,175 @@ class Result(Displayed):
         return save_result(self, path)
 
 
+def _step(name: str) -> None:
+    """Called between the steps of a save (a seam for tests/test_results.py, which kills a child process at each)."""
+
+
+MARKER = ".headcoop-result-save"  # written first into a save's temporary folder: its writer's owner string
+
+
 def save_result(result, path: str | os.PathLike) -> Path:
     """Write `result` (any headcoop analysis result) to the folder `path`; returns the path. A folder that
-    exists must be empty or hold a headcoop result (replaced, with a message); anything else is refused."""
+    exists must be empty or hold a headcoop result (replaced, with a message) and nothing its result.json does not
+    name; anything else is refused. At every moment `path` holds the old result or the new one: the new one is
+    written beside it (`.NAME.partial-...`) and swapped in atomically where the system can, else the old one is
+    moved aside (`.NAME.old-...`) for the two renames, and the next save or load of `path` puts it back if a
+    kill came between them. Leftovers of a killed save are removed by the next save or load of `path`."""
     if not dataclasses.is_dataclass(result) or not type(result).__module__.startswith("headcoop."):
         raise TypeError(f"save_result takes a headcoop analysis result, got {type(result).__name__}")
     path = Path(path)
+    try:
+        path.is_symlink()  # a name too long, or one with a NUL, is refused here by the system
+    except (OSError, ValueError) as err:
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+        raise OSError(getattr(err, "errno", None) or errno.EINVAL, f"cannot save a result to {str(path)!r}: {reason}") from None
+    clean_leftovers(path)
     replacing = _check_target(path)
     writer = _Writer()
     fields = writer.encode(result, "result")
-    staging = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.partial")
-    staging.mkdir(parents=True)
+    tag = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    staging = path.with_name(f".{path.name}.partial-{tag}")
     try:
+        staging.mkdir(parents=True)
+    except (OSError, ValueError) as err:  # a read-only folder, a path under a file, a name too long or with NUL
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+        raise OSError(getattr(err, "errno", None) or errno.EINVAL,
+                      f"cannot save a result to {str(path)!r}: {reason} (in {str(path.parent)!r})") from None
+    try:
+        (staging / MARKER).write_text(this_owner())
+        _step("staged")
         meta = {"format": FORMAT, "version": VERSION, "headcoop": _version(), "value": fields}
-        (staging / META).write_text(json.dumps(meta, indent=1, allow_nan=True), encoding="utf-8")
         save_file(writer.tensors, str(staging / TENSORS))
         for name, frame in writer.frames.items():
             frame.to_parquet(staging / name)
+        (staging / META).write_text(json.dumps(meta, indent=1, allow_nan=True), encoding="utf-8")  # last: complete
+        (staging / MARKER).unlink()
+        _step("written")
         if replacing:
-            old = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.old")
-            os.replace(path, old)
-            os.replace(staging, path)
-            shutil.rmtree(old)
+            _swap_in(staging, path, tag)
             print(f"replaced the headcoop result at {path}")
         else:
             if path.exists():
                 path.rmdir()  # empty, checked above
-            os.replace(staging, path)
+            os.rename(staging, path)
+        _step("done")
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        if staging.exists():
+            _remove_result(staging, staging=True)
         raise
     return path
+
+
+def _swap_in(staging: Path, path: Path, tag: str) -> None:
+    """Put the finished folder `staging` at `path`, which holds a result: an atomic swap, or the old result moved
+    aside between two renames; then the old result's own files are removed."""
+    if exchange(staging, path):
+        _step("swapped")
+        _remove_result(staging)  # now the old result: only the files its result.json names
+        return
+    old = path.with_name(f".{path.name}.old-{tag}")
+    os.rename(path, old)
+    _step("moved aside")
+    os.rename(staging, path)
+    _step("swapped")
+    _remove_result(old)
+
+
+def _named_files(folder: Path) -> set[str] | None:
+    """The files a result folder's result.json names (itself, the tensors, its tables); None if it holds none."""
+    try:
+        meta = json.loads((folder / META).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        return None
+    tables = set(re.findall(r'"__frame__": "(table-\d+\.parquet)"', json.dumps(meta.get("value"))))
+    return {META, TENSORS} | tables
+
+
+def _remove_result(folder: Path, staging: bool = False) -> None:
+    """Delete a result folder headcoop wrote: the files its result.json names (for a save's own temporary folder,
+    which may not have its result.json yet: the files a save writes, and its marker), then the folder if that
+    left it empty. A file it does not name is left in place, and so is the folder."""
+    named = _named_files(folder) or set()
+    for entry in list(folder.iterdir()):
+        ours = entry.name in named or entry.name == MARKER or (staging and (
+            entry.name in (META, TENSORS) or re.fullmatch(r"table-\d+\.parquet", entry.name)))  # fmt: skip
+        if ours and entry.is_file() and not entry.is_symlink():
+            entry.unlink()
+    try:
+        folder.rmdir()
+    except OSError:
+        pass
+
+
+_LEFTOVER = re.compile(r"^\.(?P<name>.+)\.(?P<kind>partial|old)-(?P<pid>\d+)-[0-9a-f]{8}$")
+
+
+def clean_leftovers(path: str | os.PathLike) -> list[Path]:
+    """Tidy what a killed save of `path` left beside it; returns the folders removed or restored: an old result
+    moved aside is moved back when `path` holds no result, else removed; a temporary folder whose writer (a
+    process on this machine) is gone is removed. Only headcoop's own files in folders of its own naming are
+    touched; a writer still running is left alone."""
+    path = Path(path)
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        return []
+    touched = []
+    for entry in sorted(parent.iterdir()):
+        match = _LEFTOVER.match(entry.name)
+        if not match or match["name"] != path.name or entry.is_symlink() or not entry.is_dir():
+            continue
+        if pid_alive(int(match["pid"])) and int(match["pid"]) != os.getpid():
+            continue
+        if match["kind"] == "old" and _named_files(entry) is not None and not (path / META).is_file():
+            if path.is_dir() and not any(path.iterdir()):
+                path.rmdir()
+            if not path.exists():
+                os.rename(entry, path)
+                print(f"restored the headcoop result at {path} from a save that was killed")
+                touched.append(path)
+                continue
+        _remove_result(entry, staging=match["kind"] == "partial")
+        touched.append(entry)
+    return touched
 
 
 def load_result(path: str | os.PathLike):
     """The result saved at `path` by `result.save` (ValueError naming what is wrong with a folder that is not
     one, or is damaged)."""
     path = Path(path)
+    clean_leftovers(path)
     meta_file = path / META
     if not meta_file.is_file():
         raise ValueError(f"{path} holds no {META}: it is not a saved headcoop result (result.save(path) writes one)")
     try:
         meta = json.loads(meta_file.read_text(encoding="utf-8"))
-    except ValueError as err:
+    except (ValueError, RecursionError) as err:
         raise ValueError(f"{meta_file} is damaged: {err}") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise ValueError(f"{meta_file} is not a headcoop result (its format is {meta.get('format') if isinstance(meta, dict) else meta!r})")
     if meta.get("version") != VERSION:
         raise ValueError(f"{path} was saved in result format {meta.get('version')}; this headcoop reads format {VERSION}")
+    if "value" not in meta:
+        raise ValueError(f"{meta_file} has no 'value' field: the folder is damaged")
+    if (path / TENSORS).is_file() and not os.access(path / TENSORS, os.R_OK):
+        raise PermissionError(errno.EACCES, f"cannot read {str(path / TENSORS)!r}: permission denied for this user")
     try:
         tensors = load_file(str(path / TENSORS)) if (path / TENSORS).is_file() else {}
     except Exception as err:  # safetensors raises its own error types for a damaged file
         raise ValueError(f"{path / TENSORS} is damaged: {err}") from None
-    return _Reader(path, tensors).decode(meta["value"])
+    try:
+        return _Reader(path, tensors).decode(meta["value"])
+    except RecursionError:
+        raise ValueError(f"{meta_file} nests its values too deeply to be a headcoop result: the folder is damaged") from None
 
 
 def _check_target(path: Path) -> bool:
     """True when `path` holds a headcoop result to replace; ValueError when it holds anything else."""
+    if path.is_symlink():
+        raise ValueError(f"{path} is a symbolic link{'' if path.exists() else ' to nothing'}; give the folder itself "
+                         "(headcoop replaces only a folder it wrote, never what a link points to)")  # fmt: skip
     if not path.exists():
         return False
     if not path.is_dir():
@@ -114,13 +248,8 @@ def _check_target(path: Path) -> bool:
     entries = list(path.iterdir())
     if not entries:
         return False
-    try:
-        is_result = json.loads((path / META).read_text(encoding="utf-8")).get("format") == FORMAT
-    except (OSError, ValueError, AttributeError):
-        is_result = False
-    ours = {META, TENSORS}
-    if not is_result or any(e.name not in ours and not (e.name.startswith("table-") and e.suffix == ".parquet")
-                            for e in entries):  # fmt: skip
+    named = _named_files(path)
+    if named is None or any(e.name not in named or e.is_symlink() or not e.is_file() for e in entries):
         raise ValueError(f"{path} holds files that are not a headcoop result ({', '.join(sorted(e.name for e in entries)[:4])}); "
                          "headcoop will not replace them: give a new folder")  # fmt: skip
     return True
@@ -209,6 +338,9 @@ class _Reader:
         if "__list_array__" in value:
             return np.array(self.decode(value["__list_array__"]), dtype=object)
         if "__frame__" in value:
+            if not isinstance(value["__frame__"], str) or not re.fullmatch(r"table-\d+\.parquet", value["__frame__"]):
+                raise ValueError(f"{self.folder / META} names the table {value['__frame__']!r}: a result's tables are "
+                                 "table-N.parquet inside its own folder; refusing to read it")  # fmt: skip
             file = self.folder / value["__frame__"]
             try:
                 frame = pd.read_parquet(file)
@@ -234,8 +366,18 @@ class _Reader:
             return {_hashable(self.decode(k)): self.decode(v) for k, v in value["__dict__"]}
         if "__dataclass__" in value:
             cls = _headcoop_class(value["__dataclass__"])
+            if not isinstance(value.get("fields"), dict):
+                raise ValueError(f"{self.folder / META}: the {cls.__name__} it holds has no 'fields' object")
+            known = {f.name for f in dataclasses.fields(cls)}
+            unknown = sorted(set(value["fields"]) - known)
+            if unknown:
+                raise ValueError(f"{self.folder / META}: {cls.__name__} has no field {unknown[0]!r} (it has "
+                                 f"{', '.join(sorted(known))})")  # fmt: skip
             fields = {name: self.decode(v) for name, v in value["fields"].items()}
-            return cls(**fields)
+            try:
+                return cls(**fields)
+            except TypeError as err:
+                raise ValueError(f"{self.folder / META}: cannot build its {cls.__name__}: {err}") from None
         raise ValueError(f"{self.folder / META} holds a value this headcoop does not know: {str(value)[:80]}")
 
 
@@ -244,18 +386,19 @@ def _hashable(key):
 
 
 def _headcoop_class(name: str) -> type:
-    """The class `module:qualname`, only from headcoop's own modules (a result file cannot import others)."""
-    module, _, qualname = name.partition(":")
-    if not module.startswith("headcoop.") or not qualname:
-        raise ValueError(f"a saved result names the class {name!r}, which is not headcoop's: refusing to load it")
-    try:
-        cls = importlib.import_module(module)
-        for part in qualname.split("."):
-            cls = getattr(cls, part)
-    except (ImportError, AttributeError):
-        raise ValueError(f"a saved result names the class {name!r}, which this headcoop does not have") from None
-    if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
-        raise ValueError(f"a saved result names {name!r}, which is not a result class")
+    """The result class a file names ("module:Qualname"), from the registry of headcoop's own result classes only
+    (`REGISTRY`, by class name: a file saved before a class moved to another module still loads). Nothing
+    outside it is imported or built."""
+    if not isinstance(name, str) or ":" not in name:
+        raise ValueError(f"a saved result names the class {name!r}, which is not a headcoop result class: refusing it")
+    qualname = name.partition(":")[2]
+    if qualname not in REGISTRY:
+        for module in RESULT_MODULES:
+            importlib.import_module(module)
+    cls = REGISTRY.get(qualname)
+    if cls is None or not dataclasses.is_dataclass(cls):
+        raise ValueError(f"a saved result names the class {name!r}, which is not one of headcoop's result classes "
+                         f"({', '.join(sorted(REGISTRY)[:6])}, ...): refusing to build it")  # fmt: skip
     return cls
 
 

@@ -15,7 +15,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "headcoop"
 # Layers, lowest first: a module may import its own layer and the ones below, never one above (docs/architecture.md).
 LAYERS = [
     ("base", ["headcoop.tl", "headcoop.checks", "headcoop.owners", "headcoop.progress", "headcoop.results",
-              "headcoop.bridge", "headcoop.plot", "headcoop.views", "headcoop.claims", "headcoop.analysis.vocabulary"]),
+              "headcoop.bridge", "headcoop.plot", "headcoop.views", "headcoop.claims", "headcoop.folders",
+              "headcoop.analysis.vocabulary"]),
     ("tasks", ["headcoop.tasks"]),
     ("model", ["headcoop.checkpoints", "headcoop.fused", "headcoop.foreign"]),
     ("training", ["headcoop.training", "headcoop.fast_train", "headcoop.sweeps", "headcoop.executors"]),

@@ -4,6 +4,7 @@ files (JSON, safetensors, parquet; no pickle), and a save never replaces a folde
 import dataclasses
 import importlib
 import json
+import re
 import pkgutil
 
 import numpy as np
@@ -152,7 +153,7 @@ def test_loading_refuses_what_is_not_a_sound_result(results, tmp_path):
     meta = json.loads((folder / "result.json").read_text())
     meta["value"]["__dataclass__"] = "os:system"
     (folder / "result.json").write_text(json.dumps(meta))
-    with pytest.raises(ValueError, match="not headcoop's: refusing"):
+    with pytest.raises(ValueError, match="refusing"):
         hc.load_result(folder)
     folder = results["Preferences"].save(tmp_path / "damaged")
     (folder / "tensors.safetensors").write_bytes(b"\x00" * 10)
@@ -165,3 +166,124 @@ def test_loading_refuses_what_is_not_a_sound_result(results, tmp_path):
 
     with pytest.raises(TypeError, match="headcoop analysis result"):
         save_result({"a": 1}, tmp_path / "x")
+
+
+KILLER = """
+import os, sys
+import headcoop as hc
+import headcoop.results as R
+step, fallback, source, target = sys.argv[1], sys.argv[2] == "1", sys.argv[3], sys.argv[4]
+new = hc.load_result(source)
+R._step = lambda name: os._exit(9) if name == step else None
+if fallback:
+    R.exchange = lambda a, b: False  # no atomic swap: the old result is moved aside between two renames
+new.save(target)
+"""
+
+
+@pytest.mark.parametrize("fallback", [False, True])
+def test_a_killed_save_leaves_the_old_result_or_the_new_one(results, tmp_path, fallback):
+    """Issue 47, item 4: a kill at any step of a save leaves a loadable result at the path (the old or the new),
+    and the next load tidies what the killed save left beside it."""
+    import subprocess
+    import sys
+
+    source = results["DLAResult"].save(tmp_path / "source")
+    steps = ["staged", "written", "swapped", "done"] + (["moved aside"] if fallback else [])
+    for step in steps:
+        target = tmp_path / f"at-{step.replace(' ', '-')}"
+        results["PatchResult"].save(target)
+        done = subprocess.run([sys.executable, "-c", KILLER, step, "1" if fallback else "0", str(source), str(target)],
+                              capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert done.returncode == 9, (step, done.stderr[-2000:])
+        loaded = hc.load_result(target)
+        assert type(loaded).__name__ in ("PatchResult", "DLAResult"), step
+        if step in ("swapped", "done"):
+            assert type(loaded).__name__ == "DLAResult", step
+        left = [p.name for p in tmp_path.iterdir() if p.name.startswith(f".{target.name}.")]
+        assert left == [], (step, left)
+
+
+def test_a_save_never_deletes_a_file_its_result_json_does_not_name(results, tmp_path):
+    folder = results["PatchResult"].save(tmp_path / "saved")
+    (folder / "table-notes.parquet").write_bytes(b"my own notes")
+    with pytest.raises(ValueError, match="will not replace"):
+        results["DLAResult"].save(folder)
+    assert (folder / "table-notes.parquet").read_bytes() == b"my own notes"
+    assert type(hc.load_result(folder)).__name__ == "PatchResult"
+
+
+def test_a_save_refuses_links_and_names_a_bad_place(results, tmp_path):
+    real = results["PatchResult"].save(tmp_path / "real")
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    with pytest.raises(ValueError, match="symbolic link"):
+        results["DLAResult"].save(link)
+    assert type(hc.load_result(real)).__name__ == "PatchResult"
+    dangling = tmp_path / "dangling"
+    dangling.symlink_to(tmp_path / "nowhere")
+    with pytest.raises(ValueError, match="symbolic link to nothing"):
+        results["DLAResult"].save(dangling)
+    file = tmp_path / "a-file"
+    file.write_text("x")
+    with pytest.raises(OSError, match="cannot save a result to"):
+        results["DLAResult"].save(file / "inside")
+    with pytest.raises(OSError, match="cannot save a result to"):
+        results["DLAResult"].save(tmp_path / ("x" * 300))
+
+
+def _tampered(results, tmp_path, name, change):
+    folder = results["Preferences"].save(tmp_path / name)
+    meta = json.loads((folder / "result.json").read_text())
+    change(meta)
+    (folder / "result.json").write_text(json.dumps(meta))
+    return folder
+
+
+def test_loading_builds_only_headcoops_result_classes_from_inside_the_folder(results, tmp_path):
+    """Issue 47, item 5: a class found by an explicit registry, never by a lookup path (TransformerLens's config
+    reseeds every generator when built); tables only from the folder itself; tampered files name the field."""
+    for name in ("headcoop.checkpoints:HookedTransformerConfig", "headcoop.analysis:attribution.pd.NamedAgg",
+                 "headcoop.results:Result.__init_subclass__", "os:system", 3):
+        folder = _tampered(results, tmp_path, f"class-{abs(hash(str(name)))}",
+                           lambda meta: meta["value"].__setitem__("__dataclass__", name))  # fmt: skip
+        with pytest.raises(ValueError, match="refusing"):
+            hc.load_result(folder)
+    torch.manual_seed(5)
+    expected = torch.rand(1)
+    torch.manual_seed(5)
+    folder = _tampered(results, tmp_path, "config", lambda meta: meta["value"].__setitem__(
+        "__dataclass__", "headcoop.checkpoints:HookedTransformerConfig"))  # fmt: skip
+    with pytest.raises(ValueError, match="refusing"):
+        hc.load_result(folder)
+    assert torch.equal(torch.rand(1), expected)  # nothing reseeded the process
+    outside = tmp_path / "outside.parquet"
+    results["PatchResult"].to_dataframe().to_parquet(outside)
+    for table in ("../outside.parquet", str(outside), "table-0.parquet/../../outside.parquet"):
+        folder = results["EdgeResult"].save(tmp_path / f"tables-{abs(hash(table))}")
+        assert "table-0.parquet" in (folder / "result.json").read_text()
+        text = (folder / "result.json").read_text()
+        (folder / "result.json").write_text(re.sub(r'"table-\d+\.parquet"', json.dumps(table), text, count=1))
+        with pytest.raises(ValueError, match="inside its own folder"):
+            hc.load_result(folder)
+    folder = _tampered(results, tmp_path, "no-value", lambda meta: meta.pop("value"))
+    with pytest.raises(ValueError, match="no 'value' field"):
+        hc.load_result(folder)
+    folder = _tampered(results, tmp_path, "unknown", lambda meta: meta["value"]["fields"].__setitem__("extra", 1))
+    with pytest.raises(ValueError, match="no field 'extra'"):
+        hc.load_result(folder)
+    for depth in (900, 100_000):  # deeper than the decoder recurses, then deeper than JSON parses
+        folder = results["Preferences"].save(tmp_path / f"deep-{depth}")
+        meta = json.loads((folder / "result.json").read_text())
+        deep = '{"__tuple__": [' * depth + "1" + "]}" * depth
+        (folder / "result.json").write_text(f'{{"format": "{meta["format"]}", "version": {meta["version"]}, "value": {deep}}}')
+        with pytest.raises(ValueError, match="too deeply|damaged"):
+            hc.load_result(folder)
+
+
+def test_the_registry_knows_every_result_module():
+    from headcoop.results import REGISTRY, RESULT_MODULES
+
+    classes = _result_classes()
+    assert classes <= set(REGISTRY)
+    assert {REGISTRY[name].__module__ for name in classes} <= set(RESULT_MODULES)

@@ -80,7 +80,7 @@ def test_replacing_a_checkpoint_is_atomic_and_leaves_nothing(tiny, tmp_path):
 
 def test_fallback_swap_without_renameat2_also_leaves_a_loadable_checkpoint(tiny, tmp_path, monkeypatch):
     path = hc.save(tiny, tmp_path / "m", metrics={"v": 1})
-    monkeypatch.setattr(checkpoints, "_exchange", lambda a, b: False)
+    monkeypatch.setattr(checkpoints, "exchange", lambda a, b: False)
     hc.save(tiny, path, metrics={"v": 2})
     assert names(tmp_path) == ["m"] and hc.load(path).checkpoint_meta["metrics"] == {"v": 2}
 
@@ -160,7 +160,7 @@ FORK_KILLER = textwrap.dedent(
     torch.set_num_threads(1)
     root, mode, stride = sys.argv[1], sys.argv[2], int(sys.argv[3])
     if mode == "fallback":
-        checkpoints._exchange = lambda a, b: False
+        checkpoints.exchange = lambda a, b: False
     task = hc.Count01(max_len=6)
     old, new = (task.model(seed=s, n_heads=2, d_model=4) for s in (1, 2))
     path = hc.save(old, os.path.join(root, "m"), metrics={"v": 1})

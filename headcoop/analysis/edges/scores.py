@@ -201,13 +201,13 @@ def _verify(frame: pd.DataFrame, ordered: list, verify: int, sample: int, seed: 
     """Patch exactly (`exact(edges)` -> changes of the metric) the `verify` edges with the largest |score| and
     `sample` others drawn with `seed` (`verification.pick`); fill frame's exact / top / sampled; return the
     false-negative bound (`verification.miss_bound`, the one `hc.attribute` gives) and the number of edges patched."""
-    top, picked, rest = pick(torch.as_tensor(frame.score.abs().to_numpy()), verify, sample, seed)
+    top, picked, rest = pick(torch.tensor(frame.score.abs().to_numpy()), verify, sample, seed)
     top, picked = top.numpy(), picked.numpy()
     chosen = sorted(set(top.tolist()) | set(picked.tolist()))
     frame.loc[chosen, "exact"] = exact([ordered[i] for i in chosen]).double().cpu().numpy()
     frame.loc[top, "top"] = True
     frame.loc[picked, "sampled"] = True
-    effect = lambda idx: torch.as_tensor(frame.loc[idx, "exact"].to_numpy())  # noqa: E731
+    effect = lambda idx: torch.tensor(frame.loc[idx, "exact"].to_numpy())  # noqa: E731
     return miss_bound(effect(top), effect(picked), rest), len(chosen)
 
 
