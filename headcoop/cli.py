@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import json
 import re
 import sys
@@ -202,8 +203,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise ValueError("--tokenizer encodes the texts of --prompts; pass --prompts too")
     if args.examples < 1:
         raise ValueError(f"--examples must be 1 or more, got {args.examples}")
-    if args.budget < 0:
-        raise ValueError(f"--budget must be 0 (no limit) or more seconds, got {args.budget}")
+    if not math.isfinite(args.budget) or args.budget < 0:
+        raise ValueError(f"--budget must be 0 (no limit) or a finite number of seconds, got {args.budget}")
     if not args.out.strip():
         raise ValueError("--out is empty; give a file name such as report.html")
     # the budget is the command's: the imports and the model's loading above count against it

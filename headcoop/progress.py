@@ -42,7 +42,28 @@ DELAY_S = 2.0  # a bar shows once its call has run this long
 LONG_S = 120.0  # a call predicted to run longer than this prints a one-line estimate first
 ESTIMATE_AFTER_S = 1.0  # the estimate extrapolates the runs of this many seconds
 
-_enabled = os.environ.get("HEADCOOP_PROGRESS", "1").strip().lower() not in ("0", "false", "no", "off")
+PROGRESS_ON = ("1", "true", "yes", "on")  # HEADCOOP_PROGRESS's documented values (any case)
+PROGRESS_OFF = ("0", "false", "no", "off", "disable", "none")
+
+
+def _from_environment() -> bool:
+    """HEADCOOP_PROGRESS as a switch: one of PROGRESS_ON or PROGRESS_OFF; unset means on; any other value warns
+    (naming it and the values read) and counts as off, the safer reading of a value meant to quiet the bars."""
+    raw = os.environ.get("HEADCOOP_PROGRESS")
+    if raw is None:
+        return True
+    value = raw.strip().lower()
+    if value in PROGRESS_ON:
+        return True
+    if value not in PROGRESS_OFF:
+        import warnings
+
+        warnings.warn(f"HEADCOOP_PROGRESS={raw!r} is not one of {', '.join(PROGRESS_ON)} (on) or "
+                      f"{', '.join(PROGRESS_OFF)} (off); progress bars are off", stacklevel=2)  # fmt: skip
+    return False
+
+
+_enabled = _from_environment()
 _current: contextvars.ContextVar = contextvars.ContextVar("headcoop_progress_bar", default=None)
 
 

@@ -440,6 +440,11 @@ def _section_cooperation(ctx: _Context) -> tuple:
     cost = lambda draws: (k * k + k + 2) * 4 * draws + 10 * k + 8  # noqa: E731
     draws = 4 if k <= 16 and cost(4) * ctx.budget.forward_s <= ctx.budget.remaining() else 1
     what = "hc.cooperation (the mechanism of every pair of heads)"
+    if k < 2:
+        blocks.append(_note(f"This report covers {k} head: cooperation is a word about pairs of heads, so this section "
+                            "is left out. <code>--heads</code> with two or more heads (or <code>hc.cooperation(model, "
+                            "heads=['L0H1', 'L0H2'])</code>) runs it."))  # fmt: skip
+        return tuple(blocks)
     if k > MAX_REPORT_PAIRS_HEADS:
         blocks.append(_note(f"This report covers {k} heads: too many pairs for this page (at most "
                             f"{MAX_REPORT_PAIRS_HEADS}). <code>hc.cooperation(model, heads=[...])</code> names the "
@@ -881,6 +886,9 @@ def _to_device(model, device: str):
         raise ValueError(f"device {device!r} is not a torch device; use 'cpu', 'cuda' or 'cuda:1'") from None
     if target.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {device!r}: this machine has no CUDA device (torch.cuda.is_available() is False)")
+    if target.type not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"device {device!r}: the report computes on 'cpu', 'cuda' or 'mps' ({target.type!r} holds no "
+                         "values to measure)")  # fmt: skip
     task = getattr(model, "task", None)
     model = model.to(target)
     if task is not None:

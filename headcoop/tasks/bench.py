@@ -52,6 +52,7 @@ from typing import Any, Literal, get_args
 import torch
 from torch import Tensor
 
+from headcoop.checks import check_float, check_seed
 from headcoop.tasks.base import Batch, check_sample_size, generator
 from headcoop.tasks.planted import HandWeightedTask
 from headcoop.tl import HookedTransformer, HookedTransformerConfig
@@ -214,6 +215,7 @@ def bench(which: Bench = "post", weight_noise: float = 0.0, seed: int = 0) -> Ho
     "backup"}); `weight_noise`: the std of seeded Gaussian noise added to every weight.
     Long: one hand-set weight layout per bench model, each a few lines, in one place so they can be compared.
     """
+    weight_noise, seed = check_float("weight_noise", weight_noise, 0), check_seed(seed)
     task = BenchTask(which)
     model = HookedTransformer(task.config()).eval()
     w = _W(model, task)

@@ -47,7 +47,7 @@ from headcoop.analysis.edges.exact import split_inputs, writer_outputs
 from headcoop.analysis.edges.scores import EdgeResult
 from headcoop.analysis.engine.ablation import describe_ablation, replacement, shifted_order
 from headcoop.analysis.vocabulary import ABLATIONS, Ablation
-from headcoop.checks import check_finite, check_int
+from headcoop.checks import check_finite, check_float, check_int, check_seed
 from headcoop.results import Result
 from headcoop.tl import HookedTransformer
 
@@ -78,7 +78,12 @@ class Circuit(Result):
 def circuit(edges: EdgeResult | list, k: int | None = None, threshold: float | None = None) -> Circuit:
     """The circuit an `EdgeResult` picks: its k edges with the largest |score| (the exact value where verified),
     or every edge with |score| >= threshold; or a circuit from a list of (writer, reader, via) names."""
+    if not isinstance(edges, (EdgeResult, list, tuple, set, frozenset)):
+        raise TypeError(f"hc.circuit takes an EdgeResult (hc.edges) or a list of (writer, reader, via) names, got "
+                        f"{type(edges).__name__}")  # fmt: skip
     if not isinstance(edges, EdgeResult):
+        if any(not isinstance(e, (list, tuple)) for e in edges):
+            raise ValueError(f"a circuit's edges are (writer, reader, via) names, got {list(edges)[:3]}")
         names = [tuple(e) for e in edges]
         bad = [e for e in names if len(e) != 3]
         if bad:
@@ -92,7 +97,7 @@ def circuit(edges: EdgeResult | list, k: int | None = None, threshold: float | N
         k = check_int("k", k, 0, len(frame))
         picked = frame.loc[value.sort_values(ascending=False, kind="stable").index[:k]]
     else:
-        picked = frame[value >= float(threshold)]
+        picked = frame[value >= check_float("threshold", threshold, 0)]
     return Circuit(frozenset(zip(picked.writer, picked.reader, picked.via)))
 
 
@@ -330,7 +335,8 @@ def faithfulness(
     check_finite(model, "hc.faithfulness")
     check_edge_model(model)
     check_choice("how", how, ABLATIONS)
-    random = check_int("random", random, 0)
+    random, seed = check_int("random", random, 0), check_seed(seed)
+    check_float("memory_budget_mb", memory_budget_mb, 0, low_open=True)
     writers, readers, all_edges = graph(model)
     names = [(writer_name(w), *reader_name(r)) for w, r in all_edges]
     index = {name: i for i, name in enumerate(names)}
@@ -365,10 +371,17 @@ def faithfulness(
         random = 0
     elif isinstance(circuit_or_edges, EdgeResult):
         frame = circuit_or_edges.to_dataframe()
+        if set(zip(frame.writer, frame.reader, frame.via)) != set(index):
+            raise ValueError(f"the EdgeResult is not of this model's graph ({len(frame)} edges against this model's "
+                             f"{len(index)}, or other names): compute it with hc.edges on this model")  # fmt: skip
         value = frame.exact.where(frame.exact.notna(), frame.score).abs()
         ranked = [index[(r.writer, r.reader, r.via)] for _, r in frame.loc[value.sort_values(ascending=False, kind="stable").index].iterrows()]
         if len(ranked) != len(names):
             raise ValueError("the EdgeResult is not of this model's graph: compute it with hc.edges on this model")
+        if sizes is not None:
+            if isinstance(sizes, (str, bytes)) or not isinstance(sizes, (list, tuple, range)):
+                raise TypeError(f"sizes must be a list of edge counts, got {sizes!r}")
+            sizes = [check_int(f"sizes[{i}]", s, 0) for i, s in enumerate(sizes)]
         sizes_used = sorted({0, len(names), *(sizes if sizes is not None else [2**i for i in range(int(np.log2(len(names))) + 1)])})
         bad = [s for s in sizes_used if not 0 <= s <= len(names)]
         if bad:

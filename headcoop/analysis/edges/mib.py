@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 
+import numpy as np
+
+from headcoop.analysis.edges.graph import graph, reader_name, writer_name
 from headcoop.analysis.edges.scores import EdgeResult
+from headcoop.owners import pid_alive
 
 
 def _node(name: str) -> str:
@@ -32,15 +35,28 @@ def _node(name: str) -> str:
 def mib_graph(edges: EdgeResult, circuit=None, model=None) -> dict:
     """The EAP-IG / MIB graph dictionary of an EdgeResult (scores: the exact value where verified, else the
     estimate), with `circuit` (an hc.circuit, or None: no edge) marking in_graph. `model` gives the cfg."""
-    if model is None:
+    if not isinstance(edges, EdgeResult):
+        raise TypeError(f"the MIB export takes an EdgeResult (hc.edges), got {type(edges).__name__}")
+    if model is None or not hasattr(model, "cfg"):
         raise ValueError("mib_graph needs the model the edges were scored on (for the file's cfg)")
     kv = model.cfg.n_key_value_heads
     if kv is not None and kv != model.cfg.n_heads:
         raise ValueError("MIB's graph format names one q, k and v input per head; this grouped-query model shares "
                          f"k and v inputs ({kv} key/value heads for {model.cfg.n_heads} query heads): no export")
     frame = edges.to_dataframe()
+    mine = set(zip(frame.writer, frame.reader, frame.via))
+    if mine != {(writer_name(w), *reader_name(r)) for w, r in graph(model)[2]}:
+        raise ValueError(f"these edges were not scored on this model: its graph has {len(graph(model)[2])} edges, the "
+                         f"EdgeResult {len(frame)} with other names; pass the model hc.edges ran on")  # fmt: skip
     score = frame.exact.where(frame.exact.notna(), frame.score)
+    if not bool(np.isfinite(score.to_numpy(dtype=float)).all()):
+        raise ValueError(f"{int((~np.isfinite(score.to_numpy(dtype=float))).sum())} edge scores are NaN or inf: JSON "
+                         "has no such number and MIB could not read the file")  # fmt: skip
     kept = set(circuit.edges) if circuit is not None else set()
+    unknown = sorted(kept - mine)
+    if unknown:
+        raise ValueError(f"the circuit has edges that are not in the graph: {unknown[:3]} (writer, reader, via names "
+                         "as hc.edges gives them)")  # fmt: skip
     out_edges: dict[str, dict] = {}
     for (w, r, via), s in zip(zip(frame.writer, frame.reader, frame.via), score):
         parent, child = _node(w), _node(r)
@@ -68,22 +84,40 @@ def mib_graph(edges: EdgeResult, circuit=None, model=None) -> dict:
 def export_mib(edges: EdgeResult, path: str | os.PathLike, model, circuit=None, overwrite: bool = False) -> Path:
     """Write the MIB / EAP-IG graph JSON of `edges` (and `circuit`) to `path`; returns the path. An existing file
     is an error unless overwrite=True; the file is written whole or not at all."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a file name (str or Path), got {type(path).__name__}")
     path = Path(path)
     if path.exists() and not overwrite:
         raise FileExistsError(f"{str(path)!r} exists; pass overwrite=True to replace it")
     if path.exists() and path.is_dir():
         raise IsADirectoryError(f"{str(path)!r} is a folder; give a file name such as circuit.json")
-    data = json.dumps(mib_graph(edges, circuit, model))
+    data = json.dumps(mib_graph(edges, circuit, model), allow_nan=False)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    for stale in path.parent.glob(f".{path.name}.mib-*.tmp"):  # what a killed export left
+        if not pid_alive(int(stale.name.rsplit("-", 1)[1][:-4] or 0)):
+            stale.unlink(missing_ok=True)
+    # the file's mode: the one it replaces, else what the user's umask gives a new file
+    mode = path.stat().st_mode & 0o777 if path.exists() else 0o666 & ~_umask()
+    tmp = path.with_name(f".{path.name}.mib-{os.getpid()}.tmp")
     try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
         with os.fdopen(fd, "w") as f:
             f.write(data)
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
+    except PermissionError as err:
+        Path(tmp).unlink(missing_ok=True)
+        raise PermissionError(err.errno, f"cannot write {str(path)!r}: {err.strerror} in {str(path.parent)!r}") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 __all__ = ["export_mib", "mib_graph"]

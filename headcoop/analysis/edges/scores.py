@@ -44,7 +44,7 @@ from headcoop.analysis.edges.exact import edge_copies, prepended, reader_sites, 
 from headcoop.analysis.edges.graph import (
     ATTN_READERS, Reader, Writer, check_edge_model, graph, grouped, qkv_weights, reader_name, writer_name,
 )  # fmt: skip
-from headcoop.checks import check_finite, check_int, check_metric_value
+from headcoop.checks import check_finite, check_float, check_int, check_metric_value, check_seed
 from headcoop.results import Result
 from headcoop.tl import HookedTransformer
 
@@ -272,6 +272,7 @@ class EdgeResult(Result):
     def plot(self, k: int = 30) -> go.Figure:
         """The k strongest edges as a layered graph: writers and readers placed by their place in the forward
         pass, line width by |score|, red where patching the edge raises the metric, blue where it lowers it."""
+        k = check_int("k", k, 1)
         top = self.ranked().head(k)
         nodes = sorted(set(top.writer) | set(top.reader), key=_node_key)
         column: dict[int, list[str]] = {}
@@ -374,6 +375,8 @@ def edges(
     progress: as `hc.patch` (one bar over the call's runs, and the estimate before a long call).
     """
     estimator, verify, sample, steps = _checked(model, estimator, method, direction, verify, sample, steps)
+    seed = check_seed(seed)
+    check_float("memory_budget_mb", memory_budget_mb, 0, low_open=True)
     writers, readers, all_edges = graph(model)
     clean_tokens, corrupt_tokens, score = clean_corrupt(model, clean, corrupt, metric)
     source_tokens, target_tokens = (clean_tokens, corrupt_tokens) if direction == "denoise" else (corrupt_tokens, clean_tokens)
@@ -424,6 +427,9 @@ def edges(
                       assumptions=_assumptions(model, estimator, chosen.hooks))  # fmt: skip
 
 
+MAX_STEPS = 1000  # EAP-IG's interpolation steps: beyond this the integral does not move, the time does
+
+
 def _checked(model, estimator: str, method, direction: str, verify, sample, steps) -> tuple[str, int, int, int]:
     """hc.edges' model and arguments checked (an error naming the bad one): the estimator, verify, sample, steps."""
     require_model(model, "edges")
@@ -431,7 +437,8 @@ def _checked(model, estimator: str, method, direction: str, verify, sample, step
     check_edge_model(model)
     estimator = _estimator(estimator, method)
     check_choice("direction", direction, DIRECTIONS)
-    return estimator, check_int("verify", verify, 0), check_int("sample", sample, 0), check_int("steps", steps, 1)
+    steps = check_int("steps", steps, 1, MAX_STEPS)  # each step is a forward and a backward pass
+    return estimator, check_int("verify", verify, 0), check_int("sample", sample, 0), steps
 
 
 def writer_sites(writers: list[Writer]) -> set[str]:

@@ -42,7 +42,7 @@ from headcoop.analysis.engine.kernels import RowLogits
 from headcoop.analysis.engine.inputs import as_tokens, check_choice, read_positions, require_task, task_of
 from headcoop.analysis.vocabulary import METRIC_NAMES, Path, TieRule
 from headcoop.bridge import is_bridge, user_hooks
-from headcoop.checks import check_metric_value
+from headcoop.checks import check_float, check_metric_value
 from headcoop.tasks.base import Batch
 from headcoop.progress import advance
 
@@ -515,6 +515,7 @@ def evaluate(target: Target, copies: Copies, path: Path, memory_budget_mb: float
     "local" (the specification's shortcut, then the row-wise suffix), "stacked" (the model's blocks with the
     setter's hooks from each copy's first layer) or "reference" (one plain forward pass per copy). With a
     `readout`, each copy is read at its site instead (`evaluate_readout`)."""
+    check_float("memory_budget_mb", memory_budget_mb, 0, low_open=True)  # every caller's budget, checked once here
     if readout is not None:
         return evaluate_readout(target, copies, path, memory_budget_mb, readout)
     model = target.model

@@ -307,7 +307,7 @@ def superposed_writes(
     bad = answer[(answer < 0) | (answer >= vocab)].tolist()
     if bad:
         raise ValueError(f"superposed_writes: answer ids {bad[:5]} lie outside the {vocab} outputs of dla_a/dla_b")
-    outputs = answer.unique() if outputs is None else torch.as_tensor(outputs, dtype=torch.long).cpu()
+    outputs = answer.unique() if outputs is None else _check_outputs(outputs, vocab)
     if len(set(outputs.tolist())) != len(outputs):
         dup = sorted({o for o in outputs.tolist() if outputs.tolist().count(o) > 1})
         raise ValueError(f"superposed_writes: outputs repeat {dup}; name each output once")
@@ -725,6 +725,8 @@ def cooperation(
         check_int("screen_budget", screen_budget, 2)
     check_seed(seed)
     th = dict(THRESHOLDS)
+    if thresholds is not None and not isinstance(thresholds, dict):
+        raise TypeError(f"thresholds must be a dict of threshold name -> value (names {list(THRESHOLDS)}), got {thresholds!r}")
     for name, value in (thresholds or {}).items():
         if name not in THRESHOLDS:
             raise ValueError(f"unknown threshold {name!r}; valid names are {list(THRESHOLDS)}")
@@ -735,8 +737,13 @@ def cooperation(
         th["min_share"] = min_share
     for name, value in th.items():
         check_float(f"thresholds[{name!r}]", value, 0.0, 1.0)
-    if len(band) != 2 or not all(isinstance(f, (int, float)) and f > 0 for f in band):
+    if not isinstance(band, (tuple, list)):
+        raise TypeError(f"band must be two positive factors (default (0.5, 2.0)), got {band!r}")
+    if len(band) != 2:
         raise ValueError(f"band must be two positive factors (default (0.5, 2.0)), got {band!r}")
+    band = tuple(check_float(f"band[{i}]", f, 0, low_open=True) for i, f in enumerate(band))
+    if outputs is not None:  # checked before any run: the completions the writes are read over
+        outputs = _check_outputs(outputs, model.cfg.d_vocab_out)
     ablating = [h for h in hows if h != "zero"]
     if task is None and (inputs is None or (reference is None and ablating)):
         task = require_task(model, "hc.cooperation's inputs" if inputs is None else "the ablation reference")
@@ -963,7 +970,18 @@ def _share_or_nan(comp, ev: _Evidence, th: dict, held: dict | None = None) -> fl
     return float("nan") if share is None else share
 
 
+def _check_outputs(outputs, d_vocab: int) -> Tensor:
+    """The completions the writes are read over, as token ids [output]; ValueError naming a bad one."""
+    values = outputs.tolist() if isinstance(outputs, Tensor) else list(outputs) if isinstance(outputs, (list, tuple)) else None
+    if not values:
+        raise ValueError(f"outputs must be a non-empty list of token ids, got {outputs!r}")
+    ids = [check_int(f"outputs[{i}]", v, 0, d_vocab - 1) for i, v in enumerate(values)]
+    return torch.tensor(ids, dtype=torch.long)
+
+
 def _parse_hows(how) -> tuple[str, ...]:
+    if not isinstance(how, (str, list, tuple)):
+        raise TypeError(f'how must be "family", one of {list(READING_HOWS)} or a list of them, got {how!r}')
     if isinstance(how, str):
         check_choice("how", how, READING_HOWS + ("family",))
         return READING_HOWS if how == "family" else (how,)

@@ -138,6 +138,11 @@ def _rows(ids: Tensor, token_ids: tuple[int, ...] | None) -> Tensor:
 
 def _subset(model: HookedTransformer, tokens, what: str) -> tuple[int, ...] | None:
     """The distinct ids of `tokens` (any int sequence or tensor), in order, or None for the whole vocabulary."""
+    if isinstance(tokens, (str, bytes, bool)) or isinstance(tokens, (int, float)):
+        raise TypeError(f"{what}: tokens must be a list or tensor of token ids, got {tokens!r}")
+    if isinstance(tokens, (list, tuple)) and any(isinstance(t, (list, tuple)) for t in tokens):
+        if len({len(t) if isinstance(t, (list, tuple)) else -1 for t in tokens}) != 1:
+            raise ValueError(f"{what}: tokens is ragged (rows of different lengths); give one flat list of token ids")
     if tokens is None:
         return None
     if not isinstance(tokens, Tensor) and len(tokens) == 0 or isinstance(tokens, Tensor) and tokens.numel() == 0:

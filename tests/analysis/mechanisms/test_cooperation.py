@@ -137,7 +137,7 @@ def test_bad_arguments():
         hc.cooperation(model, band=(0.5,))
     with pytest.raises(ValueError, match="agree"):
         hc.cooperation(model, agree=0.2)
-    with pytest.raises(ValueError, match=r"outputs= must be a list of token ids in 0\.\.\d+, got \[999\]"):
+    with pytest.raises(ValueError, match=r"outputs\[0\] must be in 0\.\.\d+, got 999"):
         hc.cooperation(model, outputs=[999])
 
 
