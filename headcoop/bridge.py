@@ -185,6 +185,20 @@ def _first_mismatch(folder: Path) -> str | None:
     return None
 
 
+def _check_pickled_weights(folder: Path) -> None:
+    """A folder whose weights are only pickled (`*.bin`, no safetensors) is read here first with
+    `weights_only=True`: a file holding anything but tensors is refused with headcoop's message, naming it."""
+    if any(folder.glob("*.safetensors")):
+        return
+    for file in sorted(folder.glob("*.bin")):
+        try:
+            torch.load(file, map_location="meta", weights_only=True)
+        except Exception as err:  # noqa: BLE001 - torch's unpickling errors have no common type
+            raise ValueError(f"refusing {file}: it is not a plain file of tensors (loading it with weights_only=True "
+                             f"failed: {' '.join(str(err).split())[:160]}); nothing in it was run. Save the model "
+                             "with save_pretrained(..., safe_serialization=True) to get model.safetensors") from None
+
+
 def load_folder(folder, device: str | torch.device | None = None):
     """A Hugging Face model folder (config.json, weights, tokenizer files) as a TransformerBridge in
     compatibility mode, read offline (nothing is downloaded). ValueError for a folder without config.json,
@@ -193,6 +207,7 @@ def load_folder(folder, device: str | torch.device | None = None):
     if not (folder / "config.json").is_file():
         raise ValueError(f"{folder} is not a Hugging Face model folder: it has no config.json")
     config = check_folder(folder)
+    _check_pickled_weights(folder)
     cls = bridge_class()
     if cls is None:  # pragma: no cover
         raise RuntimeError("this TransformerLens has no TransformerBridge (it needs TransformerLens >= 3.0)")

@@ -153,3 +153,34 @@ def test_the_cli_refuses_a_nan_budget_and_a_meta_device(tmp_path, capsys):
         assert main(["report", "count01", "--out", str(tmp_path / "r.html"), *args]) != 0
         assert match in capsys.readouterr().err
     assert not (tmp_path / "r.html").exists()
+
+
+def test_faithfulness_with_nothing_to_recover_says_so(scored):
+    """Issue 47, item 3: clean == corrupt gave a CPR of float noise (0.39); now NaN with a warning naming why."""
+    model, clean, _, edges = scored
+    with pytest.warns(UserWarning, match="nothing for a circuit to recover"):
+        result = hc.faithfulness(model, edges, clean=clean, corrupt=clean, metric=metric, random=0)
+    assert result.cpr != result.cpr and result.to_dataframe().faithfulness.isna().all()
+
+
+def test_a_result_path_with_a_nul_is_refused(tmp_path, scored):
+    *_, edges = scored
+    with pytest.raises(OSError, match="cannot save a result to"):
+        edges.save(str(tmp_path / "bad\x00name"))
+
+
+def test_a_pickled_hugging_face_weights_file_with_code_is_refused_by_headcoop(tmp_path):
+    """Issue 47, item 9: a malicious pytorch_model.bin got torch's weights_only message; headcoop's names the file."""
+    from headcoop.bridge import load_folder
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"],
+                                                      "n_layer": 1, "n_embd": 8, "n_head": 2, "vocab_size": 11}))  # fmt: skip
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, ("echo ran > " + str(tmp_path / "ran"),))
+
+    torch.save({"x": Payload()}, tmp_path / "pytorch_model.bin")
+    with pytest.raises(ValueError, match="refusing .*pytorch_model.bin.*nothing in it was run"):
+        load_folder(tmp_path)
+    assert not (tmp_path / "ran").exists()

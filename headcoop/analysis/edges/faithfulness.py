@@ -399,6 +399,13 @@ def faithfulness(
                       memory_budget_mb).double().cpu().numpy()  # fmt: skip
     empty, full = float(values[0]), float(values[1])
     span = full - empty
+    if abs(span) <= 1e-6 * max(1.0, abs(full), abs(empty)):  # float noise: no gap for a ratio to measure
+        import warnings
+
+        warnings.warn(f"hc.faithfulness: the whole model ({full:.6g}) and the empty circuit ({empty:.6g}) give the same "
+                      f"metric under {how} ablation (clean and reference inputs alike?): faithfulness, CPR and CMD are "
+                      "NaN, as there is nothing for a circuit to recover", stacklevel=3)  # fmt: skip
+        span = 0.0
     faith = (values - empty) / span if span != 0 else np.full_like(values, np.nan)
     k = len(circuits)
     rand = faith[2 + k:].reshape(len(sizes_used), random) if random else np.full((len(sizes_used), 0), np.nan)
