@@ -234,6 +234,9 @@ def load_result(path: str | os.PathLike):
         return _Reader(path, tensors).decode(meta["value"])
     except RecursionError:
         raise ValueError(f"{meta_file} nests its values too deeply to be a headcoop result: the folder is damaged") from None
+    except (TypeError, KeyError, IndexError, AttributeError) as err:  # a value of the wrong kind somewhere in the file
+        raise ValueError(f"{meta_file} is damaged: a value it holds is not what its field takes ({type(err).__name__}: "
+                         f"{str(err)[:160]})") from None
 
 
 def _check_target(path: Path) -> bool:

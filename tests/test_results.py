@@ -287,3 +287,19 @@ def test_the_registry_knows_every_result_module():
     classes = _result_classes()
     assert classes <= set(REGISTRY)
     assert {REGISTRY[name].__module__ for name in classes} <= set(RESULT_MODULES)
+
+
+def test_a_tampered_set_or_bfloat16_value_is_named_damaged(results, tmp_path):
+    folder = _tampered(results, tmp_path, "set", lambda meta: meta["value"]["fields"].__setitem__(
+        next(iter(meta["value"]["fields"])), {"__set__": [[1, 2]]}))  # fmt: skip
+    with pytest.raises(ValueError, match="damaged"):
+        hc.load_result(folder)
+    from safetensors.torch import save_file
+
+    folder = results["ExactEvaluation"].save(tmp_path / "bf16")
+    meta = json.loads((folder / "result.json").read_text())
+    meta["value"]["fields"][next(iter(meta["value"]["fields"]))] = {"__ndarray__": "bf"}
+    (folder / "result.json").write_text(json.dumps(meta))
+    save_file({"bf": torch.ones(3, dtype=torch.bfloat16)}, str(folder / "tensors.safetensors"))
+    with pytest.raises(ValueError, match="damaged"):
+        hc.load_result(folder)
