@@ -4,6 +4,7 @@ files (JSON, safetensors, parquet; no pickle), and a save never replaces a folde
 import dataclasses
 import importlib
 import json
+import os
 import re
 import pkgutil
 
@@ -168,34 +169,32 @@ def test_loading_refuses_what_is_not_a_sound_result(results, tmp_path):
         save_result({"a": 1}, tmp_path / "x")
 
 
-KILLER = """
-import os, sys
-import headcoop as hc
-import headcoop.results as R
-step, fallback, source, target = sys.argv[1], sys.argv[2] == "1", sys.argv[3], sys.argv[4]
-new = hc.load_result(source)
-R._step = lambda name: os._exit(9) if name == step else None
-if fallback:
-    R.exchange = lambda a, b: False  # no atomic swap: the old result is moved aside between two renames
-new.save(target)
-"""
+def _killed_save(result, target, step: str, fallback: bool) -> int:
+    """Save `result` to `target` in a forked child process that dies (os._exit(9)) at `step` of the save; the
+    child's exit status."""
+    import headcoop.results as R
+
+    pid = os.fork()
+    if pid == 0:  # the child: no return from here
+        try:
+            R._step = lambda name: os._exit(9) if name == step else None
+            if fallback:
+                R.exchange = lambda a, b: False  # no atomic swap: the old result is moved aside between two renames
+            result.save(target)
+        finally:
+            os._exit(0)
+    return os.waitpid(pid, 0)[1] >> 8
 
 
 @pytest.mark.parametrize("fallback", [False, True])
 def test_a_killed_save_leaves_the_old_result_or_the_new_one(results, tmp_path, fallback):
     """Issue 47, item 4: a kill at any step of a save leaves a loadable result at the path (the old or the new),
     and the next load tidies what the killed save left beside it."""
-    import subprocess
-    import sys
-
-    source = results["DLAResult"].save(tmp_path / "source")
     steps = ["staged", "written", "swapped", "done"] + (["moved aside"] if fallback else [])
     for step in steps:
         target = tmp_path / f"at-{step.replace(' ', '-')}"
         results["PatchResult"].save(target)
-        done = subprocess.run([sys.executable, "-c", KILLER, step, "1" if fallback else "0", str(source), str(target)],
-                              capture_output=True, text=True, timeout=300)  # fmt: skip
-        assert done.returncode == 9, (step, done.stderr[-2000:])
+        assert _killed_save(results["DLAResult"], target, step, fallback) == 9, step
         loaded = hc.load_result(target)
         assert type(loaded).__name__ in ("PatchResult", "DLAResult"), step
         if step in ("swapped", "done"):
