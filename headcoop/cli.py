@@ -204,7 +204,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.examples < 1:
         raise ValueError(f"--examples must be 1 or more, got {args.examples}")
     if not math.isfinite(args.budget) or args.budget < 0:
-        raise ValueError(f"--budget must be 0 (no limit) or a finite number of seconds, got {args.budget}")
+        raise ValueError(f"--budget must be 0 (no limit) or more seconds (a finite number), got {args.budget}")
     if not args.out.strip():
         raise ValueError("--out is empty; give a file name such as report.html")
     # the budget is the command's: the imports and the model's loading above count against it

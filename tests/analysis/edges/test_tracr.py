@@ -1,6 +1,8 @@
 """The Tracr bench (experiments/tracr): the committed checkpoints of Tracr-compiled programs and their ground
 truth, read by every circuit analysis. Needs no jax: the checkpoints are committed (build.py made them)."""
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -67,8 +69,13 @@ def test_exact_scores_rank_the_true_nodes_first_and_the_true_circuit_is_faithful
     score = nodes.reindex(keep).fillna(0.0)
     value = auc([c in true for c in keep], score)
     assert np.isnan(value) or value == 1.0
-    faith = hc.faithfulness(model, hc.circuit(info["truth"]["edges"]), clean=clean, corrupt=corrupt, metric=metric)
-    assert faith.frame.faithfulness.iloc[0] == pytest.approx(1.0, abs=1e-4)
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        faith = hc.faithfulness(model, hc.circuit(info["truth"]["edges"]), clean=clean, corrupt=corrupt, metric=metric)
+    if abs(faith.full - faith.empty) <= 1e-6:  # shuffle_dyck here: 0.50000006 against 0.49999979, float noise
+        assert np.isnan(faith.frame.faithfulness.iloc[0]) and any("nothing for a circuit to recover" in str(w.message) for w in said)
+    else:
+        assert faith.frame.faithfulness.iloc[0] == pytest.approx(1.0, abs=1e-4)
 
 
 def test_a_circuit_missing_a_shown_true_edge_loses_faithfulness():
