@@ -12,22 +12,11 @@ import sys
 import pytest
 import torch
 from helpers import attn_only_2l_like
+from test_edges import _inputs, metric  # the edge tests' inputs and metric
 
 import headcoop as hc
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
-
-
-def _inputs(model, seed=0):
-    gen = torch.Generator().manual_seed(seed)
-    clean = torch.randint(0, model.cfg.d_vocab, (4, 6), generator=gen)
-    corrupt = clean.clone()
-    corrupt[:, 2] = (clean[:, 2] + 3) % model.cfg.d_vocab
-    return clean, corrupt
-
-
-def metric(logits):
-    return logits[:, -1, 4].mean() - logits[:, -1, 7].mean()
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 from helpers import attn_only_2l_like
+from test_edges import _inputs, metric  # the edge tests' inputs and metric
 
 import headcoop as hc
 
@@ -34,18 +35,6 @@ HOOKS = {
     "reader: mlp pre": ("blocks.1.mlp.hook_pre", True),
     "reader: final norm": ("ln_final.hook_normalized", True),
 }
-
-
-def _inputs(model, seed=0):
-    gen = torch.Generator().manual_seed(seed)
-    clean = torch.randint(0, model.cfg.d_vocab, (6, 8), generator=gen)
-    corrupt = clean.clone()
-    corrupt[:, 2] = (clean[:, 2] + 3) % model.cfg.d_vocab
-    return clean, corrupt
-
-
-def metric(logits):
-    return logits[:, -1, 4].mean() - logits[:, -1, 7].mean()
 
 
 def _writer_site(writer: str):
