@@ -120,8 +120,9 @@ def replacement(ref: Float[Tensor, "ref ref_pos *rest"], how: str, batch: int, n
     raise ValueError(f"replacement() takes how 'zero', 'mean', 'resample' or 'corrupt', got {how!r}")
 
 
-def describe_ablation(how: str, n_ref: int = 0, reference: str = "reference", order: str = "seeded") -> str:
-    """The definition that ran, in words, for a result's repr and title (`replacement`)."""
+def describe_ablation(how: str, n_ref: int | str = 0, reference: str = "reference", order: str = "seeded") -> str:
+    """The definition that ran, in words, for a result's repr and title (`replacement`); n_ref: how many reference
+    inputs (a count, or a range such as "8-16" over several references)."""
     if how == "zero":
         return "zero: the output set to 0"
     if how == "mean":

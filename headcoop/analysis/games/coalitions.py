@@ -100,7 +100,9 @@ class CoalitionGame:
     @property
     def ablation(self) -> str:
         """The definition the game's absent players are replaced by, in words (`describe_ablation`)."""
-        return describe_ablation(self.how, getattr(self, "n_ref", 0))
+        if self.custom:
+            return f"{self.how}: the caller's replacement values (one per input)"
+        return describe_ablation(self.how, self.n_ref)
 
     def _prepare_replacements(self, reference) -> None:
         n, width = self.tokens.shape
