@@ -34,8 +34,8 @@ answer must beat. The models (`BENCH`; truth: the word of each named pair and ea
 - "ln-2l": L0H0 and L1H0 each add to out_a (both needed) in a model with LayerNorms: ablating L0H0
   moves the final norm's scale (and L1H0's input norm), which raises L1H0's direct effect by more than
   half of L0H0's, yet L1H0 restores no answer. Truth: no backup; both needed but
-  the norm makes their logit effects far from additive (one head alone gives 84% of the pair's logit),
-  so no word of the list fits: "undetermined".
+  the norm makes their logit effects far from additive (one head alone gives 84% of the pair's logit).
+  Truth: conjunction (both needed on accuracy).
 - "unequal": L0H0 copies a with +1.0, L0H1 with +0.7 (floor 0.6): redundant with unequal strengths.
 - "uneven": L0H0 copies a for a in a0..a2, L0H1 for a3: an uneven division (75% / 25%).
 - "cancel": L0H0 copies a (+1.2), L0H1 adds +0.5 and L0H2 -0.5 to out_a, L0H3 writes nothing (weight
@@ -43,6 +43,27 @@ answer must beat. The models (`BENCH`; truth: the word of each named pair and ea
 - "four": the "post" pair plus two empty heads: the mechanism sits on one pair of four.
 - "mlp": one layer with an MLP: L0H0 writes a flag f_a that the MLP turns into +1 on out_a, L0H1 copies a
   onto out_a (+1) directly (floor 0.6): either route alone answers. Truth: redundant.
+
+Near-misses (issue 48), each lacking one property of a word:
+- "unconditional": the "post" attention, but each head attending t writes +1 on every completion
+  containing t and +0.5 more on c(t, t): what it copies does not depend on the token it does not attend
+  to. Still 100% accurate; both needed. Truth: conjunction, not superposition.
+- "mix80" / "mix50": the "post" model plus plain copy inputs [a_i, b_i, =] -> o_i (80% / 50% of inputs),
+  where L0H0 reads a_i and L0H1 reads b_i and either alone answers (redundancy with heads reading different
+  tokens). Truth: redundant (mix50: OR on half the inputs, at the majority threshold), not superposition.
+- "split-helper": L0H0 copies a (+1, floor 0.6) and answers every input alone; L0H1 splits its attention
+  evenly over a and b and writes +0.2 on each one's output: it never changes an answer in any coalition.
+  Truth: not superposition ("undetermined": one head does everything).
+- "feeders": L0H0 and L0H1 both write a_i's flag; L1H0's query needs a flag to attend to a_i and copy it:
+  either feeder alone suffices (each one's total effect is 0, its effect alone too, since L1H0 is ablated
+  with it). Truth: the feeders are redundant, neither is inactive.
+- "flat": L0H0 copies a (+2); L0H1 attends to "=" and writes +0.5 on "none" on every input: it competes,
+  and its push does not depend on the input, so mean and resample ablation leave it as it is (they cannot
+  see it). Truth: competition.
+- "count-subtasks" / "count-ensemble": six digits 0/1/2 then "=", the answer "5" with more 1s than 0s, "4"
+  with more 0s; both heads attend evenly. Subtasks: L0H0 counts 0s onto "4", L0H1 counts 1s onto "5"
+  (different subtasks; each alone answers its own class: division). Ensemble: both count both (the same
+  function: redundant). `SAME` holds the same-computation truth of each.
 """
 
 from __future__ import annotations
@@ -58,7 +79,10 @@ from headcoop.tasks.planted import HandWeightedTask
 from headcoop.tl import HookedTransformer, HookedTransformerConfig
 
 Bench = Literal["post", "rank1", "and-junk", "and-suppress", "feeder", "induction", "partial-backup", "ln-2l",
-                "unequal", "uneven", "cancel", "four", "mlp"]  # fmt: skip
+                "unequal", "uneven", "cancel", "four", "mlp", "unconditional", "mix80", "mix50", "split-helper",
+                "feeders", "flat", "count-subtasks", "count-ensemble"]  # fmt: skip
+COUNTING = ("count-subtasks", "count-ensemble")
+MIXED = ("mix80", "mix50")
 BENCH: tuple[str, ...] = get_args(Bench)
 SHARPNESS = 30.0
 K = 4
@@ -66,13 +90,13 @@ SIGNALS = [f"s{i}" for i in range(1, 5)]
 PAIRS = [(x, y) for x in range(4) for y in range(x, 4)]  # unordered pairs of signal indices
 TRUTH = {
     "post": ({("L0H0", "L0H1"): "superposition"}, {"L0H0": "supports", "L0H1": "supports"}),
-    "rank1": ({("L0H0", "L0H1"): "not testable"}, {"L0H0": "supports", "L0H1": "supports"}),
-    "and-junk": ({("L0H0", "L0H1"): "not testable"}, {"L0H0": "supports", "L0H1": "supports"}),
-    "and-suppress": ({("L0H0", "L0H1"): "not testable"}, {"L0H0": "supports", "L0H1": "supports"}),
+    "rank1": ({("L0H0", "L0H1"): "conjunction"}, {"L0H0": "supports", "L0H1": "supports"}),
+    "and-junk": ({("L0H0", "L0H1"): "conjunction"}, {"L0H0": "supports", "L0H1": "supports"}),
+    "and-suppress": ({("L0H0", "L0H1"): "conjunction"}, {"L0H0": "supports", "L0H1": "supports"}),
     "feeder": ({("L0H0", "L1H0"): "composition"}, {"L0H0": "supports", "L1H0": "supports"}),
     "induction": ({("L0H0", "L1H0"): "composition"}, {"L0H0": "supports", "L1H0": "supports"}),
     "partial-backup": ({("L0H0", "L1H0"): "redundant"}, {"L0H0": "supports", "L1H0": "supports"}),
-    "ln-2l": ({("L0H0", "L1H0"): "undetermined"}, {"L0H0": "supports", "L1H0": "supports"}),
+    "ln-2l": ({("L0H0", "L1H0"): "conjunction"}, {"L0H0": "supports", "L1H0": "supports"}),
     "unequal": ({("L0H0", "L0H1"): "redundant"}, {"L0H0": "supports", "L0H1": "supports"}),
     "uneven": ({("L0H0", "L0H1"): "division"}, {"L0H0": "supports", "L0H1": "supports"}),
     "cancel": ({("L0H1", "L0H2"): "competition", ("L0H0", "L0H2"): "competition"},
@@ -80,11 +104,24 @@ TRUTH = {
     "four": ({("L0H0", "L0H1"): "superposition", ("L0H2", "L0H3"): "inactive"},
              {"L0H0": "supports", "L0H1": "supports", "L0H2": "inactive", "L0H3": "inactive"}),
     "mlp": ({("L0H0", "L0H1"): "redundant"}, {"L0H0": "supports", "L0H1": "supports"}),
+    "unconditional": ({("L0H0", "L0H1"): "conjunction"}, {"L0H0": "supports", "L0H1": "supports"}),
+    "mix80": ({("L0H0", "L0H1"): "redundant"}, {"L0H0": "supports", "L0H1": "supports"}),
+    "mix50": ({("L0H0", "L0H1"): "redundant"}, {"L0H0": "supports", "L0H1": "supports"}),
+    "split-helper": ({("L0H0", "L0H1"): "undetermined"}, {"L0H0": "supports", "L0H1": "supports"}),
+    "feeders": ({("L0H0", "L0H1"): "redundant"}, {"L0H0": "supports", "L0H1": "supports", "L1H0": "supports",
+                                                   "L1H1": "inactive"}),
+    "flat": ({("L0H0", "L0H1"): "competition"}, {"L0H0": "supports", "L0H1": "competes"}),
+    "count-subtasks": ({("L0H0", "L0H1"): "division"}, {"L0H0": "supports", "L0H1": "supports"}),
+    "count-ensemble": ({("L0H0", "L0H1"): "redundant"}, {"L0H0": "supports", "L0H1": "supports"}),
 }
+# the same-computation axis (the Count01 paper's "all solving the same subtask"), where the truth is known
+SAME = {"count-subtasks": "different subtasks", "count-ensemble": "same computation (pseudo-ensemble)"}
 MODEL_WORD = {"post": "superposition", "four": "superposition", "feeder": "composition", "induction": "composition",
-              "partial-backup": "redundant", "ln-2l": "undetermined", "unequal": "redundant", "uneven": "division",
-              "rank1": "not testable", "and-junk": "not testable", "and-suppress": "not testable",
-              "cancel": "competition", "mlp": "redundant"}  # fmt: skip
+              "partial-backup": "redundant", "ln-2l": "conjunction", "unequal": "redundant", "uneven": "division",
+              "rank1": "conjunction", "and-junk": "conjunction", "and-suppress": "conjunction",
+              "cancel": "competition", "mlp": "redundant", "unconditional": "conjunction", "mix80": "redundant",
+              "mix50": "redundant", "split-helper": "undetermined", "feeders": "redundant", "flat": "competition",
+              "count-subtasks": "division", "count-ensemble": "redundant"}  # fmt: skip
 
 
 class BenchTask(HandWeightedTask):
@@ -98,6 +135,8 @@ class BenchTask(HandWeightedTask):
         self.which = which
         if which == "induction":
             self.vocab = [f"t{i}" for i in range(8)] + ["none"]
+        elif which in COUNTING:
+            self.vocab = ["0", "1", "2", "=", "4", "5", "none"]
         else:
             self.vocab = ([f"a{i}" for i in range(K)] + [f"b{i}" for i in range(K)] + SIGNALS + ["="]
                           + [f"o{i}" for i in range(K)] + [f"c{x + 1}{y + 1}" for x, y in PAIRS] + ["none"])  # fmt: skip
@@ -105,10 +144,12 @@ class BenchTask(HandWeightedTask):
 
     @property
     def n_ctx(self) -> int:
-        return 6 if self.which == "induction" else 3
+        return 6 if self.which == "induction" else 7 if self.which in COUNTING else 3
 
     def completions(self) -> Tensor | None:
-        if self.which in ("post", "four"):
+        if self.which in COUNTING:
+            return torch.tensor([self.index["4"], self.index["5"]])
+        if self.which in ("post", "four", "unconditional") + MIXED:
             return torch.tensor([self.index[f"c{x + 1}{y + 1}"] for x, y in PAIRS])
         if self.which == "induction":
             return None
@@ -125,9 +166,11 @@ class BenchTask(HandWeightedTask):
             tokens = torch.cat([tokens, tokens[rows, i][:, None]], 1)
             answer = tokens[rows, i + 1]
             pos = torch.full((n,), 5)
+        elif self.which in COUNTING:
+            return self._count_sample(n, gen)
         else:
             x, y = torch.randint(0, K, (n,), generator=gen), torch.randint(0, K, (n,), generator=gen)
-            if self.which in ("post", "four"):
+            if self.which in ("post", "four", "unconditional") + MIXED:
                 first, second = self.index["s1"] + x, self.index["s1"] + y
                 lo, hi = torch.minimum(x, y), torch.maximum(x, y)
                 pair_index = {p: k for k, p in enumerate(PAIRS)}
@@ -135,10 +178,30 @@ class BenchTask(HandWeightedTask):
             else:
                 first, second = x, K + y
                 answer = self.index["o0"] + self._answer_of(x, y)
+            if self.which in MIXED:  # a share of plain copy inputs [a_i, b_i, =] -> o_i
+                plain = torch.rand(n, generator=gen) < (0.8 if self.which == "mix80" else 0.5)
+                first = torch.where(plain, x, first)
+                second = torch.where(plain, K + x, second)
+                answer = torch.where(plain, self.index["o0"] + x, answer)
             tokens = torch.stack([first, second, torch.full((n,), self.index["="])], 1)
             pos = torch.full((n,), 2)
         return Batch(tokens=tokens, loss_pos=pos[:, None], targets=answer[:, None], answer_pos=pos, answer=answer,
                      wrong=torch.full((n,), none), labels=answer.clone(), vocab=tuple(self.vocab))  # fmt: skip
+
+    def _count_sample(self, n: int, gen) -> Batch:
+        """Six digits of 0 / 1 / 2 (uniform) then "=": the answer is "5" with more 1s than 0s, "4" with more 0s
+        (strings with as many of each are redrawn)."""
+        rows = []
+        while len(rows) < n:
+            digits = torch.randint(0, 3, (6,), generator=gen)
+            if int((digits == 0).sum()) != int((digits == 1).sum()):
+                rows.append(digits)
+        digits = torch.stack(rows)
+        answer = torch.where((digits == 1).sum(1) > (digits == 0).sum(1), self.index["5"], self.index["4"])
+        tokens = torch.cat([digits, torch.full((n, 1), self.index["="])], 1)
+        pos = torch.full((n,), 6)
+        return Batch(tokens=tokens, loss_pos=pos[:, None], targets=answer[:, None], answer_pos=pos, answer=answer,
+                     wrong=torch.full((n,), self.index["none"]), labels=answer.clone(), vocab=tuple(self.vocab))  # fmt: skip
 
     def _answer_of(self, a: Tensor, b: Tensor) -> Tensor:
         if self.which == "rank1":
@@ -151,9 +214,9 @@ class BenchTask(HandWeightedTask):
         return batch.replace(tokens=other.tokens, targets=other.targets, answer=other.answer, labels=other.labels)
 
     def config(self) -> HookedTransformerConfig:
-        layers = 2 if self.which in ("feeder", "induction", "partial-backup", "ln-2l") else 1
-        heads = {"cancel": 4, "four": 4}.get(self.which, 1 if layers == 2 else 2)
-        extra = 8 if self.which in ("feeder", "induction", "mlp") else 0
+        layers = 2 if self.which in ("feeder", "induction", "partial-backup", "ln-2l", "feeders") else 1
+        heads = {"cancel": 4, "four": 4, "feeders": 2}.get(self.which, 1 if layers == 2 else 2)
+        extra = 8 if self.which in ("feeder", "induction", "mlp", "feeders") else 0
         d_model = len(self.vocab) + self.n_ctx + extra
         return HookedTransformerConfig(n_layers=layers, n_heads=heads, d_model=d_model, d_head=max(K, 8) + 2,
                                        n_ctx=self.n_ctx, d_vocab=len(self.vocab), attn_only=self.which != "mlp",
@@ -177,7 +240,7 @@ class _W:
                 p.zero_()
             model.embed.W_E[:, : self.V] = torch.eye(self.V)
             model.pos_embed.W_pos[:, self.V: self.V + task.n_ctx] = torch.eye(task.n_ctx)
-            first_out = task.index["o0"] if "o0" in task.index else 0  # input tokens are not read out
+            first_out = task.index["o0"] if "o0" in task.index else task.index["4"] if "4" in task.index else 0
             out = torch.arange(first_out, self.V)
             model.unembed.W_U[out, out] = 1.0
             for name, p in model.named_parameters():
@@ -289,6 +352,30 @@ def bench(which: Bench = "post", weight_noise: float = 0.0, seed: int = 0) -> Ho
             for i in range(K):  # ReLU(flag_i) -> +1 on out_i
                 mlp.W_in[w.extra + i, i] = 1.0
                 mlp.W_out[i, w.tok(f"o{i}")] = 1.0
+    elif which in ("unconditional",) + MIXED:
+        _post(w, conditional=which != "unconditional")
+        if which in MIXED:
+            _plain_copies(w)
+    elif which == "split-helper":
+        w.bias("none", 0.6)
+        w.attend_pos(0, 0, 2, 0)
+        w.ov(0, 0, {a[i]: {f"o{i}": 1.0} for i in range(K)})
+        at = w.attn(0, 1)
+        with torch.no_grad():  # attention split evenly between positions 0 and 1 (no query weight at all)
+            at.W_K[1, w.V + 0, 0] = 1.0
+            at.W_K[1, w.V + 1, 0] = 1.0
+            at.W_Q[1, w.V + 2, 0] = SHARPNESS
+        w.ov(0, 1, {**{a[i]: {f"o{i}": 0.2} for i in range(K)}, **{f"b{i}": {f"o{i}": 0.2} for i in range(K)}})
+    elif which == "feeders":
+        _feeders(w)
+    elif which == "flat":
+        w.bias("none", 0.6)
+        w.attend_pos(0, 0, 2, 0)
+        w.ov(0, 0, {a[i]: {f"o{i}": 2.0} for i in range(K)})
+        w.attend_pos(0, 1, 2, 2)
+        w.ov(0, 1, {"=": {"none": 0.5}})
+    elif which in COUNTING:
+        _counting(w, which)
     if weight_noise:
         gen = torch.Generator().manual_seed(seed)
         with torch.no_grad():
@@ -301,8 +388,10 @@ def bench(which: Bench = "post", weight_noise: float = 0.0, seed: int = 0) -> Ho
     return model
 
 
-def _post(w: _W) -> None:
-    """L0H0 prefers s1 > s2 > s3 > s4, L0H1 the reverse; OV writes the completions consistent with the order."""
+def _post(w: _W, conditional: bool = True) -> None:
+    """L0H0 prefers s1 > s2 > s3 > s4, L0H1 the reverse; OV writes the completions consistent with the order
+    (conditional), or, not conditional, +1 on every completion containing the attended token and +0.5 more
+    on c(t, t), whatever the order implies (the floor is then 1.6: one head alone answers nothing)."""
     order = {0: [0, 1, 2, 3], 1: [3, 2, 1, 0]}
     pair_word = {p: f"c{p[0] + 1}{p[1] + 1}" for p in PAIRS}
     for h, prefs in order.items():
@@ -313,12 +402,58 @@ def _post(w: _W) -> None:
                 at.W_K[h, w.tok(SIGNALS[t]), 0] = float(len(prefs) - rank)  # the preferred token scores highest
         table = {}
         for rank, t in enumerate(prefs):
+            if not conditional:
+                table[SIGNALS[t]] = {pair_word[tuple(sorted((t, u)))]: 1.0 + 0.5 * (u == t) for u in range(4)}
+                continue
             allowed = prefs[rank:]  # tokens not preferred to t: what the other position may hold
             outs = [pair_word[tuple(sorted((t, u)))] for u in allowed]
             weight = 2.0 if len(outs) == 1 else 1.0
             table[SIGNALS[t]] = {o: weight for o in outs}
         w.ov(0, h, table)
+    w.bias("none", 1.5 if conditional else 1.6)
+
+
+def _plain_copies(w: _W) -> None:
+    """The mixtures' plain inputs [a_i, b_i, =]: L0H0's key also prefers a-tokens, L0H1's b-tokens (above
+    every signal token), and each copies its token onto o_i with +2: either alone answers (OR)."""
+    for h, prefix in ((0, "a"), (1, "b")):
+        at = w.attn(0, h)
+        with torch.no_grad():
+            for i in range(K):
+                at.W_K[h, w.tok(f"{prefix}{i}"), 0] = 6.0
+        w.ov(0, h, {f"{prefix}{i}": {f"o{i}": 2.0} for i in range(K)}, slot0=1 + K)
+
+
+def _feeders(w: _W) -> None:
+    """L0H0 and L0H1 both read a_i (position 0) and write the flag e_i at "="; L1H0's query reads e_i and
+    attends to a_i only where the flag is at least 3/4 (a mean flag of 1/4 per feeder does not open it), and
+    copies a_i onto o_i with +3 against the floor of 1.5 (elsewhere it attends to b and "=", which it does not copy). Either feeder alone
+    opens the gate: redundant feeders of a later head's query. L1H1 writes nothing."""
     w.bias("none", 1.5)
+    at1 = w.attn(1, 0)
+    for h in (0, 1):
+        w.attend_pos(0, h, 2, 0)
+        w.ov(0, h, {f"a{i}": {w.extra + i: 1.0} for i in range(K)})
+    with torch.no_grad():
+        for i in range(K):
+            at1.W_Q[0, w.extra + i, i] = 2 * SHARPNESS
+            at1.W_Q[0, w.V + 2, i] = -1.5 * SHARPNESS  # "=" at position 2: the gate needs a flag above 3/4
+            at1.W_K[0, w.tok(f"a{i}"), i] = 1.0
+            at1.W_V[0, w.tok(f"a{i}"), i] = 1.0
+            at1.W_O[0, i, w.tok(f"o{i}")] = 3.0
+
+
+def _counting(w: _W, which: str) -> None:
+    """Both heads attend evenly to the 7 positions (no QK weights). count-subtasks: L0H0 writes +3 on "4" per
+    0, L0H1 +3 on "5" per 1 (each counts one class: different subtasks; each alone answers its own class);
+    count-ensemble: both write +3 on "4" per 0 and +3 on "5" per 1 (the same function twice). "none" sits at
+    -5, below every answer."""
+    w.bias("none", -5.0)
+    for h in (0, 1):
+        if which == "count-ensemble":
+            w.ov(0, h, {"0": {"4": 3.0}, "1": {"5": 3.0}})
+        else:
+            w.ov(0, h, {"0": {"4": 3.0}} if h == 0 else {"1": {"5": 3.0}})
 
 
 def _induction(w: _W) -> None:
@@ -357,4 +492,4 @@ def _backup_head(w: _W, weight: float) -> None:
             at.W_O[0, i, w.tok(f"o{i}")] = weight
 
 
-__all__ = ["bench", "BenchTask", "BENCH", "Bench", "TRUTH"]
+__all__ = ["bench", "BenchTask", "BENCH", "Bench", "TRUTH", "SAME"]

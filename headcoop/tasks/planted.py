@@ -17,11 +17,15 @@ Mechanisms (`PLANTED`; `planted_truth` gives each pair's planted verdict and eac
 - "division": L0H0 copies a when a < K/2, L0H1 when a >= K/2: each answers its own half of the inputs.
 - "superposition": L0H0 reads a and writes +1 on the K grid outputs (a, *) and +1.5 on its decoy d_a;
   L0H1 reads b and writes +1 on (*, b) and +1.5 on e_b. Alone, a decoy wins; together only (a, b) gets
-  +2: both write to several outputs and add up only on the answer (the SkipPair post's definition).
+  +2: both write to several outputs and add up only on the answer. Named for the old reading: what each
+  head writes from its token does not depend on the token it does not attend to (it writes every
+  completion containing its token), so by the post's definition it is not superposition: the truth is
+  "conjunction" (both needed on every input).
 - "competition": L0H0 copies a with +2, L0H1 writes -1 on out_a: it pushes against the answer.
 - "independent": L0H0 and L0H1 each add +0.4 to out_a against none's 0.6: both are needed, each
-  writes one output, and their effects add, but in one attention-only layer without norms the logits are
-  linear in the heads whatever the weights, so the truth the instrument can reach is "not testable".
+  writes one output, and their effects add: both needed on accuracy, "conjunction". On the logit
+  difference, in one attention-only layer without norms, the logits are linear in the heads whatever the
+  weights, so the truth there is "not testable".
 - "independent-2l": the same with L0H0 and L1H0 in two layers (L1H0's attention reads positions only), so
   additivity is a property of these weights, not of the architecture.
 - "backup": L0H0 copies a (+1) and L1H0 is its backup: its query reads out_a's direction, so it attends to
@@ -244,8 +248,11 @@ def planted_truth(mechanism: Planted) -> dict:
         pairs = {("L0H0", "L0H1"): "redundant", ("L0H0", "L0H2"): "competition", ("L0H1", "L0H2"): "competition"}
         roles = {"L0H0": "supports", "L0H1": "supports", "L0H2": "competes"}
     else:
-        verdict = {"independent-2l": "independent", "backup": "redundant",
-                   "independent": "not testable"}.get(mechanism, mechanism)  # fmt: skip
+        # issue 48: "superposition" is named for the old reading; by the SkipPair post's definition its heads
+        # are not superposed (each writes every completion containing its token, whatever the other token),
+        # and both are needed: conjunction; "independent" heads (both needed) are a conjunction on accuracy
+        verdict = {"independent-2l": "conjunction", "backup": "redundant", "independent": "conjunction",
+                   "superposition": "conjunction"}.get(mechanism, mechanism)  # fmt: skip
         pairs = {two: verdict}
         roles = {two[0]: "supports", two[1]: "competes" if mechanism == "competition" else "supports"}
     return {"pairs": pairs, "roles": roles, "backup": {"L1H0": "L0H0"} if mechanism == "backup" else {}}

@@ -9,7 +9,11 @@ has already computed: `hc.cooperation` turns them into words.
   completion is pushed up by both heads;
 - attention (`attended_sources`, `distributed`): which source token each head attends to from the read row,
   and whether two heads attend to different ones;
-- sign (`effect_interval`): a head's mean effect over inputs with its 95% interval.
+- sign (`effect_interval`): a head's mean effect over inputs with its 95% interval;
+- conditional writes (`containing_outputs`, `conditional_writes`): whether what a head writes from the
+  token it attends to depends on the tokens it does not attend to (the SkipPair post's definition);
+- same computation (`same_computation`, `class_weights`): whether heads' per-input pushes are one
+  function (the Count01 paper's pseudo-ensemble), baseline-free.
 
 Every function is a plain tensor computation with its shapes; none runs the model.
 """
@@ -130,5 +134,74 @@ def conditional_rank(dla: Float[Tensor, "batch output"], source: Int[Tensor, " b
     return int((values >= tol * values[0]).sum())
 
 
-__all__ = ["NECESSITY", "necessity_classes", "effect_interval", "attended_sources", "distributed",
+def containing_outputs(
+    source: Int[Tensor, " batch"], tokens: Int[Tensor, "batch key"], answer: Int[Tensor, " batch"],
+    outputs: Int[Tensor, " output"], upto: Int[Tensor, " batch"],
+) -> Bool[Tensor, "batch output"]:  # fmt: skip
+    """Per input, the completions "containing" the token a head attends to: the answers of every input whose
+    prompt (positions up to `upto`, the read row) holds that token anywhere, whether attended or not."""
+    position = {int(o): k for k, o in enumerate(outputs.tolist())}
+    seen = torch.arange(tokens.shape[1])[None, :] <= upto[:, None]
+    table: dict[int, set[int]] = {}
+    for row, ok, a in zip(tokens.tolist(), seen.tolist(), answer.tolist()):
+        for t in {t for t, keep in zip(row, ok) if keep}:
+            table.setdefault(t, set()).add(position.get(a, -1))
+    out = torch.zeros(len(source), len(outputs), dtype=torch.bool)
+    for b, s in enumerate(source.tolist()):
+        out[b, [c for c in table.get(s, ()) if c >= 0]] = True
+    return out
+
+
+def conditional_writes(
+    dla: Float[Tensor, "batch output"], consistent: Bool[Tensor, "batch output"],
+    containing: Bool[Tensor, "batch output"], margin: float = 0.1,
+) -> tuple[Bool[Tensor, " batch"], Bool[Tensor, " batch"]]:  # fmt: skip
+    """(evidence, conditional) per input for one head. The SkipPair post: "the information copied from an
+    attended-to token depends on the information at source tokens to which it is not attending". The rivals
+    are the completions that contain the attended token but are not consistent with what the head's
+    attention implies about the tokens it does not attend to (`consistent_outputs`); evidence where there is
+    at least one rival and one consistent completion; conditional where every consistent completion is
+    written above every rival by more than `margin` times the head's largest |write|. A head writing every
+    completion containing its token alike is not conditional, whatever it writes elsewhere."""
+    rival = containing & ~consistent
+    evidence = rival.any(-1) & consistent.any(-1)
+    big = torch.finfo(dla.dtype).max
+    low = torch.where(consistent, dla, torch.full_like(dla, big)).min(-1).values
+    high = torch.where(rival, dla, torch.full_like(dla, -big)).max(-1).values
+    gap = margin * dla.abs().max(-1).values
+    return evidence, evidence & (low - high > gap)
+
+
+def same_computation(push: Float[Tensor, "head sample"], floor: float = 0.1) -> dict:
+    """How far heads compute one function, from each head's per-input push (its contribution to the centred
+    completion logits, one sample per (input, completion)): {active [head] (push std at least `floor` times
+    the largest), r [head, head] (Pearson correlations), share (the share of the active heads' push variance
+    on one direction: the top principal component over inputs), r_min, r_median (over pairs of active
+    heads)}. Baseline-free: no head is ablated."""
+    push = push.double()
+    std = push.std(-1)
+    active = std >= floor * std.max().clamp(min=1e-12)
+    centred = push - push.mean(-1, keepdim=True)
+    norm = centred.norm(dim=-1).clamp(min=1e-12)
+    r = (centred @ centred.T) / (norm[:, None] * norm[None, :])
+    idx = active.nonzero().flatten()
+    sub = centred[idx]
+    values = torch.linalg.svdvals(sub) ** 2 if len(idx) else torch.zeros(1, dtype=push.dtype)
+    share = float(values[0] / values.sum().clamp(min=1e-30)) if len(idx) else float("nan")
+    upper = r[idx][:, idx][torch.triu(torch.ones(len(idx), len(idx), dtype=torch.bool), 1)]
+    return dict(active=active, r=r, share=share, r_min=float(upper.min()) if len(upper) else float("nan"),
+                r_median=float(upper.median()) if len(upper) else float("nan"))  # fmt: skip
+
+
+def class_weights(
+    push: Float[Tensor, "head batch"], shares: Float[Tensor, "batch token"]
+) -> Float[Tensor, "head token"]:
+    """How each head weighs the evidence of each token class: least-squares weights w with push[h] =
+    shares @ w[h] over the inputs, `shares` the share of each token type among an input's prompt tokens
+    (the shares sum to 1, so no intercept is needed: a constant push is spread over the classes)."""
+    solution = torch.linalg.lstsq(shares.double(), push.double().T).solution  # [token, head]
+    return solution.T
+
+
+__all__ = ["NECESSITY", "containing_outputs", "conditional_writes", "same_computation", "class_weights", "necessity_classes", "effect_interval", "attended_sources", "distributed",
            "consistent_outputs", "write_sets", "superposed", "conditional_rank"]  # fmt: skip

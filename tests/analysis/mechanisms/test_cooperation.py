@@ -11,12 +11,14 @@ from headcoop.analysis.games.coalitions import CoalitionGame, all_masks
 from headcoop.tasks.planted import PLANTED
 
 # Under resample ablation a copy head's replacement votes for another input's answer as strongly as the
-# head itself would vote for this one's, so two heads copying the same token are both needed there (a tie
-# is no answer): these are the words measured under resample alone (docs/results/planted.md shows them).
+# head itself would vote for this one's, so two heads copying the same token look both needed there (a
+# tie is no answer). Issue 48: resample detects it (the lost answers go to the injected input's answer)
+# and abstains, so under resample alone these pairs are "undetermined" with "resample cannot see it".
 RESAMPLE_WORDS = {
-    "redundant": {("L0H0", "L0H1"): "not testable"},
-    "division": {("L0H0", "L0H1"): "not testable"},
-    "mixed": {("L0H0", "L0H1"): "not testable"},
+    "redundant": {("L0H0", "L0H1"): "undetermined"},
+    "division": {("L0H0", "L0H1"): "undetermined"},
+    "mixed": {("L0H0", "L0H1"): "undetermined"},
+    "superposition": {("L0H0", "L0H1"): "undetermined"},
 }
 
 
@@ -33,6 +35,9 @@ def test_planted_mechanism_is_named_under_each_ablation(mechanism, how):
     if how == "resample":
         expected.update(RESAMPLE_WORDS.get(mechanism, {}))
     assert verdicts(result) == expected
+    for row in result.pairs.itertuples():
+        if how == "resample" and (row.head_a, row.head_b) in RESAMPLE_WORDS.get(mechanism, {}):
+            assert row.flips_under == "resample cannot see it", row.flips_under
     assert result.roles == model.planted["roles"]
 
 
@@ -49,7 +54,8 @@ def test_over_the_whole_family_a_word_is_the_truth_or_undetermined_with_its_flip
             assert row.flips_under and row.agreement < 0.9 and row.primary_word == truth
         else:
             assert row.agreement >= 0.9
-    assert len(result.readings) == 13 * 17  # 1 zero + 3 x 4 draws, x (1 + 8 thresholds x 2 factors)
+    # 1 zero + 2 x 4 draws, x (1 + 8 thresholds x 2 factors + 2 write readings + the universal reading)
+    assert len(result.readings) == 9 * 20
 
 
 @pytest.mark.slow
@@ -64,14 +70,16 @@ def test_planted_mechanism_survives_weight_noise(mechanism, how):
 
 def test_an_additive_metric_gives_not_testable():
     """Logit difference in a one-layer attention-only model without norms adds over heads whatever the
-    weights: where both heads are needed the instrument says "not testable", not "independent"; the same
-    metric where additivity is not built in (two layers) does decide."""
+    weights: either-alone and both-needed cannot occur on it, so the instrument says "not testable"; on
+    accuracy both heads are needed ("conjunction", the Count01 paper's "only solve the original task in
+    conjunction"); where additivity is not built in (two layers) the logit difference does decide."""
     result = hc.cooperation(hc.planted("independent"), metric="logit_diff", how="zero")
     assert result.mechanism == "not testable"
     assert "by construction" in result.pairs.reason[0]
-    assert hc.cooperation(hc.planted("independent-2l"), metric="logit_diff", how="zero").mechanism == "independent"
+    assert hc.cooperation(hc.planted("independent"), how="zero").mechanism == "conjunction"
+    assert hc.cooperation(hc.planted("independent-2l"), metric="logit_diff", how="zero").mechanism == "conjunction"
     # superposition is read from the writes, so the additive metric does not hide it
-    assert hc.cooperation(hc.planted("superposition"), metric="logit_diff", how="zero").mechanism == "superposition"
+    assert hc.cooperation(hc.bench("post"), metric="logit_diff", how="zero").mechanism == "superposition"
 
 
 def test_backup_head_and_self_repair():
@@ -194,7 +202,7 @@ def test_a_users_hook_is_respected():
     assert "reference" in hooked.method and "hooks installed" in hooked.method
     cols = ["or", "and", "a_only", "b_only", "multi", "only_answer", "interaction"]
     assert hooked.pairs[cols].values == pytest.approx(plain.pairs[cols].values, abs=1e-6)
-    assert hooked.mechanism == plain.mechanism == "superposition"
+    assert hooked.mechanism == plain.mechanism == "conjunction"
 
 
 def test_per_input_evidence_adds_up_to_the_pair_shares():
@@ -241,14 +249,15 @@ def test_superposed_writes_under_each_reading():
         hc.superposed_writes(a[0], b[0], answer)
 
 
-def test_a_decoy_written_more_strongly_than_the_answer_does_not_hide_superposition():
-    """Each head writes +1 on its grid outputs and +1.9 on its decoy (the answer, +2 from both heads, still
-    wins): still superposition, though the answer is not a head's largest write."""
-    model = hc.planted("superposition")
+def test_a_completion_written_more_strongly_than_the_answer_does_not_hide_superposition():
+    """bench("post") with the repeated-token completions c(t, t) read 1.4x more strongly: a head attending t
+    writes more on c(t, t) than on the answer c(t, u), and the answer (both heads' writes) still wins:
+    still superposition, though the answer is not a head's largest write."""
+    model = hc.bench("post")
     task = model.task
-    decoys = [task.index[f"{c}{i}"] for c in "de" for i in range(4)]
+    repeated = [task.index[f"c{i}{i}"] for i in range(1, 5)]
     with torch.no_grad():
-        model.W_U[:, decoys] *= 1.9 / 1.5
+        model.W_U[:, repeated] *= 1.4
     result = hc.cooperation(model, how="zero", n=256)
     assert result.mechanism == "superposition", result.pairs.reason[0]
 
@@ -295,7 +304,7 @@ def test_word_sources_quote_the_sources_verbatim():
 def test_the_answer_aligned_mean_equals_its_definition():
     """mean-aligned: at input b's position p, the mean over references of z at the same offset from their
     answer position (the per-position mean where no reference has that offset), against a plain loop."""
-    from headcoop.analysis.mechanisms.cooperation import _aligned_mean
+    from headcoop.analysis.mechanisms.references import aligned_mean as _aligned_mean
 
     g = torch.Generator().manual_seed(0)
     ref = torch.randn(7, 6, 2, 3, generator=g)

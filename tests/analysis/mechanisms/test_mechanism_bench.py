@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import headcoop as hc
-from headcoop.tasks.bench import BENCH
+from headcoop.tasks.bench import BENCH, SAME
 
 
 def _logits(model, tokens, off=(), keep=None):
@@ -92,6 +92,40 @@ def test_each_truth_holds_on_plain_hooks(which):
     elif which == "uneven":
         only0, only1 = ok(off=[h1]) & ~ok(off=[h0]), ok(off=[h0]) & ~ok(off=[h1])
         assert (only0 | only1).all() and 0.6 < only0.float().mean() < 0.9
+    elif which == "unconditional":  # both needed; what a head writes from t is alike on every c(t, u), u != t
+        assert not (ok(off=[h0]) | ok(off=[h1])).any()
+        comp = model.task.completions()
+        for h in (0, 1):
+            table = (model.W_V[0, h] @ model.W_O[0, h] @ model.W_U)[:, comp]
+            for t in range(4):
+                row = table[model.task.index[f"s{t + 1}"]]
+                others = [k for k, (x, y) in enumerate([(x, y) for x in range(4) for y in range(x, 4)])
+                          if t in (x, y) and x != y]  # fmt: skip
+                assert torch.allclose(row[others], row[others[0]].expand(len(others)))
+    elif which in ("mix80", "mix50"):
+        plain = batch.tokens[:, 0] < 4  # [a_i, b_i, =] inputs
+        assert (ok(off=[h0]) & ok(off=[h1]))[plain].all()  # either alone answers the plain inputs
+        share = plain.float().mean()
+        assert abs(share - (0.8 if which == "mix80" else 0.5)) < 0.1
+    elif which == "split-helper":  # L0H1 changes no answer in any coalition
+        assert ok(off=[h1]).all() and not ok(off=[h0]).any() and not ok(off=[h0, h1]).any()
+    elif which == "feeders":
+        f0, f1 = (0, 0), (0, 1)
+        assert ok(off=[f0]).all() and ok(off=[f1]).all() and not ok(off=[f0, f1]).any()
+        assert torch.equal(ok(off=[(1, 1)]), ok())  # L1H1 writes nothing
+    elif which == "flat":
+        _, cache = model.run_with_cache(tokens)
+        z = cache["blocks.0.attn.hook_z"][:, -1, 1]
+        assert torch.allclose(z, z[:1].expand_as(z))  # the same output on every input
+        base = _logits(model, tokens).gather(1, answer[:, None])[:, 0] - _logits(model, tokens)[:, -1]
+        lower = _logits(model, tokens, off=[h1]).gather(1, answer[:, None])[:, 0] - _logits(model, tokens, off=[h1])[:, -1]
+        assert (lower > base).all()  # it pushes "none" up, against every answer
+    elif which in ("count-subtasks", "count-ensemble"):
+        four = answer == model.task.index["4"]
+        if which == "count-subtasks":
+            assert torch.equal(ok(off=[h1]), four) and torch.equal(ok(off=[h0]), ~four)
+        else:
+            assert ok(off=[h1]).all() and ok(off=[h0]).all()
     elif which == "cancel":
         base = _logits(model, tokens).gather(1, answer[:, None])
         lower = _logits(model, tokens, off=[(0, 2)]).gather(1, answer[:, None])
@@ -100,9 +134,14 @@ def test_each_truth_holds_on_plain_hooks(which):
 
 
 # where the logit difference reads a model differently from accuracy: a continuous metric sees the two
-# heads' logit effects add (0.59 and 0.41 of the pair's), which no 0/1 reading of redundancy shows
-LOGIT_DIFF_TRUTH = {"unequal": {("L0H0", "L0H1"): "not testable"}, "mlp": {("L0H0", "L0H1"): "independent"},
-                    "and-suppress": {("L0H0", "L0H1"): "inactive"}, "ln-2l": {("L0H0", "L1H0"): "redundant"}}
+# heads' logit effects add (0.59 and 0.41 of the pair's), which no 0/1 reading of redundancy shows; in one
+# attention-only layer the logit difference is additive over the heads by construction ("not testable")
+LOGIT_DIFF_TRUTH = {"unequal": {("L0H0", "L0H1"): "not testable"}, "mlp": {("L0H0", "L0H1"): "conjunction"},
+                    "and-suppress": {("L0H0", "L0H1"): "inactive"}, "ln-2l": {("L0H0", "L1H0"): "redundant"},
+                    **{w: {("L0H0", "L0H1"): "not testable"} for w in ("rank1", "and-junk", "unconditional", "mix80",
+                                                                      "mix50", "count-ensemble", "split-helper")},
+                    # one head carries the logit difference on each input: a division the additive metric shows
+                    "uneven": {("L0H0", "L0H1"): "division"}, "count-subtasks": {("L0H0", "L0H1"): "division"}}  # fmt: skip
 
 
 def _no_wrong_word(result, truth, overrides=None):
@@ -124,7 +163,7 @@ def test_no_confident_wrong_word_over_the_family(which, metric):
     _no_wrong_word(hc.cooperation(model, n=256, metric=metric), model.truth, overrides)
 
 
-@pytest.mark.parametrize("which", BENCH)
+@pytest.mark.parametrize("which", [w for w in BENCH if w != "mix50"])  # mix50: OR on half the inputs, next test
 def test_zero_ablation_on_accuracy_names_the_truth(which):
     """The reading where a head is absent (zero ablation, accuracy): every word and role is the truth."""
     model = hc.bench(which)
@@ -133,6 +172,40 @@ def test_zero_ablation_on_accuracy_names_the_truth(which):
     assert {p: got[p] for p in model.truth["pairs"]} == model.truth["pairs"]
     assert result.roles == model.truth["roles"]
     assert result.mechanism == model.truth["model"]
+
+
+def test_a_half_and_half_mixture_is_not_superposition():
+    """mix50: the pair is redundant on half the inputs (the majority threshold's edge) and superposed on the
+    other half: never superposition, under any single ablation or the family."""
+    model = hc.bench("mix50")
+    for how in ("zero", "mean", "family"):
+        result = hc.cooperation(model, n=256, how=how)
+        assert result.pairs.mechanism[0] in ("redundant", "undetermined")
+        assert result.pairs.conditional_a[0] == 1.0 and result.pairs.multi[0] < 0.5
+
+
+@pytest.mark.parametrize("which", sorted(SAME))
+def test_same_computation_separates_an_ensemble_from_subtasks(which):
+    """count-ensemble: both heads count both classes (r = 1); count-subtasks: one counts 0s, one 1s, so
+    their pushes correlate far less and their class weights differ."""
+    result = hc.cooperation(hc.bench(which), n=256, how="zero")
+    assert result.same_word == SAME[which], result.summary
+    weights = result.same[["weight[0]", "weight[1]"]]
+    if which == "count-subtasks":
+        assert weights.loc["L0H0", "weight[1]"] == pytest.approx(0, abs=1e-6)  # L0H0 counts 0s only
+        assert weights.loc["L0H1", "weight[0]"] == pytest.approx(0, abs=1e-6)  # L0H1 counts 1s only
+        assert weights.loc["L0H0", "weight[0]"] < -1 and weights.loc["L0H1", "weight[1]"] > 1
+
+
+def test_unconditional_writes_are_not_superposition_and_the_post_model_is():
+    """The post's defining sentence: what a head copies from its token depends on the tokens it does not
+    attend to. bench("post") writes only the completions its ordering allows; bench("unconditional") writes
+    every completion containing its token: all else (attention, accuracy) alike."""
+    post = hc.cooperation(hc.bench("post"), n=256)
+    flat = hc.cooperation(hc.bench("unconditional"), n=256)
+    assert post.mechanism == "superposition" and post.pairs.conditional_a[0] == 1.0
+    assert flat.pairs.mechanism[0] != "superposition" and flat.pairs.conditional_a[0] < 0.5
+    assert "superposition" not in flat.words.values
 
 
 @pytest.mark.parametrize("which", ["post", "four", "feeder", "induction", "cancel"])

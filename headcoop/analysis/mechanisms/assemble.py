@@ -1,0 +1,232 @@
+"""From evidence to words: the clean run's axes (`Run`), and every reading's pair words and roles."""
+
+from __future__ import annotations
+
+import dataclasses
+import torch
+from torch import Tensor
+
+from headcoop.analysis.mechanisms.axes import attended_sources
+from headcoop.analysis.mechanisms.evidence import additive_by_construction, clean_run, head_dla, prompt_shares
+from headcoop.analysis.mechanisms.repair import composition_share
+from headcoop.analysis.mechanisms.words import (
+    ABSTAIN, CLASSES, Reading, band, model_word, necessity_word, superposition_word,
+)  # fmt: skip
+from headcoop.analysis.mechanisms.writes import Writes
+
+
+@dataclasses.dataclass
+class Run:
+    """What every reading shares: the inputs, the players and pairs, the clean run's axes."""
+
+    batch: object
+    players: list
+    names: tuple
+    pairs: list
+    metric: str
+    masks: Tensor
+    answer: Tensor
+    wrong: Tensor | None
+    fixed_wrong: Tensor
+    sign_wrong: Tensor
+    pos: Tensor
+    logits_clean: Tensor
+    z: dict
+    heads_dla: object
+    direct: Tensor
+    writes: Writes
+    by_construction: list
+    shares: Tensor
+    share_ids: list
+    outs: Tensor
+    later: bool
+
+    @property
+    def k(self) -> int:
+        return len(self.players)
+
+    @property
+    def binary(self) -> bool:
+        return self.metric == "accuracy"
+
+    @property
+    def rows(self) -> Tensor:
+        return torch.arange(len(self.answer))
+
+    @property
+    def no_dla(self) -> str | None:
+        return self.heads_dla if isinstance(self.heads_dla, str) else None
+
+    @property
+    def cross(self) -> list:
+        return [(m, i, j) for m, (i, j) in enumerate(self.pairs) if self.players[i][0] != self.players[j][0]]
+
+
+def clean_evidence(model, task, batch, players, names, pairs, metric, outputs, masks) -> Run:
+    """The clean run's axes (one forward pass and DLA): logits, attention, z, direct effects, writes."""
+    device = batch.tokens.device
+    pos = batch.answer_pos.to(device)
+    answer = batch.answer.cpu()
+    logits_clean, patterns, z = clean_run(model, batch.tokens, pos, players)
+    wrong = batch.wrong.cpu() if batch.wrong is not None else None
+    best_other = logits_clean.scatter(-1, answer[:, None], float("-inf")).argmax(-1)
+    sign_wrong = best_other if metric == "accuracy" or wrong is None else wrong
+    heads_dla = head_dla(model, batch.tokens, pos)
+    rows = torch.arange(len(batch))
+    direct = torch.full((len(players),), float("nan"), dtype=torch.float64)
+    if not isinstance(heads_dla, str):
+        direct = torch.stack([(heads_dla[rows, lay, h, answer] - heads_dla[rows, lay, h, sign_wrong]).mean()
+                              for lay, h in players])  # fmt: skip
+    source = torch.stack([attended_sources(patterns[lay][:, h:h + 1], batch.tokens.cpu())[1][:, 0]
+                          for lay, h in players], 1)  # [batch, player]: the token each head attends most  # fmt: skip
+    declared = None if task is None or outputs is not None else task.completions()
+    outs = torch.as_tensor(outputs if outputs is not None else declared if declared is not None else answer.unique(),
+                           dtype=torch.long).cpu()  # fmt: skip
+    vocab = model.cfg.d_vocab_out
+    if outs.ndim != 1 or bool(((outs < 0) | (outs >= vocab)).any()):
+        raise ValueError(f"outputs= must be a list of token ids in 0..{vocab - 1}, got {outs.tolist()[:10]}")
+    outs = torch.cat([outs, answer.unique()]).unique()  # every answer is a completion
+    writes = Writes(heads_dla, players, pairs, answer, outs, source, batch.tokens.cpu(), pos.cpu())
+    shares, share_ids = prompt_shares(batch.tokens, pos)
+    return Run(batch=batch, players=players, names=names, pairs=pairs, metric=metric, masks=masks, answer=answer,
+               wrong=wrong, fixed_wrong=wrong if wrong is not None else best_other, sign_wrong=sign_wrong, pos=pos,
+               logits_clean=logits_clean, z=z, heads_dla=heads_dla, direct=direct, writes=writes,
+               by_construction=[additive_by_construction(model, players[i], players[j]) for i, j in pairs],
+               shares=shares, share_ids=share_ids, outs=outs,
+               later=not model.cfg.attn_only or any(lay < model.cfg.n_layers - 1 for lay, _ in players))  # fmt: skip
+
+
+def injected_wins(run: Run, ev, logits: Tensor, injected: tuple | None, nec: dict) -> list:
+    """Per pair, under resample: among the inputs where the pair matters and a head alone fails, the share
+    where a failing head-alone run is topped (ties included) by another input's information: the
+    injected input's answer, or a completion the resampled partner's injected value pushes up directly.
+    The loss is then another input's answer, not the head's absence. None where nothing was injected or no
+    head alone fails. injected: (the injected inputs' answers [batch] or None, {player: [batch, vocab]})."""
+    if injected is None:
+        return [None] * len(run.pairs)
+    answers, pushed = injected
+    out = []
+    for m, (i, j) in enumerate(run.pairs):
+        full = bool(nec["use_full"][m])
+        e = nec["full"] if full else nec["isolated"]
+        # (coalition keeping one head of the pair, the partner it resamples)
+        runs = ((2 + 2 * j, j), (2 + 2 * i, i)) if full else ((3 + 2 * i, j), (3 + 2 * j, i))
+        fails, hits = [], []
+        for c, partner in runs:
+            rival = logits[c].scatter(-1, run.answer[:, None], float("-inf")).argmax(-1)
+            failed = (ev.v[c] < 0.5) if run.binary else (logits[c].argmax(-1) != run.answer)
+            by_answer = (rival == answers) if answers is not None else torch.zeros_like(failed)
+            fails.append(failed)
+            hits.append(failed & (by_answer | pushed[run.players[partner]][run.rows, rival]))
+        some = (fails[0] | fails[1]) & e["mask"][m]
+        confounded = some & (hits[0] | hits[1])
+        out.append(float(confounded.sum()) / int(some.sum()) if bool(some.any()) else None)
+    return out
+
+
+def pair_word(run: Run, m: int, roles, nec, thr, comp, unseen, lost, cache: dict | None = None) -> tuple[str, str]:
+    """(word, reason) of pair m under one reading (words.py's module docstring, rules 1-7); cache: the write
+    shares of every pair already computed for this necessity reading, keyed by (context, floor, write
+    reading). A pair read in the isolated context is read with the isolated mask for every pair."""
+    i, j = run.pairs[m]
+    a, b = run.names[i], run.names[j]
+    if unseen[i] or unseen[j]:
+        who = a if unseen[i] else b
+        return ABSTAIN, f"{who} writes the same whatever the input: this ablation leaves it as it is"
+    context = "full" if bool(nec["use_full"][m]) else "isolated"
+    e = nec[context]
+    if not bool(e["effect_a"][m]) or not bool(e["effect_b"][m]):
+        who, other = (a, b) if not bool(e["effect_a"][m]) else (b, a)
+        return "inactive", f"{who} changes the metric neither with {other} present nor without it ({context})"
+    ra, rb = roles[i], roles[j]
+    if {ra, rb} == {"supports", "competes"}:
+        return "competition", f"{a if ra == 'competes' else b} pushes against the answer"
+    if ra == rb == "competes":
+        return "undetermined", "both heads push against the answer"
+    if comp is not None and comp >= thr["composition"]:
+        return "composition", f"{comp:.0%} of the earlier head's effect runs through the later head's inputs"
+    if ra == rb == "supports":
+        key = (context, thr["floor"], thr["writes"])
+        if cache is None or key not in cache:
+            mask = nec["full"]["mask"] if context == "full" else nec["isolated"]["mask"]
+            found = run.writes.shares(thr["floor"], thr["writes"], mask)
+            if cache is None:
+                cache = {}
+            cache[key] = found
+        sp = cache[key][m]
+        found = superposition_word(a, b, thr, dict(sp, moves_a=float(e["moves_a"][m]), moves_b=float(e["moves_b"][m])))
+        if found:
+            return found
+    matters = float(e["matters"][m])
+    if matters < thr["min_share"]:
+        return "undetermined", f"the pair matters on {matters:.0%} of inputs ({context})"
+    if lost is not None and lost >= thr["majority"]:
+        return ABSTAIN, (f"resample injects another input's information: on {lost:.0%} of the inputs a head alone "
+                         f"fails, what tops it is a completion the resampled partner pushes")  # fmt: skip
+    return necessity_word(a, b, thr, {c: float(e[c][m]) for c in CLASSES}, run.by_construction[m] and not run.binary)
+
+
+def read_all(run: Run, by_kind: dict, hows, th, factors) -> dict:
+    """Every reading's words, reasons, roles and model word. Long: one loop over kinds, draws and threshold
+    readings with the caches that keep it fast (roles per role threshold, necessity per its thresholds)."""
+    threshold_readings = band(th, factors)
+    out = dict(readings=[], words=[], reasons=[], roles=[], model=[], held={})
+    for h in hows:
+        held = held_totals(run, by_kind[h])
+        out["held"][h] = held
+        comp = by_kind[h]["composition"]
+        for d, (ev, unseen, injected, lg) in enumerate(by_kind[h]["draws"]):
+            lost = injected_wins(run, ev, lg, injected, ev.necessity(th))
+            roles_cache, nec_cache = {}, {}
+            for name, f, thr in threshold_readings:
+                if thr["role"] not in roles_cache:
+                    roles_cache[thr["role"]] = ev.roles(thr["role"], held)
+                key = (thr["role"], thr["cutoff"], thr["min_share"])
+                if key not in nec_cache:
+                    nec_cache[key] = (ev.necessity(thr), {})
+                roles, kinds = roles_cache[thr["role"]]
+                nec, shares_cache = nec_cache[key]
+                words, reasons = [], []
+                for m in range(len(run.pairs)):
+                    share = composition_share(comp.get(m), ev, roles, kinds, thr["role"])
+                    word, reason = pair_word(run, m, roles, nec, thr, share, unseen, lost[m], shares_cache)
+                    words.append(word)
+                    reasons.append(reason)
+                out["readings"].append(Reading(h, d, name, f))
+                out["words"].append(words)
+                out["reasons"].append(reasons)
+                out["roles"].append(with_partner_roles(run, roles, nec, unseen))
+                out["model"].append(model_word(words))
+    return out
+
+
+def with_partner_roles(run: Run, roles: list[str], nec: dict, unseen: list[bool]) -> list[str]:
+    """Roles with two corrections: a head that no total or isolated effect shows but that changes the metric
+    with a partner removed (a redundant feeder) takes that effect's sign; a head this ablation cannot see
+    abstains."""
+    out = list(roles)
+    for m, (i, j) in enumerate(run.pairs):
+        e = nec["full"] if bool(nec["use_full"][m]) else nec["isolated"]
+        for h, side in ((i, "a"), (j, "b")):
+            if out[h] == "inactive" and bool(e[f"effect_{side}"][m]) and float(e[f"sign_{side}"][m]) != 0:
+                out[h] = "supports" if float(e[f"sign_{side}"][m]) > 0 else "competes"
+    return [ABSTAIN if u else r for r, u in zip(out, unseen)]
+
+
+def held_totals(run: Run, kind: dict) -> dict:
+    """{earlier head: (total on the metric, on its continuous reading) [batch] with its strongest backup held
+    at its unablated output}, from the kind's backup rows."""
+    if kind["backup"] is None:
+        return {}
+    rows, _, held = kind["backup"]
+    ev = kind["draws"][0][0]
+    out = {}
+    for row in sorted(rows, key=lambda r: -r["own_compensation"]):
+        e, later = run.names.index(row["of"]), run.names.index(row["backup"])
+        if row["backs_up"] and e not in out:
+            v_held, s_held = held[(e, later)]
+            out[e] = (ev.v[0] - v_held, ev.s[0] - s_held)
+    return out
+
+
+__all__ = ["Run", "clean_evidence", "injected_wins", "pair_word", "read_all", "with_partner_roles", "held_totals"]

@@ -1,0 +1,211 @@
+"""The evidence `hc.cooperation` reads words from: the clean run's direct effects and attention, the
+heads' per-input pushes (same computation), and, per ablation reading, the metric of every coalition with
+the effects and 2 x 2 classes derived from it.
+"""
+
+from __future__ import annotations
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+from transformer_lens.utilities import get_act_name
+
+from headcoop.analysis.engine.copies import per_input_metric
+from headcoop.analysis.mechanisms.axes import class_weights, effect_interval, necessity_classes, same_computation
+from headcoop.analysis.mechanisms.words import CLASSES
+from headcoop.bridge import user_hooks
+from headcoop.tl import HookedTransformer
+
+
+def per_input(metric: str, logits: Tensor, answer: Tensor, wrong: Tensor | None) -> Tensor:
+    """[..., batch] values of a named metric per input, higher is better (loss negated); accuracy counts a
+    tie for the top logit as no answer (the rule `hc.interactions` shares)."""
+    values = per_input_metric(metric, logits, answer, wrong, ties="none")
+    return -values if metric == "loss" else values
+
+
+def signed(metric: str, logits: Tensor, answer: Tensor, wrong: Tensor | None) -> Tensor:
+    """The user's metric read continuously, for signs and roles: accuracy's margin (the answer's logit minus
+    the best other), else the metric itself (higher is better)."""
+    if metric == "accuracy":
+        return per_input_metric("logit_diff", logits, answer, None)
+    return per_input(metric, logits, answer, wrong)
+
+
+def additive_by_construction(model: HookedTransformer, a: tuple[int, int], b: tuple[int, int]) -> bool:
+    """Whether logits are linear in heads a's and b's outputs whatever the weights: an attention-only model
+    without norms or soft-capping, both heads in the last layer (nothing reads their outputs)."""
+    cfg = model.cfg
+    last = cfg.n_layers - 1
+    return (bool(cfg.attn_only) and cfg.normalization_type is None and not (cfg.output_logits_soft_cap or 0) > 0
+            and a[0] == last and b[0] == last)  # fmt: skip
+
+
+def head_dla(model: HookedTransformer, tokens: Tensor, pos: Tensor) -> Tensor | str:
+    """Each head's direct logit attribution [batch, layer, head, vocab] at the read rows (the final norm's
+    scale frozen), or why there is none (no exact DLA for the model, or installed hooks make it inexact)."""
+    from headcoop.analysis.engine.inputs import check_decomposable
+    from headcoop.analysis.nodes.dla import dla
+
+    try:
+        check_decomposable(model, "cooperation's direct effects")
+    except ValueError:
+        return "no exact DLA for this model"
+    hooks = user_hooks(model)
+    try:
+        result = dla(model, tokens, pos=pos)
+    except ValueError as err:
+        if hooks and "hooks installed" in str(err):
+            return f"the hooks installed at {', '.join(hooks[:4])} make DLA inexact"
+        raise
+    return result.heads().double().cpu()
+
+
+def clean_run(model: HookedTransformer, tokens: Tensor, pos: Tensor, players) -> tuple[Tensor, dict, dict]:
+    """(logits at the read rows [batch, vocab], {layer: attention pattern of the read rows [batch, head,
+    key]}, {player: z [batch, pos, d_head]}) of the clean run, in one forward pass."""
+    layers = sorted({lay for lay, _ in players})
+    names = {get_act_name("pattern", lay) for lay in layers} | {get_act_name("z", lay) for lay in layers}
+    logits, cache = model.run_with_cache(tokens, names_filter=lambda n: n in names)
+    rows = torch.arange(len(tokens), device=tokens.device)
+    patterns = {lay: cache[get_act_name("pattern", lay)][rows, :, pos.to(tokens.device)].cpu() for lay in layers}
+    z = {(lay, h): cache[get_act_name("z", lay)][:, :, h].cpu() for lay, h in players}
+    return logits[rows, pos.to(tokens.device)].double().cpu(), patterns, z
+
+
+def prompt_shares(tokens: Int[Tensor, "batch pos"], upto: Int[Tensor, " batch"], most: int = 16
+                  ) -> tuple[Float[Tensor, "batch token"], list[int]]:  # fmt: skip
+    """(the share of each token type among an input's prompt tokens (positions before the read row), the
+    token ids): the `most` most frequent types, the rest pooled into the last column (id -1)."""
+    before = torch.arange(tokens.shape[1])[None, :] < upto.cpu()[:, None]
+    ids, counts = tokens.cpu()[before].unique(return_counts=True)
+    keep = ids[counts.argsort(descending=True)][:most].tolist()
+    cols = [((tokens.cpu() == t) & before).sum(1) for t in keep]
+    total = before.sum(1).clamp(min=1)
+    rest = total - sum(cols) if cols else total
+    shares = torch.stack(cols + ([rest] if bool((rest > 0).any()) else []), 1).double() / total[:, None]
+    return shares, keep + ([-1] if shares.shape[1] > len(keep) else [])
+
+
+def same_computation_axis(push: Float[Tensor, "head batch output"], shares: Tensor, floor: float) -> dict:
+    """The same-computation axis (`same_computation`) of per-input pushes on the centred completion logits,
+    with each head's class weights (`class_weights`, on the push's first completion column)."""
+    contrast = push - push.mean(-1, keepdim=True)  # a shift common to every completion changes no answer
+    centred = contrast - contrast.mean(1, keepdim=True)  # each completion's mean over the inputs (Pearson)
+    result = same_computation(centred.flatten(1), floor)
+    result["weights"] = class_weights(contrast[..., -1], shares) if contrast.shape[-1] > 1 else None
+    return result
+
+
+class Evidence:
+    """The per-input evidence of one ablation reading (one draw): metric values of every coalition, and
+    the heads' effects. v: the metric [mask, batch]; s: its continuous reading; ld: the logit difference
+    (answer minus a fixed wrong token); masks in the order all, none, (all but i, i alone) per head,
+    (all but i and j, i and j alone) per pair."""
+
+    def __init__(self, v: Tensor, s: Tensor, ld: Tensor, k: int, pairs: list, binary: bool):
+        self.v, self.s, self.ld, self.k, self.pairs, self.binary = v, s, ld, k, pairs, binary
+        idx_without = torch.tensor([2 + 2 * i for i in range(k)])
+        idx_alone = idx_without + 1
+        self.total = s[0][None] - s[idx_without]  # [k, batch]
+        self.isolated = s[idx_alone] - s[1][None]
+        self.total_ci = effect_interval(self.total)
+        self.isolated_ci = effect_interval(self.isolated)
+        self.scale_s = float(torch.maximum(self.total_ci[0].abs(), self.isolated_ci[0].abs()).sum())
+        self.total_v = v[0][None] - v[idx_without]
+        self.total_v_ci = effect_interval(self.total_v)
+        self.isolated_v_ci = effect_interval(v[idx_alone] - v[1][None])
+        if not binary:  # a continuous metric is its own continuous reading
+            self.total_v_ci, self.isolated_v_ci = self.total_ci, self.isolated_ci
+        scale_v = torch.maximum(self.total_v_ci[0].abs(), self.isolated_v_ci[0].abs()).sum()
+        self.scale_v = max(float(scale_v), 1e-12)
+        self.alone = v[idx_alone]  # [k, batch] each head alone
+        at = torch.tensor([2 + 2 * k + 2 * m for m in range(len(pairs))], dtype=torch.long)
+        ii = torch.tensor([i for i, _ in pairs], dtype=torch.long)
+        jj = torch.tensor([j for _, j in pairs], dtype=torch.long)
+        w, a = 2 + 2 * jj, 3 + 2 * ii
+        self.full = (v[0][None].expand(len(pairs), -1), v[w], v[2 + 2 * ii], v[at])
+        self.isol = (v[at + 1], v[a], v[3 + 2 * jj], v[1][None].expand(len(pairs), -1))
+        self.full_s = (s[0][None].expand(len(pairs), -1), s[w], s[2 + 2 * ii], s[at])
+        self.isol_s = (s[at + 1], s[a], s[3 + 2 * jj], s[1][None].expand(len(pairs), -1))
+        self.full_ld = (ld[0][None].expand(len(pairs), -1), ld[w], ld[2 + 2 * ii], ld[at])
+        self.isol_ld = (ld[at + 1], ld[a], ld[3 + 2 * jj], ld[1][None].expand(len(pairs), -1))
+
+    def roles(self, role: float, held: dict | None = None) -> tuple[list[str], list[str]]:
+        """(role per head, which reading decided it: "v" the metric, "s" its continuous reading). The total
+        effect decides (the metric, then for accuracy the margin); the isolated effect only where no total
+        effect is significant, so it never reverses one. A head with a backup (`held`: {head: (total on the
+        metric, total on the continuous reading) [batch] with its backup held at its unablated output}) is
+        read before the compensation."""
+        tau_v, tau_s = role * self.scale_v / self.k, role * self.scale_s / self.k
+        out, kinds = [], []
+        held = held or {}
+        for i in range(self.k):
+            totals = [("v", self.total_v_ci, tau_v)] + ([("s", self.total_ci, tau_s)] if self.binary else [])
+            if i in held:
+                tv, ts = (tuple(torch.full((self.k,), float(x)) for x in effect_interval(h)) for h in held[i])
+                totals = [("v", tv, tau_v)] + ([("s", ts, tau_s)] if self.binary else [])
+            isolated = [("v", self.isolated_v_ci, tau_v)] + ([("s", self.isolated_ci, tau_s)] if self.binary else [])
+            found, kind = "inactive", ""
+            for which, (mean, lo, hi), tau in totals + isolated:
+                m, low, high = float(mean[i]), float(lo[i]), float(hi[i])
+                if m > tau and low > 0:
+                    found, kind = "supports", which
+                    break
+                if m < -tau and high < 0:
+                    found, kind = "competes", which
+                    break
+            out.append(found)
+            kinds.append(kind)
+        return out, kinds
+
+    def necessity(self, th: dict) -> dict:
+        """Per context ("full", "isolated"): shares per pair [pair] of the 2 x 2 classes among the inputs
+        where the pair matters, those inputs [pair, batch], and per head of the pair (a, b) the share of them
+        where it changes the metric (with its partner present or removed: `moves_a`, `moves_b`) and whether
+        it changes the metric at all (`effect_a`, `effect_b` [pair]: a significant mean effect, either way,
+        with its partner present or removed; accuracy also on its margin); and
+        `use_full` [pair]: the full model where the pair matters there on at least min_share of inputs."""
+        tau = th["role"] * self.scale_v * 2 / self.k
+        tau_s = th["role"] * self.scale_s / self.k
+        result = {}
+        for context, f, l, fs in (("full", self.full, self.full_ld, self.full_s), ("isolated", self.isol, self.isol_ld, self.isol_s)):
+            matters, classes = necessity_classes(*f, self.binary, tau, th["cutoff"])
+            count = matters.sum(-1).clamp(min=1).double()
+            share = {c: (classes[c] & matters).sum(-1).double() / count for c in CLASSES}
+            f11, f10, f01, f00 = f
+            l11, l10, l01, l00 = l
+            needed = (classes["and"] | classes["shared"]) & matters
+            additive = ((l11 - l10 - l01 + l00).abs() <= th["cutoff"] * (l11 - l00).abs().clamp(min=1e-9)) & needed
+            s11, s10, s01, s00 = fs
+            effects = torch.stack([f11 - f01, f10 - f00, f11 - f10, f01 - f00])  # [a with, a without, b with, b without]
+            significant = self._significant(effects, tau)
+            if self.binary:  # accuracy: also its margin, as roles read it
+                significant |= self._significant(torch.stack([s11 - s01, s10 - s00, s11 - s10, s01 - s00]), tau_s)
+            extra = {}
+            for side, (with_, without, alone, none), k in (("a", (f11, f01, f10, f00), 0), ("b", (f11, f10, f01, f00), 2)):
+                moves = (self._changes(with_, without, tau) | self._changes(alone, none, tau)) & matters
+                extra[f"moves_{side}"] = moves.sum(-1).double() / count
+                extra[f"effect_{side}"] = significant[k] | significant[k + 1]
+                direction = effects[k].mean(-1) + effects[k + 1].mean(-1)
+                if self.binary:
+                    cont = (s11 - s01, s10 - s00) if side == "a" else (s11 - s10, s01 - s00)
+                    direction = torch.where(direction == 0, cont[0].mean(-1) + cont[1].mean(-1), direction)
+                extra[f"sign_{side}"] = torch.sign(direction)
+            result[context] = dict(matters=matters.double().mean(-1), additive=additive.sum(-1).double()
+                                   / needed.sum(-1).clamp(min=1).double(), classes=classes, mask=matters,
+                                   **share, **extra)  # fmt: skip
+        use_full = (result["full"]["matters"] >= th["min_share"]) | (result["isolated"]["matters"] < th["min_share"])
+        return dict(use_full=use_full, **result)
+
+    def _changes(self, x: Tensor, y: Tensor, tau: float) -> Tensor:
+        return ((x > 0.5) != (y > 0.5)) if self.binary else ((x - y).abs() > tau)
+
+    def _significant(self, effect: Tensor, tau: float) -> Tensor:
+        """[pair] a mean effect above tau in size with its 95% interval excluding 0."""
+        mean, lo, hi = effect_interval(effect)
+        return ((mean > tau) & (lo > 0)) | ((mean < -tau) & (hi < 0))
+
+
+__all__ = ["per_input", "signed", "additive_by_construction", "head_dla", "clean_run", "prompt_shares",
+           "same_computation_axis", "Evidence"]  # fmt: skip

@@ -1,0 +1,146 @@
+"""Composition and backup between heads of different layers (`hc.cooperation`): plain hooks on hook_z, so
+each measurement is a forward pass that works on HookedTransformers and TransformerBridges alike.
+
+**Composition**: the drop of the metric when only the later head's z takes the value it has with the earlier
+head ablated (every path from the earlier head into the later one's q, k and v inputs; the rest of the run
+as it is): Elhage et al. 2021's Q/K/V-composition.
+
+**Backup** (McGrath et al. 2023; Rushing & Nanda 2024), for i in an earlier layer than j: ablate i; j's
+compensation is the rise of its direct effect, split into what j's own output change gives (the final
+norm's scale frozen at the unablated run's) and what the norm's rescaling gives (the rest). j backs up i
+when its own change restores at least half of i's direct effect (both above the role threshold), or at
+least half of the answers that are lost when j is also held at its unablated output.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+from transformer_lens.utilities import get_act_name
+
+from headcoop.analysis.engine.ablation import hooks_added, z_hooks
+from headcoop.analysis.mechanisms.evidence import Evidence, per_input, signed
+
+BACKUP_COLUMNS = ["backup", "of", "how", "own_compensation", "norm_compensation", "logit_share", "answers_lost",
+                  "answers_restored", "backs_up"]  # fmt: skip
+
+
+def run_with(model, tokens, pos, values: dict, cache_names=()) -> tuple[Tensor, dict]:
+    """(logits at the read rows, cache) with each (layer, head) of `values` writing its given z."""
+    cache = {}
+
+    def keep(x, hook):
+        cache[hook.name] = x.detach()
+
+    with hooks_added(model, z_hooks(values) + [(name, keep) for name in cache_names]):
+        logits = model(tokens)
+    return logits[torch.arange(len(tokens)), pos].double().cpu(), cache
+
+
+def head_direct(model, z: Tensor, head: tuple[int, int], rows, pos, scale: Tensor | None) -> Tensor:
+    """[batch, vocab] head's direct contribution to the logits at the read rows from its z [batch, pos,
+    d_head], through the final norm with its scale held at `scale` ([batch, 1])."""
+    from headcoop.analysis.engine.norms import frozen_norm
+
+    out = (z[rows, pos.to(z.device)].to(model.W_U.device, model.W_U.dtype) @ model.blocks[head[0]].attn.W_O[head[1]]).cpu()
+    ln = getattr(model, "ln_final", None)
+    out = frozen_norm(ln, out, scale, bias=False) if scale is not None else out
+    return (out @ model.W_U.cpu()).double()
+
+
+def composition(model, tokens, pos, players, cross, repl_first, ev: Evidence, metric, answer, wrong) -> dict:
+    """{pair index: (earlier head, later head, through on the metric, through on its continuous reading)}:
+    the drop of the metric when only the later head's z takes the value it has with the earlier head
+    ablated (every path from the earlier head into the later one's q, k and v; the rest of the run as it
+    is). Plain hooks on hook_z: HookedTransformers and TransformerBridges alike."""
+    out = {}
+    by_earlier: dict[int, list] = {}
+    for m, i, j in cross:
+        e, l = (i, j) if players[i][0] < players[j][0] else (j, i)
+        by_earlier.setdefault(e, []).append((m, l))
+    for e, items in by_earlier.items():
+        names = sorted({get_act_name("z", players[l][0]) for _, l in items})
+        _, ablated = run_with(model, tokens, pos, {players[e]: repl_first[players[e]]}, names)
+        for m, l in items:
+            lay, head = players[l]
+            logits, _ = run_with(model, tokens, pos, {players[l]: ablated[get_act_name("z", lay)][:, :, head]})
+            through_v = float((ev.v[0] - per_input(metric, logits, answer, wrong)).mean())
+            through_s = float((ev.s[0] - signed(metric, logits, answer, wrong)).mean())
+            out[m] = (e, l, through_v, through_s)
+    return out
+
+
+def composition_share(comp, ev: Evidence, roles: list[str], kinds: list[str], role: float) -> float | None:
+    """The share of the earlier head's total effect (on the reading that decided its role) that runs through
+    the later head's inputs, where that total effect is significant and has the role's sign; else None."""
+    if comp is None:
+        return None
+    e, _, through_v, through_s = comp
+    kind = kinds[e] or "s"
+    mean, lo, hi = ev.total_v_ci if kind == "v" else ev.total_ci
+    tau = role * (ev.scale_v if kind == "v" else ev.scale_s) / ev.k
+    total = float(mean[e])
+    sign = {"supports": 1, "competes": -1}.get(roles[e], 0)
+    if sign == 0 or sign * total <= tau or (float(lo[e]) <= 0 <= float(hi[e])):
+        return None
+    return (through_v if kind == "v" else through_s) / total
+
+
+def share_or_nan(comp, ev: Evidence, th: dict, held: dict | None = None) -> float:
+    roles, kinds = ev.roles(th["role"], held)
+    share = composition_share(comp, ev, roles, kinds, th["role"])
+    return float("nan") if share is None else share
+
+
+def backup(model, tokens, pos, players, names, cross, repl_first, how, answer, sign_wrong, direct, metric, wrong,
+            logits_clean, th, tau: float) -> tuple[list, Tensor, dict]:  # fmt: skip
+    """Backup rows (module docstring) for every (earlier head i, later head j), compensation [i, j], and the
+    metric and its continuous reading per input [batch] with i ablated and j held at its unablated output
+    ({(i, j): (values, continuous)})."""
+    k = len(players)
+    rows = torch.arange(len(tokens))
+    comp = torch.zeros(k, k, dtype=torch.float64)
+    out = []
+    has_norm = getattr(model, "ln_final", None) is not None and model.cfg.normalization_type is not None
+    scale_name = "ln_final.hook_scale"
+    zl = sorted({get_act_name("z", lay) for lay, _ in players})
+    _, clean = run_with(model, tokens, pos, {}, zl + ([scale_name] if has_norm else []))
+    scale0 = clean[scale_name][rows, pos].cpu() if has_norm else None  # [batch, 1]
+    pairs = {}
+    for _, i, j in cross:
+        e, l = (i, j) if players[i][0] < players[j][0] else (j, i)
+        pairs.setdefault(e, []).append(l)
+    ok_clean = per_input("accuracy", logits_clean, answer, None) > 0.5
+    held_values = {}
+    for e, laters in pairs.items():
+        value = {players[e]: repl_first[players[e]]}
+        ablated_logits, abl = run_with(model, tokens, pos, value, zl + ([scale_name] if has_norm else []))
+        scale1 = abl[scale_name][rows, pos].cpu() if has_norm else None
+        ok_free = per_input("accuracy", ablated_logits, answer, None) > 0.5
+        for l in laters:
+            lay, head = players[l]
+            zname = get_act_name("z", lay)
+            before = head_direct(model, clean[zname][:, :, head], players[l], rows, pos, scale0)
+            frozen = head_direct(model, abl[zname][:, :, head], players[l], rows, pos, scale0)
+            free = head_direct(model, abl[zname][:, :, head], players[l], rows, pos, scale1)
+            ld = lambda d: d[rows, answer] - d[rows, sign_wrong]  # noqa: E731
+            own = float((ld(frozen) - ld(before)).mean())
+            norm = float((ld(free) - ld(frozen)).mean())
+            held = dict(value)
+            held[players[l]] = clean[zname][:, :, head]
+            held_logits, _ = run_with(model, tokens, pos, held)
+            ok_held = per_input("accuracy", held_logits, answer, None) > 0.5
+            held_values[(e, l)] = (per_input(metric, held_logits, answer, wrong), signed(metric, held_logits, answer, wrong))
+            lost = ok_clean & ~ok_held
+            restored = float((lost & ok_free).sum()) / max(int(lost.sum()), 1)
+            share = own / float(direct[e]) if float(direct[e]) > 1e-9 else float("nan")
+            material = float(direct[e]) > tau and own > tau  # a head with no direct effect has nothing to back up
+            backs = (float(lost.double().mean()) >= th["min_share"] and restored >= th["majority"]) or \
+                (material and share >= th["majority"])  # fmt: skip
+            comp[e, l] = own + norm
+            out.append(dict(backup=names[l], of=names[e], how=how, own_compensation=own, norm_compensation=norm,
+                            logit_share=share, answers_lost=float(lost.double().mean()), answers_restored=restored,
+                            backs_up=bool(backs)))  # fmt: skip
+    return out, comp, held_values
+
+__all__ = ["BACKUP_COLUMNS", "run_with", "head_direct", "composition", "composition_share", "share_or_nan", "backup"]

@@ -1,0 +1,216 @@
+"""The mechanism words, each its source's defining property (issue 48), and the rules that read them from
+the axes under one reading; how a family of readings votes (each ablation kind one equal vote).
+
+A reading is an ablation (a kind and a draw of its reference) and a threshold setting; a pair's word under
+a reading comes from `pair_word`, in this order:
+
+1. "unseen" (an abstention, not a word): the ablation cannot see a head of the pair (its replacement is
+   what the head writes anyway), or, for resample, the answers lost are the injected input's answers;
+2. "inactive": a head of the pair changes the metric neither with its partner present nor without it;
+3. "competition": one head's total effect supports the answer, the other's opposes it;
+4. "composition": at least `composition` of the earlier head's total effect runs through the later one;
+5. "superposition": (a) both heads' writes are conditional (`conditional_writes`) on a majority of the
+   inputs that show it (at least `min_share` of the inputs where the pair matters), (b) both write several
+   consistent completions on a majority of the inputs where the pair matters, and the answer is the only
+   one both write to on a majority (in the "universal" reading, on all) of those, (c) they attend to different
+   important tokens (not noise, not the read-off token) on a majority of the inputs where the pair
+   matters, (d) both support, and each changes the metric within the pair;
+6. necessity among the inputs where the pair matters: "redundant" (either alone: OR), "division" (one
+   head alone on each input, different heads on different inputs), "conjunction" (both needed: AND or
+   shared); on a continuous metric that is additive over the two heads by construction, "not testable";
+7. otherwise "undetermined", with what conflicts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+
+MECHANISMS = ("superposition", "redundant", "division", "conjunction", "composition", "competition",
+              "not testable", "inactive", "undetermined")  # fmt: skip
+ABSTAIN = "unseen"
+ROLES = ("supports", "competes", "inactive", "undetermined")
+INPUT_CLASSES = ("not_needed", "or", "and", "a_only", "b_only", "shared", "other")  # codes of `input_class`
+CLASSES = ("or", "and", "i_only", "j_only", "shared")
+# the thresholds of the rules and their defaults; each is banded at half and twice
+THRESHOLDS = {"role": 0.1, "min_share": 0.1, "majority": 0.5, "division": 0.2, "cutoff": 0.2, "composition": 0.5,
+              "floor": 0.1, "same": 0.1}  # fmt: skip
+# the readings of "writes to" besides the default (above `floor` of the head's largest write), and the
+# universal reading of "only ... on the correct token"
+WRITE_READINGS_FAMILY = ("positive", "centered")
+
+WORD_SOURCES = {  # text in double quotes is verbatim from ../shared/seeds (tests/analysis/mechanisms/test_cooperation.py checks it)
+    "superposition": 'The SkipPair post defines it: "the information copied from an attended-to token depends on the '
+                     'information at source tokens to which it is not attending"; and: "In contexts where both heads '
+                     'write to multiple outputs, they will only constructively interfere on the correct token."; '
+                     '"they distribute important source tokens between them, and constructively interfere to produce '
+                     'the correct answer".',
+    "redundant": 'Either head alone gives the answer where the pair matters (OR), measured in the full model '
+                 'where any pair matters there. One reading of the Count01 paper\'s "whether the attention heads '
+                 'behave as a pseudo-ensemble, all solving the same subtask"; the direct reading is the model-level '
+                 "'same computation' axis.",
+    "division": "Our word, no source defines it: each input is answered by one head alone, different heads for "
+                "different inputs (i-only and j-only).",
+    "conjunction": 'Both heads are needed on most inputs where the pair matters (AND on the user\'s metric): the '
+                   'Count01 paper\'s alternative, "they perform different subtasks, meaning that they can only solve '
+                   'the original task in conjunction".',
+    "composition": "Elhage et al. 2021 (A Mathematical Framework for Transformer Circuits): a later head reads an "
+                   "earlier head's output through its query, key or value (Q-, K- and V-composition), as a "
+                   "previous-token head feeds an induction head.",
+    "competition": 'One head\'s total effect on the metric supports the answer, the other\'s opposes it: the Count01 '
+                   'paper\'s title asks "Do Attention Heads Compete or Cooperate during Counting?" and defines neither.',
+    "not testable": "The metric is continuous and additive over the two heads by construction (logits linear in "
+                    "their outputs), so either-alone and both-needed cannot occur on it: which head is needed "
+                    "cannot be measured.",
+    "inactive": "A head of the pair changes the metric neither with its partner present nor with it removed.",
+    "undetermined": "The axes conflict, or the readings disagree (flips_under names where).",
+    "same computation": 'The Count01 paper: "whether the attention heads behave as a pseudo-ensemble, all solving the '
+                        'same subtask, or they perform different subtasks"; measured without ablation: the '
+                        "heads' per-input pushes correlate, lie on one direction, and weigh each class alike.",
+    "backs up": "McGrath et al. 2023 (The Hydra Effect): later heads compensate when an earlier one is ablated; "
+                "Rushing & Nanda 2024 (self-repair): part of that compensation is the final LayerNorm's rescaling, "
+                "which is split off here.",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Reading:
+    """One reading of the family: an ablation kind, a draw of its reference, and one threshold (or write
+    reading) at a factor."""
+
+    how: str
+    draw: int
+    threshold: str | None = None
+    factor: float = 1.0
+
+    @property
+    def label(self) -> str:
+        where = self.how if self.how == "zero" else f"{self.how} draw {self.draw}"
+        if self.threshold is None:
+            return where
+        if self.threshold.startswith("writes ") or self.threshold == "universal":
+            return f"{where}, {self.threshold}"
+        return f"{where}, {self.threshold} x{self.factor:g}"
+
+
+def band(thresholds: dict, factors: tuple[float, float]) -> list[tuple[str | None, float, dict]]:
+    """The threshold readings: the defaults, each threshold at each factor (a share at most (1 + default)
+    / 2), each other reading of "writes to", and the universal reading of "only on the correct token"."""
+    base = dict(thresholds, writes="floor", universal=False)
+    out = [(None, 1.0, base)]
+    for name, value in thresholds.items():
+        for factor in factors:
+            changed = dict(base)
+            changed[name] = min(value * factor, (1 + value) / 2) if value < 1 else value * factor
+            out.append((name, factor, changed))
+    for reading in WRITE_READINGS_FAMILY:
+        out.append((f"writes {reading}", 1.0, dict(base, writes=reading)))
+    out.append(("universal", 1.0, dict(base, universal=True)))
+    return out
+
+
+def superposition_word(a: str, b: str, th: dict, sp: dict) -> tuple[str, str] | None:
+    """("superposition", reason) when the four parts hold (module docstring, rule 5), else None. sp: the
+    pair's shares: cond_a, cond_b (conditional writes among inputs showing it), shown_a, shown_b (the share
+    of inputs showing it), multi, only (writes), distributed (important sources), moves_a, moves_b."""
+    only_needed = 1.0 - 1e-9 if th["universal"] else th["majority"]
+    parts = [
+        (min(sp["shown_a"], sp["shown_b"]) >= th["min_share"] and min(sp["cond_a"], sp["cond_b"]) >= th["majority"]),
+        sp["multi"] >= th["majority"] and sp["only"] >= only_needed,
+        sp["distributed"] >= th["majority"],
+        min(sp["moves_a"], sp["moves_b"]) >= th["min_share"],
+    ]
+    if not all(parts):
+        return None
+    return "superposition", (f"conditional writes on {sp['cond_a']:.0%} / {sp['cond_b']:.0%}, only the answer "
+                             f"together on {sp['only']:.0%} of {sp['multi']:.0%}, sources distributed on "
+                             f"{sp['distributed']:.0%}")  # fmt: skip
+
+
+def necessity_word(a: str, b: str, th: dict, s: dict, additive_by_construction: bool) -> tuple[str, str]:
+    """(word, reason) from the shares of the 2 x 2 classes among the inputs where the pair matters."""
+    if s["or"] >= th["majority"]:
+        return "redundant", f"either alone answers {s['or']:.0%}"
+    if s["i_only"] >= th["division"] and s["j_only"] >= th["division"] and s["i_only"] + s["j_only"] >= th["majority"]:
+        return "division", f"{a} alone on {s['i_only']:.0%}, {b} alone on {s['j_only']:.0%}"
+    needed = s["and"] + s["shared"]
+    if needed >= th["majority"]:
+        if additive_by_construction:
+            return "not testable", "the metric is additive over these heads by construction"
+        return "conjunction", f"both needed on {needed:.0%}"
+    shown = ", ".join(f"{c} {v:.0%}" for c, v in s.items() if v > 0)
+    return "undetermined", f"the evidence conflicts ({shown or 'no class'})"
+
+
+def by_ablation(words: list[str], readings: list[Reading]) -> str:
+    """Per ablation, its most common word and that word's share of the ablation's readings; an ablation
+    whose readings all abstain says so."""
+    parts = []
+    for how in dict.fromkeys(r.how for r in readings):
+        mine = [w for w, r in zip(words, readings) if r.how == how]
+        seen = [w for w in mine if w != ABSTAIN]
+        if not seen:
+            parts.append(f"{how}: cannot see it")
+            continue
+        word, count = Counter(seen).most_common(1)[0]
+        parts.append(f"{how}: {word}" + ("" if count == len(seen) else f" {count / len(seen):.0%}"))
+    return "; ".join(parts)
+
+
+def model_word(words: list[str]) -> str:
+    """The model's word under one reading: the word of more than half of its active, seen pairs."""
+    active = [w for w in words if w not in ("inactive", ABSTAIN)]
+    if not active:
+        return ABSTAIN if all(w == ABSTAIN for w in words) else "undetermined"
+    word, count = Counter(active).most_common(1)[0]
+    return word if count > len(active) / 2 else "undetermined"
+
+
+def vote(words: list[str], readings: list[Reading]) -> dict[str, float]:
+    """{word: share} with each ablation kind one equal vote: within a kind, each of its readings that does
+    not abstain counts alike; a kind whose readings all abstain has no vote."""
+    kinds: dict[str, list[str]] = {}
+    for w, r in zip(words, readings):
+        kinds.setdefault(r.how, []).append(w)
+    voting = {h: [w for w in ws if w != ABSTAIN] for h, ws in kinds.items()}
+    voting = {h: ws for h, ws in voting.items() if ws}
+    shares: Counter = Counter()
+    for ws in voting.values():
+        for w, c in Counter(ws).items():
+            shares[w] += c / len(ws) / len(voting)
+    return dict(shares)
+
+
+def stand(words: list[str], readings: list[Reading], agree: float) -> tuple[str, float, str]:
+    """(the word that stands, the share of votes giving the most common word, what flips it). What flips
+    it: the candidate (the most common word other than "undetermined") and the group of readings (an
+    ablation, or a threshold at a factor) where it holds least often, e.g. "redundant: 0% under resample";
+    an ablation that cannot see the pair is named as such."""
+    shares = vote(words, readings)
+    blind = [h for h in dict.fromkeys(r.how for r in readings)
+             if all(w == ABSTAIN for w, r in zip(words, readings) if r.how == h)]  # fmt: skip
+    blind_note = "; ".join(f"{h} cannot see it" for h in blind)
+    if not shares:
+        return "undetermined", 0.0, blind_note or "no reading can see it"
+    word, share = max(shares.items(), key=lambda kv: (kv[1], kv[0] != "undetermined"))
+    candidates = sorted((w for w in shares if w != "undetermined"), key=lambda w: -shares[w])
+    if share >= 1.0 - 1e-12 or not candidates:
+        return word, share, blind_note
+    cand = candidates[0]
+    groups: dict[str, list[bool]] = {}
+    for r, w in zip(readings, words):
+        if w == ABSTAIN:
+            continue
+        groups.setdefault(r.how, []).append(w == cand)
+        if r.threshold is not None:
+            key = r.threshold if r.factor == 1.0 else f"{r.threshold} x{r.factor:g}"
+            groups.setdefault(key, []).append(w == cand)
+    held = {g: sum(v) / len(v) for g, v in groups.items()}
+    ablations = {r.how for r in readings}
+    worst = min(held, key=lambda g: (held[g], g not in ablations, list(held).index(g)))  # ablations named first
+    flip = f"{cand} in {shares[cand]:.0%} of votes, {held[worst]:.0%} under {worst}"
+    return (word if share >= agree else "undetermined"), share, "; ".join(x for x in (flip, blind_note) if x)
+
+
+__all__ = ["MECHANISMS", "ABSTAIN", "ROLES", "INPUT_CLASSES", "CLASSES", "THRESHOLDS", "WORD_SOURCES", "Reading",
+           "band", "superposition_word", "necessity_word", "by_ablation", "model_word", "vote", "stand"]  # fmt: skip
