@@ -24,6 +24,9 @@ from headcoop.pages import Claim, Section, Table, Text, render
 
 HERE = Path(__file__).resolve().parent
 MECHS = list(MECHANISMS)
+# the words before issue 48 (no "conjunction"; "independent"): tables written then are rendered with them
+LEGACY_MECHS = ["superposition", "redundant", "division", "composition", "competition", "independent", "not testable",
+                "inactive", "undetermined"]  # fmt: skip
 HOWS = ("zero", "mean", "family")
 READINGS = list(WRITES_TO)
 
@@ -43,7 +46,7 @@ def _readings(acc: pd.DataFrame, active: pd.DataFrame, how: str) -> dict:
     return dict(n=len(s), r1=int((s.mechanism == "redundant").sum()), r2=int((a.redundant_share > 0.5).sum()),
                 r3=int((a.redundant == a.active_pairs).sum()), r4=int((s.net_sum_verdict == "redundant").sum()),
                 alt=int((a.in_conjunction > 0).sum()), conj=int(a.in_conjunction.sum()),
-                median=float(a.redundant_share.median()), independent=int(s.independent.sum()),
+                median=float(a.redundant_share.median()), independent=int(s["independent"].sum()) if "independent" in s else 0,
                 undetermined=int(s.undetermined.sum()), pairs=int(s.pairs.sum()))  # fmt: skip
 
 
@@ -113,7 +116,7 @@ def section_count01(summary: pd.DataFrame, pairs: pd.DataFrame, heads: pd.DataFr
         + "; ".join(f"{m}: {f or 'none, every reading agrees'}" for m, f in zip(fam.model, fam.flips.fillna(""))) + ". "
         f"A pair with an inactive head is named *inactive* (nothing can be said of a head that does nothing) and "
         f"the model's word is that of more than half of its *active* pairs. On the logit difference (the family) "
-        f"the pairs are {', '.join(f'{int(ld[m].sum())} {m}' for m in MECHS if ld[m].sum() > 0)}: "
+        f"the pairs are {', '.join(f'{int(ld[m].sum())} {m}' for m in MECHS if m in ld and ld[m].sum() > 0)}: "
         "in a one-layer attention-only model the logit difference is a sum of per-head terms, so where both heads "
         "are needed their effects add by construction (*not testable*); the redundancy lives in the "
         "thresholded decision (accuracy)."
@@ -429,6 +432,7 @@ def build(out: Path = Path(__file__).resolve().parents[2] / "docs" / "results") 
     table1_path = out / "count01" / "table1.csv"
     table1 = pd.read_csv(table1_path) if table1_path.exists() else None
     summary, pairs, heads = read("count01_mechanisms"), read("count01_pairs"), read("count01_heads")
+    MECHS[:] = LEGACY_MECHS if "independent" in summary.columns else list(MECHANISMS)
     two_layer = read("two_layer_mechanisms")
     optional = lambda path: pd.read_csv(path) if path.exists() else None  # noqa: E731
     sections = [section_count01(summary, pairs, heads, optional(out / "count01" / "ensemble_models.csv")),

@@ -96,10 +96,10 @@ def replacements(model, players, batch: Batch, how: str, references: list, seed:
     return out, carried
 
 
-def blind(clean_z: dict, values: dict, players, rows: Tensor, pos: Tensor, tol: float = 1e-6) -> list[bool]:
-    """Per player, whether an ablation cannot see it: its replacement equals what it writes anyway at every
-    position up to the read row of every input (a head whose output does not depend on the input is not
-    removed by a mean or a resample)."""
+def blind(clean_z: dict, values: dict, players, rows: Tensor, pos: Tensor, tol: float = 0.05) -> list[bool]:
+    """Per player, whether an ablation cannot see it: its replacement is what it writes anyway, within `tol`
+    of its largest |z|, at every position up to the read row of every input (a head whose output does not
+    depend on the input is not removed by a mean or a resample)."""
     out = []
     width = int(pos.max()) + 1  # only non-zero kinds are checked: a head whose z is 0 everywhere writes nothing
     upto = torch.arange(width)[None, :] <= pos.cpu()[:, None]  # [batch, pos]
