@@ -535,6 +535,13 @@ def _ensemble(key: str, how: str) -> Callable[[pd.DataFrame], Outcome]:
     return measure
 
 
+def _same_computation(t: pd.DataFrame) -> Outcome:
+    """cooperation.md's Count01 models whose heads compute the same function: `hc.cooperation`'s
+    same-computation axis (baseline-free: the pushes of the heads that push correlate and lie on one
+    direction; `count01_answer.csv`)."""
+    return count((t.same_word == "same computation (pseudo-ensemble)").sum(), len(t), "models")
+
+
 def _superposed(which: str, how: str) -> Callable[[pd.DataFrame], Outcome]:
     """hc.cooperation's pair verdict is "superposition": for the shipped d_head 5 model, or per d_head 5 seed."""
     def measure(t: pd.DataFrame) -> Outcome:
@@ -753,13 +760,19 @@ REGISTRY: tuple[ClaimEntry, ...] = (
     ), "count01", note="The sentence is the paper's (section 6.1, quoted by the summary). Whether the heads are an "
        "ensemble on the counting is the abstract's pseudo-ensemble row (cooperation.md); this row reads the \"two "
        "separate tasks\": the answer and [EOS]."),
-    ClaimEntry("finding", FINDING, "count01-paper-abstract.md", "typical", tuple(
+    ClaimEntry("finding", FINDING, "count01-paper-abstract.md", "typical", (Reading(
+        "R0, same computation", "models whose heads compute the same function: the per-input pushes of the heads "
+        "that push the answer correlate pairwise at r >= 0.9 and 90% of their variance lies on one direction "
+        "(hc.cooperation's same-computation axis, no ablation), over cooperation.md's Count01 models",
+        _same_computation, table="cooperation/count01_answer",
+        favoured="the abstract's question defines a pseudo-ensemble as heads \"all solving the same subtask\": "
+        "the same computation, measured directly without an ablation",
+        fixed="hc.cooperation's tolerance 0.1 (r >= 0.9); the word itself bands it at 0.05 and 0.2"),) + tuple(
         Reading(f"{key}, {how}" + ("" if how == "family" else " ablation"), rule + "; hc.cooperation on accuracy, "
                 + ("the default reading family (a word where 90% of zero, mean, resample and aligned-mean readings, "
                    "reference draws and threshold bands agree)" if how == "family" else f"{how} ablation")
                 + ", over cooperation.md's Count01 models", _ensemble(key, how), table="cooperation/count01_models",
-                favoured="the abstract's question defines a pseudo-ensemble as heads \"all solving the same subtask\"; "
-                "neither source fixes the ablation" if key == "R3" else "",
+                favoured="",
                 fixed="the reading family spans hc.cooperation's thresholds at 0.5x and 2x inside the word itself"
                 if how == "family" else "hc.cooperation's default thresholds; the family reading bands them")
         for key, rule in (("R3", "models in which every pair of active heads is redundant"),

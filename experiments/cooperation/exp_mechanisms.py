@@ -81,6 +81,44 @@ def count01_mechanisms(s: Settings) -> tuple[pd.DataFrame, pd.DataFrame, pd.Data
             write_table(pd.concat(heads, ignore_index=True), s.out, "count01_heads"))  # fmt: skip
 
 
+def answer_row(result, **labels) -> dict:
+    """The Count01 paper's question answered from one default `hc.cooperation` call (issue 48): the same
+    computation axis (baseline-free), whether any pair matters in the full model under each ablation, the
+    answer's margins, how many heads alone answer 90% of inputs under each ablation, the pair word."""
+    same = result.same
+    active = same[same.active]
+    pairs = result.pairs
+    w0, w1 = (active[c] for c in ("weight[0]", "weight[1]")) if "weight[0]" in same else (None, None)
+    opposite = bool(((w0 * w1) < 0).all()) if w0 is not None else False
+    ratio = float((w0.abs() / w1.abs()).clip(lower=1e-12).apply(lambda x: max(x, 1 / x)).max()) if w0 is not None else float("nan")
+    numbers = result.same_numbers
+    row = dict(**labels, same_word=result.same_word, active_heads=numbers["active"], heads=len(same),
+               r_min=numbers["r_min"], r_median=numbers["r_median"], one_direction=numbers["share"],
+               weighs_0_against_1=opposite, weight_ratio_max=ratio,
+               **{f"pairs_matter_full_{h}": int((pairs[f"full_matters_{h}"] >= result.thresholds["min_share"]).sum())
+                  for h in result.hows},
+               **{f"heads_alone_{h}": int((result.head_table[f"alone_{h}"] >= 0.9).sum()) for h in result.hows},
+               mechanism=result.mechanism, agreement=result.agreement, summary=result.summary)  # fmt: skip
+    return row
+
+
+def count01_answer(s: Settings) -> pd.DataFrame:
+    """The default hc.cooperation call on the shipped model and the primary configuration over seeds (the
+    models of `count01_mechanisms`), 512 fixed strings: the answer to the paper's question (`answer_row`)."""
+    task = hc.Count01()
+    models = [("shipped", hc.load("count01"))]
+    trained = hc.train_many(task, [PRIMARY] * len(s.count01_seeds), seeds=list(s.count01_seeds),
+                            steps=s.count01_steps, warmup=max(1, s.count01_steps // 10), progress=False,
+                            **s.recipe)  # fmt: skip
+    models += [(f"seed {seed}", m) for seed, m in zip(s.count01_seeds, trained)]
+    batch = task.sample(s.n_inputs, seed=3)
+    rows = []
+    for name, model in models:
+        result = hc.cooperation(model, inputs=batch, draws=s.draws, max_exact=2)
+        rows.append(answer_row(result, model=name, answer_acc=task.evaluate(model, n=2048)["answer_acc"]))
+    return write_table(pd.DataFrame(rows), s.out, "count01_answer")
+
+
 def _skip_pair_models(s: Settings) -> list[tuple[str, int, int | None, object]]:
     task = hc.SkipPair()
     shapes = [(5, "skip-pair"), (1, "skip-pair-dhead1")]

@@ -27,7 +27,8 @@ def main(argv=None) -> int:
     s = Settings.quick_settings(results / "cooperation") if args.quick else Settings(out=results / "cooperation")
     start = time.perf_counter()
     steps = {}
-    for name, step in (("Count01 mechanisms", exp_mechanisms.count01_mechanisms),
+    for name, step in (("Count01 answer", exp_mechanisms.count01_answer),
+                       ("Count01 mechanisms", exp_mechanisms.count01_mechanisms),
                        ("SkipPair mechanisms", exp_mechanisms.skip_pair_mechanisms),
                        ("two-layer mechanisms", exp_mechanisms.two_layer_mechanisms),
                        ("two-layer paths", exp_mechanisms.two_layer_paths)):  # fmt: skip

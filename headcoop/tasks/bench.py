@@ -114,6 +114,15 @@ TRUTH = {
     "count-subtasks": ({("L0H0", "L0H1"): "division"}, {"L0H0": "supports", "L0H1": "supports"}),
     "count-ensemble": ({("L0H0", "L0H1"): "redundant"}, {"L0H0": "supports", "L0H1": "supports"}),
 }
+# where the logit difference reads a model differently from accuracy: a continuous metric sees the two
+# heads' logit effects add (0.59 and 0.41 of the pair's), which no 0/1 reading of redundancy shows; in one
+# attention-only layer the logit difference is additive over the heads by construction ("not testable")
+LOGIT_DIFF_TRUTH = {"unequal": {("L0H0", "L0H1"): "not testable"}, "mlp": {("L0H0", "L0H1"): "conjunction"},
+                    "and-suppress": {("L0H0", "L0H1"): "inactive"}, "ln-2l": {("L0H0", "L1H0"): "redundant"},
+                    **{w: {("L0H0", "L0H1"): "not testable"} for w in ("rank1", "and-junk", "unconditional", "mix80",
+                                                                      "mix50", "count-ensemble", "split-helper")},
+                    # one head carries the logit difference on each input: a division the additive metric shows
+                    "uneven": {("L0H0", "L0H1"): "division"}, "count-subtasks": {("L0H0", "L0H1"): "division"}}  # fmt: skip
 # the same-computation axis (the Count01 paper's "all solving the same subtask"), where the truth is known
 SAME = {"count-subtasks": "different subtasks", "count-ensemble": "same computation (pseudo-ensemble)"}
 MODEL_WORD = {"post": "superposition", "four": "superposition", "feeder": "composition", "induction": "composition",
@@ -492,4 +501,4 @@ def _backup_head(w: _W, weight: float) -> None:
             at.W_O[0, i, w.tok(f"o{i}")] = weight
 
 
-__all__ = ["bench", "BenchTask", "BENCH", "Bench", "TRUTH", "SAME"]
+__all__ = ["bench", "BenchTask", "BENCH", "Bench", "TRUTH", "SAME", "LOGIT_DIFF_TRUTH"]

@@ -30,7 +30,8 @@ class Cooperation(Result):
     input_superposed [pair, batch] (and the answer is the only one both write to); summary: the first line
     of the repr, what the heads do on the sources' terms; same: one row per head of the same-computation
     axis (push std, whether active, correlation with the other active heads, class weights); same_word:
-    "same computation (pseudo-ensemble)", "different subtasks" or why neither can be said."""
+    "same computation (pseudo-ensemble)", "different subtasks" or why neither can be said; same_numbers:
+    {active, r_min, r_median, share (on one direction), push ("direct" or "total (...)")}."""
 
     heads: tuple[str, ...]
     pairs: pd.DataFrame
@@ -59,6 +60,7 @@ class Cooperation(Result):
     summary: str = ""
     same: pd.DataFrame | None = None
     same_word: str = ""
+    same_numbers: dict | None = None
 
     @property
     def threshold(self) -> float:

@@ -99,7 +99,7 @@ def pushes(run: Run, by_kind: dict, primary: str) -> tuple[torch.Tensor, str]:
     return torch.stack([full - lg[2 + 2 * i][:, run.outs] for i in range(run.k)]), f"total ({primary} ablation)"
 
 
-def same_table(run: Run, by_kind: dict, primary: str, th: dict, factors) -> tuple[pd.DataFrame, str, str]:
+def same_table(run: Run, by_kind: dict, primary: str, th: dict, factors) -> tuple[pd.DataFrame, str, str, dict]:
     """(one row per head of the same-computation axis, its word, the sentence with its numbers). The word at
     each setting of `same` (default and the band): "same computation (pseudo-ensemble)" where the active
     heads' pushes correlate at r >= 1 - same pairwise and 1 - same of their variance lies on one direction;
@@ -118,8 +118,9 @@ def same_table(run: Run, by_kind: dict, primary: str, th: dict, factors) -> tupl
         for c, label in enumerate(labels):
             table[f"weight[{label}]"] = axis["weights"][:, c].numpy()
     table = table.set_index("head")
+    numbers = dict(active=len(idx), r_min=axis["r_min"], r_median=axis["r_median"], share=axis["share"], push=which)
     if len(idx) < 2:
-        return table, "not measurable", f"fewer than 2 heads push the completions ({len(idx)} of {run.k})"
+        return table, "not measurable", f"fewer than 2 heads push the completions ({len(idx)} of {run.k})", numbers
     words = []
     for f in (1.0,) + tuple(factors):
         tol = min(th["same"] * f, 0.5)
@@ -142,7 +143,7 @@ def same_table(run: Run, by_kind: dict, primary: str, th: dict, factors) -> tupl
                          f"signs, within a factor {ratio:.2f})")  # fmt: skip
         else:
             sentence += f"; they weigh '{name[0]}' and '{name[1]}' differently (same.weight[...] per head)"
-    return table, word, sentence
+    return table, word, sentence, numbers
 
 
 def summary_line(run: Run, frame: pd.DataFrame, heads: pd.DataFrame, by_kind: dict, same_word: str, same_sentence: str,
@@ -173,7 +174,7 @@ def result(run: Run, by_kind: dict, hows, primary: str, th: dict, factors, agree
     readings = r["readings"]
     frame, codes, sup, multi = pair_table(run, r, by_kind, primary, th, agree, inter)
     heads, roles = head_table(run, r, by_kind, primary, agree, frame, th)
-    same, same_word, same_sentence = same_table(run, by_kind, primary, th, factors)
+    same, same_word, same_sentence, same_numbers = same_table(run, by_kind, primary, th, factors)
     overall, share, flip = stand(r["model"], readings, agree)
     counts = frame["mechanism"].value_counts()
     labels = [x.label for x in readings]
@@ -198,7 +199,8 @@ def result(run: Run, by_kind: dict, hows, primary: str, th: dict, factors, agree
                        how=primary, hows=tuple(hows), method=method, thresholds=th, agree=agree,
                        v_full=float(by_kind[primary]["draws"][0][0].v[0].mean()),
                        v_empty=float(by_kind[primary]["draws"][0][0].v[1].mean()), input_class=codes,
-                       input_superposed=sup, input_multi=multi, summary=summary, same=same, same_word=same_word)  # fmt: skip
+                       input_superposed=sup, input_multi=multi, summary=summary, same=same, same_word=same_word,
+                       same_numbers=same_numbers)  # fmt: skip
 
 
 __all__ = ["pair_table", "head_table", "pushes", "same_table", "summary_line", "result"]

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import headcoop as hc
-from headcoop.tasks.bench import BENCH, SAME
+from headcoop.tasks.bench import BENCH, LOGIT_DIFF_TRUTH, SAME
 
 
 def _logits(model, tokens, off=(), keep=None):
@@ -131,17 +131,6 @@ def test_each_truth_holds_on_plain_hooks(which):
         lower = _logits(model, tokens, off=[(0, 2)]).gather(1, answer[:, None])
         assert (lower > base).all()  # L0H2 pushes against the answer
         assert torch.equal(_logits(model, tokens, off=[(0, 3)]), _logits(model, tokens))  # L0H3 does nothing
-
-
-# where the logit difference reads a model differently from accuracy: a continuous metric sees the two
-# heads' logit effects add (0.59 and 0.41 of the pair's), which no 0/1 reading of redundancy shows; in one
-# attention-only layer the logit difference is additive over the heads by construction ("not testable")
-LOGIT_DIFF_TRUTH = {"unequal": {("L0H0", "L0H1"): "not testable"}, "mlp": {("L0H0", "L0H1"): "conjunction"},
-                    "and-suppress": {("L0H0", "L0H1"): "inactive"}, "ln-2l": {("L0H0", "L1H0"): "redundant"},
-                    **{w: {("L0H0", "L0H1"): "not testable"} for w in ("rank1", "and-junk", "unconditional", "mix80",
-                                                                      "mix50", "count-ensemble", "split-helper")},
-                    # one head carries the logit difference on each input: a division the additive metric shows
-                    "uneven": {("L0H0", "L0H1"): "division"}, "count-subtasks": {("L0H0", "L0H1"): "division"}}  # fmt: skip
 
 
 def _no_wrong_word(result, truth, overrides=None):
