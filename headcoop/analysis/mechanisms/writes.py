@@ -90,13 +90,13 @@ class Writes:
         self.col = position[answer]
         n = len(answer)
         self.consistent = [consistent_outputs(source[:, i], answer, outs) for i in range(len(players))]
-        self.containing = [containing_outputs(source[:, i], tokens, answer, outs, upto) for i in range(len(players))]
+        present = torch.arange(tokens.shape[1])[None, :] <= upto[:, None]
+        ids = tokens[present].unique()  # every token a head can attend to (sorted)
+        contain = containing_outputs(ids, tokens, answer, outs, upto)  # [token, output], computed once
+        self.containing = [contain[torch.searchsorted(ids, source[:, i].contiguous())] for i in range(len(players))]
         # an important token: the completions of the inputs that contain it are not every completion seen
         seen = torch.zeros(len(outs), dtype=torch.bool)
         seen[self.col[self.col >= 0].unique()] = True
-        present = torch.arange(tokens.shape[1])[None, :] <= upto[:, None]
-        ids = tokens[present].unique()
-        contain = containing_outputs(ids, tokens, answer, outs, upto)  # [token, output]
         important_ids = ids[~(contain | ~seen[None, :]).all(-1)]
         marks = torch.isin(tokens, important_ids) & present
         kinds = [len(set(row[m].tolist())) for row, m in zip(tokens, marks)]
