@@ -462,20 +462,24 @@ def _section_cooperation(ctx: _Context) -> tuple:
         counts = ", ".join(f"{int(c * len(coop.pairs) + 0.5)} {m}" for m, c in coop.shares.items() if c > 0)
         flips = f" What flips it: {html.escape(coop.flips)}." if coop.flips else ""
         blocks += [
+            _note(f"<b>{html.escape(coop.summary)}</b>"),
             _note(
-                "Which <b>mechanism</b> joins each pair of heads (<code>hc.cooperation</code>), read from separate "
-                "axes: what each head writes (<b>superposition</b>: both write to several completions consistent "
-                "with the token they attend to, only the answer from both, sources distributed: the SkipPair "
-                "post's mechanism), which heads the accuracy needs on each input (<b>redundant</b>: either alone "
-                "answers; <b>division</b>: each answers its own inputs; <b>independent</b> where both are needed "
-                "and their effects add, <b>not testable</b> where they add by construction), the sign of each "
-                "head's total effect (<b>competition</b>) and whether one head's effect runs through a later one "
-                "(<b>composition</b>). Each word is computed under a family of readings (zero, mean, resample "
-                f"and answer-aligned mean ablation, {draws} reference draw{'s' if draws > 1 else ''} each, every "
-                f"threshold at half and twice its default: {len(coop.readings)} readings) and stands where {coop.agree:.0%} of them agree, else "
-                f"<b>undetermined</b>. <b>The section's verdict: {html.escape(coop.mechanism)}</b> in "
-                f"{coop.agreement:.0%} of the readings.{flips} Pairs: {html.escape(counts)}. Rules and thresholds: "
-                f"the docstring of <code>hc.cooperation</code>. {html.escape(coop.method)}."
+                "Which <b>mechanism</b> joins each pair of heads (<code>hc.cooperation</code>), each word its source's "
+                "defining property: <b>superposition</b> (the SkipPair post: what a head copies from the token it "
+                "attends to depends on the tokens it does not attend to; both write several completions and meet "
+                "only on the answer; sources distributed), <b>redundant</b> (either alone answers), <b>division</b> "
+                "(one head alone on each input), <b>conjunction</b> (both needed: the Count01 paper's \"only solve "
+                "the original task in conjunction\"), <b>not testable</b> (a continuous metric additive over the "
+                "two heads by construction), <b>competition</b> (one head's total effect opposes the answer) and "
+                "<b>composition</b> (one head's effect runs through a later one); the model-level <b>same "
+                "computation</b> axis reads the heads' per-input pushes without ablation. Each word is computed "
+                f"under zero, mean and resample ablation (aligned by the answer position), {draws} reference "
+                f"draw{'s' if draws > 1 else ''} each, every threshold at half and twice its default ("
+                f"{len(coop.readings)} readings), each ablation kind one vote; an ablation that cannot see a pair "
+                f"abstains. A word stands at {coop.agree:.0%} of the votes, else <b>undetermined</b>. <b>The "
+                f"section's verdict: {html.escape(coop.mechanism)}</b> in {coop.agreement:.0%} of the votes.{flips} "
+                f"Pairs: {html.escape(counts)}. Rules and thresholds: <code>headcoop/analysis/mechanisms/words.py</code>. "
+                f"{html.escape(coop.method)}."
             ),
             Figure(coop.plot(), height=520),
             _note("Each head's <b>role</b> (supports / competes / inactive: the sign of its total effect on the "

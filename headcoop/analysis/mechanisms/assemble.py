@@ -163,7 +163,9 @@ def pair_word(run: Run, m: int, roles, nec, thr, comp, unseen, lost, cache: dict
     if lost is not None and lost >= thr["majority"]:
         return ABSTAIN, (f"resample injects another input's information: on {lost:.0%} of the inputs a head alone "
                          f"fails, what tops it is a completion the resampled partner pushes")  # fmt: skip
-    return necessity_word(a, b, thr, {c: float(e[c][m]) for c in CLASSES}, run.by_construction[m] and not run.binary)
+    word, reason = necessity_word(a, b, thr, {c: float(e[c][m]) for c in CLASSES}, run.by_construction[m] and not run.binary)
+    return word, reason + (" (isolated: every other head ablated; the pair matters in the full model on "
+                           f"{float(nec['full']['matters'][m]):.0%} of inputs)" if context == "isolated" else "")
 
 
 def read_all(run: Run, by_kind: dict, hows, th, factors) -> dict:
