@@ -104,7 +104,8 @@ def answer_row(result, **labels) -> dict:
 
 def count01_answer(s: Settings) -> pd.DataFrame:
     """The default hc.cooperation call on the shipped model and the primary configuration over seeds (the
-    models of `count01_mechanisms`), 512 fixed strings: the answer to the paper's question (`answer_row`)."""
+    models of `count01_mechanisms`), and zero ablation on the two-layer models (those of
+    `two_layer_mechanisms`), 512 fixed strings: the answer to the paper's question (`answer_row`)."""
     task = hc.Count01()
     models = [("shipped", hc.load("count01"))]
     trained = hc.train_many(task, [PRIMARY] * len(s.count01_seeds), seeds=list(s.count01_seeds),
@@ -115,7 +116,16 @@ def count01_answer(s: Settings) -> pd.DataFrame:
     rows = []
     for name, model in models:
         result = hc.cooperation(model, inputs=batch, draws=s.draws, max_exact=2)
-        rows.append(answer_row(result, model=name, answer_acc=task.evaluate(model, n=2048)["answer_acc"]))
+        rows.append(answer_row(result, model=name, layers=1, how="family",
+                               answer_acc=task.evaluate(model, n=2048)["answer_acc"]))  # fmt: skip
+    # the two-layer models (32 heads, 496 pairs): zero ablation alone, for time (the family took about 16
+    # minutes per model on the faster machine); where later heads read a head, its push is its total effect
+    two = hc.train_many(task, [dict(PRIMARY, n_layers=2)] * len(s.two_layer_seeds), seeds=list(s.two_layer_seeds),
+                        steps=s.count01_steps, warmup=max(1, s.count01_steps // 10), progress=False, **s.recipe)  # fmt: skip
+    for seed, model in zip(s.two_layer_seeds, two):
+        result = hc.cooperation(model, inputs=batch, how="zero", max_exact=2)
+        rows.append(answer_row(result, model=f"two-layer seed {seed}", layers=2, how="zero",
+                               answer_acc=task.evaluate(model, n=2048)["answer_acc"]))  # fmt: skip
     return write_table(pd.DataFrame(rows), s.out, "count01_answer")
 
 

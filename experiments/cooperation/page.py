@@ -71,6 +71,8 @@ def answer_blocks(answer: pd.DataFrame | None) -> tuple:
     the full model, how many heads answer alone, per model (`count01_answer.csv`)."""
     if answer is None:
         return ()
+    two = answer[answer.layers == 2] if "layers" in answer else answer.iloc[:0]
+    answer = answer[answer.layers == 1] if "layers" in answer else answer
     shipped = answer[answer.model == "shipped"].iloc[0]
     n, same = len(answer), answer.same_word == "same computation (pseudo-ensemble)"
     flipped = answer[~same]
@@ -95,13 +97,19 @@ def answer_blocks(answer: pd.DataFrame | None) -> tuple:
             + "".join(f"Under {h} ablation {int(v.min())} to {int(v.max())} pairs per model do: it injects another "
                       "string's votes, a different question. " for h, v in loud.items())
             + f"Heads that alone answer 90% of the strings (median over models): {alone}. "
-            "The tables after this one were computed before issue 48 (the old words, among them *independent*, and "
+            + (f"The {len(two)} two-layer models (32 heads; zero ablation alone, for time; the push of a layer-0 "
+               "head is its total effect, through the heads that read it): "
+               + "; ".join(f"{r.model}: {r.same_word}, {r.active_heads} heads push, r >= {r.r_min:.3f}, "
+                           f"{r.one_direction:.2%} on one direction, {r.pairs_matter_full_zero} pairs change an answer "
+                           f"of the full model" for r in two.itertuples()) + ". " if len(two) else "")
+            + "The tables after this one were computed before issue 48 (the old words, among them *independent*, and "
             "the old family with answer-aligned mean); `python -m experiments.cooperation.run_all` recomputes them. "
             "The shipped model's summary: " + str(shipped.summary))  # fmt: skip
     cols = ["model", "answer_acc", "same_word", "active_heads", "r_min", "r_median", "one_direction",
             "weighs_0_against_1", "weight_ratio_max", *[c for c in answer.columns if c.startswith(("pairs_matter", "heads_alone"))],
             "mechanism", "agreement"]  # fmt: skip
-    return (Text(text), Table(answer[cols], digits=3))
+    shown = pd.concat([answer, two])
+    return (Text(text), Table(shown[[c for c in cols if c in shown]], digits=3))
 
 
 def section_count01(summary: pd.DataFrame, pairs: pd.DataFrame, heads: pd.DataFrame,

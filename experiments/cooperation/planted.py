@@ -58,7 +58,7 @@ def _blind_everywhere(row) -> bool:
 
 def main() -> None:
     start = time.perf_counter()
-    rows, same_rows = [], []
+    rows, same_rows, wrong_rows = [], [], []
     confusion = {(m, how): collections.Counter() for m in METRICS for how in HOWS}
     wrong_words = collections.Counter()
     for kind, name, build in _models():
@@ -76,6 +76,9 @@ def main() -> None:
                         confusion[(metric, how)][(want, named)] += 1
                         if row.mechanism not in (want, "undetermined"):
                             wrong_words[(metric, how)] += 1
+                            wrong_rows.append(f"| {kind}: {name} | {metric} | {how} | {noise:g} (seed {seed}) | "
+                                              f"{row.head_a} & {row.head_b} | {want} | {row.mechanism} | "
+                                              f"{row.agreement:.0%} | {row.reason} |")  # fmt: skip
                         if noise == 0.0:
                             ok = "yes" if row.mechanism == want else "cannot see" if named == "cannot see" else \
                                 "undetermined" if row.mechanism == "undetermined" else "**no (miss)**"  # fmt: skip
@@ -114,6 +117,9 @@ def main() -> None:
         for t in truths:
             lines.append(f"| {t} | " + " | ".join(str(counts[(t, m)]) for m in COLUMNS) + " |")
         lines.append("")
+    lines += ["## Every confident wrong word, with its weight noise", "",
+              "| model | metric | ablation | weight noise | pair | truth | named | agreement | reason |",
+              "|---|---|---|---|---|---|---|---:|---|", *(wrong_rows or ["| none | | | | | | | | |"]), ""]
     lines += ["## Same computation (the Count01 paper's pseudo-ensemble), without weight noise", "",
               "Baseline-free: each head's per-input push on the centred completion logits, no head ablated.", "",
               "| model | metric | truth | named | the summary's first sentence |", "|---|---|---|---|---|",

@@ -32,7 +32,7 @@ from headcoop.analysis.engine.copies import per_input_metric
 from headcoop.analysis.engine.inputs import check_choice, parse_heads, require_model, require_task
 from headcoop.analysis.games.coalitions import CoalitionGame
 from headcoop.analysis.games.estimators import HeadGame, top_interactions
-from headcoop.analysis.games.interactions import MAX_EXACT, interactions
+from headcoop.analysis.games.interactions import interactions
 from headcoop.analysis.mechanisms import tables
 from headcoop.analysis.mechanisms.assemble import clean_evidence
 from headcoop.analysis.mechanisms.evidence import Evidence, per_input, signed
@@ -189,14 +189,14 @@ def cooperation(
     outputs:   the completions the writes are read over (token ids; default the task's, else every answer).
     progress:  a tqdm bar over the call's runs, shown after 2 s (default: `hc.set_progress`).
     max_exact: the Shapley interaction index of each pair (`interaction`, no rule uses it) is computed
-               exactly up to this many heads (default 12: 2^12 coalitions; up to hc.interactions' bound of
-               MAX_EXACT); above, NaN, or shapiq's ranking with top_pairs / screen_budget.
+               exactly up to this many heads (default 12: 2^12 coalitions; at most hc.interactions'
+               MAX_EXACT, 16); above, NaN, or shapiq's ranking with top_pairs / screen_budget.
     """
     require_model(model, "cooperation")
     check_choice("metric", metric, METRIC_NAMES)
     hows = parse_hows(how)
     check_int("n", n, 1)
-    check_int("max_exact", max_exact, 2, 24)
+    check_int("max_exact", max_exact, 2, 24)  # hc.interactions names its own bound (MAX_EXACT) above it
     check_int("draws", draws, 1, 64)
     for name, value, low in (("top_pairs", top_pairs, 1), ("screen_budget", screen_budget, 2)):
         if value is not None:
