@@ -502,7 +502,7 @@ def _shapley(ctx: _Context, heads, max_exact: int, interactions: Callable) -> tu
     if k > max_exact:
         return (_note(f"Shapley values: exact up to {max_exact} heads (<code>hc.interactions</code>' "
                       f"<code>max_exact</code>; 2^{max_exact} coalitions), and this report covers {k}. "
-                      "<code>hc.interactions(model, method=\"sampled\")</code> estimates them with standard errors."),)  # fmt: skip
+                      "<code>hc.interactions(model, estimator=\"kernelshap\")</code> estimates them with standard errors."),)  # fmt: skip
     if not ctx.budget.afford(what, 2**k + 2, f"hc.interactions(model, tokens=clean, metric='accuracy'{ctx.heads_arg})"):
         return (ctx.budget.note(what),)
     result = interactions(ctx.model, ctx.clean, heads=heads, metric="accuracy", how="mean", reference=ctx.clean.tokens,

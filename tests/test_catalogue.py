@@ -227,11 +227,11 @@ CATALOGUE = [
      (ValueError, "must return a scalar, got a tensor of shape")),
     ("hc.interactions", "metric returns None", lambda t: interactions_with(lambda l: None), (TypeError, "got None")),
     ("hc.interactions", "metric returns a string", lambda t: interactions_with(lambda l: "x"), (TypeError, "got 'x'")),
-    ("hc.interactions", "max_permutations=0", lambda t: interactions_with(None, method="sampled", max_permutations=0),
+    ("hc.interactions", "max_permutations=0", lambda t: interactions_with(None, estimator="kernelshap", max_permutations=0),
      (ValueError, "max_permutations must be >= 2")),
-    ("hc.interactions", "max_permutations=2.5", lambda t: interactions_with(None, method="sampled", max_permutations=2.5),
+    ("hc.interactions", "max_permutations=2.5", lambda t: interactions_with(None, estimator="kernelshap", max_permutations=2.5),
      (TypeError, "max_permutations must be an int")),
-    ("hc.interactions", "pair_samples=0", lambda t: interactions_with(None, method="sampled", pair_samples=0),
+    ("hc.interactions", "pair_samples=0", lambda t: interactions_with(None, estimator="kernelshap", pair_samples=0),
      (ValueError, "pair_samples must be >= 1")),
     ("hc.path_patch", "sender after its receiver", lambda t: path(senders=["L1H0"], receivers=["L0H1"]),
      (ValueError, "no edge to patch")),
@@ -323,7 +323,7 @@ def qk_under_a_hook():
 ROUND_THREE = [
     ("hc.interactions", "sampled, budget 50 in 8 runs on 20 heads",
      lambda t: hc.interactions(twenty_heads(), game_inputs(twenty_heads()), metric=lambda l: l[:, -1, 0].mean(),
-                               method="sampled", budget=50, repeats=8),
+                               estimator="kernelshap", budget=50, repeats=8),
      (ValueError, r"at least 4n \+ 2 = 82 per run with 20 heads.*budget >= 656")),
     ("hc.interactions", "players all after layer 0", lambda t: hc.interactions(hc.Count01(max_len=6).model(
         seed=0, n_heads=2, d_model=8, d_head=2, n_layers=2), heads=["L1H0", "L1H1"], how="zero"), "ok"),

@@ -89,7 +89,7 @@ def test_a_sampled_estimate_announces_its_runs_before_the_first_batch(model_and_
     monkeypatch.setattr(progress, "LONG_S", 0.0)
     monkeypatch.setattr(progress, "ESTIMATE_AFTER_S", 0.0)
     tokens = hc.contrast(clean, corrupt, [4] * 4, [7] * 4).clean
-    hc.interactions(model, tokens, metric="logit_diff", how="zero", method="sampled", budget=200, top_pairs=2, screen_budget=100,
+    hc.interactions(model, tokens, metric="logit_diff", how="zero", estimator="kernelshap", budget=200, top_pairs=2, screen_budget=100,
                     pair_samples=4, progress=True)  # fmt: skip
     (line,) = [line for line in capsys.readouterr().err.splitlines() if "about" in line]
     assert "for 342 runs" in line and "budget=" in line  # 2 + 200 + 100 + 2 x (4 x 4 + 4)

@@ -90,6 +90,9 @@ ABLATIONS: tuple[str, ...] = get_args(Ablation)
 # hc.interactions: shapiq's Shapley estimators
 ShapleyEstimator = Literal["kernelshap", "svarm", "permutation"]
 SHAPLEY_ESTIMATORS: tuple[str, ...] = get_args(ShapleyEstimator)
+# hc.interactions' estimator: exact enumeration, a shapiq sampling estimator, or "auto" (exact up to max_exact)
+InteractionEstimator = Literal["auto", "exact", "kernelshap", "svarm", "permutation"]
+INTERACTION_ESTIMATORS: tuple[str, ...] = get_args(InteractionEstimator)
 
 # hc.cooperation: the ablations a reading is taken under, and the readings of "writes to"
 ReadingHow = Literal["zero", "mean", "resample", "mean-aligned"]

@@ -47,10 +47,10 @@ from headcoop.progress import expect, with_progress
 from headcoop.tl import HookedTransformer
 
 from headcoop.analysis.games.coalitions import CoalitionGame, all_masks, shapley_weights
-from headcoop.analysis.vocabulary import AblationHow, head_name
+from headcoop.analysis.vocabulary import INTERACTION_ESTIMATORS, AblationHow, InteractionEstimator, head_name
 from headcoop.analysis.engine.inputs import check_choice, parse_heads, require_model
 from headcoop.analysis.games.estimators import (
-    SHAPLEY_ESTIMATORS, HeadGame, ShapleyEstimator, check_budget, check_estimate, pair_interactions,
+    HeadGame, check_budget, check_estimate, pair_interactions,
     shapiq_shapley, top_interactions,
 )  # fmt: skip
 from headcoop.checks import check_finite, check_float, check_int, check_seed
@@ -172,6 +172,26 @@ def _ablation_interaction(game: CoalitionGame, n: int, pairs: list[tuple[int, in
     return out
 
 
+def _estimator_of(method: str | None, estimator: str) -> str:
+    """The estimator, with the old `method=` spelling mapped onto it (a DeprecationWarning); ValueError where
+    the two contradict or either is unknown."""
+    if method is not None:
+        warnings.warn('hc.interactions(method=...) is now estimator=: "exact", a sampling estimator ("kernelshap", '
+                      '"svarm", "permutation") or "auto"', DeprecationWarning, stacklevel=4)  # fmt: skip
+        if method not in ("auto", "exact", "sampled"):
+            raise ValueError(f"unknown method {method!r}; valid values are ['auto', 'exact', 'sampled']")
+        if method == "exact":
+            if estimator not in ("auto", "exact"):
+                raise ValueError(f"estimator={estimator!r} contradicts method='exact'")
+            estimator = "exact"
+        elif method == "sampled":
+            if estimator == "exact":
+                raise ValueError("estimator='exact' contradicts method='sampled'")
+            estimator = "kernelshap" if estimator == "auto" else estimator
+    check_choice("estimator", estimator, INTERACTION_ESTIMATORS)
+    return estimator
+
+
 MAX_EXACT = 16  # exact Shapley values up to this many heads (2^16 = 65,536 coalitions): the one source of the limit
 
 @with_progress("hc.interactions", cheaper="a smaller budget= (sampled) or fewer heads= is cheaper")
@@ -182,7 +202,7 @@ def interactions(
     heads=None,
     metric=None,
     how: AblationHow = "mean",
-    method: str = "auto",
+    method: str | None = None,
     reference=None,
     seed: int = 0,
     max_exact: int = MAX_EXACT,
@@ -191,7 +211,7 @@ def interactions(
     pair_samples: int = 64,
     threshold: float = 0.05,
     pos=None,
-    estimator: ShapleyEstimator = "kernelshap",
+    estimator: InteractionEstimator = "auto",
     budget: int | None = None,
     top_pairs: int | None = 20,
     screen_budget: int | None = None,
@@ -206,11 +226,11 @@ def interactions(
              [batch, pos, vocab] logits.
     how:     how a head outside the coalition is ablated: "zero", "mean" or "resample" (as hc.ablate;
              `reference` and `seed` as there).
-    method:  "auto" (exact up to max_exact heads, else sampled), "exact" or "sampled".
-    Sampled (`headcoop.analysis.games.estimators`):
-    estimator: Shapley values by one of shapiq's estimators: "kernelshap" (the default: paired KernelSHAP had
-             the smallest errors at every budget measured, benchmarks/shapley_estimators.py), "svarm" or
-             "permutation" (permutation sampling), at `budget` coalitions (default 20,000) split into `repeats`
+    estimator: "auto" (the default: "exact" up to max_exact heads, else "kernelshap"), "exact" (every
+             coalition), or one of shapiq's sampling estimators (`headcoop.analysis.games.estimators`):
+             "kernelshap" (paired KernelSHAP had the smallest errors at every budget measured,
+             benchmarks/shapley_estimators.py), "svarm" or "permutation" (permutation sampling), at `budget`
+             coalitions (default 20,000) split into `repeats`
              runs whose spread gives the standard error; each run needs at least 4n + 2 coalitions
              (ValueError below, naming the budget that would do). A budget of 2^n coalitions or more
              enumerates them exactly instead (the method says so). An estimate whose value or standard error
@@ -218,6 +238,8 @@ def interactions(
              result. ("permutation-shapiq" is the old name of "permutation"; max_permutations and target_se
              drove headcoop's own sampler, which shapiq's replaced: max_permutations=k now means
              budget=k * (n + 1), and target_se is ignored, both with a DeprecationWarning.)
+    method:  the old spelling (DeprecationWarning): "exact" is estimator="exact", "sampled" a sampling
+             estimator (kernelshap unless estimator= names another), "auto" is estimator="auto".
     top_pairs: how many pairs get an interaction index: shapiq's SVARM-IQ ranks every pair at `screen_budget`
              coalitions (default max(2,000, 20 n)), and the top_pairs strongest are estimated again from
              `pair_samples` draws each, with a standard error; other pairs are NaN, their verdict "not
@@ -241,7 +263,7 @@ def interactions(
         estimator = "permutation"
     check_int("pair_samples", pair_samples, 1)
     check_seed(seed)
-    check_choice("estimator", estimator, SHAPLEY_ESTIMATORS)
+    estimator = _estimator_of(method, estimator)
     if budget is not None:
         check_int("budget", budget, 2)
     if top_pairs is not None:
@@ -252,19 +274,19 @@ def interactions(
     players = [(lay, h) for lay in range(model.cfg.n_layers) for h in range(model.cfg.n_heads)] if heads is None \
         else parse_heads(model, heads)  # fmt: skip
     n = len(players)
-    if method not in ("auto", "exact", "sampled"):
-        raise ValueError(f"unknown method {method!r}; valid values are ['auto', 'exact', 'sampled']")
     if max_permutations is not None:  # headcoop's sampler's budget, in permutations of n + 1 coalitions each
         warnings.warn(f"hc.interactions(max_permutations={max_permutations}) is budget={max_permutations * (n + 1)} "
                       "(shapiq's estimators count coalitions); pass budget= instead", DeprecationWarning, stacklevel=3)  # fmt: skip
         budget = budget if budget is not None else max_permutations * (n + 1)
-    exact = method == "exact" or (method == "auto" and n <= max_exact)
+    exact = estimator == "exact" or (estimator == "auto" and n <= max_exact)
+    sampler = "kernelshap" if estimator in ("auto", "exact") else estimator
     capped = not exact and budget is not None and n <= 24 and budget >= 2**n
     exact = exact or capped  # a budget of every coalition or more: enumerate them (the repr says so)
     if not exact:
         check_budget(n, budget if budget is not None else 20_000, repeats)
     if exact and n > 24:
-        raise ValueError(f"method='exact' with {n} heads would enumerate {2**n:,} coalitions; use method='sampled'")
+        raise ValueError(f"estimator='exact' with {n} heads would enumerate {2**n:,} coalitions; use a sampling "
+                         f"estimator (estimator='kernelshap')")
     game = CoalitionGame(model, players, tokens=tokens, metric=metric, how=how, reference=reference, seed=seed,
                          pos=pos)  # fmt: skip
     if exact:
@@ -287,8 +309,8 @@ def interactions(
         ablation = _ablation_interaction(game, n, list(itertools.combinations(range(n), 2)))
     else:
         head_game = HeadGame(game)
-        shapley, se = shapiq_shapley(head_game, estimator, budget if budget is not None else 20_000, repeats, seed)
-        check_estimate(shapley, se, v_full, v_empty, head_game.span, f"hc.interactions (estimator={estimator!r}, budget={budget})")
+        shapley, se = shapiq_shapley(head_game, sampler, budget if budget is not None else 20_000, repeats, seed)
+        check_estimate(shapley, se, v_full, v_empty, head_game.span, f"hc.interactions (estimator={sampler!r}, budget={budget})")
         shapley_cost = head_game.evaluated
         if top_pairs is None or top_pairs >= n * (n - 1) // 2:
             pairs = list(itertools.combinations(range(n), 2))
@@ -305,7 +327,7 @@ def interactions(
             pairs_text = (f"interactions of the top {len(pairs)} of {n * (n - 1) // 2:,} pairs only (ranked by shapiq "
                           f"SVARM-IQ at {screen:,} coalitions, then {pair_samples} draws each; others not estimated)")  # fmt: skip
         ablation = _ablation_interaction(game, n, pairs)
-        shapley_text = (f"Shapley from {shapley_cost:,} coalitions by {estimator}"
+        shapley_text = (f"Shapley from {shapley_cost:,} coalitions by {sampler}"
                         f" (shapiq, {repeats} runs), max se {float(se.max()):.3g}")  # fmt: skip
         how_computed = f"sampled: {shapley_text}; {pairs_text}; {head_game.evaluated:,} coalitions in all; {game.method}"
     names = tuple(head_name(lay, h) for lay, h in players)

@@ -120,7 +120,7 @@ def pair_interactions(model, batch, players, names, metric, how, refs, seed, max
     reference = None if how == "zero" else refs[0]
     if k <= max_exact:
         inter = interactions(model, tokens=batch, heads=list(names), metric=metric, how=game_how,
-                             reference=reference, seed=seed, method="exact").interaction  # fmt: skip
+                             reference=reference, seed=seed, estimator="exact").interaction  # fmt: skip
         return inter, pairs, ""
     if top_pairs is None:
         return torch.full((k, k), float("nan")), pairs, f"; Shapley interaction index not computed ({k} heads > max_exact={max_exact})"

@@ -69,13 +69,13 @@ def test_the_permutation_estimator_is_shapiqs_and_old_knobs_still_mean_what_they
     torch.testing.assert_close(estimate, torch.tensor(runs, dtype=torch.float64).mean(0), rtol=0, atol=1e-12)
     heads = [f"L{lay}H{h}" for lay in range(2) for h in range(7)]
     with pytest.warns(DeprecationWarning, match="max_permutations=40.*budget=600"):
-        old = hc.interactions(model, heads=heads, metric="logit_diff", how="zero", method="sampled", max_permutations=40,
+        old = hc.interactions(model, heads=heads, metric="logit_diff", how="zero", max_permutations=40,
                               estimator="permutation", top_pairs=1, screen_budget=200, pair_samples=4)  # fmt: skip
-    new = hc.interactions(model, heads=heads, metric="logit_diff", how="zero", method="sampled", budget=600,
+    new = hc.interactions(model, heads=heads, metric="logit_diff", how="zero", budget=600,
                           estimator="permutation", top_pairs=1, screen_budget=200, pair_samples=4)  # fmt: skip
     torch.testing.assert_close(old.shapley, new.shapley, rtol=0, atol=0)
     with pytest.warns(DeprecationWarning, match="target_se"), pytest.warns(DeprecationWarning, match="permutation-shapiq"):
-        hc.interactions(model, heads=heads, metric="logit_diff", how="zero", method="sampled", budget=600, target_se=0.1,
+        hc.interactions(model, heads=heads, metric="logit_diff", how="zero", budget=600, target_se=0.1,
                         estimator="permutation-shapiq", top_pairs=1, screen_budget=200, pair_samples=4)  # fmt: skip
 
 
@@ -90,7 +90,7 @@ def test_pair_interactions_are_unbiased_within_their_errors(fourteen):
 def test_interactions_above_the_limit_estimate_the_top_pairs_only(fourteen):
     model, _, phi, inter, scale = fourteen
     heads = [f"L{lay}H{h}" for lay in range(2) for h in range(7)]
-    result = hc.interactions(model, heads=heads, metric="logit_diff", how="zero", method="sampled", top_pairs=5,
+    result = hc.interactions(model, heads=heads, metric="logit_diff", how="zero", estimator="kernelshap", top_pairs=5,
                              screen_budget=4000, pair_samples=200, budget=6000)  # fmt: skip
     frame = result.to_dataframe()
     estimated = frame[frame.verdict != "not estimated"]
@@ -110,12 +110,15 @@ def test_interactions_above_the_limit_estimate_the_top_pairs_only(fourteen):
 
 def test_bad_estimator_settings():
     model, _ = game_of(2)
-    with pytest.raises(ValueError, match="unknown estimator 'exact'"):
-        hc.interactions(model, metric="logit_diff", method="sampled", estimator="exact")
+    with pytest.raises(ValueError, match="unknown estimator 'bogus'"):
+        hc.interactions(model, metric="logit_diff", estimator="bogus")
+    with pytest.warns(DeprecationWarning, match="now estimator="):
+        with pytest.raises(ValueError, match="estimator='exact' contradicts method='sampled'"):
+            hc.interactions(model, metric="logit_diff", method="sampled", estimator="exact")
     with pytest.raises(ValueError, match="top_pairs must be >= 1"):
-        hc.interactions(model, metric="logit_diff", method="sampled", top_pairs=0)
+        hc.interactions(model, metric="logit_diff", estimator="kernelshap", top_pairs=0)
     with pytest.raises(ValueError, match="budget must be >= 2"):
-        hc.interactions(model, metric="logit_diff", method="sampled", budget=1)
+        hc.interactions(model, metric="logit_diff", estimator="kernelshap", budget=1)
 
 
 def test_cooperation_above_the_limit_reads_the_top_pairs_only(fourteen):

@@ -163,8 +163,8 @@ def test_sampled_estimates_agree_with_exact():
     ids = torch.randint(0, model.cfg.d_vocab, (24, 8), generator=gen)
     hc.contrast(ids, ids.flip(0), ids[:, 3], ids[:, 4]).attach(model)
     heads = [f"L{lay}H{h}" for lay in range(2) for h in range(4)]
-    exact = hc.interactions(model, heads=heads, metric="logit_diff", method="exact")
-    sampled = hc.interactions(model, heads=heads, metric="logit_diff", method="sampled", budget=240, top_pairs=None,
+    exact = hc.interactions(model, heads=heads, metric="logit_diff", estimator="exact")
+    sampled = hc.interactions(model, heads=heads, metric="logit_diff", estimator="kernelshap", budget=240, top_pairs=None,
                               pair_samples=200, seed=3)  # under 2^8 coalitions: sampled, not enumerated  # fmt: skip
     assert "sampled" in repr(sampled) and "exact instead" not in repr(sampled) and "sampled" in sampled.plot().layout.title.text
     assert ((sampled.shapley - exact.shapley).abs() <= 4 * sampled.shapley_se + 1e-6).all()
@@ -243,3 +243,17 @@ def test_a_game_whose_players_all_sit_after_layer_0_equals_the_ablation_loop(how
         else:
             want = float(metric(model(batch.tokens)))
         assert float(value) == pytest.approx(want, abs=1e-5), mask.tolist()
+
+
+def test_the_old_method_spelling_warns_and_reads_as_the_estimator():
+    """hc.interactions(method=...) is the old spelling of estimator= (issue 46: `method` names one thing)."""
+    model = hc.Count01(max_len=6).model(seed=0, n_heads=3, d_model=8, d_head=2)
+    batch = model.task.sample(32, seed=1)
+    new = hc.interactions(model, batch, metric="logit_diff", how="zero", estimator="exact")
+    with pytest.warns(DeprecationWarning, match="now estimator="):
+        old = hc.interactions(model, batch, metric="logit_diff", how="zero", method="exact")
+    torch.testing.assert_close(old.interaction, new.interaction, rtol=0, atol=0)
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="unknown method 'fast'"):
+        hc.interactions(model, batch, metric="logit_diff", method="fast")
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="estimator='svarm' contradicts method='exact'"):
+        hc.interactions(model, batch, metric="logit_diff", method="exact", estimator="svarm")
