@@ -538,7 +538,8 @@ def _ensemble(key: str, how: str) -> Callable[[pd.DataFrame], Outcome]:
 def _same_computation(t: pd.DataFrame) -> Outcome:
     """cooperation.md's Count01 models whose heads compute the same function: `hc.cooperation`'s
     same-computation axis (baseline-free: the pushes of the heads that push correlate and lie on one
-    direction; `count01_answer.csv`)."""
+    direction; `count01_answer.csv`): the one-layer models (the shipped model and the seeds), as R1-R3 read."""
+    t = t[t.layers == 1] if "layers" in t else t
     return count((t.same_word == "same computation (pseudo-ensemble)").sum(), len(t), "models")
 
 
