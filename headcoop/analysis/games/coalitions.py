@@ -170,16 +170,18 @@ class CoalitionGame:
         }[path]
 
     @torch.no_grad()
-    def values(self, masks: Bool[Tensor, "coalition player"]) -> Float[Tensor, " coalition"]:
-        """v(S) for each row of `masks` (True: active), float64."""
+    def values(self, masks: Bool[Tensor, "coalition player"], score: Score | None = None) -> Float[Tensor, " coalition"]:
+        """v(S) for each row of `masks` (True: active), float64; `score`: another reading of each coalition's
+        logits than the game's metric (`row_logits` reads the logits themselves)."""
         masks = torch.as_tensor(masks, dtype=torch.bool, device=self.tokens.device)
         if masks.ndim != 2 or masks.shape[1] != len(self.players):
             raise ValueError(f"masks must be [coalition, {len(self.players)}] booleans, got {tuple(masks.shape)}")
         path = self._path()  # hooks may have been installed since the game was built
         self.method = self._describe(path)
         first = min(lay for lay, _ in self.players)
-        target = self._target(first if path == "stacked" else None)
-        copies = self._copies(masks, target, first, path)
+        named = isinstance(self.metric, str) or score is not None  # a named reading reads the rows only
+        target = self._target(first if path == "stacked" else None, self.score if score is None else score)
+        copies = self._copies(masks, target, first, path, named)
         engine_path = {"linear": "local", "layered": "local"}.get(path, path)
         values = evaluate(target, copies, engine_path, self.memory_budget_mb, head_local=False).double()
         bad = (~torch.isfinite(values.reshape(len(values), -1)).all(1)).nonzero().flatten()
@@ -196,24 +198,20 @@ class CoalitionGame:
     def row_logits(self, masks: Bool[Tensor, "coalition player"]) -> Float[Tensor, "coalition batch vocab"]:
         """The logits of each coalition at each input's read row (float64, no metric, no mean over inputs):
         the per-input evidence `hc.cooperation` reads. Same paths as `values`."""
-        saved = self.score, self.metric
-        self.score, self.metric = Score.of_name("logits", self.pos, None, self.pos), "logits"
-        try:
-            return self.values(masks)
-        finally:
-            self.score, self.metric = saved
+        return self.values(masks, score=Score.of_name("logits", self.pos, None, self.pos))
 
-    def _target(self, cached_layer: int | None) -> Target:
+    def _target(self, cached_layer: int | None, score: Score) -> Target:
         """The unablated run: tokens and score, with the residual stream entering `cached_layer` cached."""
         model = self.model
         if cached_layer is None:
             logits = torch.zeros(0, device=self.tokens.device)
-            return Target(model, self.tokens, logits, None, self.score, {})
+            return Target(model, self.tokens, logits, None, score, {})
         name = get_act_name("resid_pre", cached_layer)
-        return target_run(model, self.tokens, self.score, lambda n: n == name)
+        return target_run(model, self.tokens, score, lambda n: n == name)
 
-    def _copies(self, masks: Tensor, target: Target, first: int, path: str) -> Copies:
-        """The engine's specification: copy i is coalition masks[i]."""
+    def _copies(self, masks: Tensor, target: Target, first: int, path: str, named: bool) -> Copies:
+        """The engine's specification: copy i is coalition masks[i]; `named`: the score reads each input's
+        row only (a named metric or the logits), so the layered path may stop at the read rows."""
         model, n = self.model, len(self.tokens)
         player_layers = sorted({lay for lay, _ in self.players})
         n_layers = model.cfg.n_layers
@@ -239,7 +237,7 @@ class CoalitionGame:
         def local(_layer: int, lo: int, hi: int):
             if path == "linear":
                 return self._linear_chunk(masks[lo:hi])
-            return self._layered_chunk(masks[lo:hi])
+            return self._layered_chunk(masks[lo:hi], named)
 
         return Copies(layers=[layer] * len(masks), setter=setter, reference=reference, local=local)
 
@@ -278,14 +276,14 @@ class CoalitionGame:
 
         return hook
 
-    def _layered_chunk(self, masks: Tensor) -> AtRows | Tensor:
+    def _layered_chunk(self, masks: Tensor, named: bool) -> AtRows | Tensor:
         """Logits of each coalition of the chunk (module docstring, "layered"): [c, batch, vocab] at each
         input's read row (AtRows) with a named metric on a supported model, else [c * batch, pos, vocab]."""
         model, cfg = self.model, self.model.cfg
         n, width = self.tokens.shape
         residual, shortformer, attention_mask = self._layer_inputs()
         row_only = (
-            isinstance(self.metric, str) and supported(model) and cfg.positional_embedding_type != "rotary"
+            named and supported(model) and cfg.positional_embedding_type != "rotary"
             and attention_mask is None
         )  # fmt: skip
         layer_of = torch.tensor([lay for lay, _ in self.players], device=masks.device)
