@@ -167,13 +167,14 @@ def model_word(words: list[str]) -> str:
 
 
 def vote(words: list[str], readings: list[Reading]) -> dict[str, float]:
-    """{word: share} with each ablation kind one equal vote: within a kind, each of its readings that does
-    not abstain counts alike; a kind whose readings all abstain has no vote."""
+    """{word: share} with each ablation kind one equal vote: within a kind each reading counts alike, an
+    abstaining one as "undetermined"; a kind whose readings all abstain has no vote."""
     kinds: dict[str, list[str]] = {}
     for w, r in zip(words, readings):
         kinds.setdefault(r.how, []).append(w)
-    voting = {h: [w for w in ws if w != ABSTAIN] for h, ws in kinds.items()}
-    voting = {h: ws for h, ws in voting.items() if ws}
+    # a kind abstains only as a whole; where some of its readings see the pair, the others count as undetermined
+    voting = {h: ["undetermined" if w == ABSTAIN else w for w in ws] for h, ws in kinds.items()
+              if any(w != ABSTAIN for w in ws)}  # fmt: skip
     shares: Counter = Counter()
     for ws in voting.values():
         for w, c in Counter(ws).items():

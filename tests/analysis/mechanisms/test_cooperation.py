@@ -334,12 +334,18 @@ def test_the_count01_word_under_eight_reference_seeds():
 
 
 def test_the_shipped_skip_pair_models_read_as_the_post_reads_them():
-    """The shipped d_head 5 model is superposition in the post's sense over the whole reading family; the
-    d_head 1 model, whose heads write one fixed vector each (rank 1), is not."""
+    """The shipped d_head 5 model is superposition in the post's sense on the typical readings (conditional
+    writes on every input that shows them, the answer the only completion both write on 66% of the
+    multi-output inputs) and not on the universal one: its family word falls short of 90% of the votes,
+    and flips_under names the reading that fails. The d_head 1 model, whose heads write one fixed vector each
+    (rank 1), is superposition under no reading."""
     five = hc.cooperation(hc.load("skip-pair"), n=512)
-    assert five.mechanism == "superposition" and five.agreement >= 0.9
     row = five.pairs.iloc[0]
-    assert row.rank_a >= 2 and row.rank_b >= 2 and row.only_answer >= 0.5 and row.distributed >= 0.5
+    assert row.primary_word == "superposition" and 0.8 <= five.agreement < 0.9, five.flips
+    assert row.conditional_a == 1.0 and row.conditional_b == 1.0 and 0.5 <= row.only_answer < 0.75
+    assert five.words.loc["L0H0&L0H1", "zero, universal"] != "superposition"
+    assert "superposition in" in five.flips and "majority x2" in five.flips
+    assert row.rank_a >= 2 and row.rank_b >= 2 and row.distributed >= 0.5
     one = hc.cooperation(hc.load("skip-pair-dhead1"), n=512)
     assert one.mechanism != "superposition" and "superposition" not in one.words.values
     assert one.pairs.rank_a[0] == 1 and one.pairs.rank_b[0] == 1
