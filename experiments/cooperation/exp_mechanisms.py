@@ -50,16 +50,21 @@ def summary_row(result, **labels) -> dict:
                                   .str.replace(r"L\dH\d+", "Lx", regex=True).value_counts().head(3).items()))  # fmt: skip
 
 
+def count01_models(s: Settings, task) -> list[tuple[str, object]]:
+    """[(name, model)]: the shipped Count01 model and the primary configuration trained over `count01_seeds`
+    with the reproduction's recipe (the same models on every call: the seeds fix them)."""
+    trained = hc.train_many(task, [PRIMARY] * len(s.count01_seeds), seeds=list(s.count01_seeds),
+                            steps=s.count01_steps, warmup=max(1, s.count01_steps // 10), progress=False,
+                            **s.recipe)  # fmt: skip
+    return [("shipped", hc.load("count01"))] + [(f"seed {seed}", m) for seed, m in zip(s.count01_seeds, trained)]
+
+
 def count01_mechanisms(s: Settings) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """The shipped model and the primary configuration over seeds: hc.cooperation with accuracy (zero alone,
     mean alone, the default family) and the logit difference (the family); every pair and every head. The
     references are the task's own draws (seeds 1..draws), the inputs fixed."""
     task = hc.Count01()
-    models = [("shipped", hc.load("count01"))]
-    trained = hc.train_many(task, [PRIMARY] * len(s.count01_seeds), seeds=list(s.count01_seeds),
-                            steps=s.count01_steps, warmup=max(1, s.count01_steps // 10), progress=False,
-                            **s.recipe)  # fmt: skip
-    models += [(f"seed {seed}", m) for seed, m in zip(s.count01_seeds, trained)]
+    models = count01_models(s, task)
     batch = task.sample(s.n_inputs, seed=3)
     rows, pairs, heads = [], [], []
     for name, model in models:
@@ -107,11 +112,7 @@ def count01_answer(s: Settings) -> pd.DataFrame:
     models of `count01_mechanisms`), and zero ablation on the two-layer models (those of
     `two_layer_mechanisms`), 512 fixed strings: the answer to the paper's question (`answer_row`)."""
     task = hc.Count01()
-    models = [("shipped", hc.load("count01"))]
-    trained = hc.train_many(task, [PRIMARY] * len(s.count01_seeds), seeds=list(s.count01_seeds),
-                            steps=s.count01_steps, warmup=max(1, s.count01_steps // 10), progress=False,
-                            **s.recipe)  # fmt: skip
-    models += [(f"seed {seed}", m) for seed, m in zip(s.count01_seeds, trained)]
+    models = count01_models(s, task)
     batch = task.sample(s.n_inputs, seed=3)
     rows = []
     for name, model in models:
