@@ -124,10 +124,9 @@ def injected_wins(run: Run, ev, logits: Tensor, injected: tuple | None, nec: dic
     return out
 
 
-def pair_word(run: Run, m: int, roles, nec, thr, comp, unseen, lost, cache: dict | None = None) -> tuple[str, str]:
+def pair_word(run: Run, m: int, roles, nec, thr, comp, unseen, lost, cache: dict) -> tuple[str, str]:
     """(word, reason) of pair m under one reading (words.py's module docstring, rules 1-7); cache: the write
-    shares of every pair already computed for this necessity reading, keyed by (context, floor, write
-    reading). A pair read in the isolated context is read with the isolated mask for every pair."""
+    shares of every pair for this necessity reading, keyed by (context, floor, write reading), filled here."""
     i, j = run.pairs[m]
     a, b = run.names[i], run.names[j]
     if unseen[i] or unseen[j]:
@@ -147,12 +146,8 @@ def pair_word(run: Run, m: int, roles, nec, thr, comp, unseen, lost, cache: dict
         return "composition", f"{comp:.0%} of the earlier head's effect runs through the later head's inputs"
     if ra == rb == "supports":
         key = (context, thr["floor"], thr["writes"])
-        if cache is None or key not in cache:
-            mask = nec["full"]["mask"] if context == "full" else nec["isolated"]["mask"]
-            found = run.writes.shares(thr["floor"], thr["writes"], mask)
-            if cache is None:
-                cache = {}
-            cache[key] = found
+        if key not in cache:
+            cache[key] = run.writes.shares(thr["floor"], thr["writes"], e["mask"])
         sp = cache[key][m]
         found = superposition_word(a, b, thr, dict(sp, moves_a=float(e["moves_a"][m]), moves_b=float(e["moves_b"][m])))
         if found:
@@ -179,15 +174,13 @@ def read_all(run: Run, by_kind: dict, hows, th, factors) -> dict:
         comp = by_kind[h]["composition"]
         for d, (ev, unseen, injected, lg) in enumerate(by_kind[h]["draws"]):
             lost = injected_wins(run, ev, lg, injected, ev.necessity(th))
-            roles_cache, nec_cache = {}, {}
+            roles_cache, shares_caches = {}, {}
             for name, f, thr in threshold_readings:
                 if thr["role"] not in roles_cache:
                     roles_cache[thr["role"]] = ev.roles(thr["role"], held)
-                key = (thr["role"], thr["cutoff"], thr["min_share"])
-                if key not in nec_cache:
-                    nec_cache[key] = (ev.necessity(thr), {})
                 roles, kinds = roles_cache[thr["role"]]
-                nec, shares_cache = nec_cache[key]
+                nec = ev.necessity(thr)  # cached by the evidence per (role, cutoff, min_share)
+                shares_cache = shares_caches.setdefault((thr["role"], thr["cutoff"], thr["min_share"]), {})
                 words, reasons = [], []
                 for m in range(len(run.pairs)):
                     share = composition_share(comp.get(m), ev, roles, kinds, thr["role"])

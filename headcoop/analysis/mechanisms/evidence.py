@@ -105,6 +105,7 @@ class Evidence:
 
     def __init__(self, v: Tensor, s: Tensor, ld: Tensor, k: int, pairs: list, binary: bool):
         self.v, self.s, self.ld, self.k, self.pairs, self.binary = v, s, ld, k, pairs, binary
+        self._necessity: dict = {}
         idx_without = torch.tensor([2 + 2 * i for i in range(k)])
         idx_alone = idx_without + 1
         self.total = s[0][None] - s[idx_without]  # [k, batch]
@@ -165,7 +166,14 @@ class Evidence:
         where it changes the metric (with its partner present or removed: `moves_a`, `moves_b`) and whether
         it changes the metric at all (`effect_a`, `effect_b` [pair]: a significant mean effect, either way,
         with its partner present or removed; accuracy also on its margin); and
-        `use_full` [pair]: the full model where the pair matters there on at least min_share of inputs."""
+        `use_full` [pair]: the full model where the pair matters there on at least min_share of inputs.
+        Computed once per (role, cutoff, min_share): the other thresholds do not enter it."""
+        key = (th["role"], th["cutoff"], th["min_share"])
+        if key not in self._necessity:
+            self._necessity[key] = self._necessity_of(th)
+        return self._necessity[key]
+
+    def _necessity_of(self, th: dict) -> dict:
         tau = th["role"] * self.scale_v * 2 / self.k
         tau_s = th["role"] * self.scale_s / self.k
         result = {}

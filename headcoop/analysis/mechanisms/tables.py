@@ -134,7 +134,9 @@ def same_table(run: Run, by_kind: dict, primary: str, th: dict, factors) -> tupl
         sentence += f" (the word flips with the tolerance {th['same']:g} x{factors[0]:g} / x{factors[1]:g})"
     if axis["weights"] is not None and axis["weights"].shape[1] >= 2:
         w = axis["weights"][idx]  # [active, class]
-        top = w.abs().mean(0).argsort(descending=True)[:2].tolist()
+        size = w.abs().mean(0)
+        size = torch.round(size / size.max().clamp(min=1e-30) * 1e6)  # float noise does not break a tie
+        top = size.argsort(descending=True, stable=True)[:2].tolist()  # a tie: the first class
         x, y = w[:, top[0]], w[:, top[1]]
         name = [labels[c] for c in top]
         if bool((x * y < 0).all()):
