@@ -20,6 +20,7 @@ from experiments.cooperation.quotes import (
 )
 from experiments.robustness.page import REGISTRY_SAYS, default_verdicts, with_registry
 from headcoop.analysis.mechanisms.cooperation import MECHANISMS
+from headcoop.analysis.mechanisms.definitions import definitions
 from headcoop.pages import Claim, Section, Table, Text, render
 
 HERE = Path(__file__).resolve().parent
@@ -502,7 +503,7 @@ def build(out: Path = Path(__file__).resolve().parents[2] / "docs" / "results") 
                     "The title is a question: it gets this page's answer, not a verdict."
         " In brackets after each reading: what flips its verdict (another setup, with its count, or another "
         "threshold of the rule's band), or what was tried without flipping it.",
-        sections=sections,
+        sections=sections, definitions=definitions(), legacy=MECHS == LEGACY_MECHS,
     )  # fmt: skip
     target = out / "cooperation.md"
     target.write_text(page, encoding="utf-8")

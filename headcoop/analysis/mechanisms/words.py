@@ -35,6 +35,24 @@ CLASSES = ("or", "and", "i_only", "j_only", "shared")
 # the thresholds of the rules and their defaults; each is banded at half and twice
 THRESHOLDS = {"role": 0.1, "min_share": 0.1, "majority": 0.5, "division": 0.2, "cutoff": 0.2, "composition": 0.5,
               "floor": 0.1, "same": 0.1}  # fmt: skip
+THRESHOLD_MEANINGS = {  # what each threshold decides (the pages print these: definitions.py)
+    "role": "a head supports (competes) where its mean total effect, else its isolated effect, exceeds this "
+            "fraction of its fair share (1/k of the summed effect sizes of the k heads) with a 95% interval "
+            "that excludes 0",
+    "min_share": "a pair is read in the full model where it matters on at least this share of inputs, else with "
+                 "every other head ablated; each head of a superposed pair must change the metric on this share",
+    "majority": "the share of the inputs where the pair matters that a class (OR, AND, a part of superposition) "
+                "needs",
+    "division": "for division, each head alone must answer at least this share",
+    "cutoff": "on a continuous metric, a head's share of the pair's effect at least 1 - cutoff is all of it, at "
+              "most cutoff none of it",
+    "composition": "the share of the earlier head's total effect that must run through the later head's inputs",
+    "floor": "a head writes to a completion where its direct logit contribution exceeds this fraction of its "
+             "largest; a head is active on the same-computation axis where its push varies at least this "
+             "fraction of the most varying head's",
+    "same": "same computation where the active heads' pushes correlate at r >= 1 - same pairwise and 1 - same "
+            "of their variance lies on one direction",
+}
 # the readings of "writes to" besides the default (above `floor` of the head's largest write), and the
 # universal reading of "only ... on the correct token"
 WRITE_READINGS_FAMILY = ("positive", "centered")
@@ -213,5 +231,5 @@ def stand(words: list[str], readings: list[Reading], agree: float) -> tuple[str,
     return (word if share >= agree else "undetermined"), share, "; ".join(x for x in (flip, blind_note) if x)
 
 
-__all__ = ["MECHANISMS", "ABSTAIN", "ROLES", "INPUT_CLASSES", "CLASSES", "THRESHOLDS", "WORD_SOURCES", "Reading",
+__all__ = ["MECHANISMS", "ABSTAIN", "ROLES", "INPUT_CLASSES", "CLASSES", "THRESHOLDS", "THRESHOLD_MEANINGS", "WORD_SOURCES", "Reading",
            "band", "superposition_word", "necessity_word", "by_ablation", "model_word", "vote", "stand"]  # fmt: skip
