@@ -138,13 +138,15 @@ class Details:
 @dataclasses.dataclass(frozen=True)
 class Claim:
     """One claim of a source beside what was measured: `source` is the source's words, quoted exactly (a
-    verdict tests no more than they say), `measured` the numbers, `verdict` the reading, `section` where the
-    page shows the evidence."""
+    verdict tests no more than they say), `measured` the numbers, `verdict` the reading in one sentence (the
+    favoured reading's verdict and what flips it), `detail` every reading in full (shown below the summary
+    table; "" when `verdict` says it all), `section` where the page shows the evidence."""
 
     section: str
     source: str
     measured: str
     verdict: str
+    detail: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,13 +159,42 @@ class Section:
     claims: tuple[Claim, ...] = ()
 
 
+CELL_LIMIT = 300  # characters in a summary table's cell (issue 49: a verdict cell is one sentence)
+
+
+def shorten(text: str, limit: int = CELL_LIMIT, more: str = " ... (in full below the table)") -> str:
+    """`text` if it fits in `limit` characters, else its longest prefix ending at a "; " or ". " boundary
+    that fits with `more` appended (a hard cut at a word when no boundary fits)."""
+    if len(text) <= limit:
+        return text
+    room = limit - len(more)
+    cut = max(text.rfind("; ", 0, room), text.rfind(". ", 0, room))
+    if cut <= 0:
+        cut = text.rfind(" ", 0, room)
+    return text[: cut if cut > 0 else room].rstrip(" ;.,") + more
+
+
 def claims_table(claims: Sequence[Claim], source_name: str = "source") -> Table:
-    """The claims as one table (section, the `source_name` says, measured here, verdict)."""
+    """The claims as one table (section, the `source_name` says, measured here, verdict), every cell at
+    most CELL_LIMIT characters: a longer measurement or verdict is cut at a clause and given in full by
+    `claims_in_full` below the table."""
     frame = pd.DataFrame(
-        [(c.section, c.source, c.measured, c.verdict) for c in claims],
+        [(c.section, c.source, shorten(c.measured), shorten(c.verdict)) for c in claims],
         columns=["section", f"the {source_name} says", "measured here", "verdict"],
     )
     return Table(frame)
+
+
+def claims_in_full(claims: Sequence[Claim]) -> list[str]:
+    """One markdown bullet per claim whose summary row was cut or has a `detail`: the measurement and
+    every reading's verdict in full."""
+    out = []
+    for c in claims:
+        verdict = c.detail or c.verdict
+        if verdict == c.verdict and shorten(c.measured) == c.measured and shorten(c.verdict) == c.verdict:
+            continue
+        out.append(f"- **{c.section}, \"{c.source}\"**: measured: {c.measured}. Every reading: {verdict}")
+    return out
 
 
 def environment(*folders: str | Path) -> jinja2.Environment:
@@ -177,7 +208,7 @@ def environment(*folders: str | Path) -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.globals.update(fmt=fmt, claims_table=claims_table)
+    env.globals.update(fmt=fmt, claims_table=claims_table, claims_in_full=claims_in_full)
     return env
 
 

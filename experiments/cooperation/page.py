@@ -18,7 +18,7 @@ from experiments.cooperation.measures import WRITES_TO, active_pairs
 from experiments.cooperation.quotes import (
     DISTRIBUTE, FINDING, INTERFERE, LEAST_FAVOURITE, ONE_HEAD, ONLY_CORRECT, QUESTION, SUPERPOSE, TABLE1, TITLE,
 )
-from experiments.robustness.page import REGISTRY_SAYS, default_verdicts, with_registry
+from experiments.robustness.page import REGISTRY_SAYS, default_verdicts, short_verdicts, with_registry
 from headcoop.analysis.mechanisms.cooperation import MECHANISMS
 from headcoop.analysis.mechanisms.definitions import definitions
 from headcoop.pages import Claim, Section, Table, Text, render
@@ -491,18 +491,19 @@ def build(out: Path = Path(__file__).resolve().parents[2] / "docs" / "results") 
                 section_two_layer(two_layer, read("two_layer_heads"), read("two_layer_paths"), read("two_layer_composition"),
                                   read("two_layer_backup") if (tables / "two_layer_backup.csv").exists() else None)]  # fmt: skip
     verdicts = {**default_verdicts(out / "robustness", "count01"), **default_verdicts(out / "robustness", "skip_pair")}
-    claims = with_registry([c for part in sections for c in part.claims], verdicts)
+    short = {**short_verdicts(out / "robustness", "count01"), **short_verdicts(out / "robustness", "skip_pair")}
+    claims = with_registry([c for part in sections for c in part.claims], verdicts, short)
     timing_path = tables / "timing.json"
     timing = json.loads(timing_path.read_text()) if timing_path.exists() else None
     page = render(
         "page.md.j2", HERE, timing=timing, title="Cooperate, compete or superpose? The mechanism of every pair of heads in the toy models",
         source_name="source", claims=claims,
         claims_note="Every verdict is the claim registry's (`experiments/claims.py`), the same on every page: the "
-                    "claim's logical form, then each reading (the one the wording favours marked) in the default setup; "
-                    "the readings that read this page's tables are marked *default setup only* on `robustness.md`. "
-                    "The title is a question: it gets this page's answer, not a verdict."
-        " In brackets after each reading: what flips its verdict (another setup, with its count, or another "
-        "threshold of the rule's band), or what was tried without flipping it.",
+                    "claim's logical form, then in one sentence its favoured reading's verdict in the default setup, what flips "
+                    "it, and what the other readings say; below the table, every reading in full, each with what flips "
+                    "its verdict (another setup, with its count, or another threshold of the rule's band) or what was "
+                    "tried without flipping it. The readings that read this page's tables are marked *default setup "
+                    "only* on `robustness.md`. The title is a question: it gets this page's answer, not a verdict.",
         sections=sections, definitions=definitions(), legacy=MECHS == LEGACY_MECHS,
     )  # fmt: skip
     target = out / "cooperation.md"

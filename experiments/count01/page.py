@@ -18,7 +18,7 @@ import pandas as pd
 
 from experiments.count01.common import DEFAULT_OUT, Settings, fmt
 from experiments.count01.quotes import PAPER_R, QUOTES
-from experiments.robustness.page import REGISTRY_SAYS, across_setups, default_verdicts, registry_rows, with_registry
+from experiments.robustness.page import REGISTRY_SAYS, across_setups, default_verdicts, registry_rows, short_verdicts, with_registry
 from headcoop.pages import Claim, FigureFile, Section, Table, Text, render
 
 HERE = Path(__file__).resolve().parent
@@ -717,15 +717,16 @@ def build(out: Path = DEFAULT_OUT.parent, quick: bool = False, tables: Path | No
         title='Count01: "Do Attention Heads Compete or Cooperate during Counting?" reproduced',
         source_name="paper",
         claims=with_registry(shown + registry_rows(tables.parent / "robustness", "count01", shown),
-                             default_verdicts(tables.parent / "robustness", "count01")),
+                             default_verdicts(tables.parent / "robustness", "count01"),
+                             short_verdicts(tables.parent / "robustness", "count01")),
         claims_note="One row per claim of the paper that a section below tests, then (section *robustness.md*) every "
         "other claim the registry judges, measured by its favoured reading. The middle column quotes, word for "
         "word, the summary of the paper this project works from (`count01-paper-summary.md`; text it puts in "
         "quotation marks is the paper's own). Every verdict is the claim registry's (`experiments/claims.py`), the "
-        "same on every page: the claim's logical form, then each reading (the one the wording favours marked) in "
-        "the default setup of `robustness.md`; the measured column keeps this page's own measurement."
-        " In brackets after each reading: what flips its verdict (another setup, with its count, or another "
-        "threshold of the rule's band), or what was tried without flipping it.",
+        "same on every page: the claim's logical form, then in one sentence its favoured reading's verdict in the "
+        "default setup of `robustness.md`, what flips it, and what the other readings say; the measured column keeps "
+        "this page's own measurement. Below the table, every reading in full, each with what flips its verdict "
+        "(another setup, with its count, or another threshold of the rule's band) or what was tried without flipping it.",
         sections=parts,
         s=Settings.quick_settings(tables) if quick else Settings(out=tables),
         shipped=hc.load("count01").checkpoint_meta["train"],

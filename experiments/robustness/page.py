@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
+from collections import Counter
 from pathlib import Path
 
 import pandas as pd
@@ -188,11 +190,9 @@ def _listed(values: pd.Series, sep: str = ", ") -> str:
     return sep.join(str(v) for v in sorted(values.unique()))
 
 
-def default_verdicts(folder: Path, task: str) -> dict[str, str]:
-    """{quote: verdict} of every registry claim of `task` in the default setup, per reading, from the grid
-    tables in `folder` and the task pages' tables beside it (a reading whose tables are missing is "not
-    testable here": not measured): what every page shows in its verdict column, so it says what robustness.md
-    says of the same setup."""
+def _default_readings(folder: Path, task: str) -> dict[str, tuple[str, list[dict]]]:
+    """{quote: (form, one dict per reading: name, favoured, form it is read as, said, flipped, tried)} of every
+    registry claim of `task` in the default setup (`default_verdicts`)."""
     tables = load(folder, task, strict=False)
     variants = list(COUNT01_VARIANTS if task == "count01" else SKIP_PAIR_VARIANTS)
     out = {}
@@ -205,12 +205,47 @@ def default_verdicts(folder: Path, task: str) -> dict[str, str]:
                 said = next(iter(by_length.values()))
             else:
                 said = ", ".join(f"{v} at {n} steps" for n, v in by_length.items())
-            form = form_of(entry, reading)
             flipped = flips(tables, entry, reading, variants)
-            parts.append(f"{reading.name}{' (favoured)' if reading.favoured else ''}"
-                         f"{'' if form == entry.form else f' (read as {form})'}: {said}"
-                         + f" [{tried(reading, flipped)}]")
-        out[entry.quote] = f"{entry.form}; " + "; ".join(parts) + " (registry, default setup of robustness.md)"
+            parts.append(dict(name=reading.name, favoured=bool(reading.favoured), form=form_of(entry, reading),
+                              said=said, flipped=flipped, tried=tried(reading, flipped)))  # fmt: skip
+        out[entry.quote] = (entry.form, parts)
+    return out
+
+
+def default_verdicts(folder: Path, task: str) -> dict[str, str]:
+    """{quote: verdict} of every registry claim of `task` in the default setup, per reading, from the grid
+    tables in `folder` and the task pages' tables beside it (a reading whose tables are missing is "not
+    testable here": not measured): what every page shows in full below its summary, so it says what
+    robustness.md says of the same setup."""
+    out = {}
+    for quote, (form, parts) in _default_readings(folder, task).items():
+        shown = []
+        for p in parts:
+            read_as = "" if p["form"] == form else f" (read as {p['form']})"
+            shown.append(f"{p['name']}{' (favoured)' if p['favoured'] else ''}{read_as}: {p['said']} [{p['tried']}]")
+        out[quote] = f"{form}; " + "; ".join(shown) + " (registry, default setup of robustness.md)"
+    return out
+
+
+def short_verdicts(folder: Path, task: str) -> dict[str, str]:
+    """{quote: one sentence} for a summary cell: the claim's form, its favoured reading (else its first) and
+    that reading's verdict, what flips it (the setups and thresholds, without their counts), and how the
+    other readings say; `default_verdicts` gives every reading in full."""
+    out = {}
+    for quote, (form, parts) in _default_readings(folder, task).items():
+        main = next((p for p in parts if p["favoured"]), parts[0])
+        which = "favoured" if main["favoured"] else "first"
+        flips_at = [re.sub(r"^(holds|fails|holds / fails|fails / holds|not testable here) (under|at) ", "", f).split(" (")[0]
+                    for f in main["flipped"]]  # fmt: skip
+        sentence = f"{form}; {which} reading ({main['name']}): {main['said']}"
+        if flips_at:
+            sentence += f", flips under {', '.join(flips_at)}"
+        else:
+            sentence += ", default setup only" if main["tried"].startswith("default setup only") else ", no setup tried flips it"
+        others = Counter(p["said"] for p in parts if p is not main)
+        if others:
+            sentence += "; the other readings: " + ", ".join(f"{said} {n}" for said, n in others.most_common())
+        out[quote] = sentence + " (registry)."
     return out
 
 
@@ -235,11 +270,15 @@ def registry_rows(folder: Path, task: str, shown: list[Claim]) -> list[Claim]:
     return rows
 
 
-def with_registry(claims: list[Claim], verdicts: dict[str, str]) -> list[Claim]:
+def with_registry(claims: list[Claim], verdicts: dict[str, str], short: dict[str, str] | None = None) -> list[Claim]:
     """The page's claims with the registry's verdict for every quote the registry judges (the page's own
-    measurement stays in `measured`). A claim whose verdict is REGISTRY_SAYS and whose quote has no registry
-    entry is an error: a page never judges a claim by rules of its own."""
-    out = [Claim(c.section, c.source, c.measured, verdicts[c.source]) if c.source in verdicts else c for c in claims]
+    measurement stays in `measured`): the one-sentence `short` verdict in the summary cell and every reading
+    in `detail`, or the full verdict alone without `short`. A claim whose verdict is REGISTRY_SAYS and whose
+    quote has no registry entry is an error: a page never judges a claim by rules of its own."""
+    short = short or {}
+    out = [Claim(c.section, c.source, c.measured, short.get(c.source, verdicts[c.source]),
+                 verdicts[c.source] if c.source in short else "") if c.source in verdicts else c
+           for c in claims]  # fmt: skip
     missing = [c.source for c in out if c.verdict == REGISTRY_SAYS]
     if missing:
         raise KeyError(f"the claim registry (experiments/claims.py) has no entry for {missing}")

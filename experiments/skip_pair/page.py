@@ -16,7 +16,7 @@ import pandas as pd
 import headcoop as hc
 from experiments.skip_pair.exp_runs import SPLIT_THRESHOLD
 from experiments.skip_pair.quotes import QUOTES
-from experiments.robustness.page import REGISTRY_SAYS, across_setups, default_verdicts, registry_rows, with_registry
+from experiments.robustness.page import REGISTRY_SAYS, across_setups, default_verdicts, registry_rows, short_verdicts, with_registry
 from headcoop.pages import Claim, Details, FigureFile, Section, Table, Text, render
 from headcoop.studies.skip_pair import ORDERING_KINDS
 from headcoop.tasks.skip_pair import NOISE, PAIRS
@@ -432,13 +432,15 @@ def write(
         "page.md.j2", HERE,
         title="SkipPair: the OV-coherent toy model of attention-head superposition, reproduced",
         source_name="post",
-        claims=with_registry(records + registry_rows(grid, "skip_pair", records), default_verdicts(grid, "skip_pair")),
+        claims=with_registry(records + registry_rows(grid, "skip_pair", records), default_verdicts(grid, "skip_pair"),
+                             short_verdicts(grid, "skip_pair")),
         claims_note="Rows whose section is *robustness.md* are claims no section below tests, measured by the "
         "registry's favoured reading. Every verdict is the claim registry's (`experiments/claims.py`), the same on every page: the "
-        "claim's logical form, then each reading (the one the wording favours marked) in the default setup of "
-        "`robustness.md`; the middle column keeps this page's own measurement. *most* means more than half."
-        " In brackets after each reading: what flips its verdict (another setup, with its count, or another "
-        "threshold of the rule's band), or what was tried without flipping it.",
+        "claim's logical form, then in one sentence its favoured reading's verdict in the default setup of "
+        "`robustness.md`, what flips it, and what the other readings say; the middle column keeps this page's own "
+        "measurement. *most* means more than half. Below the table, every reading in full, each with what flips its "
+        "verdict (another setup, with its count, or another threshold of the rule's band) or what was tried without "
+        "flipping it.",
         sections=[Section(title, tuple(blocks)) for title, blocks in sections] + _across(robustness),
         task=task,
         recipe=timing["recipe"],

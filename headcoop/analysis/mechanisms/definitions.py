@@ -23,6 +23,17 @@ ABLATION_MEANINGS = {
 }
 
 
+OUR_TERMS = (*words.MECHANISMS, words.ABSTAIN, "universal", "same computation")
+
+
+def as_terms(text: str) -> str:
+    """`text` with our own terms in italics instead of quotation marks: on a results page quotation marks
+    mean the sources' words, verbatim."""
+    for term in OUR_TERMS:
+        text = text.replace(f'"{term}"', f"*{term}*").replace(f"'{term}'", f"*{term}*")
+    return text
+
+
 def rules() -> list[str]:
     """The pair word's rules in the order `pair_word` applies them, one string each, as `words.py` states
     them (its module docstring's numbered list, whitespace joined)."""
@@ -40,21 +51,21 @@ def definitions(agree: float = 0.9, factors: tuple[float, float] = (0.5, 2.0)) -
              "neither (each ablated head replaced as its ablation says); the other heads as in the full model, or "
              "ablated too (*isolated*, see `min_share`). `necessity_classes`: " + game]
     lines += ["- **Pair words**, in the order `hc.cooperation` tries them (`headcoop/analysis/mechanisms/words.py`):"]
-    lines += [f"  {i}. {rule}" for i, rule in enumerate(rules(), 1)]
+    lines += [f"  {i}. {as_terms(rule)}" for i, rule in enumerate(rules(), 1)]
     lines.append("- **Thresholds** (the default, each also read at " + " and ".join(f"x{f:g}" for f in factors) + "):")
     lines += [f"  - `{name}` = {value:g}: {THRESHOLD_MEANINGS[name]}" for name, value in THRESHOLDS.items()]
     lines.append("- **Ablations** (each kind one equal vote; a kind that cannot see a pair has no vote):")
     lines += [f"  - *{kind}*: {ABLATION_MEANINGS[kind]}" for kind in KINDS]
     lines.append(f"- **The family and the vote**: every ablation kind and reference draw, at the default thresholds, "
                  f"each threshold at x{factors[0]:g} and x{factors[1]:g}, the other readings of *writes to* "
-                 f"({', '.join(WRITE_READINGS_FAMILY)}), and the universal reading of 'only on the correct token'. "
+                 f"({', '.join(WRITE_READINGS_FAMILY)}), and the universal reading of *only on the correct token*. "
                  f"Within a kind every reading counts alike; a word stands where at least {agree:.0%} of the votes "
                  "give it, else the pair is *undetermined* and `flips_under` names the word and the readings where it "
                  "holds least. A **model's** word under one reading is the word of more than half of its active, "
                  "seen pairs.")
     lines.append("- **Where each word comes from** (`WORD_SOURCES`; text in double quotes is verbatim):")
-    lines += [f"  - *{w}*: {text}" for w, text in WORD_SOURCES.items()]
+    lines += [f"  - *{w}*: {as_terms(text)}" for w, text in WORD_SOURCES.items()]
     return "\n".join(lines)
 
 
-__all__ = ["ABLATION_MEANINGS", "rules", "definitions"]
+__all__ = ["ABLATION_MEANINGS", "OUR_TERMS", "as_terms", "rules", "definitions"]

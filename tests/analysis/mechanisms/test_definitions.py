@@ -18,8 +18,9 @@ def test_the_page_holds_the_codes_definitions_verbatim():
 
 def test_every_rule_threshold_ablation_and_word_is_defined():
     rules = defs.rules()
-    assert len(rules) == 7 and rules[0].startswith('"unseen"') and rules[-1].startswith("otherwise")
     text = defs.definitions()
+    assert len(rules) == 7 and rules[0].startswith('"unseen"') and rules[-1].startswith("otherwise")
+    assert "*unseen* (an abstention" in text and '"unseen"' not in text  # our terms in italics, not quotes
     for word in words.MECHANISMS:
         assert f'"{word}"' in " ".join(rules), word
     assert set(words.THRESHOLD_MEANINGS) == set(words.THRESHOLDS)
@@ -27,7 +28,7 @@ def test_every_rule_threshold_ablation_and_word_is_defined():
     for name, value in words.THRESHOLDS.items():
         assert f"`{name}` = {value:g}: {words.THRESHOLD_MEANINGS[name]}" in text
     for word, source in words.WORD_SOURCES.items():
-        assert f"*{word}*: {source}" in text
+        assert f"*{word}*: {defs.as_terms(source)}" in text
 
 
 def test_a_changed_threshold_or_vote_share_changes_the_definitions(monkeypatch):
