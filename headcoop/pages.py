@@ -150,6 +150,23 @@ class Claim:
 
 
 @dataclasses.dataclass(frozen=True)
+class Answer:
+    """A source's question and what we found, for a page's first screen: `source` names it, `question` is
+    its words (quoted exactly), `answer` one or two plain sentences with the key number, `link` the anchor
+    of the evidence on the page (or another page's path)."""
+
+    source: str
+    question: str
+    answer: str
+    link: str
+
+
+def anchor(title: str) -> str:
+    """The link anchor GitHub's markdown gives a heading: lower case, punctuation dropped, spaces as '-'."""
+    return "#" + re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-")
+
+
+@dataclasses.dataclass(frozen=True)
 class Section:
     """One part of a page: a title (with an `anchor` for links), its blocks, and the claims it checks."""
 
@@ -208,7 +225,7 @@ def environment(*folders: str | Path) -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.globals.update(fmt=fmt, claims_table=claims_table, claims_in_full=claims_in_full)
+    env.globals.update(fmt=fmt, claims_table=claims_table, claims_in_full=claims_in_full, anchor=anchor)
     return env
 
 

@@ -130,6 +130,24 @@ def count01_answer(s: Settings) -> pd.DataFrame:
     return write_table(pd.DataFrame(rows), s.out, "count01_answer")
 
 
+def skip_pair_answer(s: Settings) -> pd.DataFrame:
+    """The post's question ("is this superposition?") answered by the default `hc.cooperation` call (issue 48's
+    words, the reading family, the task's mechanism inputs) on the two shipped SkipPair checkpoints: the pair's
+    word, its share of the votes, what flips it, each ablation's word, and the four parts of the post's
+    definition (conditional writes per head, several completions written, only the answer shared, sources
+    distributed)."""
+    rows = []
+    for name, d_head in (("skip-pair", 5), ("skip-pair-dhead1", 1)):
+        result = hc.cooperation(hc.load(name), draws=s.draws)
+        pair = result.pairs.iloc[0]
+        rows.append(dict(model=name, d_head=d_head, mechanism=pair.mechanism, agreement=pair.agreement,
+                         default_reading=pair.primary_word, flips=pair.flips_under, by_ablation=pair.by_ablation,
+                         **{c: pair[c] for c in ("matters", "or", "and", "conditional_a", "conditional_b", "multi",
+                                                 "only_answer", "distributed", "rank_a", "rank_b")},
+                         same_word=result.same_word, summary=result.summary))  # fmt: skip
+    return write_table(pd.DataFrame(rows), s.out, "skip_pair_answer")
+
+
 def _skip_pair_models(s: Settings) -> list[tuple[str, int, int | None, object]]:
     task = hc.SkipPair()
     shapes = [(5, "skip-pair"), (1, "skip-pair-dhead1")]

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from experiments.cooperation import answers
 from experiments.cooperation.measures import WRITES_TO, active_pairs
 from experiments.cooperation.quotes import (
     DISTRIBUTE, FINDING, INTERFERE, LEAST_FAVOURITE, ONE_HEAD, ONLY_CORRECT, QUESTION, SUPERPOSE, TABLE1, TITLE,
@@ -21,7 +22,7 @@ from experiments.cooperation.quotes import (
 from experiments.robustness.page import REGISTRY_SAYS, default_verdicts, short_verdicts, with_registry
 from headcoop.analysis.mechanisms.cooperation import MECHANISMS
 from headcoop.analysis.mechanisms.definitions import definitions
-from headcoop.pages import Claim, Section, Table, Text, render
+from headcoop.pages import Claim, Section, Table, Text, anchor, render
 
 HERE = Path(__file__).resolve().parent
 MECHS = list(MECHANISMS)
@@ -495,8 +496,12 @@ def build(out: Path = Path(__file__).resolve().parents[2] / "docs" / "results") 
     claims = with_registry([c for part in sections for c in part.claims], verdicts, short)
     timing_path = tables / "timing.json"
     timing = json.loads(timing_path.read_text()) if timing_path.exists() else None
+    count01_answer, skip_pair_answer = answers.read(out)
+    shown = [answers.count01(count01_answer, anchor(sections[0].title)) if count01_answer is not None else None,
+             answers.compete(summary, two_layer, table1, anchor(sections[2].title), legacy=MECHS == LEGACY_MECHS),
+             answers.skip_pair(skip_pair_answer, anchor(sections[1].title)) if skip_pair_answer is not None else None]
     page = render(
-        "page.md.j2", HERE, timing=timing, title="Cooperate, compete or superpose? The mechanism of every pair of heads in the toy models",
+        "page.md.j2", HERE, timing=timing, answers=[a for a in shown if a is not None], title="Cooperate, compete or superpose? The mechanism of every pair of heads in the toy models",
         source_name="source", claims=claims,
         claims_note="Every verdict is the claim registry's (`experiments/claims.py`), the same on every page: the "
                     "claim's logical form, then in one sentence its favoured reading's verdict in the default setup, what flips "

@@ -28,6 +28,7 @@ def main(argv=None) -> int:
     start = time.perf_counter()
     steps = {}
     for name, step in (("Count01 answer", exp_mechanisms.count01_answer),
+                       ("SkipPair answer", exp_mechanisms.skip_pair_answer),
                        ("Count01 mechanisms", exp_mechanisms.count01_mechanisms),
                        ("SkipPair mechanisms", exp_mechanisms.skip_pair_mechanisms),
                        ("two-layer mechanisms", exp_mechanisms.two_layer_mechanisms),

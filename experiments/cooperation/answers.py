@@ -1,0 +1,90 @@
+"""What the sources ask and what we found (issue 49): one or two plain sentences per question, each with its
+key number and a link to the evidence, built from the tables (`count01_answer.csv`, `skip_pair_answer.csv`)
+so a page's first screen states the answer. Used by cooperation.md, count01.md and skip_pair.md."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from experiments.cooperation.quotes import TITLE
+from headcoop.pages import Answer
+
+SAME = "same computation (pseudo-ensemble)"
+PSEUDO_ENSEMBLE = ("whether the attention heads behave as a pseudo-ensemble, all solving the same subtask, or they "
+                   "perform different subtasks")  # fmt: skip
+SUPERPOSITION = ("the information copied from an attended-to token depends on the information at source tokens to "
+                 "which it is not attending")  # fmt: skip
+
+
+def count01(answer: pd.DataFrame, link: str) -> Answer:
+    """The Count01 paper's question, from `count01_answer.csv`: how many one-layer models compute one
+    function (the shipped model's numbers first), the rest, the two-layer models, and what ablation can say."""
+    one = answer[answer.layers == 1]
+    two = answer[answer.layers == 2]
+    shipped = one[one.model == "shipped"].iloc[0]
+    same = one[one.same_word == SAME]
+    others = one[one.same_word != SAME]
+    text = (f"A pseudo-ensemble, measured directly (no ablation), in {len(same)} of {len(one)} one-layer models: in the "
+            f"shipped model the {int(shipped.active_heads)} heads that push the answer correlate per input at r >= "
+            f"{shipped.r_min:.3f}, {shipped.one_direction:.1%} of their push on one direction"
+            + (f"; in the other {len(others)}, r {others.r_min.min():.2f}-{others.r_min.max():.2f} (undetermined)" if len(others) else "")
+            + (f". The {len(two)} two-layer models perform different subtasks (r >= {two.r_min.min():.2f})" if len(two) else "")
+            + ". ")  # fmt: skip
+    quiet = [h for h in ("zero", "mean") if f"pairs_matter_full_{h}" in one and (one[f"pairs_matter_full_{h}"] == 0).all()]
+    if quiet:
+        text += (f"Ablation cannot ask it: under {' and '.join(quiet)} ablation no pair changes an answer of the full "
+                 f"model in any of them (shipped margin >= {_margin(shipped.summary)} logits).")
+    return Answer("The Count01 paper asks", f'"{PSEUDO_ENSEMBLE}".', text, link)
+
+
+def _margin(summary: str) -> str:
+    import re
+
+    found = re.search(r"margin is >= ([\d.]+) logits", summary)
+    return found.group(1) if found else "n/a"
+
+
+def compete(summary: pd.DataFrame, two_layer: pd.DataFrame, table1: pd.DataFrame | None, link: str,
+            legacy: bool = False) -> Answer:  # fmt: skip
+    """The Count01 paper's title question, from the mechanism tables (reading a: a head whose total effect
+    opposes the answer, over the reading family) and Table 1 (reading c: heads trained together end worse)."""
+    one = summary[(summary.metric == "accuracy") & (summary.how == "family")]
+    heads = int((one.heads_supports + one.heads_competes + one.heads_inactive + one.heads_undetermined).sum())
+    competing = int(one.heads_competes.sum())
+    two = ", ".join(f"{int(r.heads_competes)}/{int(r.heads_supports + r.heads_competes + r.heads_inactive + r.heads_undetermined)}"
+                    for r in two_layer.itertuples())  # fmt: skip
+    text = (("Cooperate at inference: no head" if competing == 0 else f"{competing} heads") + " of the one-layer models "
+            f"pushes against the answer ({competing} of {heads} heads over the reading family; two layers: {two}"
+            + ("; the earlier instrument's tables" if legacy else "") + ").")
+    if table1 is not None:
+        t = table1.set_index("metric")
+        s_d, l_d = float(t.loc["s_acc", "isolated_minus_joint"]), float(t.loc["l_acc_head", "isolated_minus_joint"])
+        text += (f" Whether they compete in training is mixed: trained alone minus together, s_acc {s_d:+.3f} but the "
+                 f"head's own push {l_d:+.3f} (the paper's Table 1).")
+    return Answer("The Count01 paper's title asks", f'"{TITLE}"', text, link)
+
+
+def skip_pair(answer: pd.DataFrame, link: str) -> Answer:
+    """The SkipPair post's claim, by its own definition of superposition, from `skip_pair_answer.csv`."""
+    five = answer[answer.d_head == 5].iloc[0]
+    one = answer[answer.d_head == 1].iloc[0]
+    word = five.mechanism if five.mechanism != "undetermined" else f"undetermined, {five.default_reading} favoured"
+    lead = "Yes" if five.mechanism == "superposition" else "Nearly" if five.default_reading == "superposition" else "No"
+    text = (f"{lead}, on the shipped d_head 5 model: {word} ({five.agreement:.0%} of votes; a word needs 90%). Each "
+            f"head's writes depend on tokens it does not attend to on "
+            f"{'at least ' if min(five.conditional_a, five.conditional_b) < 1 else ''}"
+            f"{min(five.conditional_a, five.conditional_b):.0%} of inputs and the heads attend to different sources on "
+            f"{five.distributed:.0%}, but the answer is the only completion both write to on {five.only_answer:.0%} of "
+            f"the inputs where both write several (the word holds least: {five.flips.split(', ', 1)[-1]}). At d_head "
+            f"1: {one.mechanism} ({one.agreement:.0%} of votes); there the answer is the only shared completion on "
+            f"{one.only_answer:.0%}.")  # fmt: skip
+    return Answer("The SkipPair post asks", f'is this superposition, "{SUPERPOSITION}"?', text, link)
+
+
+def read(results: Path) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
+    """(count01_answer, skip_pair_answer) from `results/cooperation/`, None where a table is missing."""
+    folder = results / "cooperation"
+    load = lambda name: pd.read_csv(folder / f"{name}.csv") if (folder / f"{name}.csv").exists() else None  # noqa: E731
+    return load("count01_answer"), load("skip_pair_answer")
