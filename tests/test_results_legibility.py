@@ -53,3 +53,32 @@ def test_summary_cells_sees_a_long_cell():  # the check above can fail
     assert max(len(c) for _, c in summary_cells(text)) == CELL_LIMIT + 1  # the later section is not a summary
     text += "## Summary: claims\n| " + "w" * 500 + " |\n"
     assert max(len(c) for _, c in summary_cells(text)) == 500
+
+
+ANSWERED = ("cooperation.md", "count01.md", "skip_pair.md")
+
+
+@pytest.mark.parametrize("name", ANSWERED)
+def test_each_source_page_answers_first_and_its_links_resolve(name):
+    """The answers come on the first screen (before the setup and the claims table), and each evidence link
+    names a heading that exists on the page it points to."""
+    from headcoop.pages import anchor
+
+    text = (RESULTS / name).read_text(encoding="utf-8")
+    headings = [line for line in text.split("\n") if line.startswith("## ")]
+    assert headings[0] == "## What the sources ask and what we found", headings[:2]
+    section = text.split("## What the sources ask and what we found", 1)[1].split("\n## ", 1)[0]
+    links = re.findall(r"\[evidence\]\(([^)]*)\)", section)
+    assert links and len(links) == section.count("**Found:**")
+    for link in links:
+        page, _, target = link.partition("#")
+        shown = (RESULTS / page).read_text(encoding="utf-8") if page else text
+        anchors = {anchor(line[3:]) for line in shown.split("\n") if line.startswith("## ")}
+        assert "#" + target in anchors, link
+
+
+def test_anchor_follows_githubs_rule():
+    from headcoop.pages import anchor
+
+    assert anchor("1. Count01: a pseudo-ensemble, or heads?") == "#1-count01-a-pseudo-ensemble-or-heads"
+    assert anchor("3. Compete: which heads push against the answer?") == "#3-compete-which-heads-push-against-the-answer"

@@ -9,13 +9,21 @@ from pathlib import Path
 import pandas as pd
 
 from experiments.cooperation.quotes import TITLE
-from headcoop.pages import Answer
+from headcoop.pages import Answer, anchor
 
 SAME = "same computation (pseudo-ensemble)"
 PSEUDO_ENSEMBLE = ("whether the attention heads behave as a pseudo-ensemble, all solving the same subtask, or they "
                    "perform different subtasks")  # fmt: skip
 SUPERPOSITION = ("the information copied from an attended-to token depends on the information at source tokens to "
                  "which it is not attending")  # fmt: skip
+
+
+# the cooperation.md sections that hold each answer's evidence (page.py titles its sections with these)
+EVIDENCE = {
+    "count01": "1. Count01: a pseudo-ensemble, or heads that solve the task only in conjunction?",
+    "skip_pair": "2. SkipPair: superposition, or a division of labour?",
+    "compete": "3. Compete: which heads push against the answer?",
+}
 
 
 def count01(answer: pd.DataFrame, link: str) -> Answer:
@@ -83,8 +91,23 @@ def skip_pair(answer: pd.DataFrame, link: str) -> Answer:
     return Answer("The SkipPair post asks", f'is this superposition, "{SUPERPOSITION}"?', text, link)
 
 
-def read(results: Path) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
-    """(count01_answer, skip_pair_answer) from `results/cooperation/`, None where a table is missing."""
+def from_tables(results: Path, questions: tuple[str, ...], page: str = "") -> list[Answer]:
+    """The answers to `questions` (keys of EVIDENCE) from the tables under `results` (docs/results), each
+    linked to its section of cooperation.md (`page`: the path to it from the page shown, "" on itself); a
+    question whose tables are missing (a quick run) is left out."""
     folder = results / "cooperation"
     load = lambda name: pd.read_csv(folder / f"{name}.csv") if (folder / f"{name}.csv").exists() else None  # noqa: E731
-    return load("count01_answer"), load("skip_pair_answer")
+    link = lambda key: page + anchor(EVIDENCE[key])  # noqa: E731
+    out = []
+    for key in questions:
+        if key == "count01" and (table := load("count01_answer")) is not None:
+            out.append(count01(table, link(key)))
+        elif key == "skip_pair" and (table := load("skip_pair_answer")) is not None:
+            out.append(skip_pair(table, link(key)))
+        elif key == "compete" and (summary := load("count01_mechanisms")) is not None:
+            two = load("two_layer_mechanisms")
+            table1 = results / "count01" / "table1.csv"
+            out.append(compete(summary, two if two is not None else summary.iloc[:0],
+                               pd.read_csv(table1) if table1.exists() else None, link(key),
+                               legacy="independent" in summary.columns))  # fmt: skip
+    return out

@@ -22,7 +22,7 @@ from experiments.cooperation.quotes import (
 from experiments.robustness.page import REGISTRY_SAYS, default_verdicts, short_verdicts, with_registry
 from headcoop.analysis.mechanisms.cooperation import MECHANISMS
 from headcoop.analysis.mechanisms.definitions import definitions
-from headcoop.pages import Claim, Section, Table, Text, anchor, render
+from headcoop.pages import Claim, Section, Table, Text, render
 
 HERE = Path(__file__).resolve().parent
 MECHS = list(MECHANISMS)
@@ -176,7 +176,7 @@ def section_count01(summary: pd.DataFrame, pairs: pd.DataFrame, heads: pd.DataFr
                          shipped[shipped.mechanism == "undetermined"].drop_duplicates("flips_under").head(3)])[
         ["head_a", "head_b", "mechanism", "agreement", "primary_word", "by_ablation", "flips_under", "matters", "or",
          "and", "a_only", "b_only", "interaction"]]  # fmt: skip
-    return Section("1. Count01: a pseudo-ensemble, or heads that solve the task only in conjunction?", (
+    return Section(answers.EVIDENCE["count01"], (
         Text(f"**Paper** (abstract): \"{QUESTION}\"; its answer: \"{FINDING}\"."),
         *answer_blocks(answer),
         Text("**Here**: the shipped model and the primary configuration (16 heads) trained over seeds with the "
@@ -313,7 +313,7 @@ def section_skip_pair(mech: pd.DataFrame, ctx: pd.DataFrame, shipped_measures: p
         + "; ".join(f"{by_d.loc[5, f'only correct | {r}']:.0%} at d_head 5 and {by_d.loc[1, f'only correct | {r}']:.0%} "
                     f"at d_head 1 reading *{r}*" for r in READINGS) + "."
     )  # fmt: skip
-    return Section("2. SkipPair: superposition, or a division of labour?", (
+    return Section(answers.EVIDENCE["skip_pair"], (
         Text(f"**Post**: \"{INTERFERE}\"; \"{ONLY_CORRECT}\"; \"{DISTRIBUTE}\"; \"{SUPERPOSE}\"; \"{LEAST_FAVOURITE}\"; "
              f"\"{ONE_HEAD}\""),
         Text("**Here**: two-head models with d_head 5 and d_head 1, trained over seeds with the SkipPair "
@@ -409,7 +409,7 @@ def section_compete(summary: pd.DataFrame, heads: pd.DataFrame, two_layer: pd.Da
     verdict = "a question, so no verdict; the answer here: " + (
         "(a) no competition at inference in one layer" if one_n == 0 else f"(a) {one_n} competing heads in one layer") + \
         "; (c) mixed (the Table 1 metrics disagree in sign)"  # fmt: skip
-    return Section("3. Compete: which heads push against the answer?", tuple(blocks),
+    return Section(answers.EVIDENCE["compete"], tuple(blocks),
                    claims=(Claim("3", TITLE, measured, verdict),))
 
 
@@ -496,12 +496,9 @@ def build(out: Path = Path(__file__).resolve().parents[2] / "docs" / "results") 
     claims = with_registry([c for part in sections for c in part.claims], verdicts, short)
     timing_path = tables / "timing.json"
     timing = json.loads(timing_path.read_text()) if timing_path.exists() else None
-    count01_answer, skip_pair_answer = answers.read(out)
-    shown = [answers.count01(count01_answer, anchor(sections[0].title)) if count01_answer is not None else None,
-             answers.compete(summary, two_layer, table1, anchor(sections[2].title), legacy=MECHS == LEGACY_MECHS),
-             answers.skip_pair(skip_pair_answer, anchor(sections[1].title)) if skip_pair_answer is not None else None]
+    shown = answers.from_tables(out, ("count01", "compete", "skip_pair"))
     page = render(
-        "page.md.j2", HERE, timing=timing, answers=[a for a in shown if a is not None], title="Cooperate, compete or superpose? The mechanism of every pair of heads in the toy models",
+        "page.md.j2", HERE, timing=timing, answers=shown, title="Cooperate, compete or superpose? The mechanism of every pair of heads in the toy models",
         source_name="source", claims=claims,
         claims_note="Every verdict is the claim registry's (`experiments/claims.py`), the same on every page: the "
                     "claim's logical form, then in one sentence its favoured reading's verdict in the default setup, what flips "

@@ -18,6 +18,7 @@ import pandas as pd
 
 from experiments.count01.common import DEFAULT_OUT, Settings, fmt
 from experiments.count01.quotes import PAPER_R, QUOTES
+from experiments.cooperation import answers
 from experiments.robustness.page import REGISTRY_SAYS, across_setups, default_verdicts, registry_rows, short_verdicts, with_registry
 from headcoop.pages import Claim, FigureFile, Section, Table, Text, render
 
@@ -715,7 +716,7 @@ def build(out: Path = DEFAULT_OUT.parent, quick: bool = False, tables: Path | No
     page = render(
         "page.md.j2", HERE,
         title='Count01: "Do Attention Heads Compete or Cooperate during Counting?" reproduced',
-        source_name="paper",
+        source_name="paper", answers=answers.from_tables(tables.parent, ("count01", "compete"), "cooperation.md"),
         claims=with_registry(shown + registry_rows(tables.parent / "robustness", "count01", shown),
                              default_verdicts(tables.parent / "robustness", "count01"),
                              short_verdicts(tables.parent / "robustness", "count01")),

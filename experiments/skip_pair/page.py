@@ -16,6 +16,7 @@ import pandas as pd
 import headcoop as hc
 from experiments.skip_pair.exp_runs import SPLIT_THRESHOLD
 from experiments.skip_pair.quotes import QUOTES
+from experiments.cooperation import answers
 from experiments.robustness.page import REGISTRY_SAYS, across_setups, default_verdicts, registry_rows, short_verdicts, with_registry
 from headcoop.pages import Claim, Details, FigureFile, Section, Table, Text, render
 from headcoop.studies.skip_pair import ORDERING_KINDS
@@ -431,7 +432,7 @@ def write(
     page = render(
         "page.md.j2", HERE,
         title="SkipPair: the OV-coherent toy model of attention-head superposition, reproduced",
-        source_name="post",
+        source_name="post", answers=answers.from_tables(out, ("skip_pair",), "cooperation.md"),
         claims=with_registry(records + registry_rows(grid, "skip_pair", records), default_verdicts(grid, "skip_pair"),
                              short_verdicts(grid, "skip_pair")),
         claims_note="Rows whose section is *robustness.md* are claims no section below tests, measured by the "
