@@ -883,11 +883,17 @@ REGISTRY: tuple[ClaimEntry, ...] = (
     ), "skip_pair"),
     ClaimEntry("caption", S["caption"], POST, "universal", (
         banded("learnt: signal accuracy >=", SOLVED, (0.8, 0.99), lambda f: Reading(
-            "every pair type", f"(model, pair type) of solved (signal accuracy >= {f:g}) 2-head, d_head 5 models where "
-            "both heads push the correct completion above their mean over the 10 completions",
+            "every pair type, every seed", f"(model, pair type) of skip_pair.md's solved (signal accuracy >= {f:g}) "
+            "2-head, d_head 5 runs (all its seeds, not the grid's few: one counterexample fails a universal claim) "
+            "where both heads push the correct completion above their mean over the 10 completions",
+            lambda t: count(_runs(t, 2, 5, f).correct_up_both.sum(), 10 * len(_runs(t, 2, 5, f)), "(model, pair type)",
+                            None if len(_runs(t, 2, 5, f)) else "no model of this shape learnt the task"),
+            table="skip_pair/runs", favoured="\"for any given pair of inputs\": universal, over every model trained")),
+        banded("learnt: signal accuracy >=", SOLVED, (0.8, 0.99), lambda f: Reading(
+            "every pair type", f"(model, pair type) of solved (signal accuracy >= {f:g}) 2-head, d_head 5 models of "
+            "the robustness grid where both heads push the correct completion above their mean over the 10 completions",
             lambda t: count(_solved(t, D5, f).correct_up_both.sum(), 10 * len(_solved(t, D5, f)), "(model, pair type)",
-                            _mechanism_untestable(_solved(t, D5, f))),
-            favoured="\"for any given pair of inputs\": universal")),
+                            _mechanism_untestable(_solved(t, D5, f))))),
         Reading("every context", "signal contexts (every input a pair type; `Task.mechanism_inputs`) of "
                 "cooperation.md's d_head 5 seeds where both heads' centered DLA on the answer is > 0",
                 _contexts("answer_up_both", "contexts"), table="cooperation/skip_pair_contexts",
