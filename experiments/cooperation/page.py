@@ -247,7 +247,9 @@ def _skip_pair_signature(mech: pd.DataFrame, shipped_measures: pd.DataFrame | No
             Table(joined, digits=3))
 
 
-def section_skip_pair(mech: pd.DataFrame, ctx: pd.DataFrame, shipped_measures: pd.DataFrame | None = None) -> Section:
+def section_skip_pair(mech: pd.DataFrame, ctx: pd.DataFrame, shipped_measures: pd.DataFrame | None = None,
+                      answer: pd.DataFrame | None = None) -> Section:  # fmt: skip
+    d1 = answer[answer.d_head == 1].iloc[0] if answer is not None and (answer.d_head == 1).any() else None
     seeds = mech[mech.seed.notna()]
     rows = []
     for (d_head, how), part in seeds.groupby(["d_head", "how"], sort=False):
@@ -302,9 +304,13 @@ def section_skip_pair(mech: pd.DataFrame, ctx: pd.DataFrame, shipped_measures: p
         f"{five.median_only_answer:.0%} of those, and the heads attend to different signal tokens in "
         f"{five.median_distributed:.0%} of the contexts (at most 75% can differ: a quarter of the contexts repeat "
         f"one token). At d_head 1 {int(one.rank_1_heads)} of {2 * int(one.seeds)} heads write one fixed vector "
-        "scaled by the attended token (rank 1: W_O W_U of a one-dimensional head), so no head there can write "
-        "different sets of completions for different sources (the post's \"bottleneck superposition\", a "
-        "different thing from the hierarchical mechanism it describes at d_head 5). Necessity, for contrast: at "
+        "scaled by a signed number set by the attended token (rank 1: W_O W_U of a one-dimensional head): such a "
+        "head writes to the vector's positive part or, when the sign flips, to its negative part, so it can write "
+        "two different sets of completions for different sources and never more" + (
+        f" (the shipped d_head 1 heads' writes depend on tokens they do not attend to on {d1.conditional_a:.0%} and "
+        f"{d1.conditional_b:.0%} of the inputs, `skip_pair_answer.csv`)" if d1 is not None else "") + "; the post's "
+        "\"bottleneck superposition\" is a different thing from the hierarchical mechanism it describes at d_head "
+        "5. Necessity, for contrast: at "
         f"d_head 5 each head alone answers a median {five.median_a_only:.0%} and {five.median_b_only:.0%} of the "
         f"contexts where the pair matters and both are needed on {five.median_and:.0%}; the post's own \"{LEAST_FAVOURITE}\" "
         "says one head alone answers some contexts, so necessity is not part of the word. The readings of *writes "
@@ -326,6 +332,11 @@ def section_skip_pair(mech: pd.DataFrame, ctx: pd.DataFrame, shipped_measures: p
              "`rank_1_heads`: heads whose map from attended token to writes has rank 1."),
         Table(verbs, digits=3),
         Table(shipped, digits=3),
+        *((Text("The shipped checkpoints were trained with the seeds' recipe at seeds " + " and ".join(
+            f"{int(r.train_seed)} (d_head {int(r.d_head)})" for r in shipped_measures.itertuples() if r.n_heads == 2)
+            + " (`skip_pair/shipped.csv`, `train_seed`): their rows repeat those seeds' models and are not further "
+            "evidence; the counts over seeds above include them once."),)
+          if shipped_measures is not None and "train_seed" in shipped_measures else ()),
         *_skip_pair_signature(mech, shipped_measures),
         Text("**Superposition evidence per context**, all seeds pooled (`skip_pair_contexts.csv`). A head *writes "
              "to* an output, by reading: hc.cooperation's (its DLA above a tenth of its largest on the context, "
@@ -487,7 +498,7 @@ def build(out: Path = Path(__file__).resolve().parents[2] / "docs" / "results") 
     sections = [section_count01(summary, pairs, heads, optional(out / "count01" / "ensemble_models.csv"),
                                 optional(tables / "count01_answer.csv")),
                 section_skip_pair(read("skip_pair_mechanisms"), read("skip_pair_contexts"),
-                                  optional(out / "skip_pair" / "shipped.csv")),
+                                  optional(out / "skip_pair" / "shipped.csv"), optional(tables / "skip_pair_answer.csv")),
                 section_compete(summary, heads, two_layer, table1),
                 section_two_layer(two_layer, read("two_layer_heads"), read("two_layer_paths"), read("two_layer_composition"),
                                   read("two_layer_backup") if (tables / "two_layer_backup.csv").exists() else None)]  # fmt: skip

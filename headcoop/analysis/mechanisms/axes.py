@@ -125,7 +125,8 @@ def conditional_rank(dla: Float[Tensor, "batch output"], source: Int[Tensor, " b
     """The rank of what a head writes as a function of the source token it attends to: the matrix of its
     mean contributions over the completions (one row per attended source token), counting singular values
     of at least `tol` times the largest. A head whose map from attended sources to outputs has rank 1 writes
-    one fixed pattern scaled up or down, so it cannot write different sets of outputs for different sources."""
+    one fixed pattern scaled by a signed number: to the pattern's positive part, or with the sign flipped to
+    its negative part, so at most two different sets of outputs for different sources."""
     rows = [dla[source == s].double().mean(0) for s in source.unique().tolist()]
     matrix = torch.stack(rows)
     values = torch.linalg.svdvals(matrix)
