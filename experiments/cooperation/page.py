@@ -115,7 +115,8 @@ def answer_blocks(answer: pd.DataFrame | None) -> tuple:
 
 
 def section_count01(summary: pd.DataFrame, pairs: pd.DataFrame, heads: pd.DataFrame,
-                    ensemble: pd.DataFrame | None = None, answer: pd.DataFrame | None = None) -> Section:
+                    ensemble: pd.DataFrame | None = None, answer: pd.DataFrame | None = None,
+                    draws: pd.DataFrame | None = None) -> Section:  # fmt: skip
     acc = summary[summary.metric == "accuracy"]
     mean = acc[acc.how == "mean"]
     active = active_pairs(heads, pairs)
@@ -157,7 +158,7 @@ def section_count01(summary: pd.DataFrame, pairs: pd.DataFrame, heads: pd.DataFr
            "already carries the decision. So the pseudo-ensemble reading holds when a missing head is read as "
            "absent (zero) and not when it is read as average (mean); neither source fixes which. "
            if zero_holds != mean_holds else "")
-        + _empty_note(acc)
+        + _empty_note(acc, draws)
         + f"Over the reading family (the four ablations, {int(fam.readings.iloc[0])} readings per model) the model's "
         f"word is {_counts(fam.mechanism)}; the median share of readings giving the most common word is "
         f"{fam.agreement.median():.0%}, and what flips it, per model: "
@@ -204,15 +205,19 @@ def section_count01(summary: pd.DataFrame, pairs: pd.DataFrame, heads: pd.DataFr
     ), claims=(claim,))
 
 
-def _empty_note(acc: pd.DataFrame) -> str:
+def _empty_note(acc: pd.DataFrame, draws: pd.DataFrame | None = None) -> str:
     """What the model answers with every head ablated, per ablation (a pair can matter only where that is wrong)."""
     shipped = acc[acc.model == "shipped"].set_index("how")
     if "v_empty" not in shipped or not len(shipped):
         return ""
     parts = ", ".join(f"{shipped.loc[h, 'v_empty']:.0%} under {h}" + ("" if h == "family" else " ablation")
                       for h in ("zero", "mean") if h in shipped.index)
+    spread = (f"; over {len(draws)} reference draws of `hc.ablate`'s mean the head-free model is right on "
+              f"{draws.answer_acc.min():.0%}-{draws.answer_acc.max():.0%} and answers '4' on {draws.says_4.min():.0%}-"
+              f"{draws.says_4.max():.0%}, so one draw can test mostly one class, as zero ablation does "
+              "(`count01/ablation_all_draws.csv`)" if draws is not None else "")
     return (f"With every head ablated the shipped model is still right on {parts} (the first draw of the reference "
-            "for mean): a pair can matter, and *either alone answers* be tested, only on the other inputs; under zero "
+            f"for mean{spread}): a pair can matter, and *either alone answers* be tested, only on the other inputs; under zero "
             "ablation those are the strings the head-free model gets wrong. ")
 
 
@@ -496,7 +501,7 @@ def build(out: Path = Path(__file__).resolve().parents[2] / "docs" / "results") 
     two_layer = read("two_layer_mechanisms")
     optional = lambda path: pd.read_csv(path) if path.exists() else None  # noqa: E731
     sections = [section_count01(summary, pairs, heads, optional(out / "count01" / "ensemble_models.csv"),
-                                optional(tables / "count01_answer.csv")),
+                                optional(tables / "count01_answer.csv"), optional(out / "count01" / "ablation_all_draws.csv")),
                 section_skip_pair(read("skip_pair_mechanisms"), read("skip_pair_contexts"),
                                   optional(out / "skip_pair" / "shipped.csv"), optional(tables / "skip_pair_answer.csv")),
                 section_compete(summary, heads, two_layer, table1),

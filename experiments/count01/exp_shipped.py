@@ -165,6 +165,28 @@ def logits(s: Settings) -> pd.DataFrame:
 
 
 @torch.no_grad()
+def all_heads_over_draws(s: Settings, draws: int = 8) -> pd.DataFrame:
+    """Every head of the shipped model mean-ablated at once, per reference draw (draw 0: `ablation`'s
+    reference, task.sample(n_reference, seed=0); draw d: seed d): answer and [EOS] accuracy and the share of
+    strings the head-free model answers '4' or '5', so one draw's value is never shown as the value."""
+    model = hc.load("count01")
+    task = hc.Count01()
+    batch = task.sample(s.n_ablation, seed=3)
+    four, five = (task.vocab.index(t) for t in ("4", "5"))
+    rows = []
+    for d in range(draws):
+        reference = task.sample(s.n_reference, seed=d)
+        with hc.ablate(model, heads=list(range(model.cfg.n_heads)), how="mean", reference=reference):
+            out = model(batch.tokens)
+        correct = task.correct(out, batch)
+        said = out[torch.arange(len(batch.tokens)), batch.answer_pos].argmax(-1)
+        rows.append(dict(draw=d, reference_seed=d, answer_acc=correct[:, 0].float().mean().item(),
+                         eos_acc=correct[:, 1].float().mean().item(), says_4=(said == four).float().mean().item(),
+                         says_5=(said == five).float().mean().item()))  # fmt: skip
+    return write_table(pd.DataFrame(rows), s.out, "ablation_all_draws")
+
+
+@torch.no_grad()
 def ablation(s: Settings) -> pd.DataFrame:
     """Per head: zero / mean ablation and scaling (x0.5, x2); uniform aggregation; cumulative ablation."""
     model = hc.load("count01")

@@ -606,13 +606,20 @@ def section_ablation(t: Tables, s: Settings, rel: str) -> Section:
     k_big = cum[(cum.order == "largest readout first") & (cum.answer_acc < 0.99)]
     every = cum[cum.ablated == cum.ablated.max()]
     everything = every.iloc[0] if len(every) else None
+    draws = t["ablation_all_draws"] if t.has("ablation_all_draws") else None
     aggregate_split = registry_split("count01", "aggregate", t.out.parent / "robustness", "heads-only readout")
     lines[-1] += (
         (f"uniform weighting drops the answer accuracy to {fmt(uni.answer_acc)} and `[EOS]` to {fmt(uni.eos_acc)}: "
          "the model's non-uniform aggregation is causally needed, supporting the paper. " if nonuni else
          f"uniform weighting keeps answer accuracy {fmt(uni.answer_acc)} and `[EOS]` {fmt(uni.eos_acc)}. "
          + (f"That cannot test the claim on this model: with all {int(everything.ablated)} heads mean-ablated the "
-            f"answer accuracy is {fmt(everything.answer_acc)} and `[EOS]` still {fmt(everything.eos_acc)}, so the syntax "
+            + (f"answer accuracy is {fmt(draws.answer_acc.min())}-{fmt(draws.answer_acc.max())} over {len(draws)} "
+               f"reference draws ({fmt(everything.answer_acc)} for the draw above; the head-free model answers '4' on "
+               f"{draws.says_4.min():.0%}-{draws.says_4.max():.0%} of the strings, depending on the draw: "
+               "`ablation_all_draws.csv`) and `[EOS]` still "
+               f"{fmt(draws.eos_acc.min())}" if draws is not None else
+               f"answer accuracy is {fmt(everything.answer_acc)} and `[EOS]` still {fmt(everything.eos_acc)}")
+            + ", so the syntax "
             "needs no head here and no weighting of heads could matter to it (the claim registry's *not testable "
             "here*). The setup where it is testable is the heads-only readout, the source's architecture "
             "(\"Head outputs are concatenated and projected to logits\"); there the readings split: "

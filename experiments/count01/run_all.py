@@ -64,6 +64,7 @@ def main(argv=None) -> int:
         timed("shipped model: intervention sweep", exp_shipped.intervention, s)
         timed("shipped model: logit analysis", exp_shipped.logits, s)
         timed("shipped model: ablation and amplification", exp_shipped.ablation, s)
+        timed("shipped model: every head mean-ablated, per reference draw", exp_shipped.all_heads_over_draws, s)
     if "isolation" in args.only:
         timed("Table 1: joint vs isolated heads", exp_models.isolation, s)
     if "minimal" in args.only:
