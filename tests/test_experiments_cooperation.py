@@ -45,3 +45,19 @@ def test_notebook_executes():
     NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(FOLDER)}}).execute()
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
     assert not errors
+
+
+def test_figures_are_drawn_and_agree_with_the_instrument(tmp_path):
+    """The same-computation figure's correlations are hc.cooperation's (its r_min over active heads), and
+    both figures are written as HTML (PNG where kaleido can export)."""
+    import headcoop as hc
+    from experiments.cooperation import figures
+
+    drawn = figures.count01_same(tmp_path, n=256)
+    model, task = hc.load("count01"), hc.Count01()
+    same = hc.cooperation(model, inputs=task.sample(256, seed=3), how="zero", max_exact=2).same
+    assert drawn["active"] == int(same.active.sum())
+    assert abs(drawn["r_min"] - float(same.r_min_active.min())) < 1e-6
+    counted = figures.skip_pair_words(tmp_path, draws=1)  # readings drawn per checkpoint
+    assert counted["skip-pair"] == len(hc.cooperation(hc.load("skip-pair"), draws=1).words.columns) > 0
+    assert (tmp_path / "count01_same.html").exists() and (tmp_path / "skip_pair_words.html").exists()

@@ -9,6 +9,7 @@ from `page.md.j2`.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from experiments.cooperation.quotes import (
 from experiments.robustness.page import REGISTRY_SAYS, default_verdicts, short_verdicts, with_registry
 from headcoop.analysis.mechanisms.cooperation import MECHANISMS
 from headcoop.analysis.mechanisms.definitions import definitions
-from headcoop.pages import Claim, Section, Table, Text, render
+from headcoop.pages import Claim, FigureFile, Section, Table, Text, render
 
 HERE = Path(__file__).resolve().parent
 MECHS = list(MECHANISMS)
@@ -507,6 +508,13 @@ def build(out: Path = Path(__file__).resolve().parents[2] / "docs" / "results") 
                 section_compete(summary, heads, two_layer, table1),
                 section_two_layer(two_layer, read("two_layer_heads"), read("two_layer_paths"), read("two_layer_composition"),
                                   read("two_layer_backup") if (tables / "two_layer_backup.csv").exists() else None)]  # fmt: skip
+    figures = {0: ("count01_same", "The same-computation evidence (shipped Count01): every head's direct push on "
+                       "logit('5') - logit('4') against the string's evidence, and the active heads' pairwise r"),
+               1: ("skip_pair_words", "The SkipPair checkpoints' pair word under every reading, per ablation kind")}
+    for i, (name, caption) in figures.items():
+        if (tables / f"{name}.html").exists():  # drawn by `python -m experiments.cooperation.figures`
+            figure = FigureFile(name, caption, folder="cooperation", png=(tables / f"{name}.png").exists())
+            sections[i] = dataclasses.replace(sections[i], blocks=(*sections[i].blocks[:2], figure, *sections[i].blocks[2:]))
     verdicts = {**default_verdicts(out / "robustness", "count01"), **default_verdicts(out / "robustness", "skip_pair")}
     short = {**short_verdicts(out / "robustness", "count01"), **short_verdicts(out / "robustness", "skip_pair")}
     claims = with_registry([c for part in sections for c in part.claims], verdicts, short)

@@ -38,6 +38,11 @@ def main(argv=None) -> int:
         step(s)
         steps[name] = round(time.perf_counter() - t, 1)
         print(f"[cooperation] {name}: {steps[name]:.1f} s", flush=True)
+    if not args.quick:  # the page's figures (seconds; a quick run's page goes without them)
+        from experiments.cooperation import figures
+
+        figures.count01_same(s.out)
+        figures.skip_pair_words(s.out, draws=s.draws)
     timing = dict(total_s=round(time.perf_counter() - start, 1), steps=steps, cores=os.cpu_count(),
                   threads=torch.get_num_threads(), quick=args.quick)  # fmt: skip
     (s.out / "timing.json").write_text(json.dumps(timing, indent=1) + "\n")
