@@ -559,6 +559,7 @@ def _superposed(which: str, how: str) -> Callable[[pd.DataFrame], Outcome]:
 
 SUMMARY = "count01-paper-summary.md"
 POST = "ov-coherent-skip-pair-post.md"
+ABSTRACT = "count01-paper-abstract.md"
 D5, D1, ONE = "2 heads, d_head 5", "2 heads, d_head 1", "1 head, d_head 4"
 
 REGISTRY: tuple[ClaimEntry, ...] = (
@@ -571,6 +572,21 @@ REGISTRY: tuple[ClaimEntry, ...] = (
             ("share of successful heads", "heads", "every head of the grid's primary models", "the quote gives the share"),
             ("share of successful heads, count01.md's models", "count01/primary_heads", "count01.md's primary models", ""))),
         "count01"),
+    ClaimEntry("individually", "Heads individually learn to solve the main task", ABSTRACT, "typical", tuple(
+        banded_by(lambda floor, name=name, column=column, table=table, rule=rule, favoured=favoured: Reading(
+            name, f"heads of {rule} that solve the count alone: {column} >= {floor:g}",
+            lambda t, column=column, floor=floor: count(int((t[column] >= floor).sum()), len(t), "heads"),
+            table=table, favoured=favoured),
+            floor=FLOOR)
+        for name, column, table, rule, favoured in (
+            ("most heads separate alone", "s_acc", "heads", "the grid's primary models",
+             "\"individually learn to solve\": the paper's own per-head measure, separation accuracy"),
+            ("most heads separate alone, count01.md's models", "s_acc", "count01/primary_heads",
+             "count01.md's primary models", ""),
+            ("most heads answer alone", "l_acc", "heads", "the grid's primary models, read by the output layer "
+             "(l_acc, with the constant terms every pass has)", ""))),
+        "count01", note="The abstract's clause, judged on its own (the whole sentence, with its aggregation clause, "
+        "is judged by the aggregation claim's row); typical: more than half of the heads."),
     ClaimEntry("exploit", C["exploit"], SUMMARY, "existence", tuple(
         banded_by(lambda floor, gap, name=name, table=table, rule=rule, favoured=favoured: Reading(
             name, f"successful heads (s_acc >= {floor:g}) of {rule} that the output layer reads alone worse than they "
@@ -1022,7 +1038,6 @@ UNTESTED: tuple[tuple[str, str, str], ...] = (
 )
 
 
-ABSTRACT = "count01-paper-abstract.md"
 
 # The same claims said again elsewhere in the sources (summary sections, the abstract's key results, the post's key
 # takeaways): {registry key: ((verbatim words, source), ...)}. Each is judged by that key's row; robustness.md

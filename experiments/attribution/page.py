@@ -79,6 +79,11 @@ def build(out: Path = DEFAULT_OUT) -> Path:
         "",
         "## Accuracy per model and component",
         "",
+        *((["![Attribution estimates against exact patching](attribution/estimate_vs_exact.png)", ""]
+           if (folder / "estimate_vs_exact.png").exists() else [])
+          + ["*Every cell's estimate against its exact effect, for the components z and resid_pre* ([interactive: "
+             "estimate_vs_exact.html](attribution/estimate_vs_exact.html); points in `estimates.csv`)", ""]
+          if (folder / "estimate_vs_exact.html").exists() else []),
         Table(_summary(acc), 3).markdown(),
         "",
         "## Per component, over the models",

@@ -93,10 +93,40 @@ def cell_name(result, flat: int) -> str:
     return name + (f" pos {pos}" if pos is not None else "")
 
 
+SCATTERED = ("z", "resid_pre")  # the components whose every cell the scatter figure shows
+
+
+def draw_scatter(points: pd.DataFrame, folder: Path) -> list[str]:
+    """estimate_vs_exact: each estimator's estimate of every cell's effect against exact patching's, one panel
+    per (model, component), with the line y = x (HTML, and PNG where kaleido can export)."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    from headcoop.plot import TEMPLATE, save_figure
+
+    panels = list(dict.fromkeys(zip(points.model, points.component)))
+    fig = make_subplots(rows=1, cols=len(panels), subplot_titles=[f"{m}: {c}" for m, c in panels])
+    colours = {"atp": "#d62728", "atp*": "#1f77b4", "ig": "#2ca02c"}
+    for j, (model, component) in enumerate(panels):
+        part = points[(points.model == model) & (points.component == component)]
+        low, high = float(min(part.exact.min(), part.estimate.min())), float(max(part.exact.max(), part.estimate.max()))
+        fig.add_trace(go.Scatter(x=[low, high], y=[low, high], mode="lines", line=dict(color="grey", dash="dot"),
+                                 name="y = x", showlegend=j == 0, legendgroup="y=x"), 1, j + 1)  # fmt: skip
+        for method, colour in colours.items():
+            m = part[part.method == method]
+            fig.add_trace(go.Scatter(x=m.exact, y=m.estimate, mode="markers", name=method, legendgroup=method,
+                                     marker=dict(size=4, color=colour, opacity=0.6), showlegend=j == 0), 1, j + 1)  # fmt: skip
+        fig.update_xaxes(title_text="exact effect (hc.patch)", row=1, col=j + 1)
+    fig.update_yaxes(title_text="estimated effect", row=1, col=1)
+    fig.update_layout(template=TEMPLATE, height=420, title="Attribution estimates against exact patching, every cell "
+                      "(position x head or layer)<br><sup>gradient estimates, no verification pass (verify=0)</sup>")  # fmt: skip
+    return save_figure(fig, folder, "estimate_vs_exact", width=350 * len(panels) + 200, height=420)
+
+
 def main(out: Path, n: int, quick: bool) -> dict:
     setup(threads=torch.get_num_threads())
     start = time.time()
-    rows, misses = [], []
+    rows, misses, points = [], [], []
     for name, (model, clean, corrupt, metric) in models(n, quick).items():
         components = ["z", "q", "k", "v", "pattern", "resid_pre", "attn_out"] + ([] if model.cfg.attn_only else ["mlp_out"])
         for component in components:
@@ -116,6 +146,11 @@ def main(out: Path, n: int, quick: bool) -> dict:
                                  forward_equivalents=result.cost["estimate"]))  # fmt: skip
             plain, star, fix = (results[m].compare(exact) for m in ("atp", "atp*", "atp* (QK fix only)"))
             effect = (exact.values - results["atp"].target_value).reshape(-1)
+            if component in SCATTERED:  # every cell's estimate beside its exact effect, for the scatter figure
+                for method in ("atp", "atp*", "ig"):
+                    estimate = results[method].effect.reshape(-1)
+                    points += [dict(model=name, component=component, method=method, exact=float(x), estimate=float(y))
+                               for x, y in zip(effect.tolist(), estimate.tolist())]  # fmt: skip
             for flat in plain["missed"]:
                 misses.append(dict(model=name, component=component, cell=cell_name(exact, flat),
                                    exact_effect=float(effect[flat]),
@@ -129,6 +164,8 @@ def main(out: Path, n: int, quick: bool) -> dict:
     write_table(pd.DataFrame(misses, columns=["model", "component", "cell", "exact_effect", "atp_estimate",
                                               "atp_star_estimate", "recovered_by_atp_star", "recovered_by_qk_fix_only"]),
                 folder, "misses")  # fmt: skip
+    write_table(pd.DataFrame(points), folder, "estimates")
+    draw_scatter(pd.DataFrame(points), folder)
     timing = {"seconds": round(time.time() - start, 1), "inputs": n, "quick": quick, "threads": torch.get_num_threads()}
     (folder / "timing.json").write_text(json.dumps(timing, indent=1))
     from experiments.attribution.page import build

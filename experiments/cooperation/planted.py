@@ -16,6 +16,7 @@ from pathlib import Path
 
 import headcoop as hc
 from headcoop.analysis.mechanisms.cooperation import MECHANISMS
+from headcoop.analysis.mechanisms.definitions import definitions
 from headcoop.tasks.bench import BENCH, LOGIT_DIFF_TRUTH, SAME
 from headcoop.tasks.planted import PLANTED
 
@@ -54,6 +55,36 @@ def _blind_everywhere(row) -> bool:
     """Whether every ablation of the pair's readings abstained ("zero: cannot see it; ..."): the truth is one
     the instrument cannot measure under these readings, an abstention rather than a word."""
     return all(part.endswith("cannot see it") for part in row.by_ablation.split("; "))
+
+
+def confusion_figure(confusion: dict, folder: Path) -> list[str]:
+    """confusion.csv (metric, ablation, truth, named, count) and a heatmap per (metric, ablation), truth rows
+    against named columns, into `folder` (HTML, and PNG where kaleido can export); the files written."""
+    import pandas as pd
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    from headcoop.plot import TEMPLATE, save_figure
+
+    folder.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame([dict(metric=m, ablation=h, truth=t, named=n, count=c) for (m, h), counts in confusion.items()
+                  for (t, n), c in sorted(counts.items())]).to_csv(folder / "confusion.csv", index=False)  # fmt: skip
+    truths = [c for c in COLUMNS if any(t == c for counts in confusion.values() for t, _ in counts)]
+    fig = make_subplots(rows=len(METRICS), cols=len(HOWS), shared_yaxes=True, vertical_spacing=0.2,
+                        subplot_titles=[f"{m}, {h}" for m in METRICS for h in HOWS])  # fmt: skip
+    for i, metric in enumerate(METRICS):
+        for j, how in enumerate(HOWS):
+            counts = confusion[(metric, how)]
+            z = [[counts[(t, n)] for n in COLUMNS] for t in truths]
+            fig.add_trace(go.Heatmap(z=z, x=list(COLUMNS), y=truths, colorscale="Blues", showscale=False,
+                                     text=[[str(v) if v else "" for v in row] for row in z], texttemplate="%{text}",
+                                     hovertemplate="truth %{y}, named %{x}: %{z}<extra></extra>"), i + 1, j + 1)  # fmt: skip
+    fig.update_xaxes(tickangle=45, tickfont=dict(size=9))
+    fig.update_yaxes(autorange="reversed", tickfont=dict(size=9))
+    fig.update_layout(template=TEMPLATE, height=900, title="hc.cooperation on the planted models and the bench: truth "
+                      "(rows) against the word named (columns)<br><sup>counts of (model, pair, weight-noise seed); "
+                      "the diagonal is right; undetermined and cannot see are abstentions</sup>")  # fmt: skip
+    return save_figure(fig, folder, "confusion", width=1500, height=900)
 
 
 def main() -> None:
@@ -110,6 +141,11 @@ def main() -> None:
              "## Confusion (truth rows, named columns), without noise and with 0.01 weight noise (3 seeds)", "",
              "Confident wrong words (named neither the truth nor undetermined), per metric and ablation: "
              + "; ".join(f"{m}, {h}: {wrong_words[(m, h)]}" for m in METRICS for h in HOWS) + ".", ""]
+    written = confusion_figure(confusion, OUT.parent / "planted")
+    if "confusion.png" in written:
+        lines += ["![truth against the word named, per metric and ablation](planted/confusion.png)", ""]
+    lines += ["*Truth against the word named, per metric and ablation* ([interactive: confusion.html]"
+              "(planted/confusion.html); counts in `planted/confusion.csv`)", ""]
     for (metric, how), counts in confusion.items():
         truths = sorted({t for t, _ in counts}, key=COLUMNS.index)
         lines += [f"### {metric}, {how}", "", "| truth \\ named | " + " | ".join(COLUMNS) + " |",
@@ -124,6 +160,9 @@ def main() -> None:
               "Baseline-free: each head's per-input push on the centred completion logits, no head ablated.", "",
               "| model | metric | truth | named | the summary's first sentence |", "|---|---|---|---|---|",
               *same_rows, ""]
+    lines += ["## The words, as the code reads them", "",
+              "Generated from `headcoop/analysis/mechanisms/definitions.py`, as on `cooperation.md`.", "",
+              definitions(), ""]
     lines += ["## Where the readings part, and why", "",
               "- **Resample ablation** replaces a copy head's output by the same head's output on another input: it "
               "votes for that input's answer as strongly as the head votes for this one's, so two heads that copy the "

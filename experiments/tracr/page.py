@@ -51,11 +51,22 @@ def _reference_section(folder: Path) -> list:
         "(`experiments/tracr/autocircuit.py` parses its `official_circuits` source; nothing is copied here). Its "
         "*official* / *true* circuits are meant for resample ablation, its ACDC circuits for zero ablation; each is "
         "run under its own ablation (`faithfulness`, beside our truth's under the same ablation), and each method's "
-        "edge scores are ranked against it (ROC AUC). `in_our_truth`: how many of its edges our truth holds.",
+        "edge scores are ranked against it (ROC AUC). `edges`: its edges in `hc.edges`' graph, where auto-circuit's "
+        "one *Resid Start* writer becomes both of ours (`embed` and `pos_embed`), so an edge from Resid Start counts "
+        "twice; `in_our_truth`: how many of those edges our truth holds (the rest read an embedding or a "
+        "component our truth leaves out).",
         "",
         Table(table.drop(columns=["auto_circuit"])).markdown(),
         "",
     ]
+
+
+def _figure(folder: Path, name: str, caption: str) -> list[str]:
+    """The markdown lines showing folder/name.png (when written) and linking name.html; none if not drawn."""
+    if not (folder / f"{name}.html").exists():
+        return []
+    image = [f"![{caption}](circuits/{name}.png)", ""] if (folder / f"{name}.png").exists() else []
+    return [*image, f"*{caption}* ([interactive: {name}.html](circuits/{name}.html))", ""]
 
 
 def build(out: Path = DEFAULT_OUT) -> Path:
@@ -107,6 +118,7 @@ def build(out: Path = DEFAULT_OUT) -> Path:
         "",
         Table(_pivot(edges, "auc_shown_edges").rename_axis(None, axis=1)).markdown(),
         "",
+        *_figure(folder, "roc_edges", "Each method's ROC curve against the true edges, per program (`curves.csv`)"),
         "Per program and method, with the counts and the time each took (`edges.csv`):",
         "",
         Table(edges[["program", "method", "edges", "true_edges", "shown_true_edges", "auc_edges", "auc_shown_edges",
@@ -151,6 +163,8 @@ def build(out: Path = DEFAULT_OUT) -> Path:
         "",
         _faithfulness_text(edges),
         "",
+        *_figure(folder, "faithfulness_curves", "Faithfulness of each method's top-scored edges against the share "
+                 "of edges kept, with three random circuits' mean (`curves.csv`)"),
         *_reference_section(folder),
         "## 6. What these numbers do not say",
         "",

@@ -36,7 +36,8 @@ def auc(truth: list[bool], score) -> float:
 
 def exercised(model, info: dict, clean, corrupt) -> tuple[set, set]:
     """The true edges and nodes these inputs can show: an edge whose writer's output differs between clean and
-    corrupt in a direction its reader reads; a node whose output differs at all. The rest cannot move any
+    corrupt in a direction its reader reads; a component node (the embeddings left out, as the true nodes
+    are counted) whose output differs at all. The rest cannot move any
     patch of these inputs (a length computed from inputs of one length, the positional embedding)."""
     from headcoop.analysis.edges.exact import writer_outputs
     from headcoop.analysis.edges.graph import graph, writer_name
@@ -53,7 +54,7 @@ def exercised(model, info: dict, clean, corrupt) -> tuple[set, set]:
         dims = [labels.index(x) for x in set(truth["writes"][w]) & set(truth["reads"][f"{r}.{via}"])]
         if float(delta[w][dims].max()) > 1e-6:
             edges.add((w, r, via))
-    nodes = {n for n in truth["nodes"] if float(delta[n].max()) > 1e-6}
+    nodes = {n for n in truth["nodes"] if n not in ("embed", "pos_embed") and float(delta[n].max()) > 1e-6}
     return edges, nodes
 
 
@@ -86,7 +87,7 @@ def patch_nodes(model, clean, corrupt, metric, how: str) -> pd.Series:
     return pd.Series(out)
 
 
-def run_program(name: str, n: int) -> tuple[list[dict], list[dict], dict]:
+def run_program(name: str, n: int) -> tuple[list[dict], list[dict], dict, list[dict]]:
     import headcoop as hc
     from experiments.tracr.common import inputs, load, metric_for
 
@@ -97,7 +98,7 @@ def run_program(name: str, n: int) -> tuple[list[dict], list[dict], dict]:
     shown_edges, shown_nodes = exercised(model, info, clean, corrupt)
     true_edges = {tuple(e) for e in truth["edges"]}
     true_nodes = set(truth["nodes"]) - {"embed", "pos_embed"}  # the components; the embeddings are always read
-    rows, nodes_rows = [], []
+    rows, nodes_rows, curves = [], [], []
     node_table = {}
     results = {}
     for method in EDGE_METHODS:
@@ -116,6 +117,13 @@ def run_program(name: str, n: int) -> tuple[list[dict], list[dict], dict]:
                          auc_shown_edges=auc(np.asarray(is_true)[keep], frame.score[keep]),
                          recovered_faithfulness=float(faith), recovered_true=len(recovered.edges & true_edges),
                          cpr=curve.cpr, cmd=curve.cmd, random_cpr=curve.random_cpr, seconds=seconds))  # fmt: skip
+        from sklearn.metrics import roc_curve
+
+        if 0 < sum(is_true) < len(is_true):
+            fpr, tpr, _ = roc_curve(is_true, np.abs(frame.score.to_numpy(float)))
+            curves += [dict(program=name, method=method, kind="roc", x=float(a), y=float(b)) for a, b in zip(fpr, tpr)]
+        curves += [dict(program=name, method=method, kind="faithfulness", x=float(r.fraction), y=float(r.faithfulness),
+                        random=float(r.random_mean)) for r in curve.frame.itertuples()]  # fmt: skip
         node_table["exact edges" if method == "exact" else method] = node_scores(model, frame)
         results[method] = result
     for how in ("exact node patching", "atp", "atp*"):
@@ -136,7 +144,42 @@ def run_program(name: str, n: int) -> tuple[list[dict], list[dict], dict]:
                    empty=len(truth["empty"]), true_nodes=len(true_nodes), true_edges=len(true_edges),
                    true_circuit_faithfulness=float(true_faith.frame.faithfulness.iloc[0]),
                    tracr_agreement=f"{model.checkpoint_meta['metrics']['agree']}/{model.checkpoint_meta['metrics']['inputs']}")  # fmt: skip
-    return rows, nodes_rows, summary
+    return rows, nodes_rows, summary, curves
+
+
+def draw_curves(curves: pd.DataFrame, out: Path) -> list[str]:
+    """roc_edges (each method's ROC curve of |edge score| against the true edges, per program) and
+    faithfulness_curves (faithfulness of the top-k edges against the share of edges kept, with the random
+    circuits' mean), HTML and PNG where kaleido can export."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    from headcoop.plot import TEMPLATE, save_figure
+
+    written = []
+    programs = list(dict.fromkeys(curves.program))
+    colours = dict(zip(EDGE_METHODS, ("#1f77b4", "#d62728", "#2ca02c")))
+    for kind, name, xt, yt in (("roc", "roc_edges", "false positive rate", "true positive rate"),
+                               ("faithfulness", "faithfulness_curves", "share of edges kept", "faithfulness")):  # fmt: skip
+        fig = make_subplots(rows=1, cols=len(programs), subplot_titles=programs, shared_yaxes=True)
+        for j, program in enumerate(programs):
+            part = curves[(curves.program == program) & (curves.kind == kind)]
+            for method in EDGE_METHODS:
+                m = part[part.method == method]
+                fig.add_trace(go.Scatter(x=m.x, y=m.y, mode="lines", name=method, legendgroup=method,
+                                         line=dict(color=colours[method], shape="hv" if kind == "roc" else "linear"),
+                                         showlegend=j == 0), 1, j + 1)  # fmt: skip
+            if kind == "faithfulness" and len(part):
+                m = part[part.method == EDGE_METHODS[0]]
+                fig.add_trace(go.Scatter(x=m.x, y=m.random, mode="lines", name="random circuits (mean)",
+                                         line=dict(color="grey", dash="dot"), legendgroup="random", showlegend=j == 0), 1, j + 1)  # fmt: skip
+            fig.update_xaxes(title_text=xt, row=1, col=j + 1)
+        fig.update_yaxes(title_text=yt, row=1, col=1)
+        title = ("ROC of |edge score| against the true edges (Tracr programs)" if kind == "roc" else
+                 "Faithfulness of the top-scored edges against the share kept (Tracr programs)")
+        fig.update_layout(template=TEMPLATE, title=title, height=380)
+        written += save_figure(fig, out, name, width=1500, height=380)
+    return written
 
 
 def score_reference_circuits(n: int) -> pd.DataFrame | None:
@@ -188,11 +231,12 @@ def main(argv=None) -> int:
     out = args.out / "circuits"
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    edges, nodes, programs = [], [], []
+    edges, nodes, programs, curves = [], [], [], []
     for name in NAMES:
-        e, nd, s = run_program(name, args.n)
+        e, nd, s, c = run_program(name, args.n)
         edges += e
         nodes += nd
+        curves += c
         programs.append(s)
         print(f"[circuits] {name} done", flush=True)
     tables = dict(edges=pd.DataFrame(edges), nodes=pd.DataFrame(nodes), programs=pd.DataFrame(programs))
@@ -203,6 +247,8 @@ def main(argv=None) -> int:
         (out / "auto_circuit.csv").unlink()  # our own table of an earlier run: not measured this time
     for name, frame in tables.items():
         frame.to_csv(out / f"{name}.csv", index=False)
+    pd.DataFrame(curves).to_csv(out / "curves.csv", index=False)
+    draw_curves(pd.DataFrame(curves), out)
     (out / "timing.json").write_text(json.dumps(dict(total_s=round(time.perf_counter() - started, 1),
                                                      cores=os.cpu_count(), inputs=args.n), indent=1) + "\n")
     print(f"[circuits] doc: {page.build(args.out)}")

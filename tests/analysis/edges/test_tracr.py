@@ -65,6 +65,7 @@ def test_exact_scores_rank_the_true_nodes_first_and_the_true_circuit_is_faithful
     components = [f"L{lay}H{h}" for lay in range(model.cfg.n_layers) for h in range(model.cfg.n_heads)]
     components += [f"MLP{lay}" for lay in range(model.cfg.n_layers)]
     true = set(info["truth"]["nodes"])
+    assert shown <= true - {"embed", "pos_embed"}  # the shown true nodes are counted as the true nodes are
     keep = [c for c in components if c in shown or c not in true]
     score = nodes.reindex(keep).fillna(0.0)
     value = auc([c in true for c in keep], score)
