@@ -20,7 +20,7 @@ from transformer_lens.utilities import get_act_name
 
 from headcoop.analysis.engine.ablation import describe_ablation, replacement
 from headcoop.analysis.engine.inputs import as_tokens, parse_heads
-from headcoop.analysis.engine.copies import Score, evaluate, route, target_run
+from headcoop.analysis.engine.copies import Score, route, target_run
 from headcoop.analysis.edges.path_patching import check_path_model, path_copies
 from headcoop.analysis.vocabulary import head_name
 from headcoop.results import Result
@@ -83,7 +83,7 @@ def ablate_edges(model, tokens, edges, references, metric, memory_budget_mb: flo
     chosen = route(model, "auto", "stacked", "stacked copies from the receiver's layer", "edge")
     replace = lambda key: (("head", *key[0]), means[key[1]][get_act_name("z", key[0][0])][:, :, key[0][1]])  # noqa: E731
     spec = path_copies(model, copies, deltas, target, replace, shortcut=False)
-    values = evaluate(target, spec, chosen.path, memory_budget_mb).tolist()
+    values = chosen.evaluate(target, spec, memory_budget_mb).tolist()
     rows = [dict(sender=head_name(*s), receiver=head_name(*rec), via=v, reference=r, value=x, unablated=target.value)
             for ((s, r), rec, v), x in zip(copies, values)]  # fmt: skip
     frame = pd.DataFrame(rows).sort_values(["sender", "receiver", "via", "reference"], ignore_index=True)

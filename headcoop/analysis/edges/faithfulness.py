@@ -39,7 +39,7 @@ from transformer_lens.utilities import get_act_name
 
 from headcoop.progress import with_progress
 from headcoop.analysis.engine.inputs import as_tokens, check_choice, require_model
-from headcoop.analysis.engine.copies import Copies, Target, clean_corrupt, evaluate, route, target_run
+from headcoop.analysis.engine.copies import Copies, Target, clean_corrupt, route, target_run
 from headcoop.analysis.edges.graph import (
     Reader, Writer, check_edge_model, graph, grouped, has_mlp, kv_kind, qkv_weights, reader_name, writer_name,
 )  # fmt: skip
@@ -395,7 +395,7 @@ def faithfulness(
     masks = torch.stack([mask_of(c) for c in all_circuits])
     chosen = route(model, "auto", "stacked", "stacked copies of the clean run", "circuit",
                    reference="one forward pass per circuit at TransformerLens's split inputs")  # fmt: skip
-    values = evaluate(target, circuit_copies(model, target, masks, writers, readers, reference), chosen.path,
+    values = chosen.evaluate(target, circuit_copies(model, target, masks, writers, readers, reference),
                       memory_budget_mb).double().cpu().numpy()  # fmt: skip
     empty, full = float(values[0]), float(values[1])
     span = full - empty

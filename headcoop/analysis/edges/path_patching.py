@@ -35,7 +35,7 @@ from headcoop.analysis.engine import kernels
 from headcoop.analysis.engine.inputs import check_choice, parse_heads, require_model
 from headcoop.analysis.engine.norms import frozen_norm
 from headcoop.analysis.vocabulary import DIRECTIONS, PATH_METHODS, VIAS, Direction, PathMethod, Via, head_name
-from headcoop.analysis.engine.copies import Copies, Rows, Target, clean_corrupt, evaluate, route, target_run
+from headcoop.analysis.engine.copies import Copies, Rows, Target, clean_corrupt, route, target_run
 from headcoop.analysis.edges.exact import edge_copies
 from headcoop.analysis.edges.scores import CANONICAL
 from headcoop.bridge import is_bridge
@@ -232,7 +232,7 @@ def path_patch(
     edges += [(s, "logits", "direct") for s in senders] if direct else []
     replace = lambda s: (("head", *s), source_cache[get_act_name("z", s[0])][:, :, s[1]])  # noqa: E731
     copies = path_copies(model, edges, deltas, target, replace, shortcut=path == "local")
-    values = evaluate(target, copies, path, memory_budget_mb).tolist()
+    values = chosen.evaluate(target, copies, memory_budget_mb).tolist()
     out = {(head_name(*s), r if r == "logits" else head_name(*r), v): x for (s, r, v), x in zip(edges, values)}
     return PathPatchResult(values=out, clean_value=clean_value, corrupt_value=corrupt_value, direction=direction,
                            assumptions=_assumptions(cfg), method=chosen.label)  # fmt: skip

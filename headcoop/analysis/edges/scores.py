@@ -37,7 +37,7 @@ from transformer_lens.utilities import get_act_name
 from headcoop.progress import with_progress
 from headcoop.analysis.engine.verification import miss_bound, pick
 from headcoop.analysis.engine.inputs import check_choice, require_model
-from headcoop.analysis.engine.copies import clean_corrupt, evaluate, route, target_run
+from headcoop.analysis.engine.copies import clean_corrupt, route, target_run
 from headcoop.analysis.engine.norms import norm_kind, norm_weights
 from headcoop.analysis.vocabulary import DIRECTIONS, EDGE_ESTIMATORS, Direction, EdgeEstimator
 from headcoop.analysis.edges.exact import edge_copies, prepended, reader_sites, writer_outputs
@@ -403,7 +403,7 @@ def edges(
             grads = _integrated_grads(model, target_tokens, score, readers, source_cache, target.cache, steps, gradients)
 
     def exact(sub: list) -> Tensor:
-        return evaluate(target, edge_copies(model, sub, deltas, target, source_cache), chosen.path, memory_budget_mb) - target.value
+        return chosen.evaluate(target, edge_copies(model, sub, deltas, target, source_cache), memory_budget_mb) - target.value
 
     scores = exact(ordered) if estimator == "exact" else _products(deltas, grads, ordered, writers)
     if not bool(torch.isfinite(scores).all()):

@@ -471,11 +471,19 @@ BRIDGE_STACKED = " (TransformerBridge: every copy runs from the tokens, the Brid
 @dataclasses.dataclass(frozen=True)
 class Route:
     """Which path the engine takes for one analysis call, and why: `path` ("local", "stacked", "reference"),
-    the hooks that forced the reference (empty if none did), and `label`, the result's `method` string."""
+    the hooks that forced the reference (empty if none did), and `label`, the result's `method` string;
+    `evaluate` runs the copies by that path."""
 
     path: Path
     hooks: tuple[str, ...]
     label: str
+
+    def evaluate(self, target: Target, copies: Copies, memory_budget_mb: float, head_local: bool = True,
+                 readout: Readout | None = None) -> Float[Tensor, " copy"]:  # fmt: skip
+        """The metric (or `readout`) of every copy, [n], by the path this route chose: an analysis routes
+        first (the target it builds depends on the path), then evaluates through the same object, so the
+        copies cannot run on another path than the one its result's `method` names."""
+        return evaluate(target, copies, self.path, memory_budget_mb, head_local=head_local, readout=readout)
 
 
 def route(model: HookedTransformer, method: str, fast: Path, fast_label: str, what: str = "copy",

@@ -71,7 +71,7 @@ from headcoop.analysis.engine import kernels
 from headcoop.analysis.engine.inputs import check_choice, model_device, parse_heads, require_model
 from headcoop.analysis.engine.grid import PatchGrid, normalized, pos_labels, select_cells
 from headcoop.analysis.engine.copies import (
-    Copies, Rows, Target, clean_corrupt, continuation, copies_per_chunk, evaluate, route, target_run,
+    Copies, Rows, Target, clean_corrupt, continuation, copies_per_chunk, route, target_run,
 )  # fmt: skip
 from headcoop.analysis.engine.kernels import attention_out, causal, softmax_keys
 from headcoop.checks import check_bool, check_finite, check_float
@@ -343,7 +343,7 @@ def sweep(model: HookedTransformer, component: str, grid: PatchGrid, clean_token
         (source_value, target_value) if direction == "denoise" else (target_value, source_value)
     )
     copies = patch_copies(model, component, grid, source_cache, target)
-    values = evaluate(target, copies, path, memory_budget_mb)
+    values = chosen.evaluate(target, copies, memory_budget_mb)
     return values, clean_value, corrupt_value, chosen.label
 
 

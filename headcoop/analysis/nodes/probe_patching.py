@@ -12,7 +12,7 @@ from torch import Tensor
 from transformer_lens.utilities import get_act_name
 
 from headcoop.analysis.engine.inputs import as_tokens, read_positions
-from headcoop.analysis.engine.copies import Readout, evaluate, route, target_run
+from headcoop.analysis.engine.copies import Readout, route, target_run
 from headcoop.analysis.engine.grid import PatchGrid, pos_labels
 from headcoop.tasks.base import Batch
 from headcoop.analysis.nodes.patching import PatchResult, patch_copies
@@ -54,7 +54,7 @@ def probe_patch(model, clean, corrupt, probe: ProbeResult, index: int = 0, pos=N
     target = target_run(model, corrupt_tokens, None, lambda n: True)
     grid = PatchGrid.build("resid_pre", "each", list(range(model.cfg.n_layers)), [], n_pos, corrupt_tokens.device)
     chosen = route(model, "auto", "stacked", "stacked copies read by the probe, stopped after its block", "patch")
-    values = evaluate(target, patch_copies(model, "resid_pre", grid, source_cache, target), chosen.path,
+    values = chosen.evaluate(target, patch_copies(model, "resid_pre", grid, source_cache, target),
                       memory_budget_mb, readout=readout)  # fmt: skip
     return PatchResult(values=values.reshape(grid.shape).float().cpu(), dims=grid.dims, coords=grid.coords,
                        clean_value=float(readout.read(source_cache[readout.site][None])[0]),
