@@ -13,6 +13,7 @@ PAGE = Path(__file__).resolve().parents[3] / "docs" / "results" / "cooperation.m
 def test_the_page_holds_the_codes_definitions_verbatim():
     page = PAGE.read_text(encoding="utf-8")
     assert defs.definitions() in page
+    assert defs.definitions() in (PAGE.parent / "planted.md").read_text(encoding="utf-8")
     assert "AND on at least half" not in page  # the earlier instrument's superposition rule, no longer run
 
 
