@@ -105,22 +105,27 @@ def draw_scatter(points: pd.DataFrame, folder: Path) -> list[str]:
     from headcoop.plot import TEMPLATE, save_figure
 
     panels = list(dict.fromkeys(zip(points.model, points.component)))
-    fig = make_subplots(rows=1, cols=len(panels), subplot_titles=[f"{m}: {c}" for m, c in panels])
+    cols = 4
+    rows = -(-len(panels) // cols)
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=[f"{m}: {c}" for m, c in panels], vertical_spacing=0.08,
+                        horizontal_spacing=0.06)  # fmt: skip
     colours = {"atp": "#d62728", "atp*": "#1f77b4", "ig": "#2ca02c"}
     for j, (model, component) in enumerate(panels):
+        at = dict(row=j // cols + 1, col=j % cols + 1)
         part = points[(points.model == model) & (points.component == component)]
         low, high = float(min(part.exact.min(), part.estimate.min())), float(max(part.exact.max(), part.estimate.max()))
         fig.add_trace(go.Scatter(x=[low, high], y=[low, high], mode="lines", line=dict(color="grey", dash="dot"),
-                                 name="y = x", showlegend=j == 0, legendgroup="y=x"), 1, j + 1)  # fmt: skip
+                                 name="y = x", showlegend=j == 0, legendgroup="y=x"), **at)  # fmt: skip
         for method, colour in colours.items():
             m = part[part.method == method]
             fig.add_trace(go.Scatter(x=m.exact, y=m.estimate, mode="markers", name=method, legendgroup=method,
-                                     marker=dict(size=4, color=colour, opacity=0.6), showlegend=j == 0), 1, j + 1)  # fmt: skip
-        fig.update_xaxes(title_text="exact effect (hc.patch)", row=1, col=j + 1)
-    fig.update_yaxes(title_text="estimated effect", row=1, col=1)
-    fig.update_layout(template=TEMPLATE, height=420, title="Attribution estimates against exact patching, every cell "
+                                     marker=dict(size=4, color=colour, opacity=0.6), showlegend=j == 0), **at)  # fmt: skip
+    fig.update_xaxes(title_text="exact effect (hc.patch)", row=rows)
+    fig.update_yaxes(title_text="estimated effect", col=1)
+    fig.update_annotations(font_size=11)
+    fig.update_layout(template=TEMPLATE, height=300 * rows + 120, title="Attribution estimates against exact patching, every cell "
                       "(position x head or layer)<br><sup>gradient estimates, no verification pass (verify=0)</sup>")  # fmt: skip
-    return save_figure(fig, folder, "estimate_vs_exact", width=350 * len(panels) + 200, height=420)
+    return save_figure(fig, folder, "estimate_vs_exact", width=1400, height=300 * rows + 120)
 
 
 def main(out: Path, n: int, quick: bool) -> dict:

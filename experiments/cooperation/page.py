@@ -206,6 +206,13 @@ def section_count01(summary: pd.DataFrame, pairs: pd.DataFrame, heads: pd.DataFr
     ), claims=(claim,))
 
 
+def _one_class(draws: pd.DataFrame) -> int:
+    """Draws whose head-free accuracy under the aligned mean equals the batch's share of '5' or of '4' (within
+    half a string of 512), as answering one class for every string would give."""
+    share = draws.batch_says_5
+    return int((((draws.aligned_answer_acc - share).abs() < 1e-3) | ((draws.aligned_answer_acc - (1 - share)).abs() < 1e-3)).sum())
+
+
 def _empty_note(acc: pd.DataFrame, draws: pd.DataFrame | None = None) -> str:
     """What the model answers with every head ablated, per ablation (a pair can matter only where that is wrong)."""
     shipped = acc[acc.model == "shipped"].set_index("how")
@@ -215,8 +222,12 @@ def _empty_note(acc: pd.DataFrame, draws: pd.DataFrame | None = None) -> str:
                       for h in ("zero", "mean") if h in shipped.index)
     spread = (f"; over {len(draws)} reference draws of `hc.ablate`'s mean the head-free model is right on "
               f"{draws.answer_acc.min():.0%}-{draws.answer_acc.max():.0%} and answers '4' on {draws.says_4.min():.0%}-"
-              f"{draws.says_4.max():.0%}, so one draw can test mostly one class, as zero ablation does "
-              "(`count01/ablation_all_draws.csv`)" if draws is not None else "")
+              f"{draws.says_4.max():.0%}, so one draw can test mostly one class, as zero ablation does"
+              + (f"; under hc.cooperation's aligned mean it is right on {draws.aligned_answer_acc.min():.1%}-"
+                 f"{draws.aligned_answer_acc.max():.1%}, exactly the batch's share of '5' ({draws.batch_says_5.iloc[0]:.1%}) "
+                 f"or of '4' in {_one_class(draws)} of {len(draws)} draws, as one answer for every string gives"
+                 if "aligned_answer_acc" in draws else "")
+              + " (`count01/ablation_all_draws.csv`)" if draws is not None else "")
     return (f"With every head ablated the shipped model is still right on {parts} (the first draw of the reference "
             f"for mean{spread}): a pair can matter, and *either alone answers* be tested, only on the other inputs; under zero "
             "ablation those are the strings the head-free model gets wrong. ")

@@ -168,21 +168,28 @@ def logits(s: Settings) -> pd.DataFrame:
 def all_heads_over_draws(s: Settings, draws: int = 8) -> pd.DataFrame:
     """Every head of the shipped model mean-ablated at once, per reference draw (draw 0: `ablation`'s
     reference, task.sample(n_reference, seed=0); draw d: seed d): answer and [EOS] accuracy and the share of
-    strings the head-free model answers '4' or '5', so one draw's value is never shown as the value."""
+    strings the head-free model answers '4' or '5', so one draw's value is never shown as the value; beside
+    it the head-free accuracy under `hc.cooperation`'s aligned mean (its draw d), and the batch's share of '5'
+    (an accuracy at that share or one minus it means one answer for every string)."""
     model = hc.load("count01")
     task = hc.Count01()
     batch = task.sample(s.n_ablation, seed=3)
     four, five = (task.vocab.index(t) for t in ("4", "5"))
+    draws = 2 if s.quick else draws
     rows = []
     for d in range(draws):
         reference = task.sample(s.n_reference, seed=d)
+        # hc.cooperation's mean, aligned by the offset from the answer position, on its own reference draw
+        # (task.sample(512, seed=d + 1)): the head-free model's accuracy under the mean the words read
+        aligned = hc.cooperation(model, inputs=batch, how="mean", draws=1, seed=d, max_exact=2).v_empty
         with hc.ablate(model, heads=list(range(model.cfg.n_heads)), how="mean", reference=reference):
             out = model(batch.tokens)
         correct = task.correct(out, batch)
         said = out[torch.arange(len(batch.tokens)), batch.answer_pos].argmax(-1)
         rows.append(dict(draw=d, reference_seed=d, answer_acc=correct[:, 0].float().mean().item(),
                          eos_acc=correct[:, 1].float().mean().item(), says_4=(said == four).float().mean().item(),
-                         says_5=(said == five).float().mean().item()))  # fmt: skip
+                         says_5=(said == five).float().mean().item(), aligned_answer_acc=aligned,
+                         batch_says_5=(batch.answer == five).float().mean().item()))  # fmt: skip
     return write_table(pd.DataFrame(rows), s.out, "ablation_all_draws")
 
 
