@@ -55,7 +55,7 @@ def test_summary_cells_sees_a_long_cell():  # the check above can fail
     assert max(len(c) for _, c in summary_cells(text)) == 500
 
 
-ANSWERED = ("cooperation.md", "count01.md", "skip_pair.md")
+ANSWERED = ("cooperation.md", "count01.md", "skip_pair.md", "robustness.md")
 
 
 @pytest.mark.parametrize("name", ANSWERED)

@@ -19,6 +19,7 @@ import pandas as pd
 from experiments.claims import (
     ALSO, FAILS, HOLDS, PAGE, UNTESTABLE, UNTESTED, ClaimEntry, Outcome, Reading, entries, form_of, judge, page_tables,
 )
+from experiments.cooperation import answers
 from experiments.robustness.common import COUNT01_VARIANTS, DEFAULT_OUT, SKIP_PAIR_VARIANTS, Settings
 from headcoop.pages import Claim, Section, Table, Text, render
 
@@ -308,7 +309,7 @@ def build(out: Path = DEFAULT_OUT) -> Path:
     page = render(
         "page.md.j2", HERE,
         title="Robustness: which claims survive the setup the sources leave open",
-        source_name="source",
+        source_name="source", answers=answers.from_tables(out, ("count01", "compete", "skip_pair"), "cooperation.md"),
         claims=[c for s in sections for c in s.claims],
         claims_note="One row per claim and reading; *measured here* counts the cells (setup variant x training "
         "length, or setup alone where a claim is about a set of models of every length) in which the reading "
