@@ -60,4 +60,5 @@ def test_figures_are_drawn_and_agree_with_the_instrument(tmp_path):
     assert abs(drawn["r_min"] - float(same.r_min_active.min())) < 1e-6
     counted = figures.skip_pair_words(tmp_path, draws=1)  # readings drawn per checkpoint
     assert counted["skip-pair"] == len(hc.cooperation(hc.load("skip-pair"), draws=1).words.columns) > 0
-    assert (tmp_path / "count01_same.html").exists() and (tmp_path / "skip_pair_words.html").exists()
+    assert sum(figures.count01_pairs(tmp_path, n=256).values()) == 16 * 15 // 2  # every pair drawn once
+    assert all((tmp_path / f"{name}.html").exists() for name in ("count01_same", "count01_pairs", "skip_pair_words"))

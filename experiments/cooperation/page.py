@@ -519,10 +519,12 @@ def build(out: Path = Path(__file__).resolve().parents[2] / "docs" / "results") 
                 section_compete(summary, heads, two_layer, table1),
                 section_two_layer(two_layer, read("two_layer_heads"), read("two_layer_paths"), read("two_layer_composition"),
                                   read("two_layer_backup") if (tables / "two_layer_backup.csv").exists() else None)]  # fmt: skip
-    figures = {0: ("count01_same", "The same-computation evidence (shipped Count01): every head's direct push on "
-                       "logit('5') - logit('4') against the string's evidence, and the active heads' pairwise r"),
-               1: ("skip_pair_words", "The SkipPair checkpoints' pair word under every reading, per ablation kind")}
-    for i, (name, caption) in figures.items():
+    figures = [(0, "count01_same", "The same-computation evidence (shipped Count01): every head's direct push on "
+                "logit('5') - logit('4') against the string's evidence, and the active heads' pairwise r"),
+               (0, "count01_pairs", "The word of every pair of the shipped Count01 model's heads, with the share of "
+                "votes of its most common reading (the default call)"),
+               (1, "skip_pair_words", "The SkipPair checkpoints' pair word under every reading, per ablation kind")]
+    for i, name, caption in reversed(figures):  # each inserted after the section's first two blocks, in order
         if (tables / f"{name}.html").exists():  # drawn by `python -m experiments.cooperation.figures`
             figure = FigureFile(name, caption, folder="cooperation", png=(tables / f"{name}.png").exists())
             sections[i] = dataclasses.replace(sections[i], blocks=(*sections[i].blocks[:2], figure, *sections[i].blocks[2:]))

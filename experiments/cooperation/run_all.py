@@ -42,6 +42,7 @@ def main(argv=None) -> int:
         from experiments.cooperation import figures
 
         figures.count01_same(s.out)
+        figures.count01_pairs(s.out)
         figures.skip_pair_words(s.out, draws=s.draws)
     timing = dict(total_s=round(time.perf_counter() - start, 1), steps=steps, cores=os.cpu_count(),
                   threads=torch.get_num_threads(), quick=args.quick)  # fmt: skip
