@@ -130,10 +130,23 @@ def test_registry_readings_judge_what_their_words_say():
     assert judge_cells({"grid": grid}, entry["only_correct"], universal, ["default"])[("default", 3000)] == ("fails", "6/7 pair types")
     assert judge_cells({"grid": grid}, entry["only_correct"], typical, ["default"])[("default", 3000)][0] == "holds"
     assert judge_cells({"grid": grid}, entry["conditional"], entry["conditional"].readings[0], ["default"])[("default", 3000)][0] == "holds"
-    caption = judge_cells({"grid": grid}, entry["caption"], entry["caption"].readings[0], ["default"])[("default", 3000)]
+    captions = {r.name: r for r in entry["caption"].readings}
+    on_grid = captions["every pair type"]
+    caption = judge_cells({"grid": grid}, entry["caption"], on_grid, ["default"])[("default", 3000)]
     assert caption == ("fails", "19/30 (model, pair type)")  # universal: 11 counterexamples
     unsolved = grid.assign(signal_acc=0.5)
-    assert judge_cells({"grid": unsolved}, entry["caption"], entry["caption"].readings[0], ["default"])[("default", 3000)][0] == "not testable here"
+    assert judge_cells({"grid": unsolved}, entry["caption"], on_grid, ["default"])[("default", 3000)][0] == "not testable here"
+    # the favoured reading: every seed skip_pair.md trained (its runs table), one counterexample fails it
+    from experiments.robustness.page import PAGE
+
+    every_seed = captions["every pair type, every seed"]
+    assert every_seed.favoured and every_seed.table == "skip_pair/runs"
+    runs = pd.DataFrame(dict(n_heads=2, d_head=[5, 5, 5, 1], signal_acc=[1.0, 1.0, 0.5, 1.0],
+                             correct_up_both=[10, 9, 0, 0]))  # fmt: skip
+    assert judge_cells({every_seed.table: runs}, entry["caption"], every_seed, ["default"]) == {
+        ("default", PAGE): ("fails", "19/20 (model, pair type)")}  # the unsolved and the d_head 1 runs left out
+    assert judge_cells({every_seed.table: runs.assign(correct_up_both=[10, 10, 0, 0])}, entry["caption"], every_seed,
+                       ["default"])[("default", PAGE)][0] == "holds"  # fmt: skip
 
 
 def test_a_grid_job_on_a_dask_worker_gives_the_tables_of_an_in_process_run(tmp_path):
