@@ -1,6 +1,7 @@
 """What the sources ask and what we found (issue 49): one or two plain sentences per question, each with its
 key number and a link to the evidence, built from the tables (`count01_answer.csv`, `skip_pair_answer.csv`)
-so a page's first screen states the answer. Used by cooperation.md, count01.md and skip_pair.md."""
+so a page's first screen states the answer. Used by cooperation.md, count01.md, skip_pair.md and
+robustness.md."""
 
 from __future__ import annotations
 

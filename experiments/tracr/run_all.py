@@ -88,6 +88,8 @@ def patch_nodes(model, clean, corrupt, metric, how: str) -> pd.Series:
 
 
 def run_program(name: str, n: int) -> tuple[list[dict], list[dict], dict, list[dict]]:
+    from sklearn.metrics import roc_curve
+
     import headcoop as hc
     from experiments.tracr.common import inputs, load, metric_for
 
@@ -117,8 +119,6 @@ def run_program(name: str, n: int) -> tuple[list[dict], list[dict], dict, list[d
                          auc_shown_edges=auc(np.asarray(is_true)[keep], frame.score[keep]),
                          recovered_faithfulness=float(faith), recovered_true=len(recovered.edges & true_edges),
                          cpr=curve.cpr, cmd=curve.cmd, random_cpr=curve.random_cpr, seconds=seconds))  # fmt: skip
-        from sklearn.metrics import roc_curve
-
         if 0 < sum(is_true) < len(is_true):
             fpr, tpr, _ = roc_curve(is_true, np.abs(frame.score.to_numpy(float)))
             curves += [dict(program=name, method=method, kind="roc", x=float(a), y=float(b)) for a, b in zip(fpr, tpr)]
