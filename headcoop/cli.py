@@ -152,18 +152,24 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 1 if len(failed) else 0
 
 
+# The report's sections (headcoop.reporting._sections) and each study's own (headcoop.studies), and the files
+# that mark a model folder (checkpoints.META, foreign.CONFIG): the command line checks its arguments against
+# these before torch or TransformerLens is imported, so a typo answers at once (a test checks they agree).
+REPORT_SECTIONS = ("overview", "accuracy", "heads", "attention", "patching", "dla", "cooperation", "circuits")
+STUDY_SECTIONS = ("count01-map", "preferences")
+META, CONFIG = "headcoop.json", "config.json"
+HEAD_NAME = re.compile(r"L(\d+)H(\d+)")
+
+
 def _check_model_argument(model: str) -> None:
     """ValueError naming what `model` is when it is neither a shipped name nor a folder holding a model (a
     headcoop checkpoint, a TransformerLens export or a Hugging Face model folder), before anything else is read."""
     from pathlib import Path
 
-    from headcoop.checkpoints import META, SHIPPED
-    from headcoop.foreign import CONFIG
-
-    if model in SHIPPED:
+    if model in SHIPPED_NAMES:
         return
     path = Path(model)
-    what = f"the model {model!r} is neither a shipped name ({', '.join(SHIPPED)}) nor"
+    what = f"the model {model!r} is neither a shipped name ({', '.join(SHIPPED_NAMES)}) nor"
     if not path.exists():
         raise ValueError(f"{what} an existing folder: there is no headcoop checkpoint, TransformerLens export or "
                          "Hugging Face model there")  # fmt: skip
@@ -175,16 +181,44 @@ def _check_model_argument(model: str) -> None:
                          "(TransformerLens export, Hugging Face model)")  # fmt: skip
 
 
+def _check_report_arguments(args: argparse.Namespace) -> None:
+    """ValueError naming the first bad argument of `headcoop report` that can be told without the model:
+    the model's path, the prompt and tokenizer files, --examples, --budget, --out, --sections (against every
+    section any task has; the task's own list is checked once it is known) and the form of --heads."""
+    from pathlib import Path
+
+    _check_model_argument(args.model)
+    for flag, value in (("--prompts", args.prompts), ("--tokenizer", args.tokenizer)):
+        if value is not None and not Path(value).is_file():
+            raise ValueError(f"{flag} {value!r} is not a file" + (": it is a folder" if Path(value).is_dir() else ""))
+    if args.tokenizer is not None and args.prompts is None:
+        raise ValueError("--tokenizer encodes the texts of --prompts; pass --prompts too")
+    if args.examples < 1:
+        raise ValueError(f"--examples must be 1 or more, got {args.examples}")
+    if not math.isfinite(args.budget) or args.budget < 0:
+        raise ValueError(f"--budget must be 0 (no limit) or more seconds (a finite number), got {args.budget}")
+    if not args.out.strip():
+        raise ValueError("--out is empty; give a file name such as report.html")
+    known = REPORT_SECTIONS + STUDY_SECTIONS
+    unknown = [name for name in args.sections or () if name not in known]
+    if unknown:
+        raise ValueError(f"unknown report sections {unknown}; the sections are {list(REPORT_SECTIONS)}, and a "
+                         f"task's own: {list(STUDY_SECTIONS)}")  # fmt: skip
+    bad = [name for name in args.heads or () if not HEAD_NAME.fullmatch(name)]
+    if bad:
+        raise ValueError(f"--heads takes head names such as L0H1 (layer 0, head 1), got {bad}")
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     import time
 
     start = time.perf_counter()  # the command's time, its imports included: the budget counts them
     from pathlib import Path
 
+    _check_report_arguments(args)  # before torch and TransformerLens are imported
     from headcoop.reporting import report
 
     task = None
-    _check_model_argument(args.model)
     if args.prompts is not None:
         from headcoop.foreign import TOKENIZER, load_tokenizer, read_prompts
 
@@ -199,14 +233,6 @@ def cmd_report(args: argparse.Namespace) -> int:
                 raise
             raise ValueError(f"the prompts in {args.prompts} are texts, and there is no tokenizer to encode them: pass "
                              f"--tokenizer FILE (a tokenizer.json), or put tokenizer.json in {args.model}") from None  # fmt: skip
-    elif args.tokenizer is not None:
-        raise ValueError("--tokenizer encodes the texts of --prompts; pass --prompts too")
-    if args.examples < 1:
-        raise ValueError(f"--examples must be 1 or more, got {args.examples}")
-    if not math.isfinite(args.budget) or args.budget < 0:
-        raise ValueError(f"--budget must be 0 (no limit) or more seconds (a finite number), got {args.budget}")
-    if not args.out.strip():
-        raise ValueError("--out is empty; give a file name such as report.html")
     # the budget is the command's: the imports and the model's loading above count against it
     budget = None if args.budget == 0 else max(1.0, args.budget - (time.perf_counter() - start))
     path = report(args.model, out=args.out, examples=args.examples, progress=not args.no_progress, task=task,
@@ -279,9 +305,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="write one self-contained HTML page on what every head of a model does",
         description="Write an offline HTML report on any model: task and prompts, accuracy, per-head metrics, "
         "attention views, head patching, DLA, cooperation (mechanisms, Shapley values, path patching), QK/OV "
-        "circuits of every head, and the task's own head picture, within a time budget. NAME_OR_PATH is a shipped name ({', '.join(SHIPPED_NAMES)}), a "
-        "checkpoint folder (hc.save), or a TransformerLens export (config.json + model.safetensors or model.pt, "
-        "optionally tokenizer.json; see headcoop.foreign). A model without a headcoop task needs --prompts.",
+        "circuits of every head, and the task's own head picture, within a time budget. NAME_OR_PATH is a shipped "
+        f"name ({', '.join(SHIPPED_NAMES)}), a checkpoint folder (hc.save), a TransformerLens export (config.json + "
+        "model.safetensors or model.pt, optionally tokenizer.json; see headcoop.foreign), or a Hugging Face model "
+        "folder (config.json with model_type, and its weights; loaded through TransformerBridge). A model without "
+        "a headcoop task needs --prompts.",
     )
     report.add_argument("model", metavar="NAME_OR_PATH")
     report.add_argument("--out", default="report.html", help="the HTML file to write (default report.html)")

@@ -174,7 +174,19 @@ def main() -> None:
               "- **Mean ablation of a counting head** (`count-subtasks`) holds it at the average count: a vote the "
               "other head's count is compared against, so each head alone answers most inputs and the split of the "
               "classes reads as redundancy under mean alone; zero ablation names the division and the family "
-              "abstains.",
+              "abstains. Mean ablation cannot see this division, and the instrument does not detect that it cannot: "
+              "with 0.01 weight noise (seed 2) mean alone names it *redundant* (the one confident wrong word of a "
+              "single ablation in the tables above, where that ablation's readings disagree on the other seeds).",
+              "- **A replacement that writes what the head does not** (`and-suppress` on the logit difference): "
+              "L0H1 lowers only the decoy, which the logit difference (the answer against \"none\") does not read; "
+              "its mean replacement lowers every completion by about 0.125, the answer included, so a mean ablation "
+              "measures the replacement. Where nothing but the logits reads a head (the last layer of an "
+              "attention-only model without norms), and the head writes nothing the metric reads while its "
+              "replacement does, the reading abstains (*cannot see*).",
+              "- **Near-ties on accuracy**: under 0.01 weight noise a lone rank-1 head (`rank1`) wins 45% of the "
+              "inputs by 0.01 to 0.02 logits (the full model's median margin: 1.6; without noise it wins none): "
+              "wins at the level of the noise, which read as a division. A win by less than 2% of the clean run's "
+              "median margin counts as a tie (`RESOLUTION`), as an exact tie does.",
               "- **Logit difference**: in one attention-only layer it is additive over two heads by construction, "
               "so either-alone and both-needed cannot occur on it: the truth there is *not testable* for every "
               "necessity word, while a division (one head carries each input's logit difference) and superposition "

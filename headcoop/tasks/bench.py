@@ -123,6 +123,9 @@ LOGIT_DIFF_TRUTH = {"unequal": {("L0H0", "L0H1"): "not testable"}, "mlp": {("L0H
                                                                       "mix50", "count-ensemble", "split-helper")},
                     # one head carries the logit difference on each input: a division the additive metric shows
                     "uneven": {("L0H0", "L0H1"): "division"}, "count-subtasks": {("L0H0", "L0H1"): "division"}}  # fmt: skip
+# the roles on the logit difference where they differ from accuracy's: and-suppress's L0H1 lowers only the
+# decoy, and the logit difference reads the answer against "none"
+LOGIT_DIFF_ROLES = {"and-suppress": {"L0H1": "inactive"}}
 # the same-computation axis (the Count01 paper's "all solving the same subtask"), where the truth is known
 SAME = {"count-subtasks": "different subtasks", "count-ensemble": "same computation (pseudo-ensemble)"}
 MODEL_WORD = {"post": "superposition", "four": "superposition", "feeder": "composition", "induction": "composition",

@@ -130,8 +130,8 @@ def pair_word(run: Run, m: int, roles, nec, thr, comp, unseen, lost, cache: dict
     i, j = run.pairs[m]
     a, b = run.names[i], run.names[j]
     if unseen[i] or unseen[j]:
-        who = a if unseen[i] else b
-        return ABSTAIN, f"{who} writes the same whatever the input: this ablation leaves it as it is"
+        who, why = (a, unseen[i]) if unseen[i] else (b, unseen[j])
+        return ABSTAIN, f"{who} {why}"
     context = "full" if bool(nec["use_full"][m]) else "isolated"
     e = nec[context]
     if not bool(e["effect_a"][m]) or not bool(e["effect_b"][m]):
@@ -195,7 +195,7 @@ def read_all(run: Run, by_kind: dict, hows, th, factors) -> dict:
     return out
 
 
-def with_partner_roles(run: Run, roles: list[str], nec: dict, unseen: list[bool]) -> list[str]:
+def with_partner_roles(run: Run, roles: list[str], nec: dict, unseen: list) -> list[str]:
     """Roles with two corrections: a head that no total or isolated effect shows but that changes the metric
     with a partner removed (a redundant feeder) takes that effect's sign; a head this ablation cannot see
     abstains."""

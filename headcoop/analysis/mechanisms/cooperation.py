@@ -35,12 +35,12 @@ from headcoop.analysis.games.estimators import HeadGame, top_interactions
 from headcoop.analysis.games.interactions import interactions
 from headcoop.analysis.mechanisms import tables
 from headcoop.analysis.mechanisms.assemble import clean_evidence
-from headcoop.analysis.mechanisms.evidence import Evidence, per_input, signed
+from headcoop.analysis.mechanisms.evidence import Evidence, additive_by_construction, per_input, signed
 from headcoop.analysis.mechanisms.references import KINDS, blind, draw_references, replacements
 from headcoop.analysis.mechanisms.repair import backup, composition, head_direct
 from headcoop.analysis.mechanisms.result import Cooperation
 from headcoop.analysis.mechanisms.words import (
-    INPUT_CLASSES, MECHANISMS, ROLES, THRESHOLDS, WORD_SOURCES,
+    INPUT_CLASSES, MECHANISMS, RESOLUTION, ROLES, THRESHOLDS, WORD_SOURCES,
 )  # fmt: skip
 from headcoop.analysis.mechanisms.writes import check_outputs, superposed_writes
 from headcoop.analysis.vocabulary import METRIC_NAMES, READING_HOWS, MetricName, ReadingHow, head_name
@@ -132,13 +132,44 @@ def pair_interactions(model, batch, players, names, metric, how, refs, seed, max
                                   f"|interaction| only (shapiq SVARM-IQ at {screen:,} coalitions, then 64 draws per pair)")  # fmt: skip
 
 
+def unseen_heads(model, run, values: dict, tol: float = 0.05) -> list[str | None]:
+    """Per player, why a mean or resample replacement cannot show it (None where it can): its replacement is
+    what it writes anyway (`blind`), or, where nothing reads the head but the logits (the last layer of an
+    attention-only model without norms), the head writes nothing the metric reads (logit_diff: the answer
+    minus the wrong token; otherwise the completions' differences) on any input, within `tol` of the largest
+    such write of any head, while its replacement does: the effect measured is the replacement's."""
+    same = blind(run.z, values, run.players, run.rows, run.pos, tol)
+    out = ["writes the same whatever the input: this ablation leaves it as it is" if b else None for b in same]
+    if run.no_dla is not None:
+        return out
+
+    def read(write):  # [batch, vocab] -> [batch, ...]: what of a write the metric can tell apart
+        if run.metric == "logit_diff" and run.wrong is not None:
+            return (write[run.rows, run.answer] - write[run.rows, run.wrong])[:, None]
+        return write - write.mean(-1, keepdim=True)
+
+    clean = [read(run.heads_dla[:, lay, h]).abs().amax() for lay, h in run.players]
+    scale = float(torch.stack(clean).max().clamp(min=1e-12))
+    for i, p in enumerate(run.players):
+        if out[i] is None and additive_by_construction(model, p, p) and float(clean[i]) <= tol * scale:
+            repl = read(head_direct(model, values[p], p, run.rows, run.pos.cpu(), None)).abs().amax()
+            if float(repl) > tol * scale:
+                out[i] = ("writes nothing the metric reads, and its replacement does: this ablation measures "
+                          "the replacement, not the head")  # fmt: skip
+    return out
+
+
 def ablation_readings(model, run, hows, task, reference, draws, seed, th) -> dict:
     """Per ablation kind, every distinct draw's evidence, which heads it cannot see, the answers resample
     injects, the logits of every coalition on the first draw, and composition and backup on that draw."""
     out = {}
+    margin = per_input_metric("logit_diff", run.logits_clean, run.answer, None)
+    resolution = RESOLUTION * float(margin.median().clamp(min=0))  # accuracy: a closer win is a tie
+    drawn = draw_references(task, reference, draws, seed) if set(hows) - {"zero"} else None
+    runs: dict = {}  # each reference batch run once, shared by mean and resample
     for h in hows:
-        refs = [None] if h == "zero" else draw_references(task, reference, draws, seed)
-        values, answers = replacements(model, run.players, run.batch, h, refs, seed)
+        refs = [None] if h == "zero" else drawn
+        values, answers = replacements(model, run.players, run.batch, h, refs, seed, runs)
         stacked = {p: torch.cat([v[p] for v in values]) for p in run.players}
         inputs = Batch.cat([run.batch] * len(values)) if len(values) > 1 else run.batch
         game = CoalitionGame(model, run.players, tokens=inputs, metric="logit_diff", how="zero" if h == "zero" else "mean",
@@ -147,9 +178,10 @@ def ablation_readings(model, run, hows, task, reference, draws, seed, th) -> dic
         draws_ev = []
         for d in range(len(values)):
             lg = logits[:, d]
-            ev = Evidence(per_input(run.metric, lg, run.answer, run.wrong), signed(run.metric, lg, run.answer, run.wrong),
+            v, s = per_input(run.metric, lg, run.answer, run.wrong), signed(run.metric, lg, run.answer, run.wrong)
+            ev = Evidence(torch.where(s < resolution, 0.0, v) if run.binary else v, s,
                           per_input_metric("logit_diff", lg, run.answer, run.fixed_wrong), run.k, run.pairs, run.binary)  # fmt: skip
-            unseen = [False] * run.k if h == "zero" else blind(run.z, values[d], run.players, run.rows, run.pos)
+            unseen = [None] * run.k if h == "zero" else unseen_heads(model, run, values[d])
             injected = None if h != "resample" else (answers[d], {
                 p: pushes_up(head_direct(model, values[d][p], p, run.rows, run.pos.cpu(), None)) for p in run.players})
             draws_ev.append((ev, unseen, injected, lg))

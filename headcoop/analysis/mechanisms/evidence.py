@@ -106,6 +106,7 @@ class Evidence:
     def __init__(self, v: Tensor, s: Tensor, ld: Tensor, k: int, pairs: list, binary: bool):
         self.v, self.s, self.ld, self.k, self.pairs, self.binary = v, s, ld, k, pairs, binary
         self._necessity: dict = {}
+        self._fixed: dict = {}
         idx_without = torch.tensor([2 + 2 * i for i in range(k)])
         idx_alone = idx_without + 1
         self.total = s[0][None] - s[idx_without]  # [k, batch]
@@ -174,45 +175,69 @@ class Evidence:
         return self._necessity[key]
 
     def _necessity_of(self, th: dict) -> dict:
-        tau = th["role"] * self.scale_v * 2 / self.k
+        tau = th["role"] * self.scale_v * 2 / self.k  # the pair's joint effect: two heads' fair shares
+        tau_v = th["role"] * self.scale_v / self.k  # one head's effect: the threshold roles use
         tau_s = th["role"] * self.scale_s / self.k
         result = {}
-        for context, f, l, fs in (("full", self.full, self.full_ld, self.full_s), ("isolated", self.isol, self.isol_ld, self.isol_s)):
-            matters, classes = necessity_classes(*f, self.binary, tau, th["cutoff"])
-            count = matters.sum(-1).clamp(min=1).double()
-            share = {c: (classes[c] & matters).sum(-1).double() / count for c in CLASSES}
-            f11, f10, f01, f00 = f
-            l11, l10, l01, l00 = l
-            needed = (classes["and"] | classes["shared"]) & matters
-            additive = ((l11 - l10 - l01 + l00).abs() <= th["cutoff"] * (l11 - l00).abs().clamp(min=1e-9)) & needed
-            s11, s10, s01, s00 = fs
-            effects = torch.stack([f11 - f01, f10 - f00, f11 - f10, f01 - f00])  # [a with, a without, b with, b without]
-            significant = self._significant(effects, tau)
+        for context in ("full", "isolated"):
+            fixed = self._context(context, tau, th["cutoff"])
+            matters, classes, count, effects = fixed["matters"], fixed["classes"], fixed["count"], fixed["effects"]
+            significant = self._beyond(effects, tau_v)
             if self.binary:  # accuracy: also its margin, as roles read it
-                significant |= self._significant(torch.stack([s11 - s01, s10 - s00, s11 - s10, s01 - s00]), tau_s)
+                significant |= self._beyond(fixed["margins"], tau_s)
             extra = {}
-            for side, (with_, without, alone, none), k in (("a", (f11, f01, f10, f00), 0), ("b", (f11, f10, f01, f00), 2)):
-                moves = (self._changes(with_, without, tau) | self._changes(alone, none, tau)) & matters
-                extra[f"moves_{side}"] = moves.sum(-1).double() / count
+            for side, k in (("a", 0), ("b", 2)):
+                moves = fixed[f"changes_{side}"] if self.binary else \
+                    self._changes(*fixed[f"pairs_{side}"][:2], tau) | self._changes(*fixed[f"pairs_{side}"][2:], tau)  # fmt: skip
+                extra[f"moves_{side}"] = (moves & matters).sum(-1).double() / count
                 extra[f"effect_{side}"] = significant[k] | significant[k + 1]
-                direction = effects[k].mean(-1) + effects[k + 1].mean(-1)
-                if self.binary:
-                    cont = (s11 - s01, s10 - s00) if side == "a" else (s11 - s10, s01 - s00)
-                    direction = torch.where(direction == 0, cont[0].mean(-1) + cont[1].mean(-1), direction)
-                extra[f"sign_{side}"] = torch.sign(direction)
-            result[context] = dict(matters=matters.double().mean(-1), additive=additive.sum(-1).double()
-                                   / needed.sum(-1).clamp(min=1).double(), classes=classes, mask=matters,
-                                   **share, **extra)  # fmt: skip
+                extra[f"sign_{side}"] = fixed[f"sign_{side}"]
+            result[context] = dict(matters=matters.double().mean(-1), additive=fixed["additive"], classes=classes,
+                                   mask=matters, **fixed["share"], **extra)  # fmt: skip
         use_full = (result["full"]["matters"] >= th["min_share"]) | (result["isolated"]["matters"] < th["min_share"])
         return dict(use_full=use_full, **result)
 
+    def _context(self, context: str, tau: float, cutoff: float) -> dict:
+        """What a context's necessity reading shares across role thresholds: the 2 x 2 classes, the effects'
+        intervals, the signs. On accuracy the classes do not depend on tau, so they are computed once per
+        cutoff; on a continuous metric once per (tau, cutoff)."""
+        key = (context, None if self.binary else tau, cutoff)
+        if key in self._fixed:
+            return self._fixed[key]
+        f, l, fs = (self.full, self.full_ld, self.full_s) if context == "full" else (self.isol, self.isol_ld, self.isol_s)
+        matters, classes = necessity_classes(*f, self.binary, tau, cutoff)
+        count = matters.sum(-1).clamp(min=1).double()
+        share = {c: (classes[c] & matters).sum(-1).double() / count for c in CLASSES}
+        f11, f10, f01, f00 = f
+        l11, l10, l01, l00 = l
+        needed = (classes["and"] | classes["shared"]) & matters
+        additive = ((l11 - l10 - l01 + l00).abs() <= cutoff * (l11 - l00).abs().clamp(min=1e-9)) & needed
+        s11, s10, s01, s00 = fs
+        effects = torch.stack([f11 - f01, f10 - f00, f11 - f10, f01 - f00])  # [a with, a without, b with, b without]
+        out = dict(matters=matters, classes=classes, count=count, share=share, effects=effect_interval(effects),
+                   additive=additive.sum(-1).double() / needed.sum(-1).clamp(min=1).double())  # fmt: skip
+        margins = torch.stack([s11 - s01, s10 - s00, s11 - s10, s01 - s00])
+        if self.binary:
+            out["margins"] = effect_interval(margins)
+        for side, (with_, without, alone, none), k in (("a", (f11, f01, f10, f00), 0), ("b", (f11, f10, f01, f00), 2)):
+            out[f"pairs_{side}"] = (with_, without, alone, none)
+            if self.binary:
+                out[f"changes_{side}"] = self._changes(with_, without, tau) | self._changes(alone, none, tau)
+            direction = effects[k].mean(-1) + effects[k + 1].mean(-1)
+            if self.binary:
+                direction = torch.where(direction == 0, margins[k].mean(-1) + margins[k + 1].mean(-1), direction)
+            out[f"sign_{side}"] = torch.sign(direction)
+        self._fixed[key] = out
+        return out
+
+    @staticmethod
+    def _beyond(interval: tuple[Tensor, Tensor, Tensor], tau: float) -> Tensor:
+        """A mean effect above tau in size with its 95% interval excluding 0 (interval: `effect_interval`)."""
+        mean, lo, hi = interval
+        return ((mean > tau) & (lo > 0)) | ((mean < -tau) & (hi < 0))
+
     def _changes(self, x: Tensor, y: Tensor, tau: float) -> Tensor:
         return ((x > 0.5) != (y > 0.5)) if self.binary else ((x - y).abs() > tau)
-
-    def _significant(self, effect: Tensor, tau: float) -> Tensor:
-        """[pair] a mean effect above tau in size with its 95% interval excluding 0."""
-        mean, lo, hi = effect_interval(effect)
-        return ((mean > tau) & (lo > 0)) | ((mean < -tau) & (hi < 0))
 
 
 __all__ = ["per_input", "signed", "additive_by_construction", "head_dla", "clean_run", "prompt_shares",

@@ -65,10 +65,13 @@ def aligned_resample(ref_z: Float[Tensor, "ref ref_pos d_head"], ref_ans: Int[Te
     return torch.where(ok[..., None], value, mean)
 
 
-def replacements(model, players, batch: Batch, how: str, references: list, seed: int) -> tuple[list[dict], list]:
+def replacements(model, players, batch: Batch, how: str, references: list, seed: int, runs: dict | None = None
+                 ) -> tuple[list[dict], list]:  # fmt: skip
     """([{player: [batch, pos, d_head]} per distinct draw], [the answers the replacement carries, [batch] or
     None, per draw]): what each player writes when ablated under one kind. Draws giving the same values as
-    an earlier draw are dropped (a reading counted once)."""
+    an earlier draw are dropped (a reading counted once). runs: {draw: (reference tokens, their z)} shared by
+    the kinds of one call, so that mean and resample run each reference batch once."""
+    runs = {} if runs is None else runs
     n, width = batch.tokens.shape
     if how == "zero":
         return [{p: torch.zeros(n, width, model.cfg.d_head) for p in players}], [None]
@@ -78,7 +81,9 @@ def replacements(model, players, batch: Batch, how: str, references: list, seed:
         ref_tokens = as_tokens(model, ref)
         ref_ans = ref.answer_pos if isinstance(ref, Batch) else torch.full((len(ref_tokens),), ref_tokens.shape[1] - 1)
         ans = batch.answer_pos.cpu()
-        ref_z = {lay: z.cpu() for lay, z in reference_z(model, ref_tokens, set(layers)).items()}
+        if d not in runs or not torch.equal(runs[d][0], ref_tokens) or not set(layers) <= set(runs[d][1]):
+            runs[d] = (ref_tokens, {lay: z.cpu() for lay, z in reference_z(model, ref_tokens, set(layers)).items()})
+        ref_z = runs[d][1]
         values, injected = {}, None
         order = resample_order(len(ref_tokens), seed + d)
         for lay, head in players:

@@ -29,9 +29,13 @@ def pair_table(run: Run, r: dict, by_kind: dict, primary: str, th: dict, agree: 
     for m, (i, j) in enumerate(run.pairs):
         words = [w[m] for w in r["words"]]
         word, share, flip = stand(words, readings, agree)
-        seen = [w for w in words if w != ABSTAIN] or ["undetermined"]
-        reason = r["reasons"][first][m] if word == r["words"][first][m] else \
-            f"readings disagree: {share:.0%} of votes give {Counter(seen).most_common(1)[0][0]}"  # fmt: skip
+        seen = [w for w in words if w != ABSTAIN]
+        if not seen:  # every reading abstains: say why (the first reading's reason)
+            reason = f"no reading can see it: {r['reasons'][first][m]}"
+        elif word == r["words"][first][m]:
+            reason = r["reasons"][first][m]
+        else:
+            reason = f"readings disagree: {share:.0%} of votes give {Counter(seen).most_common(1)[0][0]}"
         context = "full" if bool(nec0["use_full"][m]) else "isolated"
         e = nec0[context]
         code = torch.full((len(run.answer),), INPUT_CLASSES.index("other"), dtype=torch.int8)
