@@ -65,6 +65,18 @@ def check_float(
     return value
 
 
+def check_time_budget(name: str, value) -> float | None:
+    """A time budget in seconds, with one meaning in the API and on the command line (`--budget`): None or 0
+    is no limit, else a finite number of seconds above 0; ValueError naming a bad one."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number of seconds (0 or None: no limit), got {value!r} ({type(value).__name__})")
+    if not math.isfinite(float(value)) or value < 0:
+        raise ValueError(f"{name} must be 0 (no limit) or more seconds (a finite number), got {value!r}")
+    return None if value == 0 else float(value)
+
+
 def check_device(device) -> str | None:
     """`device` as a string torch understands ("cpu", "cuda:0", ...), or None; ValueError naming a bad one."""
     if device is None:

@@ -29,13 +29,12 @@ from headcoop.progress import tqdm
 from headcoop.tl import HookedTransformer
 
 import headcoop as hc
-from headcoop.checks import check_out_file
+from headcoop.checks import check_out_file, check_time_budget
 from headcoop.analysis.nodes.attention import attention_data
 from headcoop.analysis.mechanisms.cooperation import ALL_PAIRS_UP_TO
 from headcoop.pages import Code, Details, Figure, Html, Section, Table, Text, render, stylesheet
 from headcoop.views import attention_heads_html, circuitsvis_bundle
 from headcoop.analysis.engine.inputs import head_names, model_device, parse_heads, require_model, require_task
-from headcoop.checks import check_float
 from headcoop.analysis.engine.copies import task_score
 from headcoop.bridge import is_bridge, is_hf_folder, kind_label, load_folder
 from headcoop.studies import study_for
@@ -827,7 +826,7 @@ def report(
                    default every head).
     sections:      which sections to build (names in SECTION_NAMES and the task's own, or a comma-separated
                    string); default all.
-    budget_s:      the report's time budget in seconds (default 60; None: no limit). One forward pass is timed
+    budget_s:      the report's time budget in seconds (default 60; 0 or None: no limit). One forward pass is timed
                    first; an analysis predicted to overrun what is left is left out, and the page says what
                    it would cost and the call that runs it.
     device:        move the model there first ("cpu", "cuda", "cuda:1"; default: where it is).
@@ -841,8 +840,7 @@ def report(
     called = time.perf_counter()  # the budget counts the model's loading too
     if not isinstance(examples, int) or isinstance(examples, bool) or examples < 1:
         raise ValueError(f"examples must be a positive int, got {examples!r}")
-    if budget_s is not None:
-        check_float("budget_s", budget_s, 0.0, low_open=True)
+    budget_s = check_time_budget("budget_s", budget_s)  # one meaning with the CLI's --budget: 0 is no limit
     out = check_out_file(out, "report")
     model, source = _resolve(model_or_name)
     if device is not None:

@@ -119,8 +119,8 @@ def test_heads_and_sections_narrow_the_report(tmp_path):
         hc.report(model, out=tmp_path / "x.html", task=task, progress=False, sections=3)
     with pytest.raises(ValueError, match="no heads given"):
         hc.report(model, out=tmp_path / "x.html", task=task, progress=False, heads=[])
-    with pytest.raises(ValueError, match="budget_s must be"):
-        hc.report(model, out=tmp_path / "x.html", task=task, progress=False, budget_s=0)
+    with pytest.raises(ValueError, match=r"budget_s must be 0 \(no limit\) or more seconds"):  # as --budget says
+        hc.report(model, out=tmp_path / "x.html", task=task, progress=False, budget_s=-1)
     with pytest.raises(ValueError, match="not a torch device"):
         hc.report(model, out=tmp_path / "x.html", task=task, progress=False, device="gpu9")
 

@@ -241,15 +241,14 @@ def _score_of(metric, task, batch, answer, wrong, positions, paired: bool, devic
             raise ValueError('pass metric= (a name such as "logit_diff", or a callable): the default is the '
                              "task's metric on a Batch")  # fmt: skip
         return task_score(task, batch.to(device))
-    if isinstance(metric, str) and not paired:
+    if isinstance(metric, str):  # one vocabulary: every analysis takes these names (issue 51)
         check_choice("metric", metric, METRIC_NAMES)
         if answer is None:
-            raise ValueError(f"metric {metric!r} needs the right answers: pass a Batch or answer=")
+            raise ValueError(f"metric {metric!r} needs the right answers: pass clean= (or tokens=) as a Batch, "
+                             "which knows them, or a callable metric")  # fmt: skip
         return Score.of_name(metric, answer, wrong, positions)
     if callable(metric):
         return Score(metric)
-    if paired:
-        raise TypeError(f"metric must be callable (logits [batch, pos, vocab] -> scalar), got {type(metric).__name__}")
     raise TypeError(f"metric must be a name {list(METRIC_NAMES)} or a callable, got {type(metric).__name__}")
 
 

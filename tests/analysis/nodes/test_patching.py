@@ -291,8 +291,10 @@ def test_bad_inputs(setups):
         hc.patch(model, clean=clean.tokens)
     with pytest.raises(ValueError, match="needs clean= as a Batch"):
         hc.patch(model, clean=clean.tokens, corrupt=corrupt.tokens)
-    with pytest.raises(TypeError, match="metric must be callable"):
+    with pytest.raises(TypeError, match="metric must be a name .* or a callable"):
         hc.patch(model, metric=3)
+    with pytest.raises(ValueError, match="needs the right answers: pass clean="):  # a name needs the answers
+        hc.patch(model, clean=clean.tokens, corrupt=corrupt.tokens, metric="logit_diff")
 
 
 def test_model_without_task_needs_inputs_and_metric(setups):
