@@ -5,6 +5,13 @@ the write readings: issue 48) beside the obvious way to get it, one call per abl
 whose reference draws are not stacked on the batch axis.
 
     python benchmarks/cooperation.py [--threads N] [--repeats 3]
+    python benchmarks/cooperation.py --gpt2      # also: 4 heads of a GPT-2-small-shaped model (issue 51)
+
+With --gpt2, on a GPT-2-small-shaped model (random weights, 12 x 12 heads, d_model 768; 16 prompts of 16
+tokens, 64 reference prompts), the default family on 4 heads (L3H0, L5H1, L8H2, L10H3) beside one timed
+forward pass of the same batch: its time as forward passes, and the block rows it ran as forward passes
+(every block's input rows, counted by wrapping TransformerLens's TransformerBlock.forward; the goal: at
+most 150).
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--gpt2", action="store_true", help="also the GPT-2-small-shaped measurement (issue 51)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -55,6 +63,49 @@ def main() -> None:
     print(f"hc.cooperation default family (9 ablation readings x 20 threshold readings) {t_family:.2f} s; "
           f"one call per ablation reading {t_loop:.2f} s: {t_loop / t_family:.1f}x slower")
     print(hc.cooperation(model, inputs=inputs))
+    if args.gpt2:
+        gpt2_shape(args.repeats)
+
+
+def gpt2_shape(repeats: int) -> None:
+    """The GPT-2-small-shaped measurement (module docstring)."""
+    import sys
+    from pathlib import Path
+
+    from transformer_lens.components import TransformerBlock
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from heads_144 import SHAPE, build
+
+    from headcoop.tasks.base import Batch
+
+    torch.set_grad_enabled(False)
+    model, tokens, answer, wrong, reference = build(batch=16, n_pos=16)
+    gen = torch.Generator().manual_seed(1)
+    batch = Batch.from_answers(tokens, answer, wrong)
+    ref = Batch.from_answers(reference, torch.randint(0, SHAPE["d_vocab"], (64,), generator=gen),
+                             torch.randint(0, SHAPE["d_vocab"], (64,), generator=gen))  # fmt: skip
+    rows = [0]
+    plain = TransformerBlock.forward
+
+    def counted(self, resid_pre, *args, **kwargs):
+        rows[0] += resid_pre.shape[0] * resid_pre.shape[1]
+        return plain(self, resid_pre, *args, **kwargs)
+
+    TransformerBlock.forward = counted  # a class attribute, not a hook: the fast paths stay on
+    try:
+        forward = best(lambda: model(tokens), repeats)
+        rows[0] = 0
+        start = time.perf_counter()
+        result = hc.cooperation(model, inputs=batch, reference=ref, heads=["L3H0", "L5H1", "L8H2", "L10H3"],
+                                metric="logit_diff", progress=False)  # fmt: skip
+        took = time.perf_counter() - start
+    finally:
+        TransformerBlock.forward = plain
+    passes = rows[0] / (16 * 16 * SHAPE["n_layers"])
+    print(f"GPT-2-small shape, 4 heads, 16 x 16 tokens, default family: {took:.1f} s = {took / forward:.0f} forward "
+          f"passes of time (one forward {forward:.3f} s); block rows = {passes:.0f} forward passes (goal <= 150)")
+    print(repr(result)[:300])
 
 
 if __name__ == "__main__":

@@ -287,3 +287,30 @@ def test_more_architectures_against_transformer_lens(tmp_path_factory, inputs, s
             hc.qk(bridge, head="L1H2")
     else:
         assert hc.qk(bridge, head="L1H2").scores.ndim == 4
+
+
+@pytest.mark.parametrize("shape", ["gpt2", "llama"])
+def test_edges_and_faithfulness_match_the_twin(built, inputs, shape):
+    """Issue 51: hc.edges (exact, EAP, EAP-IG) and hc.faithfulness take a TransformerBridge and give what they
+    give on the HookedTransformer twin: on Llama's grouped-query heads the key/value readers take their key/value
+    head's weights, and EAP reads the final norm's output, which the Bridge's hook_normalized is not on the
+    path to."""
+    bridge, twin, _ = built[shape]
+    clean, corrupt, answer, wrong = inputs
+    metric = metric_of(answer, wrong)
+    for method in ("exact", "eap", "eap-ig"):
+        ours = hc.edges(bridge, clean=clean, corrupt=corrupt, metric=metric, method=method).frame
+        theirs = hc.edges(twin, clean=clean, corrupt=corrupt, metric=metric, method=method).frame
+        assert list(ours.writer + ours.reader + ours.via) == list(theirs.writer + theirs.reader + theirs.via)
+        close(ours.score.values, theirs.score.values, atol=1e-4)
+    faithful = [hc.faithfulness(m, hc.edges(m, clean=clean, corrupt=corrupt, metric=metric), clean=clean,
+                                corrupt=corrupt, metric=metric, random=1) for m in (bridge, twin)]  # fmt: skip
+    close(faithful[0].frame["faithfulness"].values, faithful[1].frame["faithfulness"].values, atol=1e-4)
+
+
+def test_edges_name_what_they_cannot_take_on_a_bridge(built, inputs):
+    """GPT-NeoX runs attention and MLP in parallel: hc.edges refuses it on the Bridge as on the twin, naming why."""
+    clean, corrupt, answer, wrong = inputs
+    for model in built["neox"][:2]:
+        with pytest.raises(ValueError, match="parallel_attn_mlp=True"):
+            hc.edges(model, clean=clean, corrupt=corrupt, metric=metric_of(answer, wrong))

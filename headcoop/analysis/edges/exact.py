@@ -32,8 +32,7 @@ from transformer_lens.utilities import get_act_name
 
 from headcoop.analysis.engine.copies import Copies, Target
 from headcoop.analysis.engine.norms import frozen_norm
-from headcoop.analysis.edges.graph import ATTN_READERS, Reader, Writer, grouped, has_mlp, qkv_weights
-from headcoop.bridge import head_weight, is_bridge
+from headcoop.analysis.edges.graph import ATTN_READERS, Reader, Writer, has_mlp, qkv_weights
 from headcoop.tl import HookedTransformer
 
 Key = Hashable  # what a copy changes: a writer (hc.edges), a sender (hc.path_patch), (sender, reference), ...
@@ -79,10 +78,7 @@ def scale_of(cache, name: str) -> Tensor | None:
 # --- the specification ------------------------------------------------------------------------------------
 def reader_weights(model: HookedTransformer, reader: Reader) -> tuple[Tensor, Tensor]:
     """(W [d_model, d_head], b [d_head]) of a head reader's q, k or v (a Bridge's through `head_weight`)."""
-    attn, head, via = model.blocks[reader[1]].attn, reader[2], reader[3]
-    if is_bridge(model):
-        return (head_weight(attn, f"{kind}_{via.upper()}", model.cfg)[head] for kind in ("W", "b"))  # type: ignore[return-value]
-    return qkv_weights(attn, via, head, grouped(model))
+    return qkv_weights(model, reader[1], reader[3], reader[2])
 
 
 def reader_input(model: HookedTransformer, target: Target, reader: Reader, delta: Tensor) -> Tensor | tuple:

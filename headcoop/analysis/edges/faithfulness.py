@@ -132,6 +132,16 @@ def circuit_copies(model: HookedTransformer, target: Target, masks: Tensor, writ
         def stacked(x):
             return x.view(n, batch, *x.shape[1:])
 
+        def norm(module, x):  # a norm applied inside a hook: on a Bridge its own hook points (resid_mid is
+            state["inside"] = True  # ln2's input there) fire again, and must pass the value through untouched
+            try:
+                return module(x)
+            finally:
+                state["inside"] = False
+
+        def quiet(hook_fn):  # every hook of this setter, passing values through while a norm runs inside one
+            return lambda x, hook, **kw: x if state.get("inside") else hook_fn(x, hook, **kw)
+
         def drop(reader: Reader) -> Tensor:  # [n, batch, pos, d_model]: what the edges outside remove
             out = 0
             for w, change in state["changes"].items():
@@ -167,11 +177,11 @@ def circuit_copies(model: HookedTransformer, target: Target, masks: Tensor, writ
                 removed = drop((kind, layer, h, via))
                 if isinstance(removed, int):
                     continue
-                inp = block.ln1(state[("resid_pre", layer)] - removed) if hasattr(block, "ln1") else state[("resid_pre", layer)] - removed
+                inp = norm(block.ln1, state[("resid_pre", layer)] - removed) if hasattr(block, "ln1") else state[("resid_pre", layer)] - removed
                 pos_embed = target.extras.get("shortformer_pos_embed")
                 if via in ("q", "k") and pos_embed is not None:
                     inp = inp + pos_embed
-                W, b = qkv_weights(block.attn, via, h, grouped(model))
+                W, b = qkv_weights(model, layer, via, h)
                 x[:, :, :, h] = inp @ W + b
             return x.view(n * batch, *x.shape[2:])
 
@@ -181,7 +191,7 @@ def circuit_copies(model: HookedTransformer, target: Target, masks: Tensor, writ
                 return x
             block = model.blocks[layer]
             inp = state[("resid_mid", layer)] - removed
-            inp = block.ln2(inp) if hasattr(block, "ln2") else inp
+            inp = norm(block.ln2, inp) if hasattr(block, "ln2") else inp
             if cfg.gated_mlp:
                 value = inp @ (block.mlp.W_gate if which == "pre" else block.mlp.W_in)
             else:
@@ -206,7 +216,7 @@ def circuit_copies(model: HookedTransformer, target: Target, masks: Tensor, writ
                                   lambda x, hook, lay=lay: set_mlp(x, hook, lay, "linear")))
                 hooks.append((get_act_name("mlp_out", lay), lambda x, hook, lay=lay: capture_mlp(x, hook, lay)))
         hooks.append((get_act_name("resid_post", n_layers - 1), set_final))
-        return hooks
+        return [(name, quiet(fn)) for name, fn in hooks]
 
     def reference_logits(i: int) -> Tensor:
         return reference_run(model, target.tokens, masks[i], writers, readers, reference)

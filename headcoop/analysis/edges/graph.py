@@ -7,7 +7,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from headcoop.analysis.vocabulary import head_name
-from headcoop.bridge import is_bridge
+from headcoop.bridge import head_weight, is_bridge
 from headcoop.tl import HookedTransformer
 
 Writer = tuple  # ("embed",) | ("pos_embed",) | ("head", layer, head) | ("mlp", layer)
@@ -77,18 +77,22 @@ def kv_kind(model) -> str:
     return "kv" if grouped(model) else "head"
 
 
-def qkv_weights(attn, via: str, index: int, grouped: bool) -> tuple[Tensor, Tensor]:
-    """(W [d_model, d_head], b [d_head]) of head `index`'s q, k or v; a grouped-query model's k and v by
-    key/value head (TransformerLens's `_W_K`, `_b_K`)."""
-    prefix = "_" if grouped and via in ("k", "v") else ""
+def qkv_weights(model, layer: int, via: str, index: int) -> tuple[Tensor, Tensor]:
+    """(W [d_model, d_head], b [d_head]) of head `index`'s q, k or v in `layer`; a grouped-query model's k
+    and v by key/value head (TransformerLens's `_W_K`, `_b_K`; on a Bridge, `head_weight` of the first query
+    head of that key/value group)."""
+    attn = model.blocks[layer].attn
+    kv = grouped(model) and via in ("k", "v")
+    if is_bridge(model):
+        at = index * (model.cfg.n_heads // n_kv(model)) if kv else index
+        return head_weight(attn, f"W_{via.upper()}", model.cfg)[at], head_weight(attn, f"b_{via.upper()}", model.cfg)[at]
+    prefix = "_" if kv else ""
     return getattr(attn, f"{prefix}W_{via.upper()}")[index], getattr(attn, f"{prefix}b_{via.upper()}")[index]
 
 
 def check_edge_model(model: HookedTransformer) -> None:
     """The model shapes `hc.edges` supports; a clear error for the others."""
     cfg = model.cfg
-    if is_bridge(model):
-        raise ValueError("hc.edges does not take a TransformerBridge yet: its q/k/v inputs are shared by all heads")
     if cfg.parallel_attn_mlp:
         raise ValueError("hc.edges needs sequential blocks (attention, then the MLP); this model has parallel_attn_mlp=True")
     if has_mlp(model) and cfg.act_fn in ("solu_ln",):

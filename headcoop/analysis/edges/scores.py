@@ -34,6 +34,7 @@ import torch
 from torch import Tensor
 from transformer_lens.utilities import get_act_name
 
+from headcoop.bridge import is_bridge
 from headcoop.progress import with_progress
 from headcoop.analysis.engine.verification import miss_bound, pick
 from headcoop.analysis.engine.inputs import check_choice, require_model
@@ -42,7 +43,7 @@ from headcoop.analysis.engine.norms import norm_kind, norm_weights
 from headcoop.analysis.vocabulary import DIRECTIONS, EDGE_ESTIMATORS, Direction, EdgeEstimator
 from headcoop.analysis.edges.exact import edge_copies, prepended, reader_sites, writer_outputs
 from headcoop.analysis.edges.graph import (
-    ATTN_READERS, Reader, Writer, check_edge_model, graph, grouped, qkv_weights, reader_name, writer_name,
+    ATTN_READERS, Reader, Writer, check_edge_model, graph, qkv_weights, reader_name, writer_name,
 )  # fmt: skip
 from headcoop.checks import check_finite, check_float, check_int, check_metric_value, check_seed
 from headcoop.results import Result
@@ -95,7 +96,10 @@ def _reader_grads(model: HookedTransformer, tokens: Tensor, score, readers: list
         seen[hook.name] = act.detach()
         return act
 
-    final = "ln_final.hook_normalized" if _final_kind(model) else get_act_name("resid_post", cfg.n_layers - 1)
+    # the final norm's x / scale; a Bridge computes its hook_normalized beside the Hugging Face norm, off the
+    # path to the logits, so there the norm's output (the unembedding's input) is read and transposed below
+    final = get_act_name("resid_post", cfg.n_layers - 1) if not _final_kind(model) else \
+        "unembed.hook_in" if is_bridge(model) else "ln_final.hook_normalized"  # fmt: skip
     names = {name for r in readers if r[0] != "logits" for name, _ in reader_sites(model, r)}
     hooks = [(n, keep) for n in sorted(names)] + [(lambda n: n.endswith("hook_scale"), remember)]
     if through_hooks:
@@ -121,7 +125,7 @@ def _reader_grads(model: HookedTransformer, tokens: Tensor, score, readers: list
             continue
         lay = r[1] if r[0] != "logits" else cfg.n_layers - 1
         if r[0] in ATTN_READERS:
-            W = qkv_weights(model.blocks[lay].attn, r[3], r[2], grouped(model))[0]
+            W = qkv_weights(model, lay, r[3], r[2])[0]
             g = grads[get_act_name(r[3], lay)][:, :, r[2]] @ W.T
             out[r] = norm_transpose(getattr(model.blocks[lay], "ln1", None), g, seen.get(f"blocks.{lay}.ln1.hook_scale"))
         elif r[0] == "mlp":
@@ -132,7 +136,9 @@ def _reader_grads(model: HookedTransformer, tokens: Tensor, score, readers: list
             out[r] = norm_transpose(getattr(model.blocks[lay], "ln2", None), g, seen.get(f"blocks.{lay}.ln2.hook_scale"))
         else:
             g = grads[final]
-            if _final_kind(model):  # x / scale at a frozen scale, then centred (LN): its transpose
+            if _final_kind(model) and is_bridge(model):
+                g = norm_transpose(model.ln_final, g, seen["ln_final.hook_scale"])
+            elif _final_kind(model):  # x / scale at a frozen scale, then centred (LN): its transpose
                 g = g / seen["ln_final.hook_scale"]
                 g = g - g.mean(-1, keepdim=True) if _final_kind(model) in ("LN", "LNPre") else g
             out[r] = g

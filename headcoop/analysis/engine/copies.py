@@ -370,6 +370,7 @@ class Copies:
     reference: Callable[[int], Tensor]
     local: Callable[[int, int, int], Logits | Rows] | None = None
     reference_hooks: Callable[[int], Hooks] | None = None
+    chunk: int | None = None  # copies per `local` call, where the shortcut sizes its own memory (layered games)
 
     def __len__(self) -> int:
         return len(self.layers)
@@ -537,8 +538,8 @@ def evaluate(target: Target, copies: Copies, path: Path, memory_budget_mb: float
         return torch.stack(out) if out else torch.zeros(0)
     for layer in layers.unique().tolist():
         lo, hi = int((layers < layer).sum()), int((layers <= layer).sum())
-        size = copies_per_chunk(model, batch, n_pos, memory_budget_mb, from_layer=layer,
-                                head_local=path == "local" and head_local)
+        size = copies.chunk if path == "local" and copies.chunk else \
+            copies_per_chunk(model, batch, n_pos, memory_budget_mb, from_layer=layer, head_local=path == "local" and head_local)  # fmt: skip
         for start, stop in chunks(lo, hi, size):
             if path == "local" or layer >= model.cfg.n_layers:  # after the last block there is nothing to hook
                 logits = copies.local(layer, start, stop)

@@ -41,7 +41,8 @@ from headcoop.analysis.engine.ablation import (
 )  # fmt: skip
 from headcoop.analysis.engine.inputs import check_choice, require_task
 from headcoop.analysis.engine.copies import (
-    BRIDGE_STACKED, AtRows, Copies, Score, Target, evaluate, hooks_in_the_way, measure, route, target_run,
+    BRIDGE_STACKED, AtRows, Copies, Score, Target, copies_per_chunk, evaluate, hooks_in_the_way, measure, route,
+    target_run,
 )
 from headcoop.analysis.engine.kernels import attention_out, finish_block, pattern_at_rows, supported, unembed
 from headcoop.analysis.vocabulary import ABLATION_HOWS, GAME_METHODS, AblationHow, GameMethod, head_name
@@ -181,7 +182,9 @@ class CoalitionGame:
         first = min(lay for lay, _ in self.players)
         named = isinstance(self.metric, str) or score is not None  # a named reading reads the rows only
         target = self._target(first if path == "stacked" else None, self.score if score is None else score)
-        copies = self._copies(masks, target, first, path, named)
+        # the logits themselves (`row_logits`) are the result, kept whole: they do not size the chunks
+        result_rows = score is not None and score.named is not None and score.named[0] == "logits"
+        copies = self._copies(masks, target, first, path, named, result_rows)
         engine_path = {"linear": "local", "layered": "local"}.get(path, path)
         values = evaluate(target, copies, engine_path, self.memory_budget_mb, head_local=False).double()
         bad = (~torch.isfinite(values.reshape(len(values), -1)).all(1)).nonzero().flatten()
@@ -209,10 +212,12 @@ class CoalitionGame:
         name = get_act_name("resid_pre", cached_layer)
         return target_run(model, self.tokens, score, lambda n: n == name)
 
-    def _copies(self, masks: Tensor, target: Target, first: int, path: str, named: bool) -> Copies:
+    def _copies(self, masks: Tensor, target: Target, first: int, path: str, named: bool,
+                result_rows: bool = False) -> Copies:  # fmt: skip
         """The engine's specification: copy i is coalition masks[i]; `named`: the score reads each input's
-        row only (a named metric or the logits), so the layered path may stop at the read rows."""
-        model, n = self.model, len(self.tokens)
+        row only (a named metric or the logits), so the layered path may stop at the read rows;
+        `result_rows`: those rows are the caller's result (kept whole), not a chunk's temporary."""
+        model, (n, width) = self.model, self.tokens.shape
         player_layers = sorted({lay for lay, _ in self.players})
         n_layers = model.cfg.n_layers
         # the layer of a copy sizes its chunks: the layered path holds one layer's activations at a time
@@ -239,7 +244,13 @@ class CoalitionGame:
                 return self._linear_chunk(masks[lo:hi])
             return self._layered_chunk(masks[lo:hi], named)
 
-        return Copies(layers=[layer] * len(masks), setter=setter, reference=reference, local=local)
+        chunk = None
+        if path == "layered":  # coalitions share prefixes within a chunk: take as many as their kept states allow
+            # per coalition: its residual stream state, and the logits a chunk holds before they are scored
+            rows = 0 if result_rows else 1 if self._row_only(named) else width
+            held = n * (width * model.cfg.d_model + 2 * rows * model.cfg.d_vocab_out) * torch.finfo(model.cfg.dtype).bits // 8
+            chunk = max(1, int(self.memory_budget_mb * 2**20 // held))
+        return Copies(layers=[layer] * len(masks), setter=setter, reference=reference, local=local, chunk=chunk)
 
     def _linear_chunk(self, masks: Tensor) -> AtRows:
         n, vocab = self.full.shape
@@ -282,10 +293,7 @@ class CoalitionGame:
         model, cfg = self.model, self.model.cfg
         n, width = self.tokens.shape
         residual, shortformer, attention_mask = self._layer_inputs()
-        row_only = (
-            named and supported(model) and cfg.positional_embedding_type != "rotary"
-            and attention_mask is None
-        )  # fmt: skip
+        row_only = self._row_only(named)
         layer_of = torch.tensor([lay for lay, _ in self.players], device=masks.device)
         states = residual[None]  # [state, batch, pos, d_model]
         parent_of = torch.zeros(len(masks), dtype=torch.long, device=masks.device)  # coalition -> its state
@@ -311,11 +319,32 @@ class CoalitionGame:
                 with model.hooks(fwd_hooks=hooks):
                     logits = self._last_layer_all(flat, extra, mask)
                 return logits.view(len(unique), n, *logits.shape[1:])[inverse].flatten(0, 1)
-            with model.hooks(fwd_hooks=hooks):
-                states = model.blocks[layer](flat, shortformer_pos_embed=extra, attention_mask=mask)
-            states = states.view(len(unique), n, width, -1)
+            states = self._block_in_pieces(layer, flat, extra, mask, active).view(len(unique), n, width, -1)
             parent_of = inverse
         raise AssertionError("unreachable: a model has at least one layer")
+
+    def _row_only(self, named: bool) -> bool:
+        """Whether the layered path's last layer computes each input's read row only (a named metric on a
+        supported model without rotary positions or an attention mask)."""
+        return (named and supported(self.model) and self.model.cfg.positional_embedding_type != "rotary"
+                and self._layer_inputs()[2] is None)  # fmt: skip
+
+    def _block_in_pieces(self, layer: int, flat: Tensor, extra: Tensor | None, mask: Tensor | None,
+                         active: Tensor) -> Tensor:  # fmt: skip
+        """Block `layer` on the stacked states [states * batch, pos, d_model] (`active` [states, player]: each
+        state's coalition), a few states at a time so that one block's activations stay within the memory
+        budget, each piece with the hook that ablates its states' absent players."""
+        model, n = self.model, len(self.tokens)
+        states, width = len(active), flat.shape[1]
+        per = copies_per_chunk(model, n, width, self.memory_budget_mb, from_layer=model.cfg.n_layers - 1, rows_out=0)
+        out = []
+        for lo in range(0, states, per):
+            hi, rows = min(states, lo + per), slice(lo * n, min(states, lo + per) * n)
+            hook = self._z_hook(layer, active[lo:hi], n)
+            with model.hooks(fwd_hooks=[] if hook is None else [(get_act_name("z", layer), hook)]):
+                out.append(model.blocks[layer](flat[rows], shortformer_pos_embed=None if extra is None else extra[rows],
+                                               attention_mask=None if mask is None else mask[rows]))  # fmt: skip
+        return torch.cat(out) if len(out) > 1 else out[0]
 
     def _last_layer_all(self, flat: Tensor, shortformer: Tensor | None, attention_mask: Tensor | None) -> Tensor:
         model = self.model

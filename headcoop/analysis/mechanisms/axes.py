@@ -34,9 +34,8 @@ def necessity_classes(
     f00: Float[Tensor, "*pair batch"], binary: bool, tau: float | Tensor, cutoff: float = 0.2,
 ) -> tuple[Bool[Tensor, "*pair batch"], dict[str, Bool[Tensor, "*pair batch"]]]:  # fmt: skip
     """(matters, {class: mask}) of a pair's 2 x 2 game per input (f: the metric with both heads, only i, only
-    j, neither; higher is better). Binary (accuracy; a tie counts as no answer, and so does a win by less
-    than 2%, `RESOLUTION`, of the clean run's median margin): the pair matters where f11 = 1 and f00 = 0;
-    then OR (f10 = f01 = 1), AND (both 0), i-only, j-only. Continuous: it matters where
+    j, neither; higher is better). Binary (accuracy, a tie counts as no answer): the pair matters where
+    f11 = 1 and f00 = 0; then OR (f10 = f01 = 1), AND (both 0), i-only, j-only. Continuous: it matters where
     D = f11 - f00 > tau; with a_i = (f10 - f00) / D: OR when a_i, a_j >= 1 - cutoff, AND when both <= cutoff,
     i-only when a_i >= 1 - cutoff and a_j <= cutoff, shared when both lie between and |a_i + a_j - 1| <= cutoff."""
     if binary:

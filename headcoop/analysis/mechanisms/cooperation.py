@@ -40,12 +40,12 @@ from headcoop.analysis.mechanisms.references import KINDS, blind, draw_reference
 from headcoop.analysis.mechanisms.repair import backup, composition, head_direct
 from headcoop.analysis.mechanisms.result import Cooperation
 from headcoop.analysis.mechanisms.words import (
-    INPUT_CLASSES, MECHANISMS, RESOLUTION, ROLES, THRESHOLDS, WORD_SOURCES,
+    INPUT_CLASSES, MECHANISMS, ROLES, THRESHOLDS, WORD_SOURCES,
 )  # fmt: skip
 from headcoop.analysis.mechanisms.writes import check_outputs, superposed_writes
 from headcoop.analysis.vocabulary import METRIC_NAMES, READING_HOWS, MetricName, ReadingHow, head_name
 from headcoop.checks import check_float, check_int, check_seed
-from headcoop.progress import with_progress
+from headcoop.progress import expect, with_progress
 from headcoop.tasks.base import Batch
 
 ALL_PAIRS_UP_TO = 32
@@ -95,6 +95,16 @@ def parse_thresholds(thresholds, threshold, min_share, band, agree) -> tuple[dic
 def pushes_up(direct: torch.Tensor) -> torch.Tensor:
     """[batch, vocab] where a direct write [batch, vocab] is above float noise (1e-6 of its largest |write|)."""
     return direct > 1e-6 * direct.abs().max(-1, keepdim=True).values
+
+
+def planned_runs(k: int, kinds: int, max_exact: int, top_pairs: int | None) -> int:
+    """The modified runs a call makes on k heads (its progress bar's total): the exact interaction index
+    (v(all), v(none), every coalition, and the ablation interaction of every pair) up to max_exact heads,
+    and per ablation kind the coalitions of `coalition_masks` (the draws stacked on the batch axis). Above
+    max_exact with top_pairs, shapiq's screening adds its own runs to the total as it announces them."""
+    pairs = k * (k - 1) // 2
+    exact = 2 + 2**k + 1 + k + pairs if k <= max_exact else 0
+    return exact + kinds * (2 + 2 * k + 2 * (pairs if k <= max_exact or top_pairs is None else min(pairs, top_pairs)))
 
 
 def coalition_masks(k: int, pairs: list) -> torch.Tensor:
@@ -163,8 +173,6 @@ def ablation_readings(model, run, hows, task, reference, draws, seed, th) -> dic
     """Per ablation kind, every distinct draw's evidence, which heads it cannot see, the answers resample
     injects, the logits of every coalition on the first draw, and composition and backup on that draw."""
     out = {}
-    margin = per_input_metric("logit_diff", run.logits_clean, run.answer, None)
-    resolution = RESOLUTION * float(margin.median().clamp(min=0))  # accuracy: a closer win is a tie
     drawn = draw_references(task, reference, draws, seed) if set(hows) - {"zero"} else None
     runs: dict = {}  # each reference batch run once, shared by mean and resample
     for h in hows:
@@ -178,8 +186,7 @@ def ablation_readings(model, run, hows, task, reference, draws, seed, th) -> dic
         draws_ev = []
         for d in range(len(values)):
             lg = logits[:, d]
-            v, s = per_input(run.metric, lg, run.answer, run.wrong), signed(run.metric, lg, run.answer, run.wrong)
-            ev = Evidence(torch.where(s < resolution, 0.0, v) if run.binary else v, s,
+            ev = Evidence(per_input(run.metric, lg, run.answer, run.wrong), signed(run.metric, lg, run.answer, run.wrong),
                           per_input_metric("logit_diff", lg, run.answer, run.fixed_wrong), run.k, run.pairs, run.binary)  # fmt: skip
             unseen = [None] * run.k if h == "zero" else unseen_heads(model, run, values[d])
             injected = None if h != "resample" else (answers[d], {
@@ -252,6 +259,7 @@ def cooperation(
         raise ValueError(f"cooperation reads every pair of up to {ALL_PAIRS_UP_TO} heads; {k} given: pass heads= "
                          f"(the heads to compare) or top_pairs= (the strongest pairs by interaction)")  # fmt: skip
     names = tuple(head_name(*p) for p in players)
+    expect(planned_runs(k, len(hows), max_exact, top_pairs))  # the bar's total, known before any run: it never grows
     primary = "mean" if "mean" in hows else hows[0]
     refs = None if primary == "zero" else draw_references(task, reference, 1, seed)
     inter, pairs, pairs_note = pair_interactions(model, batch, players, names, metric, primary, refs, seed,

@@ -37,11 +37,6 @@ CLASSES = ("or", "and", "i_only", "j_only", "shared")
 # the thresholds of the rules and their defaults; each is banded at half and twice
 THRESHOLDS = {"role": 0.1, "min_share": 0.1, "majority": 0.5, "division": 0.2, "cutoff": 0.2, "composition": 0.5,
               "floor": 0.1, "same": 0.1}  # fmt: skip
-# accuracy on a coalition: a win by less than this share of the clean run's median margin counts as a tie
-# (no answer), as an exact tie does. Such wins are the level of float or weight noise: a lone rank-1 head of
-# the bench answers 45% of inputs by margins of 0.01-0.02 logits under 0.01 weight noise (the full model's
-# median margin: 1.6), and none without noise.
-RESOLUTION = 0.02
 THRESHOLD_MEANINGS = {  # what each threshold decides (the pages print these: definitions.py)
     "role": "a head supports (competes) where its mean total effect, else its isolated effect, exceeds this "
             "fraction of its fair share (1/k of the summed effect sizes of the k heads) with a 95% interval "
@@ -238,5 +233,5 @@ def stand(words: list[str], readings: list[Reading], agree: float) -> tuple[str,
     return (word if share >= agree else "undetermined"), share, "; ".join(x for x in (flip, blind_note) if x)
 
 
-__all__ = ["MECHANISMS", "ABSTAIN", "RESOLUTION", "ROLES", "INPUT_CLASSES", "CLASSES", "THRESHOLDS", "THRESHOLD_MEANINGS", "WORD_SOURCES", "Reading",
+__all__ = ["MECHANISMS", "ABSTAIN", "ROLES", "INPUT_CLASSES", "CLASSES", "THRESHOLDS", "THRESHOLD_MEANINGS", "WORD_SOURCES", "Reading",
            "band", "superposition_word", "necessity_word", "by_ablation", "model_word", "vote", "stand"]  # fmt: skip

@@ -257,3 +257,25 @@ def test_the_old_method_spelling_warns_and_reads_as_the_estimator():
         hc.interactions(model, batch, metric="logit_diff", method="fast")
     with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="estimator='svarm' contradicts method='exact'"):
         hc.interactions(model, batch, metric="logit_diff", method="exact", estimator="svarm")
+
+
+@pytest.mark.parametrize("how", ["zero", "mean"])
+def test_layered_path_in_pieces_equals_the_reference(how):
+    """Issue 51: the layered path takes every coalition in one chunk (their shared prefixes computed once) and
+    runs each block a few states at a time within the memory budget. With a budget so small that every block
+    runs one state at a time, the values and the row logits `hc.cooperation` reads equal hc.ablate + one
+    forward pass per coalition."""
+    model = attn_only_2l_like(attn_only=False, d_mlp=16, act_fn="gelu")
+    gen = torch.Generator().manual_seed(3)
+    ids = torch.randint(0, model.cfg.d_vocab, (12, 8), generator=gen)
+    tokens = hc.contrast(ids, ids.flip(0), ids[:, 1], ids[:, 2]).clean
+    reference = None if how == "zero" else torch.randint(0, model.cfg.d_vocab, (10, 8), generator=gen)
+    players = [(0, 1), (1, 0), (1, 3)]
+    masks = all_masks(len(players))
+    tiny = CoalitionGame(model, players, tokens=tokens, metric="logit_diff", how=how, reference=reference,
+                         method="layered", memory_budget_mb=1e-4)  # fmt: skip
+    ref = CoalitionGame(model, players, tokens=tokens, metric="logit_diff", how=how, reference=reference,
+                        method="reference")  # fmt: skip
+    torch.testing.assert_close(tiny.values(masks), ref.values(masks), atol=1e-5, rtol=1e-6)
+    torch.testing.assert_close(tiny.row_logits(masks), ref.row_logits(masks), atol=1e-5, rtol=1e-6)
+    assert tiny.method.startswith("layer by layer")

@@ -257,3 +257,23 @@ def test_a_supporting_feeder_is_not_competition():
     assert heads.loc["L0H0", "direct_effect"] < 0 < heads.loc["L0H0", "total_effect"]
     assert heads.loc["L0H0", "role"] == "supports" and heads.loc["L0H0", "via"] == "later heads"
     assert result.pairs.mechanism[0] == "composition"
+
+
+def test_cooperation_progress_total_is_known_before_any_run(monkeypatch):
+    """Issue 51: the bar's total is set before the first run and never grows (it once went 18 -> 29 -> ...
+    -> 117 and reached 100% several times); it equals the runs the call makes."""
+    import headcoop.analysis.engine.copies as copies
+    import headcoop.progress as progress
+
+    totals, announced = [], []
+    original = progress.advance
+
+    def watched(done=0, more=0):
+        original(done, more)
+        bar = progress._current.get()
+        announced.append(more)
+        totals.append(bar.total)
+
+    monkeypatch.setattr(copies, "advance", watched)
+    hc.cooperation(hc.bench("feeders"), n=64, draws=2, progress=True)
+    assert totals and len(set(totals)) == 1 and totals[0] == sum(announced), (set(totals), sum(announced))
