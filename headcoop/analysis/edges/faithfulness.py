@@ -289,10 +289,21 @@ class FaithfulnessResult(Result):
     def to_dataframe(self) -> pd.DataFrame:
         return self.frame.copy()
 
+    def why_nan(self) -> str:
+        """Why CPR and CMD are NaN, in words ("" where they are numbers): an area needs two circuit sizes, and a
+        faithfulness needs the full model and the empty circuit to differ."""
+        if self.full == self.empty:
+            return (f" (NaN: the full model and the empty circuit give the same metric, {self.full:.4g}, so there is "
+                    "no gap to recover)")  # fmt: skip
+        if len(self.frame) < 2:
+            return (" (NaN: one circuit has no curve to take the area of: CPR and CMD summarise an EdgeResult over "
+                    "two or more circuit sizes; here the faithfulness below is the number)")  # fmt: skip
+        return ""
+
     def __repr__(self) -> str:
         last = self.frame.iloc[-1]
         return (f"FaithfulnessResult({len(self.frame)} circuit sizes of {self.n_edges} edges, {self.how} ablation: "
-                f"CPR {self.cpr:.3f} (random {self.random_cpr:.3f}), CMD {self.cmd:.3f}; at {int(last.edges)} edges "
+                f"CPR {self.cpr:.3f} (random {self.random_cpr:.3f}), CMD {self.cmd:.3f}{self.why_nan()}; at {int(last.edges)} edges "
                 f"faithfulness {last.faithfulness:.3f}; model {self.full:.4g}, empty {self.empty:.4g}; "
                 f"{self.ablation or self.how}; norms recomputed; {self.method})")  # fmt: skip
 

@@ -36,7 +36,7 @@ from transformer_lens.utilities import get_act_name
 
 from headcoop.bridge import is_bridge
 from headcoop.progress import with_progress
-from headcoop.analysis.engine.verification import miss_bound, pick
+from headcoop.analysis.engine.verification import miss_bound, pick, wide_bound
 from headcoop.analysis.engine.inputs import check_choice, require_model
 from headcoop.analysis.engine.copies import clean_corrupt, route, target_run
 from headcoop.analysis.engine.norms import norm_kind, norm_weights
@@ -272,8 +272,14 @@ class EdgeResult(Result):
                 f"|exact|: {self.missed['estimate']:.3g} ({self.missed['low']:.3g}..{self.missed['high']:.3g}) of the "
                 f"{self.missed['rest']} others)") if self.missed else ""
         said = f"; assumes {'; '.join(self.assumptions)}" if self.assumptions else ""
+        checked = ""
+        if self.estimator != "exact":  # what exact patching has checked of the estimate (issue 51)
+            top, sampled = int(self.frame["top"].sum()), int(self.frame["sampled"].sum())
+            checked = ("; unverified: no edge patched exactly (pass verify=k and sample=s to check the estimate)"
+                       if not (top or sampled) else f"; verified: {top} top and {sampled} sampled edges patched exactly")
+            checked += wide_bound(self.missed, top, "edges")
         return (f"EdgeResult({len(self.frame)} edges, {self.estimator}, {self.direction}, clean={self.clean_value:.4g}, "
-                f"corrupt={self.corrupt_value:.4g}; strongest: {shown}{miss}{said})")  # fmt: skip
+                f"corrupt={self.corrupt_value:.4g}; strongest: {shown}{miss}{checked}{said})")  # fmt: skip
 
     def plot(self, k: int = 30) -> go.Figure:
         """The k strongest edges as a layered graph: writers and readers placed by their place in the forward

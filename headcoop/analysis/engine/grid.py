@@ -57,13 +57,29 @@ class PatchGrid:
                          pos=self.pos[index.to(self.pos.device)] if self.pos is not None else None)  # fmt: skip
 
 
+SMALL_GAP = 0.05  # a clean - corrupt gap under this share of the scale the values move on is warned about
+
+
 def normalized(values, clean: float, corrupt: float):
     """(values - corrupt) / (clean - corrupt): 0 at the corrupt baseline, 1 at the clean one; ValueError when
-    the two baselines are equal (there is no gap to share)."""
+    the two baselines are equal (there is no gap to share), a UserWarning when the gap is under `SMALL_GAP`
+    of the scale the values move on (the largest of |clean|, |corrupt| and |value - corrupt|): the shares
+    then mostly measure the gap."""
     gap = clean - corrupt
     if gap == 0:
         raise ValueError("clean and corrupt baselines are equal, so the gap cannot be normalised")
-    return (values - corrupt) / gap
+    out = (values - corrupt) / gap
+    moved = float(torch.as_tensor(values - corrupt).abs().max()) if torch.as_tensor(values).numel() else 0.0
+    scale = max(abs(clean), abs(corrupt), moved)
+    if abs(gap) < SMALL_GAP * scale:
+        import warnings
+
+        shares = torch.as_tensor(out)
+        warnings.warn(f"the clean - corrupt gap is {gap:.3g}, under {SMALL_GAP:.0%} of the scale the patched values "
+                      f"move on ({scale:.3g}): the normalized effects (here {float(shares.min()):.2f} to "
+                      f"{float(shares.max()):.2f}) divide by it and mostly measure the gap; read the raw values, "
+                      "or choose clean and corrupt inputs whose metrics differ", UserWarning, stacklevel=3)  # fmt: skip
+    return out
 
 
 def select_cells(model: HookedTransformer, component: str, head, layer) -> tuple[list[int], list[int]]:

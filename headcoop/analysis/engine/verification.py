@@ -51,4 +51,13 @@ def miss_bound(top_effect: Float[Tensor, " k"], sampled_effect: Float[Tensor, " 
             "share": share, "share_low": low, "share_high": high}  # fmt: skip
 
 
-__all__ = ["clopper_pearson", "pick", "miss_bound"]
+def wide_bound(missed: dict, top: int, what: str) -> str:
+    """A warning for a result's repr where a false-negative bound (`miss_bound`) allows more missed `what` than
+    the verified top holds (it cannot tell the estimate's top from a miss), else ""."""
+    if not missed or missed["high"] <= max(top, 1):
+        return ""
+    return (f"; the miss bound allows up to {missed['high']:.3g} missed {what}, more than the {top} verified at the "
+            f"top: it bounds little (sample more with sample=)")  # fmt: skip
+
+
+__all__ = ["clopper_pearson", "pick", "miss_bound", "wide_bound"]

@@ -58,7 +58,7 @@ from headcoop.analysis.engine.copies import clean_corrupt, hooks_in_the_way
 from headcoop.analysis.engine.kernels import scores_of, softmax_keys
 from headcoop.analysis.engine.grid import PatchGrid, kv_heads, normalized, pos_labels, select_cells
 from headcoop.analysis.nodes.patching import sweep
-from headcoop.analysis.engine.verification import miss_bound, pick
+from headcoop.analysis.engine.verification import miss_bound, pick, wide_bound
 from headcoop.analysis.vocabulary import (
     ATTRIBUTION_METHODS, COMPONENTS, DIRECTIONS, POSITIONS, RESID_COMPONENTS, AttributionMethod, Component,
     Direction, Positions, head_name, layer_name,
@@ -170,7 +170,7 @@ class AttributionResult(Result):
     def __repr__(self) -> str:
         m = self.missed
         bound = (f", missed outside the top: {m['estimate']:.3g} ({m['low']:.3g}..{m['high']:.3g}) of {m['rest']}"
-                 if m else "")  # fmt: skip
+                 if m else "") + wide_bound(m, int(self.top.sum()), "cells")  # fmt: skip
         return (f"AttributionResult({self.estimator!r} {self.direction} {self.component!r}, positions={self.positions!r}, "
                 f"dims={self.dims}, shape={tuple(self.values.shape)}, verified={int(self.verified.sum())}{bound}; "
                 f"assumes: {'; '.join(self.assumptions)})")  # fmt: skip

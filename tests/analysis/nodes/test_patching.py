@@ -356,3 +356,17 @@ def test_issue_example_v_patching_with_every_head_ablated(setups):
     outside = hc.patch(model, clean=clean, corrupt=corrupt, component="v")
     assert (outside.values - ablated).abs().max() > 0.01  # the comparison is not vacuous
     assert outside.method == "head-local"
+
+
+def test_a_gap_near_zero_is_warned_about_where_effects_are_normalized():
+    """Issue 51: a clean - corrupt gap of 0.011 gave normalized effects of -1.87 without a word."""
+    import warnings
+
+    from headcoop.analysis.engine.grid import normalized
+
+    values = torch.tensor([0.98, 1.0, 1.02])
+    with pytest.warns(UserWarning, match=r"the clean - corrupt gap is 0.011, under 5% .* mostly measure the gap"):
+        normalized(values, clean=1.011, corrupt=1.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        torch.testing.assert_close(normalized(values, clean=2.0, corrupt=0.0), values / 2)
