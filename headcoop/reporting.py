@@ -434,9 +434,7 @@ def _section_cooperation(ctx: _Context) -> tuple:
     model, k = ctx.model, len(ctx.heads)
     heads = None if ctx.all_heads else ctx.heads
     blocks: list = []
-    # coalitions per reading x 4 ablations x reference draws, each about one forward pass, plus the clean runs,
-    # composition and backup passes (measured on a GPT-2-small shape: 3 heads, 1 draw, 94 forward passes)
-    cost = lambda draws: (k * k + k + 2) * 4 * draws + 10 * k + 8  # noqa: E731
+    cost = (lambda draws: _cooperation_forwards(ctx, draws)) if k >= 2 else (lambda draws: 0.0)  # noqa: E731
     draws = 4 if k <= 16 and cost(4) * ctx.budget.forward_s <= ctx.budget.remaining() else 1
     what = "hc.cooperation (the mechanism of every pair of heads)"
     if k < 2:
@@ -494,6 +492,42 @@ def _section_cooperation(ctx: _Context) -> tuple:
     return (*blocks, *_shapley(ctx, heads, MAX_EXACT, interactions), *_head_to_head(ctx))
 
 
+def _game(ctx: _Context):
+    """The coalition game the report's cooperation and Shapley calls play (mean ablation over the clean
+    inputs, accuracy), for predicting their cost."""
+    from headcoop.analysis.games.coalitions import CoalitionGame
+
+    return CoalitionGame(ctx.model, ctx.heads, tokens=ctx.clean, metric="accuracy", how="mean",
+                         reference=ctx.clean.tokens)  # fmt: skip
+
+
+def _shapley_forwards(ctx: _Context) -> float:
+    """Forward passes (of the clean batch) exact Shapley values take: every coalition on the game's own path
+    (timed on a sample where the path is linear), and the pairs' ablation interactions."""
+    from headcoop.analysis.games.coalitions import all_masks, game_seconds
+
+    k = len(ctx.heads)
+    return game_seconds(_game(ctx), all_masks(k), ctx.budget.forward_s) / ctx.budget.forward_s + 3 + k + k * (k - 1) // 2
+
+
+def _cooperation_forwards(ctx: _Context, draws: int) -> float:
+    """Forward passes (of the clean batch) `hc.cooperation` takes as the report calls it: per ablation kind its
+    coalitions (the draws stacked on the batch, so their rows count draws times), on the game's own path; the
+    exact interaction index; the reference runs; composition and backup (about two passes per cross-layer pair
+    and kind); and the clean runs."""
+    import itertools
+
+    from headcoop.analysis.games.coalitions import game_seconds
+    from headcoop.analysis.mechanisms.cooperation import coalition_masks
+
+    k = len(ctx.heads)
+    masks = coalition_masks(k, list(itertools.combinations(range(k), 2)))
+    per_kind = game_seconds(_game(ctx), masks, ctx.budget.forward_s) / ctx.budget.forward_s
+    cross = sum(1 for (a, _), (b, _) in itertools.combinations(ctx.heads, 2) if a != b)
+    return (per_kind * (1 + 2 * draws) + (_shapley_forwards(ctx) if k <= 16 else 0) + 2 * draws + 6 * cross
+            + 4)  # fmt: skip
+
+
 def _shapley(ctx: _Context, heads, max_exact: int, interactions: Callable) -> tuple:
     """Shapley values and interaction indices (exact only: the report shows no sampled estimates)."""
     k = len(ctx.heads)
@@ -502,7 +536,7 @@ def _shapley(ctx: _Context, heads, max_exact: int, interactions: Callable) -> tu
         return (_note(f"Shapley values: exact up to {max_exact} heads (<code>hc.interactions</code>' "
                       f"<code>max_exact</code>; 2^{max_exact} coalitions), and this report covers {k}. "
                       "<code>hc.interactions(model, estimator=\"kernelshap\")</code> estimates them with standard errors."),)  # fmt: skip
-    if not ctx.budget.afford(what, 2**k + 2, f"hc.interactions(model, tokens=clean, metric='accuracy'{ctx.heads_arg})"):
+    if not ctx.budget.afford(what, _shapley_forwards(ctx), f"hc.interactions(model, tokens=clean, metric='accuracy'{ctx.heads_arg})"):
         return (ctx.budget.note(what),)
     result = interactions(ctx.model, ctx.clean, heads=heads, metric="accuracy", how="mean", reference=ctx.clean.tokens,
                           progress=False)  # fmt: skip

@@ -376,6 +376,40 @@ class CoalitionGame:
         return unembed(model, x[:, None])[:, 0]
 
 
+def layered_passes(model, players: list[tuple[int, int]], masks: Bool[Tensor, "coalition player"]) -> float:
+    """Forward passes of one batch the layered path runs for `masks` (its distinct prefix states per layer,
+    each one block of the batch, over the layers of a pass): what `values` costs on a model without the
+    linear path and without hooks. A Bridge runs every coalition from the tokens: len(masks) passes."""
+    if is_bridge(model):
+        return float(len(masks))
+    n_layers = model.cfg.n_layers
+    masks = torch.as_tensor(masks, dtype=torch.bool)
+    layer_of = torch.tensor([lay for lay, _ in players])
+    states = 0
+    for layer in range(n_layers):
+        prefix = masks[:, layer_of <= layer]
+        states += 1 if prefix.shape[1] == 0 else len(torch.unique(prefix, dim=0))
+    return states / n_layers
+
+
+def game_seconds(game: "CoalitionGame", masks: Bool[Tensor, "coalition player"], forward_s: float,
+                 sample: int = 256) -> float:  # fmt: skip
+    """Predicted seconds of `game.values(masks)`: on the linear path, timed on `sample` of the coalitions and
+    extrapolated (its cost is per coalition); on the layered path, `layered_passes` x forward_s (the batch's
+    forward time); otherwise one forward pass per coalition from the first player's layer."""
+    import time
+
+    if game.linear:
+        pick = masks[torch.randperm(len(masks), generator=torch.Generator().manual_seed(0))[:sample]]
+        start = time.perf_counter()
+        game.values(pick)
+        return (time.perf_counter() - start) * len(masks) / max(1, len(pick))
+    if game.layered:
+        return layered_passes(game.model, game.players, masks) * forward_s
+    first = min(lay for lay, _ in game.players)
+    return len(masks) * forward_s * (game.model.cfg.n_layers - first) / game.model.cfg.n_layers
+
+
 def all_masks(n: int, device=None) -> Bool[Tensor, "coalition player"]:
     """Every coalition of n players, row S as the bits of the integer S (player i active iff bit i is set)."""
     if n > 24:

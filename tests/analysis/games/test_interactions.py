@@ -279,3 +279,35 @@ def test_layered_path_in_pieces_equals_the_reference(how):
     torch.testing.assert_close(tiny.values(masks), ref.values(masks), atol=1e-5, rtol=1e-6)
     torch.testing.assert_close(tiny.row_logits(masks), ref.row_logits(masks), atol=1e-5, rtol=1e-6)
     assert tiny.method.startswith("layer by layer")
+
+
+def test_layered_passes_counts_the_blocks_the_layered_path_runs(monkeypatch):
+    """Issue 51: the report predicts a game's cost from `layered_passes`, which must count what the layered
+    path runs: the block rows of `values`, over one pass's rows (every layer of the batch)."""
+    from transformer_lens.components import TransformerBlock
+
+    from headcoop.analysis.games.coalitions import layered_passes
+    from headcoop.analysis.mechanisms.cooperation import coalition_masks
+
+    model = attn_only_2l_like(attn_only=False, d_mlp=16, act_fn="gelu")
+    tokens = torch.randint(0, model.cfg.d_vocab, (6, 8), generator=torch.Generator().manual_seed(0))
+    batch = hc.contrast(tokens, tokens.flip(0), tokens[:, 1], tokens[:, 2]).clean
+    players = [(0, 1), (1, 0), (1, 3)]
+    rows = [0]
+    plain = TransformerBlock.forward
+
+    def counted(self, resid_pre, *args, **kwargs):
+        rows[0] += resid_pre.shape[0] * resid_pre.shape[1]
+        return plain(self, resid_pre, *args, **kwargs)
+
+    for masks in (all_masks(3), coalition_masks(3, [(0, 1), (0, 2), (1, 2)])):
+        game = CoalitionGame(model, players, tokens=batch, metric="logit_diff", how="zero", method="layered")
+        monkeypatch.setattr(TransformerBlock, "forward", counted)
+        rows[0] = 0
+        game.values(masks)
+        monkeypatch.setattr(TransformerBlock, "forward", plain)
+        ran = rows[0] / (6 * 8 * model.cfg.n_layers)
+        # the last layer runs only each input's read row for keys and values at every row: the block count is
+        # that of the layers before it; layered_passes counts the last layer's states as whole blocks
+        before_last = layered_passes(model, players, masks) - len(torch.unique(masks, dim=0)) / model.cfg.n_layers
+        assert ran == pytest.approx(before_last), (ran, before_last)
