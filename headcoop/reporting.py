@@ -16,6 +16,7 @@ import html
 import os
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -58,6 +59,7 @@ class _Budget:
     forward_s: float
     start: float = dataclasses.field(default_factory=time.perf_counter)
     left_out: list = dataclasses.field(default_factory=list)  # (what, predicted s, how to run it, s left then)
+    setup: str = ""  # the Python that gives a left-out call its `model`, `clean` and `corrupt`
 
     def remaining(self) -> float:
         if self.limit_s is None:
@@ -80,10 +82,10 @@ class _Budget:
         _, predicted, how, left = next(row for row in self.left_out if row[0] == what)
         return Text(Markup(
             "<p class=\"note\"><b>Left out to stay within the report's budget:</b> {} (predicted {:.0f} s on this "
-            "machine; {:.0f} s of the {:.0f} s budget were left). Run it with <code>{}</code>, or give the report a "
-            "larger budget (<code>--budget</code>, <code>hc.report(budget_s=...)</code>) or fewer heads "
-            "(<code>--heads</code>).</p>"
-        ).format(what, predicted, max(0.0, left), self.limit_s or 0, how), note=False)
+            "machine; {:.0f} s of the {:.0f} s budget were left). Run it with <code>{}</code> (after <code>{}</code>), "
+            "or give the report a larger budget (<code>--budget</code>, <code>hc.report(budget_s=...)</code>) or "
+            "fewer heads (<code>--heads</code>).</p>"
+        ).format(what, predicted, max(0.0, left), self.limit_s or 0, how, self.setup), note=False)
 
 
 def _forward_seconds(model: HookedTransformer, tokens: Tensor) -> float:
@@ -237,13 +239,14 @@ def _section_overview(ctx: _Context) -> tuple:
         shown = ", ".join(f"{i}: {t}" for i, t in enumerate(task.vocab))
         blocks.append(Text(Markup("<p><b>Vocabulary</b> (id: token): {}</p>").format(shown), note=False))
     else:
-        blocks.append(Text(Markup("<p><b>Vocabulary</b>: {} tokens.</p>").format(task.d_vocab), note=False))
+        differs = "" if task.d_vocab == cfg.d_vocab else f" (the model's unembedding has {cfg.d_vocab}: the task's tokenizer or vocabulary counts {task.d_vocab - cfg.d_vocab:+d})"
+        blocks.append(Text(Markup("<p><b>Vocabulary</b>: {} tokens{}.</p>").format(task.d_vocab, differs), note=False))
     where = "fixed prompts (the same every run)" if task.fixed_inputs else "inputs drawn from the task (seed 0)"
     blocks += [
-        Text(Markup("<p><b>Inputs</b>: every analysis below reads the same {} {}, {} tokens long; the corrupt "
+        Text(Markup("<p><b>Inputs</b>: every analysis below reads the same {} {}, {}; the corrupt "
                     "prompt of each differs from its clean prompt where the task says, and the metric compares "
                     "the answer's logit with the alternative's at the answer position.</p>"
-                    ).format(len(ctx.clean), where, ctx.clean.tokens.shape[1]), note=False),  # fmt: skip
+                    ).format(len(ctx.clean), where, _lengths(ctx.clean)), note=False),  # fmt: skip
         _table(_examples(ctx, 4), index=False),
         Text("<h3>Configuration</h3>", note=False),
         _table(config),
@@ -252,6 +255,17 @@ def _section_overview(ctx: _Context) -> tuple:
         blocks.insert(1, Text(Markup("<p><b>Heads covered</b> (<code>--heads</code>): {} of {}.</p>").format(
             ", ".join(ctx.names), cfg.n_layers * cfg.n_heads), note=False))  # fmt: skip
     return tuple(blocks)
+
+
+def _lengths(batch) -> str:
+    """How long the prompts are, read up to each one's answer position: "16 tokens long", or "5 to 16 tokens
+    long (padded to 16)" for prompts of mixed length."""
+    lengths = batch.answer_pos.cpu() + 1
+    width = batch.tokens.shape[1]
+    low, high = int(lengths.min()), int(lengths.max())
+    if low == high == width:
+        return f"{width} tokens long"
+    return (f"{low} to {high} tokens long" if low != high else f"{high} tokens long") + f" (padded to {width})"
 
 
 def _examples(ctx: _Context, n: int) -> pd.DataFrame:
@@ -802,6 +816,7 @@ def report_sections(
     (default: the model's own) supplies the inputs and the metric; by-position head patching predicted to
     take longer than `exact_limit_s` is shown as verified AtP* estimates; `heads`, `sections`, `budget_s`:
     as `report`."""
+    own_task = task is None
     task = task if task is not None else require_task(model, "the report's inputs and metrics (pass task=)")
     clean, corrupt = task.patching_inputs()
     device = model_device(model)
@@ -809,7 +824,8 @@ def report_sections(
     covered = None if heads is None else sorted(set(parse_heads(model, heads)))
     if covered is not None and not covered:
         raise ValueError("heads is empty; give the heads the report covers, e.g. ['L0H1', 'L3H2'], or None for all")
-    budget = _Budget(budget_s, _forward_seconds(model, clean.tokens), start=started or time.perf_counter())
+    budget = _Budget(budget_s, _forward_seconds(model, clean.tokens), start=started or time.perf_counter(),
+                     setup=_setup_code(source or model.cfg.model_name, own_task))  # fmt: skip
     ctx = _Context(model=model, task=task, source=source or model.cfg.model_name, examples=examples, clean=clean,
                    corrupt=corrupt, exact_limit_s=exact_limit_s, heads=covered, budget=budget)  # fmt: skip
     chosen = _sections(task)
@@ -820,9 +836,39 @@ def report_sections(
     bar = tqdm(chosen, desc="report", unit="section", disable=not progress)
     for anchor, title, build in bar:
         bar.set_postfix_str(anchor)
-        out.append(Section(title, build(ctx), anchor=anchor))
+        with warnings.catch_warnings(record=True) as caught:  # headcoop's warnings go on the page, by the numbers
+            warnings.simplefilter("always", UserWarning)
+            blocks = tuple(build(ctx))
+        ours = [w for w in caught if issubclass(w.category, UserWarning) and "headcoop" in str(w.filename)]
+        for w in caught:  # every other warning as it would have been shown
+            if w not in ours:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        said = dict.fromkeys(str(w.message) for w in ours)
+        blocks += tuple(Text(Markup("<b>Warning</b>: {}").format(message)) for message in said)
+        out.append(Section(title, blocks, anchor=anchor))
     bar.close()
     return out
+
+
+def _setup_code(source: str, own_task: bool) -> str:
+    """The Python that loads the report's model and inputs, for the calls the page offers: the model by the
+    shipped name or folder the report was given (a model passed in memory stays `model`), the inputs from its
+    own task or from the prompts file (--prompts)."""
+    from headcoop.checkpoints import SHIPPED
+    from headcoop.foreign import CONFIG
+
+    name = source.split(" (")[0]  # "my-gpt2 (Hugging Face folder, ...)" -> "my-gpt2"
+    if name in SHIPPED or (Path(name).is_dir() and not (Path(name) / CONFIG).is_file()):
+        load = f"model = hc.load({name!r}); "
+    elif Path(name).is_dir() and is_hf_folder(name):
+        load = f"from headcoop.bridge import load_folder; model = load_folder({name!r}); "
+    elif Path(name).is_dir():
+        load = f"from headcoop.foreign import load_model; model = load_model({name!r}); "
+    else:
+        load = ""  # a model passed to hc.report in memory
+    inputs = ("model.task.patching_inputs()" if own_task else
+              "headcoop.foreign.read_prompts('PROMPTS.json', tokenizer).patching_inputs()")  # fmt: skip
+    return f"import headcoop as hc; {load}clean, corrupt = {inputs}"
 
 
 def _check_sections(sections, known: list[str]) -> set[str]:
@@ -893,7 +939,7 @@ def report(
     budget = "no time budget" if budget_s is None else f"time budget {budget_s:.0f} s"
     page = render(
         "report.html.j2",
-        title=f"headcoop report: {source} ({model.cfg.model_name})",
+        title=f"headcoop report: {source}" + ("" if model.cfg.model_name in source else f" ({model.cfg.model_name})"),
         note=f"headcoop {hc.__version__}; built in {elapsed:.1f} s on {model_device(model)} ({budget}). Works offline: "
              "every script is inlined.",
         sections=sections,

@@ -410,3 +410,11 @@ def test_the_report_does_not_set_the_models_task(tmp_path):
         type(model).__setattr__ = original
     assert seen == [] and not hasattr(model, "task")
     assert (tmp_path / "r.html").stat().st_size > 0
+
+
+def test_warnings_go_on_the_page_by_their_numbers(pages):
+    """Issue 51: where headcoop warns about a number (here the test model's clean - corrupt gap of 0.0015,
+    which makes normalized patching effects read the gap), the page says so in the section that shows it."""
+    text = pages["count01"][2]
+    patching = text[text.index("id='hc-sec-patching'"):text.index("id='hc-sec-dla'")]
+    assert "<b>Warning</b>: the clean - corrupt gap is 0.00148" in patching

@@ -75,6 +75,7 @@ def normalized(values, clean: float, corrupt: float):
         import warnings
 
         shares = torch.as_tensor(out)
+        shares = shares[torch.isfinite(shares)] if bool(torch.isfinite(shares).any()) else torch.zeros(1)
         warnings.warn(f"the clean - corrupt gap is {gap:.3g}, under {SMALL_GAP:.0%} of the scale the patched values "
                       f"move on ({scale:.3g}): the normalized effects (here {float(shares.min()):.2f} to "
                       f"{float(shares.max()):.2f}) divide by it and mostly measure the gap; read the raw values, "
