@@ -41,7 +41,7 @@ from headcoop.progress import with_progress
 from headcoop.analysis.engine.inputs import as_tokens, check_choice, require_model
 from headcoop.analysis.engine.copies import Copies, Target, clean_corrupt, route, target_run
 from headcoop.analysis.edges.graph import (
-    Reader, Writer, check_edge_model, graph, grouped, has_mlp, kv_kind, qkv_weights, reader_name, writer_name,
+    Reader, Writer, check_edge_model, graph, has_mlp, kv_kind, qkv_weights, reader_name, writer_name,
 )  # fmt: skip
 from headcoop.analysis.edges.exact import split_inputs, writer_outputs
 from headcoop.analysis.edges.scores import EdgeResult
