@@ -399,11 +399,19 @@ def game_seconds(game: "CoalitionGame", masks: Bool[Tensor, "coalition player"],
     forward time); otherwise one forward pass per coalition from the first player's layer."""
     import time
 
-    if game.linear:
-        pick = masks[torch.randperm(len(masks), generator=torch.Generator().manual_seed(0))[:sample]]
-        start = time.perf_counter()
-        game.values(pick)
-        return (time.perf_counter() - start) * len(masks) / max(1, len(pick))
+    if game.linear:  # a fixed cost per call and one per coalition: two sample sizes give both
+        order = torch.randperm(len(masks), generator=torch.Generator().manual_seed(0))
+        if len(masks) <= 4 * sample:
+            start = time.perf_counter()
+            game.values(masks)
+            return time.perf_counter() - start
+        times = []
+        for size in (sample, 4 * sample):
+            start = time.perf_counter()
+            game.values(masks[order[:size]])
+            times.append(time.perf_counter() - start)
+        per = max(0.0, (times[1] - times[0]) / (3 * sample))
+        return max(0.0, times[0] - per * sample) + per * len(masks)
     if game.layered:
         return layered_passes(game.model, game.players, masks) * forward_s
     first = min(lay for lay, _ in game.players)
