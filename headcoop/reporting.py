@@ -157,9 +157,26 @@ class _Context:
         return self._memo[key]
 
     def patch_cost(self, positions: int = 1) -> float:
-        """Predicted forward passes of patching the covered heads (clean and corrupt runs, then one copy per
-        head and position from the head's layer)."""
+        """Predicted forward passes of patching the covered heads: on a one-layer model (where each copy
+        recomputes one head, far less than a pass) timed on one and on two heads and extrapolated; else the
+        clean and corrupt runs, then one copy per head and position from the head's layer."""
+        if self.model.cfg.n_layers == 1:
+            return self.once(f"patch-cost-{positions}", lambda: self._probed_patch(positions)) / self.budget.forward_s
         return 2 + positions * sum(_depth(self.model, lay) for lay, _ in self.heads)
+
+    def _probed_patch(self, positions: int) -> float:
+        """Seconds of hc.patch on every covered head, from its time on the first head and on the first two."""
+        where = "all" if positions == 1 else "each"
+        times = []
+        for heads in dict.fromkeys((tuple(self.heads[:1]), tuple(self.heads[:2]))):
+            start = time.perf_counter()
+            hc.patch(self.model, clean=self.clean, corrupt=self.corrupt, metric=self.metric, positions=where,
+                     heads=list(heads), progress=False)  # fmt: skip
+            times.append(time.perf_counter() - start)
+        if len(times) == 1:  # one head covered: the probe was the call
+            return times[0]
+        per = max(0.0, times[1] - times[0])
+        return max(0.0, times[0] - per) + per * len(self.heads)
 
     def patch(self, positions: str = "all"):
         """hc.patch of the covered heads' z on the clean / corrupt batches (denoising); where that does not
@@ -521,7 +538,9 @@ def _shapley_forwards(ctx: _Context) -> float:
     from headcoop.analysis.games.coalitions import all_masks, game_seconds
 
     k = len(ctx.heads)
-    return game_seconds(_game(ctx), all_masks(k), ctx.budget.forward_s) / ctx.budget.forward_s + 3 + k + k * (k - 1) // 2
+    masks = all_masks(k)  # and the ablation interaction's 1 + k + k (k - 1) / 2 coalitions, on the same path
+    extra = masks[torch.randint(0, len(masks), (1 + k + k * (k - 1) // 2,), generator=torch.Generator().manual_seed(0))]
+    return game_seconds(_game(ctx), torch.cat([masks, extra]), ctx.budget.forward_s) / ctx.budget.forward_s + 3
 
 
 def _cooperation_forwards(ctx: _Context, draws: int) -> float:
@@ -533,13 +552,18 @@ def _cooperation_forwards(ctx: _Context, draws: int) -> float:
 
     from headcoop.analysis.games.coalitions import game_seconds
     from headcoop.analysis.mechanisms.cooperation import coalition_masks
+    from headcoop.analysis.mechanisms.words import THRESHOLDS, band
 
     k = len(ctx.heads)
     masks = coalition_masks(k, list(itertools.combinations(range(k), 2)))
     per_kind = game_seconds(_game(ctx), masks, ctx.budget.forward_s) / ctx.budget.forward_s
     cross = sum(1 for (a, _), (b, _) in itertools.combinations(ctx.heads, 2) if a != b)
+    # the words read per pair and reading (Python, not the model): about 60 us each, and 0.2 s for the tables,
+    # measured on the shipped Count01 and SkipPair models (benchmarks/report_predictions.py)
+    readings = (1 + 2 * draws) * len(band(THRESHOLDS, (0.5, 2.0)))
+    python_s = 0.2 + 6e-5 * readings * k * (k - 1) / 2
     return (per_kind * (1 + 2 * draws) + (_shapley_forwards(ctx) if k <= 16 else 0) + 2 * draws + 6 * cross
-            + 4)  # fmt: skip
+            + 4 + python_s / ctx.budget.forward_s)  # fmt: skip
 
 
 def _shapley(ctx: _Context, heads, max_exact: int, interactions: Callable) -> tuple:
