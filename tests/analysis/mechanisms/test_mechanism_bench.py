@@ -277,3 +277,25 @@ def test_cooperation_progress_total_is_known_before_any_run(monkeypatch):
     monkeypatch.setattr(copies, "advance", watched)
     hc.cooperation(hc.bench("feeders"), n=64, draws=2, progress=True)
     assert totals and len(set(totals)) == 1 and totals[0] == sum(announced), (set(totals), sum(announced))
+
+
+def test_a_replacement_that_writes_what_the_head_does_not_abstains():
+    """and-suppress's L0H1 lowers only the decoy, which the logit difference (answer against "none") does not
+    read; its mean replacement lowers every completion, the answer included. Mean ablation then measures the
+    replacement, not the head: it abstains and says so, while zero ablation names the head inactive."""
+    model = hc.bench("and-suppress")
+    mean = hc.cooperation(model, how="mean", metric="logit_diff", n=128).pairs.iloc[0]
+    assert mean.mechanism == "undetermined" and mean.by_ablation == "mean: cannot see it"
+    assert "measures the replacement, not the head" in mean.reason
+    zero = hc.cooperation(model, how="zero", metric="logit_diff", n=128).pairs.iloc[0]
+    assert zero.mechanism == "inactive"
+
+
+def test_a_helper_with_a_tenth_of_the_logit_difference_is_not_inactive():
+    """split-helper's L0H1 writes about a tenth of the logit difference: its role is "supports", and the pair
+    word may not call it inactive (it once did under mean and resample ablation: the pair's test used twice the
+    roles' threshold for one head's effect)."""
+    model = hc.bench("split-helper")
+    for how in ("zero", "mean", "resample"):
+        result = hc.cooperation(model, how=how, metric="logit_diff", n=256)
+        assert result.pairs.iloc[0].mechanism != "inactive", (how, result.pairs.iloc[0].reason)
