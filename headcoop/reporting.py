@@ -535,8 +535,9 @@ def _game(ctx: _Context):
     inputs, accuracy), for predicting their cost."""
     from headcoop.analysis.games.coalitions import CoalitionGame
 
-    return CoalitionGame(ctx.model, ctx.heads, tokens=ctx.clean, metric="accuracy", how="mean",
-                         reference=ctx.clean.tokens)  # fmt: skip
+    # built once per report (its mean ablation runs the reference batch once)
+    return ctx.once("cost-game", lambda: CoalitionGame(ctx.model, ctx.heads, tokens=ctx.clean, metric="accuracy",
+                                                       how="mean", reference=ctx.clean.tokens))  # fmt: skip
 
 
 def _shapley_forwards(ctx: _Context) -> float:
@@ -544,10 +545,13 @@ def _shapley_forwards(ctx: _Context) -> float:
     (timed on a sample where the path is linear), and the pairs' ablation interactions."""
     from headcoop.analysis.games.coalitions import all_masks, game_seconds
 
-    k = len(ctx.heads)
-    masks = all_masks(k)  # and the ablation interaction's 1 + k + k (k - 1) / 2 coalitions, on the same path
-    extra = masks[torch.randint(0, len(masks), (1 + k + k * (k - 1) // 2,), generator=torch.Generator().manual_seed(0))]
-    return game_seconds(_game(ctx), torch.cat([masks, extra]), ctx.budget.forward_s) / ctx.budget.forward_s + 3
+    def compute() -> float:
+        k = len(ctx.heads)
+        masks = all_masks(k)  # and the ablation interaction's 1 + k + k (k - 1) / 2 coalitions, on the same path
+        extra = masks[torch.randint(0, len(masks), (1 + k + k * (k - 1) // 2,), generator=torch.Generator().manual_seed(0))]
+        return game_seconds(_game(ctx), torch.cat([masks, extra]), ctx.budget.forward_s) / ctx.budget.forward_s + 3
+
+    return ctx.once("shapley-forwards", compute)  # the cooperation and Shapley sections both ask
 
 
 def _cooperation_forwards(ctx: _Context, draws: int) -> float:
@@ -563,7 +567,8 @@ def _cooperation_forwards(ctx: _Context, draws: int) -> float:
 
     k = len(ctx.heads)
     masks = coalition_masks(k, list(itertools.combinations(range(k), 2)))
-    per_kind = game_seconds(_game(ctx), masks, ctx.budget.forward_s) / ctx.budget.forward_s
+    per_kind = ctx.once("cooperation-coalitions",  # asked for each number of draws: timed once
+                        lambda: game_seconds(_game(ctx), masks, ctx.budget.forward_s) / ctx.budget.forward_s)  # fmt: skip
     cross = sum(1 for (a, _), (b, _) in itertools.combinations(ctx.heads, 2) if a != b)
     # the words read per pair and reading (Python, not the model): about 60 us each, and 0.2 s for the tables,
     # measured on the shipped Count01 and SkipPair models (benchmarks/report_predictions.py)
