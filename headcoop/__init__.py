@@ -53,6 +53,8 @@ _LAZY = {
     "Circuit": "headcoop.analysis.edges.faithfulness",
     "faithfulness": "headcoop.analysis.edges.faithfulness",
     "FaithfulnessResult": "headcoop.analysis.edges.faithfulness",
+    "circuit_stability": "headcoop.analysis.edges.stability",
+    "CircuitStability": "headcoop.analysis.edges.stability",
     "export_mib": "headcoop.analysis.edges.mib",
     "Interactions": "headcoop.analysis.games.interactions",
     "cooperation": "headcoop.analysis.mechanisms.cooperation",

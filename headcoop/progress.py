@@ -134,6 +134,12 @@ def expect(runs: int) -> None:
         bar.total = runs
 
 
+def done() -> int:
+    """How many runs the open bar has counted (0 with no bar): a call of many like parts times its first part."""
+    bar = _current.get()
+    return 0 if bar is None else int(bar.n)
+
+
 def with_progress(desc: str, cheaper: str = "") -> Callable:
     """Decorate a public analysis whose signature has `progress: bool | None = None`: its body runs inside
     `task(desc, progress)`, so the engine's runs advance one bar for the call."""

@@ -40,7 +40,8 @@ from headcoop.analysis.engine.verification import miss_bound, pick, wide_bound
 from headcoop.analysis.engine.inputs import check_choice, require_model
 from headcoop.analysis.engine.copies import clean_corrupt, route, target_run
 from headcoop.analysis.engine.norms import norm_kind, norm_weights
-from headcoop.analysis.vocabulary import DIRECTIONS, EDGE_ESTIMATORS, Direction, EdgeEstimator
+from headcoop.analysis.engine.ablation import describe_ablation, replacement, shifted_order
+from headcoop.analysis.vocabulary import ABLATIONS, DIRECTIONS, EDGE_ESTIMATORS, Ablation, Direction, EdgeEstimator
 from headcoop.analysis.edges.exact import edge_copies, prepended, reader_sites, writer_outputs
 from headcoop.analysis.edges.graph import (
     ATTN_READERS, Reader, Writer, check_edge_model, graph, qkv_weights, reader_name, writer_name,
@@ -257,6 +258,7 @@ class EdgeResult(Result):
     missed: dict
     cost: dict
     assumptions: tuple[str, ...] = ()
+    ablation: str = ""  # what a patched edge carries (`describe_ablation`)
 
     def to_dataframe(self) -> pd.DataFrame:
         return self.frame.copy()
@@ -278,8 +280,9 @@ class EdgeResult(Result):
             checked = ("; unverified: no edge patched exactly (pass verify=k and sample=s to check the estimate)"
                        if not (top or sampled) else f"; verified: {top} top and {sampled} sampled edges patched exactly")
             checked += wide_bound(self.missed, top, "edges")
+        how = f"; edge carries {self.ablation}" if self.ablation and not self.ablation.startswith("corrupt") else ""
         return (f"EdgeResult({len(self.frame)} edges, {self.estimator}, {self.direction}, clean={self.clean_value:.4g}, "
-                f"corrupt={self.corrupt_value:.4g}; strongest: {shown}{miss}{checked}{said})")  # fmt: skip
+                f"corrupt={self.corrupt_value:.4g}{how}; strongest: {shown}{miss}{checked}{said})")  # fmt: skip
 
     def plot(self, k: int = 30) -> go.Figure:
         """The k strongest edges as a layered graph: writers and readers placed by their place in the forward
@@ -373,6 +376,7 @@ def edges(
     memory_budget_mb: float = 256,
     progress: bool | None = None,
     method: str | None = None,
+    how: Ablation = "corrupt",
 ) -> EdgeResult:
     """One score per edge of the model (module docstring): the change of `metric` when the target run (corrupt
     for "denoise") gets one writer's output from the source run at one reader's input.
@@ -382,11 +386,19 @@ def edges(
     patched on the engine). verify / sample: the verify edges with the largest |estimate| and `sample` more,
     drawn with `seed`, patched exactly (columns `exact`, `top`, `sampled`; `missed` the false-negative bound).
     clean, corrupt, metric, direction: as `hc.patch`; method: the deprecated spelling of `estimator`.
+    how: what the patched edge carries, by the one ablation (`engine.ablation.replacement`, as `hc.faithfulness`):
+    "corrupt" (the paired corrupt run's writer output, either direction) or, with direction="noise" only (the
+    clean run with one edge ablated, the reading `hc.faithfulness` ablates by), "mean" (the writer's output
+    averaged over the corrupt inputs, per position), "zero" or "resample" (corrupt input i - 1's).
     Returns an EdgeResult (`.to_dataframe()`: one row per
     edge; `.plot()`: the strongest edges as a layered graph).
     progress: as `hc.patch` (one bar over the call's runs, and the estimate before a long call).
     """
     estimator, verify, sample, steps = _checked(model, estimator, method, direction, verify, sample, steps)
+    check_choice("how", how, ABLATIONS)
+    if how != "corrupt" and direction != "noise":
+        raise ValueError(f'how={how!r} ablates an edge of the clean run: it needs direction="noise" (denoising '
+                         'patches the corrupt run with the clean run\'s values, and has no other reading)')  # fmt: skip
     seed = check_seed(seed)
     check_float("memory_budget_mb", memory_budget_mb, 0, low_open=True)
     writers, readers, all_edges = graph(model)
@@ -400,6 +412,8 @@ def edges(
     with torch.no_grad():
         source_logits, source_cache = model.run_with_cache(source_tokens, names_filter=lambda n: n in sites)
     source_value = _finite(score.one(source_logits), "the metric on the source inputs")
+    if how != "corrupt":
+        source_cache = AblatedRun(source_cache, how, *target_tokens.shape)
     target = None
     if estimator == "eap" and not (verify or sample):  # the floor: the target's one pass gives its writers too
         acts: dict[str, Tensor] = {}
@@ -436,7 +450,8 @@ def edges(
     return EdgeResult(frame=frame, clean_value=clean_value, corrupt_value=corrupt_value, target_value=target_value,
                       direction=direction, estimator=estimator, method=chosen.label, missed=missed,
                       cost=dict(passes=passes, estimate_s=estimate_s, verification_s=verify_s),
-                      assumptions=_assumptions(model, estimator, chosen.hooks))  # fmt: skip
+                      assumptions=_assumptions(model, estimator, chosen.hooks),
+                      ablation=describe_ablation(how, len(source_tokens), "corrupt", order="shifted"))  # fmt: skip
 
 
 MAX_STEPS = 1000  # EAP-IG's interpolation steps: beyond this the integral does not move, the time does
@@ -457,6 +472,21 @@ def writer_sites(writers: list[Writer]) -> set[str]:
     """The hook points holding the writers' activations (`exact.writer_activation`)."""
     return {"hook_embed" if w[0] == "embed" else "hook_pos_embed" if w[0] == "pos_embed" else
             get_act_name("z" if w[0] == "head" else "mlp_out", w[1]) for w in writers}  # fmt: skip
+
+
+class AblatedRun:
+    """A cached corrupt run whose writer activations are replaced by an ablation of them (`replacement`: "mean",
+    "zero" or "resample" for a clean batch of [batch, n_pos]): what an ablated edge carries, read by
+    `writer_outputs`, the exact engine and EAP-IG as they read a cached run."""
+
+    def __init__(self, cache, how: str, batch: int, n_pos: int):
+        acts = {n: v for n, v in cache.cache_dict.items()}
+        n_ref = max(v.shape[0] for v in acts.values())
+        order = shifted_order(n_ref) if how == "resample" else None
+        self.cache_dict = {n: replacement(v.expand(n_ref, *v.shape[1:]), how, batch, n_pos, order) for n, v in acts.items()}
+
+    def __getitem__(self, name: str) -> Tensor:
+        return self.cache_dict[name]
 
 
 def _deltas(model: HookedTransformer, writers: list[Writer], source, target) -> dict[Writer, Tensor]:
