@@ -21,7 +21,7 @@ import torch
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = REPO / "docs" / "results"
 EDGE_METHODS = ("exact", "eap", "eap-ig")
-NODE_METHODS = ("exact edges", "eap", "eap-ig", "exact node patching", "atp", "atp*")
+NODE_METHODS = ("exact edges", "eap", "eap-ig", "exact node patching", "atp", "atp*", "weight norm")
 
 
 def auc(truth: list[bool], score) -> float:
@@ -87,6 +87,20 @@ def patch_nodes(model, clean, corrupt, metric, how: str) -> pd.Series:
     return pd.Series(out)
 
 
+def baseline_rows(model, base: dict, true_edges: set, shown_edges: set) -> list[dict]:
+    """The data-free scores' rows (`experiments.groundtruth.baselines`): the weight product's edge AUC and a
+    random score's (mean over 200 seeded draws), against all true edges and the shown ones."""
+    from experiments.groundtruth.baselines import random_auc, weight_product
+
+    wp = weight_product(model)
+    keys = list(wp)
+    is_true = np.array([k in true_edges for k in keys])
+    keep = np.array([k in shown_edges or k not in true_edges for k in keys])
+    s = np.array([wp[k] for k in keys])
+    return [dict(base, method="weight product", auc_edges=auc(is_true, s), auc_shown_edges=auc(is_true[keep], s[keep])),
+            dict(base, method="random", auc_edges=random_auc(is_true)[0], auc_shown_edges=random_auc(is_true[keep])[0])]
+
+
 def run_program(name: str, n: int) -> tuple[list[dict], list[dict], dict, list[dict]]:
     from sklearn.metrics import roc_curve
 
@@ -126,8 +140,13 @@ def run_program(name: str, n: int) -> tuple[list[dict], list[dict], dict, list[d
                         random=float(r.random_mean)) for r in curve.frame.itertuples()]  # fmt: skip
         node_table["exact edges" if method == "exact" else method] = node_scores(model, frame)
         results[method] = result
+    rows += baseline_rows(model, dict(program=name, edges=len(key), true_edges=len(true_edges),
+                                      shown_true_edges=len(shown_edges)), true_edges, shown_edges)  # fmt: skip
     for how in ("exact node patching", "atp", "atp*"):
         node_table[how] = patch_nodes(model, clean, corrupt, metric, how)
+    from experiments.groundtruth.baselines import weight_norm
+
+    node_table["weight norm"] = pd.Series(weight_norm(model))
     components = [f"L{lay}H{h}" for lay in range(model.cfg.n_layers) for h in range(model.cfg.n_heads)]
     components += [f"MLP{lay}" for lay in range(model.cfg.n_layers)]
     for how, scores in node_table.items():
@@ -138,6 +157,13 @@ def run_program(name: str, n: int) -> tuple[list[dict], list[dict], dict, list[d
                                auc_shown_nodes=auc([c in true_nodes for c, k in zip(components, keep) if k],
                                                    scores[keep]),
                                empty_max=float(scores.reindex(truth["empty"]).abs().max()) if truth["empty"] else 0.0))  # fmt: skip
+    from experiments.groundtruth.baselines import random_auc
+
+    keep = [c in shown_nodes or c not in true_nodes for c in components]
+    nodes_rows.append(dict(program=name, method="random", nodes=len(components), true_nodes=len(true_nodes),
+                           shown_true_nodes=len(shown_nodes), auc_nodes=random_auc([c in true_nodes for c in components])[0],
+                           auc_shown_nodes=random_auc([c in true_nodes for c, k in zip(components, keep) if k])[0],
+                           empty_max=float("nan")))  # fmt: skip
     true_faith = hc.faithfulness(model, hc.circuit(sorted(true_edges)), clean=clean, corrupt=corrupt, metric=metric)
     summary = dict(program=name, what=info["what"], layers=model.cfg.n_layers, heads=model.cfg.n_heads,
                    d_model=model.cfg.d_model, numerical=info["numerical"], inputs=n,

@@ -229,6 +229,13 @@ def reference_run(model: HookedTransformer, tokens: Tensor, mask: Tensor, writer
                   readers: list[Reader], reference: dict[Writer, Tensor]) -> Tensor:  # fmt: skip
     """The slow, obviously-correct ablated run: one plain forward pass of `tokens` with TransformerLens's split
     q/k/v inputs and MLP input, each rebuilt from the writers captured so far; logits [batch, pos, vocab]."""
+    return ablated_run(model, tokens, mask, writers, readers, reference)
+
+
+def ablated_run(model: HookedTransformer, tokens: Tensor, mask: Tensor, writers: list[Writer],
+                readers: list[Reader], reference: dict[Writer, Tensor]) -> Tensor:  # fmt: skip
+    """`reference_run` with autograd on (a loss can be taken through it, as training for a circuit does):
+    mask[writer, reader] True keeps the edge, False makes it carry `reference[writer]`."""
     outs: dict[Writer, Tensor] = {}
     w_index = {w: i for i, w in enumerate(writers)}
     r_index = {r: i for i, r in enumerate(readers)}
@@ -440,4 +447,4 @@ def faithfulness(
     return FaithfulnessResult(table, full, empty, cpr, cmd, random_cpr, how, chosen.label, len(names), ablation)
 
 
-__all__ = ["circuit", "Circuit", "faithfulness", "FaithfulnessResult", "circuit_copies", "reference_run"]
+__all__ = ["circuit", "Circuit", "faithfulness", "FaithfulnessResult", "circuit_copies", "reference_run", "ablated_run"]

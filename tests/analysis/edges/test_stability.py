@@ -89,3 +89,23 @@ def test_stability_rejects_bad_readings():
         hc.circuit_stability(model, draws=[(clean, corrupt)])
     with pytest.raises(ValueError, match="clean= and corrupt="):
         hc.circuit_stability(model, clean, None, metric)
+
+
+def test_the_ablated_run_is_the_reference_run_with_autograd():
+    """`ablated_run` (what SIIT's edge strictness trains through) gives `reference_run`'s logits, with a gradient."""
+    from headcoop.analysis.edges.exact import writer_outputs
+    from headcoop.analysis.edges.faithfulness import ablated_run, reference_run
+    from headcoop.analysis.edges.graph import graph
+
+    model, clean, corrupt, _ = _setup("LN")
+    writers, readers, _ = graph(model)
+    keep = torch.rand(len(writers), len(readers), generator=torch.Generator().manual_seed(1)) < 0.5
+    with torch.no_grad():
+        _, cache = model.run_with_cache(corrupt)
+    reference = writer_outputs(model, cache, writers)
+    slow = reference_run(model, clean, keep, writers, readers, reference)
+    fast = ablated_run(model, clean, keep, writers, readers, reference)
+    assert torch.allclose(slow, fast) and fast.requires_grad and not slow.requires_grad
+    fast[:, -1, 3].sum().backward()
+    grad = model.blocks[0].attn.W_Q.grad
+    assert grad is not None and float(grad.abs().sum()) > 0
