@@ -386,7 +386,7 @@ def _section_attention(ctx: _Context) -> tuple:
     n = min(ctx.examples, len(ctx.clean))
     layers = sorted({lay for lay, _ in ctx.heads})
     views = [view for layer in layers
-             for view in attention_data(ctx.model, ctx.clean, layer=layer, example=0, max_examples=n)]  # fmt: skip
+             for view in attention_data(ctx.model, ctx.clean, layer=layer, example=0, max_examples=n, task=ctx.task)]  # fmt: skip
     markup, script = attention_heads_html(views, bundle=False)
     return (
         _note(

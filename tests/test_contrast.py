@@ -166,3 +166,17 @@ def test_labels_must_be_class_ids():
     clean, corrupt, answer, wrong, _ = name_prompts()
     with pytest.raises(ValueError, match="non-negative integer class ids"):
         hc.contrast(clean, corrupt, answer, wrong, labels=[-1] * len(clean), vocab=tiny_tokenizer())
+
+
+def test_attention_views_label_tokens_by_word_from_the_tokenizer(setup):
+    """Issue 51: the report's attention views labelled tokens by id while its prompt table showed words."""
+    model, task, tokenizer = setup
+    from headcoop.analysis.nodes.attention import attention_data
+
+    views = attention_data(model, task.clean, layer=0, max_examples=1)
+    labels = views[0][1]["tokens"]
+    ids = task.clean.tokens[0, : len(labels)].tolist()
+    assert labels == [tokenizer.decode([i]) for i in ids] and any(not x.isdigit() for x in labels)
+    assert task.token_strings(ids) == labels
+    bare = hc.contrast(task.clean.tokens, task.corrupted.tokens, task.clean.answer, task.clean.wrong)
+    assert bare.token_strings(ids[:2]) == [str(i) for i in ids[:2]]  # no tokenizer, no vocabulary: the ids

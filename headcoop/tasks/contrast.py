@@ -185,7 +185,13 @@ class Contrast(Task):
         return " ".join(self.vocab[i] if self.vocab else str(i) for i in ids.tolist())
 
     def token_strings(self, ids) -> list[str]:
-        return [self.vocab[i] if self.vocab else str(i) for i in torch.as_tensor(ids).tolist()]
+        """One string per id: the vocabulary's, else the tokenizer's decoding of that id alone, else the id."""
+        ids = torch.as_tensor(ids).tolist()
+        if self.vocab:
+            return [self.vocab[i] for i in ids]
+        if self._tokenizer is not None:
+            return [self._tokenizer.decode([i]) for i in ids]
+        return [str(i) for i in ids]
 
     def check_model(self, model: HookedTransformer, what: str = "this task") -> HookedTransformer:
         require_model(model, what)

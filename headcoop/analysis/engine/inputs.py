@@ -216,11 +216,18 @@ def task_symbols(model: HookedTransformer) -> list[str] | None:
     return list(vocab) if vocab and len(vocab) == model.cfg.d_vocab else None
 
 
-def token_labels(model: HookedTransformer, ids) -> list[str]:
-    """Strings for a [pos] sequence of ids: the task's symbols, else the ids themselves."""
-    symbols = task_symbols(model)
+def token_labels(model: HookedTransformer, ids, task=None) -> list[str]:
+    """Strings for a [pos] sequence of ids: the task's symbols, else each id decoded by the tokenizer (the task's,
+    given or attached, or the model's own), else the ids themselves."""
+    symbols = task_symbols(model) if task is None else (list(task.vocab) if getattr(task, "vocab", None) and
+                                                          len(task.vocab) == model.cfg.d_vocab else None)  # fmt: skip
     ids = torch.as_tensor(ids).tolist()
-    return [symbols[i] if symbols else str(i) for i in ids]
+    if symbols:
+        return [symbols[i] for i in ids]
+    tokenizer = getattr(task if task is not None else task_of(model), "_tokenizer", None) or getattr(model, "tokenizer", None)
+    if tokenizer is not None and hasattr(tokenizer, "decode"):
+        return [tokenizer.decode([i]) for i in ids]
+    return [str(i) for i in ids]
 
 
 def vocab_labels(model: HookedTransformer) -> list[str]:

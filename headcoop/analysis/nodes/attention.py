@@ -23,12 +23,14 @@ def attention_data(
     example: int = 0,
     max_examples: int = 1,
     trim: bool = True,
+    task=None,
 ) -> list[tuple[str, dict]]:
     """circuitsvis AttentionHeads view of every head of `layer` (None: one view per layer), labelled with the task's token strings
     and head names ("L0H3"), for examples `example` .. `example + max_examples - 1` of `tokens`.
 
     tokens: a Batch, text(s) or [batch, pos] / [pos] ids; default the task's clean patching batch.
     trim:   for a Batch, cut each example after its last loss position (drops right padding).
+    task:   the task whose vocabulary or tokenizer labels the tokens (default: the model's own; else its tokenizer).
     Only the shown examples are run through the model (patterns [head, q_pos, k_pos] each).
     Returns plain data for the renderer: one (heading, AttentionHeads props) per example, the props
     holding the patterns as numpy arrays [head, q_pos, k_pos], the token labels and the head names.
@@ -53,7 +55,7 @@ def attention_data(
         patterns = cache[name]  # [example, head, q_pos, k_pos]
         names = [head_name(lay, h) for h in range(model.cfg.n_heads)]
         for i, (row, end) in enumerate(zip(rows, ends)):
-            labels = token_labels(model, ids[row, :end])
+            labels = token_labels(model, ids[row, :end], task)
             props = dict(
                 attention=patterns[i, :, :end, :end].float().cpu().numpy(),
                 tokens=labels,
