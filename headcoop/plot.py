@@ -99,9 +99,17 @@ def heatmap(
     fig = go.Figure(trace)
     title, top = wrapped_title(title)
     fig.update_layout(title=title, xaxis_title=xlabel, yaxis_title=ylabel, template=TEMPLATE, margin=dict(t=top))
-    fig.update_xaxes(type="category")
-    fig.update_yaxes(type="category", autorange="reversed")
+    fig.update_xaxes(type="category", **crowded_ticks(x))
+    fig.update_yaxes(type="category", autorange="reversed", automargin=True)
     return fig
+
+
+def crowded_ticks(labels: Sequence[str], width_px: int = 700) -> dict:
+    """x-axis settings that keep tick labels from overlapping: slanted (and room made for them) when the labels,
+    side by side, would be wider than the plot (about 7 px a character)."""
+    if sum(len(str(label)) + 1 for label in labels) * 7 <= width_px:
+        return {}
+    return dict(tickangle=-45, automargin=True)
 
 
 def bar(values, labels: Sequence, title: str = "", ylabel: str = "", xlabel: str = "", error=None) -> go.Figure:

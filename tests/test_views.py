@@ -192,3 +192,22 @@ def test_every_result_is_frozen_and_shows_itself_in_a_notebook():
         assert page.startswith("<div><pre>" + html.escape(repr(result))[:20]), name
         assert callable(result._ipython_display_) and result.plot().data, name
         assert len(repr(result)) < 400, name
+
+
+def test_a_crowded_axis_slants_its_labels_and_a_paneled_map_makes_room_for_its_subtitle():
+    """Issue 51: head-map labels overlapped at GPT-2 size, and a panel's title sat over the AtP* subtitle."""
+    import torch
+
+    import headcoop as hc
+    from headcoop.plot import crowded_ticks, heatmap
+
+    assert crowded_ticks(["H0", "H1"]) == {}
+    many = [f"pos {i}: token{i}" for i in range(40)]
+    assert crowded_ticks(many)["tickangle"] == -45
+    fig = heatmap(torch.zeros(2, 40), x=many, y=["a", "b"])
+    assert fig.layout.xaxis.tickangle == -45
+    model = hc.load("skip-pair")
+    est = hc.attribute(model, estimator="atp*", component="z", positions="each", verify=2, sample=2, progress=False)
+    fig = est.plot(kind="map")
+    lines = fig.layout.title.text.count("<br>")
+    assert lines >= 1 and fig.layout.margin.t >= 80 + 18 * lines + 30  # the subtitle's lines and the panel title fit

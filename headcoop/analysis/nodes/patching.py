@@ -479,7 +479,7 @@ def _title(result: PatchResult, normalized: bool) -> str:
 def _plot(result: PatchResult, normalized: bool, title: str | None):
     from plotly.subplots import make_subplots
 
-    from headcoop.plot import TEMPLATE, heatmap
+    from headcoop.plot import TEMPLATE, crowded_ticks, heatmap, wrapped_title
 
     values = result.normalized() if normalized else result.values
     title = title or _title(result, normalized)
@@ -516,9 +516,12 @@ def _plot(result: PatchResult, normalized: bool, title: str | None):
                      customdata=[[f"{name}, {pos_title} {p}" for p in labels] for name in names],
                      hovertemplate=hover)
         fig.add_trace(trace, row=row + 1, col=1)
-        fig.update_xaxes(type="category", title_text=pos_title if row == len(layers) - 1 else None, row=row + 1, col=1)
+        fig.update_xaxes(type="category", title_text=pos_title if row == len(layers) - 1 else None, row=row + 1, col=1,
+                         **crowded_ticks(labels))  # fmt: skip
         fig.update_yaxes(type="category", autorange="reversed", row=row + 1, col=1)
-    fig.update_layout(title=title, template=TEMPLATE, height=max(300, 60 + 30 * len(heads) * len(layers)))
+    title, top = wrapped_title(title)  # the subtitle's lines, and room for them above the first panel's own title
+    fig.update_layout(title=title, template=TEMPLATE, margin=dict(t=top + 30),
+                      height=max(300, top + 30 + 30 * len(heads) * len(layers)))  # fmt: skip
     return fig
 
 
