@@ -233,10 +233,10 @@ def cmd_report(args: argparse.Namespace) -> int:
                 raise
             raise ValueError(f"the prompts in {args.prompts} are texts, and there is no tokenizer to encode them: pass "
                              f"--tokenizer FILE (a tokenizer.json), or put tokenizer.json in {args.model}") from None  # fmt: skip
-    # the budget is the command's: the imports and the model's loading above count against it
-    budget = None if args.budget == 0 else max(1.0, args.budget - (time.perf_counter() - start))
+    # the budget is the command's: the imports and the model's loading above count against it (`started`)
     path = report(args.model, out=args.out, examples=args.examples, progress=not args.no_progress, task=task,
-                  heads=args.heads, sections=args.sections, budget_s=budget, device=args.device)  # fmt: skip
+                  heads=args.heads, sections=args.sections, budget_s=args.budget or None, device=args.device,
+                  started=start)  # fmt: skip
     size = path.stat().st_size / 2**20
     print(f"wrote {path} ({size:.1f} MB) in {time.perf_counter() - start:.1f} s; open it in a browser (works offline)")
     return 0

@@ -924,7 +924,7 @@ def _check_sections(sections, known: list[str]) -> set[str]:
 def report(
     model_or_name, out: str | os.PathLike = "report.html", examples: int = 3, progress: bool = True,
     task: Task | None = None, exact_limit_s: float = 60.0, heads=None, sections=None,
-    budget_s: float | None = BUDGET_S, device: str | None = None,
+    budget_s: float | None = BUDGET_S, device: str | None = None, started: float | None = None,
 ) -> Path:
     """Write one self-contained HTML page on what every head of a model does; returns its path.
 
@@ -946,6 +946,8 @@ def report(
                    first; an analysis predicted to overrun what is left is left out, and the page says what
                    it would cost and the call that runs it.
     device:        move the model there first ("cpu", "cuda", "cuda:1"; default: where it is).
+    started:       the `time.perf_counter()` the budget counts from (default: this call); the CLI passes its own
+                   start, so its imports count, and the page says how much of the budget went before.
     Sections: task and configuration (the prompts, with examples), accuracy, per-head metrics (patch effect,
     DLA, probes; the task's own columns), the task's own head picture, attention views, head-patching
     heatmaps, DLA bars, cooperation (mechanisms, roles, Shapley values, path patching, composition), QK / OV
@@ -953,7 +955,8 @@ def report(
     circuitsvis bundle are inlined once each: no network needed. The page is rendered from
     headcoop/templates/report.html.j2 (Jinja2, autoescaped).
     """
-    called = time.perf_counter()  # the budget counts the model's loading too
+    called = time.perf_counter() if started is None else started  # the budget counts the model's loading too
+    before_s = time.perf_counter() - called
     if not isinstance(examples, int) or isinstance(examples, bool) or examples < 1:
         raise ValueError(f"examples must be a positive int, got {examples!r}")
     budget_s = check_time_budget("budget_s", budget_s)  # one meaning with the CLI's --budget: 0 is no limit
@@ -972,7 +975,8 @@ def report(
                                started=called)  # fmt: skip
     elapsed = time.perf_counter() - start
     calls = [b.script for s in sections for b in s.blocks if isinstance(b, Html) and b.script]
-    budget = "no time budget" if budget_s is None else f"time budget {budget_s:.0f} s"
+    budget = "no time budget" if budget_s is None else f"time budget {budget_s:.0f} s" + (
+        f", {before_s:.0f} s of it spent before the report began (imports, loading)" if before_s >= 0.5 else "")
     page = render(
         "report.html.j2",
         title=f"headcoop report: {source}" + ("" if model.cfg.model_name in source else f" ({model.cfg.model_name})"),

@@ -163,6 +163,9 @@ def test_the_command_line_takes_heads_sections_and_budget(tmp_path, capsys):
                  "heads", "--budget", "0"]) == 0  # fmt: skip
     page = out.read_text(encoding="utf-8")
     assert re.findall(r"<section id='hc-sec-([^']+)'", page) == ["overview", "heads"] and "no time budget" in page
+    assert main(["report", "skip-pair", "--out", str(out), "--no-progress", "--sections", "overview", "--budget", "45"]) == 0
+    page = out.read_text(encoding="utf-8")  # the budget as given, and what went before the report (issue 51: "52 s")
+    assert re.search(r"time budget 45 s(, \d+ s of it spent before the report began \(imports, loading\))?\)", page)
     assert main(["report", "skip-pair", "--out", str(out), "--no-progress", "--sections", "nope"]) == 2
     assert "unknown report sections ['nope']" in capsys.readouterr().err
     assert main(["report", "skip-pair", "--out", str(out), "--no-progress", "--budget", "-1"]) == 2
