@@ -62,13 +62,12 @@ def inputs(spec: dict, n: int = 64, seed: int = 0, contrast: str = "designed") -
 
 def metric_for(model, spec: dict, clean: torch.Tensor):
     """A metric differentiable in the logits, at the clean input's answer positions (SIIT: every token, not BOS,
-    not a pad; induction: the second half): categorical, the clean answer's logit minus the mean logit (the answer
+    not a pad; induction: where the repeat fixes the next token): categorical, the clean answer's logit minus the mean logit (the answer
     read off the clean run); numerical, the output value."""
     if spec["kind"] == "induction":
-        from experiments.groundtruth.induction import HALF
+        from experiments.groundtruth.induction import determined
 
-        where = torch.zeros(clean.shape, dtype=torch.bool)
-        where[:, HALF + 1:-1] = True
+        where = determined(clean)
     else:
         from experiments.groundtruth.siit import token_mask
 

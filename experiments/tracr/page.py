@@ -71,7 +71,7 @@ def _wide(frame: pd.DataFrame, value: str, order: tuple) -> pd.DataFrame:
 
 
 def sanity_lines(folder: Path) -> list[str]:
-    """Section 7 of circuits.md: the Tracr programs, kept as the sanity check they are (issue 50: a data-free
+    """Section 6 of circuits.md: the Tracr programs, kept as the sanity check they are (issue 50: a data-free
     score passes this bench, so its AUCs and faithfulness cannot rank methods)."""
     edges, nodes = pd.read_csv(folder / "edges.csv"), pd.read_csv(folder / "nodes.csv")
     programs = pd.read_csv(folder / "programs.csv")
@@ -81,7 +81,7 @@ def sanity_lines(folder: Path) -> list[str]:
     wn = nodes[nodes.method == "weight norm"].dropna(subset=["auc_nodes"])
     runs = edges[edges.method.isin(("exact", "eap", "eap-ig"))]
     return [
-        "## 7. Tracr's compiled programs: a sanity check, not a bench",
+        "## 6. Tracr's compiled programs: a sanity check, not a bench",
         "",
         "**Withdrawn.** This page used to score the methods on Tracr-compiled programs alone and reported node AUC "
         "1.000 on the shown nodes and faithfulness 1.000 for the true circuits. Those numbers say nothing about the "
