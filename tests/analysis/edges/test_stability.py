@@ -109,3 +109,17 @@ def test_the_ablated_run_is_the_reference_run_with_autograd():
     fast[:, -1, 3].sum().backward()
     grad = model.blocks[0].attn.W_Q.grad
     assert grad is not None and float(grad.abs().sum()) > 0
+
+
+@pytest.mark.parametrize("how", ["mean", "zero", "resample"])
+def test_an_ablated_edge_score_is_the_same_on_the_hooked_reference_path(how):
+    """With a user's hook installed hc.edges steps aside to canonical path patching: the same scores."""
+    model, clean, corrupt, metric = _setup("LN")
+    fast = hc.edges(model, clean, corrupt, metric, estimator="exact", direction="noise", how=how, progress=False)
+    model.add_hook("blocks.0.hook_resid_mid", lambda x, hook: x)
+    try:
+        slow = hc.edges(model, clean, corrupt, metric, estimator="exact", direction="noise", how=how, progress=False)
+    finally:
+        model.reset_hooks()
+    assert slow.method.startswith("reference") and not fast.method.startswith("reference")
+    assert (fast.to_dataframe().score - slow.to_dataframe().score).abs().max() < 1e-5
