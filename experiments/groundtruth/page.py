@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from experiments.tracr.page import figure_lines
 from headcoop.pages import Table
 
 DEFAULT_OUT = Path(__file__).resolve().parents[2] / "docs" / "results"
@@ -22,13 +23,6 @@ BASELINES = ("weight product", "random")
 def _wide(frame: pd.DataFrame, index: str, value: str, columns: tuple) -> pd.DataFrame:
     wide = frame.pivot_table(index=index, columns="method", values=value, sort=False)
     return wide[[c for c in columns if c in wide.columns]].reset_index().rename_axis(None, axis=1)
-
-
-def _figure(folder: Path, name: str, caption: str) -> list[str]:
-    if not (folder / f"{name}.html").exists():
-        return []
-    image = [f"![{caption}](circuits/{name}.png)", ""] if (folder / f"{name}.png").exists() else []
-    return [*image, f"*{caption}* ([interactive: {name}.html](circuits/{name}.html))", ""]
 
 
 def draw_bands(bands: pd.DataFrame, out: Path) -> list[str]:
@@ -211,7 +205,7 @@ def dense_lines(folder: Path) -> list[str]:
         "",
         gap_line,
         "",
-        *_figure(folder, "dense_stability", "Faithfulness of each method's top edges over the readings: median and "
+        *figure_lines(folder, "dense_stability", "Faithfulness of each method's top edges over the readings: median and "
                  "min-max band (`dense_bands.csv`)"),
     ]
     return lines

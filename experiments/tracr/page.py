@@ -57,7 +57,7 @@ def _reference_section(folder: Path) -> list:
     ]
 
 
-def _figure(folder: Path, name: str, caption: str) -> list[str]:
+def figure_lines(folder: Path, name: str, caption: str) -> list[str]:
     """The markdown lines showing folder/name.png (when written) and linking name.html; none if not drawn."""
     if not (folder / f"{name}.html").exists():
         return []
@@ -119,8 +119,8 @@ def sanity_lines(folder: Path) -> list[str]:
         "",
         _faithfulness_text(runs),
         "",
-        *_figure(folder, "roc_edges", "Each method's ROC curve against the true edges, per program (`curves.csv`)"),
-        *_figure(folder, "faithfulness_curves", "Faithfulness of each method's top-scored edges against the share "
+        *figure_lines(folder, "roc_edges", "Each method's ROC curve against the true edges, per program (`curves.csv`)"),
+        *figure_lines(folder, "faithfulness_curves", "Faithfulness of each method's top-scored edges against the share "
                  "of edges kept, with three random circuits' mean (`curves.csv`)"),
         *[line.replace("## 5. ", "### ") for line in _reference_section(folder)],
     ]
