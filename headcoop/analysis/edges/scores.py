@@ -386,21 +386,13 @@ def edges(
     patched on the engine). verify / sample: the verify edges with the largest |estimate| and `sample` more,
     drawn with `seed`, patched exactly (columns `exact`, `top`, `sampled`; `missed` the false-negative bound).
     clean, corrupt, metric, direction: as `hc.patch`; method: the deprecated spelling of `estimator`.
-    how: what the patched edge carries, by the one ablation (`engine.ablation.replacement`, as `hc.faithfulness`):
-    "corrupt" (the paired corrupt run's writer output, either direction) or, with direction="noise" only (the
-    clean run with one edge ablated, the reading `hc.faithfulness` ablates by), "mean" (the writer's output
-    averaged over the corrupt inputs, per position), "zero" or "resample" (corrupt input i - 1's).
-    Returns an EdgeResult (`.to_dataframe()`: one row per
-    edge; `.plot()`: the strongest edges as a layered graph).
-    progress: as `hc.patch` (one bar over the call's runs, and the estimate before a long call).
-    """
-    estimator, verify, sample, steps = _checked(model, estimator, method, direction, verify, sample, steps)
-    check_choice("how", how, ABLATIONS)
-    if how != "corrupt" and direction != "noise":
-        raise ValueError(f'how={how!r} ablates an edge of the clean run: it needs direction="noise" (denoising '
-                         'patches the corrupt run with the clean run\'s values, and has no other reading)')  # fmt: skip
-    seed = check_seed(seed)
-    check_float("memory_budget_mb", memory_budget_mb, 0, low_open=True)
+    how: what the patched edge carries, by the one ablation (`engine.ablation.replacement`): "corrupt" (the paired
+    corrupt run's writer output) or, with direction="noise" (the clean run with one edge ablated, as
+    `hc.faithfulness` ablates), "mean" (over the corrupt inputs, per position), "zero" or "resample".
+    progress: as `hc.patch`. Returns an EdgeResult (`.to_dataframe()`: one row per edge; `.plot()`: the strongest
+    edges as a layered graph)."""
+    estimator, verify, sample, steps = _checked(model, estimator, method, direction, verify, sample, steps, how)
+    seed, _ = check_seed(seed), check_float("memory_budget_mb", memory_budget_mb, 0, low_open=True)
     writers, readers, all_edges = graph(model)
     clean_tokens, corrupt_tokens, score = clean_corrupt(model, clean, corrupt, metric)
     source_tokens, target_tokens = (clean_tokens, corrupt_tokens) if direction == "denoise" else (corrupt_tokens, clean_tokens)
@@ -412,8 +404,7 @@ def edges(
     with torch.no_grad():
         source_logits, source_cache = model.run_with_cache(source_tokens, names_filter=lambda n: n in sites)
     source_value = _finite(score.one(source_logits), "the metric on the source inputs")
-    if how != "corrupt":
-        source_cache = AblatedRun(source_cache, how, *target_tokens.shape)
+    source_cache = source_cache if how == "corrupt" else AblatedRun(source_cache, how, *target_tokens.shape)
     target = None
     if estimator == "eap" and not (verify or sample):  # the floor: the target's one pass gives its writers too
         acts: dict[str, Tensor] = {}
@@ -439,8 +430,7 @@ def edges(
     frame = pd.DataFrame([dict(writer=writer_name(w), reader=reader_name(r)[0], via=reader_name(r)[1]) for w, r in ordered])
     frame["score"] = scores.detach().double().cpu().numpy()
     frame["exact"] = frame["score"] if estimator == "exact" else np.nan
-    frame["top"] = False
-    frame["sampled"] = False
+    frame["top"] = frame["sampled"] = False
     estimate_s, missed, verify_s = time.perf_counter() - started, {}, 0.0
     if estimator != "exact" and (verify or sample):
         started = time.perf_counter()
@@ -457,13 +447,19 @@ def edges(
 MAX_STEPS = 1000  # EAP-IG's interpolation steps: beyond this the integral does not move, the time does
 
 
-def _checked(model, estimator: str, method, direction: str, verify, sample, steps) -> tuple[str, int, int, int]:
-    """hc.edges' model and arguments checked (an error naming the bad one): the estimator, verify, sample, steps."""
+def _checked(model, estimator: str, method, direction: str, verify, sample, steps,
+             how: str = "corrupt") -> tuple[str, int, int, int]:  # fmt: skip
+    """hc.edges' model and arguments checked (an error naming the bad one): the estimator, verify, sample, steps,
+    the ablation (`how`; other than "corrupt" only when noising)."""
     require_model(model, "edges")
     check_finite(model, "hc.edges")
     check_edge_model(model)
     estimator = _estimator(estimator, method)
     check_choice("direction", direction, DIRECTIONS)
+    check_choice("how", how, ABLATIONS)
+    if how != "corrupt" and direction != "noise":
+        raise ValueError(f'how={how!r} ablates an edge of the clean run: it needs direction="noise" (denoising '
+                         'patches the corrupt run with the clean run\'s values, and has no other reading)')  # fmt: skip
     steps = check_int("steps", steps, 1, MAX_STEPS)  # each step is a forward and a backward pass
     return estimator, check_int("verify", verify, 0), check_int("sample", sample, 0), steps
 
