@@ -53,6 +53,7 @@ RESULT_MODULES = (
     "headcoop.analysis.nodes.patching", "headcoop.analysis.nodes.attribution", "headcoop.analysis.nodes.dla",
     "headcoop.analysis.nodes.probes", "headcoop.analysis.weights.qkov", "headcoop.analysis.weights.composition",
     "headcoop.analysis.edges.path_patching", "headcoop.analysis.edges.scores", "headcoop.analysis.edges.faithfulness",
+    "headcoop.analysis.edges.stability",
     "headcoop.analysis.edges.ablation", "headcoop.analysis.games.interactions", "headcoop.analysis.mechanisms.result",
     "headcoop.studies.count01", "headcoop.studies.skip_pair",
 )

@@ -55,6 +55,7 @@ def results():
         "EdgeResult": edges,
         "Circuit": circuit,
         "FaithfulnessResult": hc.faithfulness(two, edges, clean=clean, corrupt=corrupt, metric=_metric, random=2),
+        "CircuitStability": hc.circuit_stability(two, clean, corrupt, _metric, k=4, hows=("corrupt", "zero"), draws=2),
         "EdgeAblationResult": hc.ablate_edges(two, clean, [("L0H1", "L1H2", "q")], [corrupt], _metric),
         "HeadMetrics": head_metrics(count01, n=256),
         "ExactEvaluation": exact_evaluate(skip),
