@@ -226,10 +226,11 @@ def build(out: Path = DEFAULT_OUT, draw: bool = True) -> Path:
     lines += [
         "## 7. What these numbers do not say, and the definitions left open",
         "",
-        "- A SIIT model's truth is node-level: training aligns nodes, and an edge between two aligned nodes is true "
-        "when the program has it. Nothing trains a non-edge between two aligned nodes to carry nothing, so a "
-        "dense model may route some of a true path through it; exact patching then scores a false edge above zero "
-        "and the AUC falls for the model, not the method.",
+        "- The truth is trained, not built: a node implements its operation as far as its interchange accuracy "
+        "says (section 1), and a false edge carries nothing only as far as the edge strictness loss went down. "
+        "Where a dense model still routes part of a path through a false edge, exact patching scores that edge "
+        "above zero and the AUC falls for the model, not the method (`strongest_false` in `dense_edges.csv` names "
+        "the strongest false edges).",
         "- Which edges are shown is measured in the truth's own model (the compiled program); the dense model implements it "
         "only as far as its interchange accuracy (section 1) says.",
         "- The weight product reads weights alone and so cannot see which paths the task uses; near 0.5 it says the "
