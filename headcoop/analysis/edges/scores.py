@@ -476,10 +476,10 @@ class AblatedRun:
     `writer_outputs`, the exact engine and EAP-IG as they read a cached run."""
 
     def __init__(self, cache, how: str, batch: int, n_pos: int):
-        acts = {n: v for n, v in cache.cache_dict.items()}
-        n_ref = max(v.shape[0] for v in acts.values())
+        n_ref = max(v.shape[0] for v in cache.cache_dict.values())  # the positional embedding may have batch 1
         order = shifted_order(n_ref) if how == "resample" else None
-        self.cache_dict = {n: replacement(v.expand(n_ref, *v.shape[1:]), how, batch, n_pos, order) for n, v in acts.items()}
+        self.cache_dict = {n: replacement(v.expand(n_ref, *v.shape[1:]), how, batch, n_pos, order)
+                           for n, v in cache.cache_dict.items()}  # fmt: skip
 
     def __getitem__(self, name: str) -> Tensor:
         return self.cache_dict[name]

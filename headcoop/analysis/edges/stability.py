@@ -34,8 +34,8 @@ from headcoop.tl import HookedTransformer
 @dataclasses.dataclass(frozen=True, repr=False)
 class CircuitStability(Result):
     """edges: one row per edge selected in some reading (writer, reader, via, `selected` readings, `share` of
-    them); readings: one row per reading (how, draw, faithfulness of its top-k circuit, the edges it shares with
-    the edges selected in every reading); curves: the faithfulness of each reading's top edges per circuit size
+    them); readings: one row per reading (how, draw, faithfulness of its top-k circuit, `not_in_every_reading`: how
+    many of its edges some other reading leaves out); curves: the faithfulness of each reading's top edges per circuit size
     (how, draw, edges, fraction, faithfulness); k: the circuit size; estimator: the method."""
 
     edges: pd.DataFrame
@@ -70,7 +70,8 @@ class CircuitStability(Result):
                 f"min {s['min']:.3f} ({worst.how}, draw {int(worst.draw)}), median {s['median']:.3f}, max {s['max']:.3f})")  # fmt: skip
 
     def plot(self) -> go.Figure:
-        """The faithfulness curve's median over the readings with its min-max band, and the k of the circuit."""
+        """The faithfulness curve's median over the readings with its min-max band, each ablation's first draw
+        dotted, and a line at the circuit's size k."""
         b = self.band
         fig = go.Figure()
         fig.add_trace(go.Scatter(x=list(b.fraction) + list(b.fraction[::-1]), y=list(b["max"]) + list(b["min"][::-1]),
@@ -83,6 +84,9 @@ class CircuitStability(Result):
             fig.add_trace(go.Scatter(x=part.fraction, y=part.faithfulness, mode="lines", name=f"{how}, draw 0",
                                      line=dict(dash="dot", width=1)))  # fmt: skip
         fig.add_hline(y=1.0, line_dash="dot", line_color="grey")
+        at_k = self.curves.fraction[self.curves.edges == self.k]
+        if len(at_k):
+            fig.add_vline(x=float(at_k.iloc[0]), line_dash="dash", line_color="grey", annotation_text=f"k={self.k}")
         s = self.spread
         fig.update_layout(title=f"Faithfulness of {self.estimator}'s top edges over {len(self.readings)} readings "
                                 f"(ablation x draw)<br><sup>top-{self.k} circuit: min {s['min']:.3f}, median "

@@ -208,10 +208,10 @@ def head_names(model: HookedTransformer) -> list[str]:
     return [head_name(layer, head) for layer in range(cfg.n_layers) for head in range(cfg.n_heads)]
 
 
-def task_symbols(model: HookedTransformer) -> list[str] | None:
-    """The attached task's token strings when it names every id of the model's vocabulary, else None (a
-    contrast built from token ids has none; a task of another vocabulary size names other ids)."""
-    task = task_of(model)
+def task_symbols(model: HookedTransformer, task=None) -> list[str] | None:
+    """The task's (given, else attached) token strings when it names every id of the model's vocabulary, else None
+    (a contrast built from token ids has none; a task of another vocabulary size names other ids)."""
+    task = task if task is not None else task_of(model)
     vocab = getattr(task, "vocab", None) if task is not None else None
     return list(vocab) if vocab and len(vocab) == model.cfg.d_vocab else None
 
@@ -219,8 +219,7 @@ def task_symbols(model: HookedTransformer) -> list[str] | None:
 def token_labels(model: HookedTransformer, ids, task=None) -> list[str]:
     """Strings for a [pos] sequence of ids: the task's symbols, else each id decoded by the tokenizer (the task's,
     given or attached, or the model's own), else the ids themselves."""
-    symbols = task_symbols(model) if task is None else (list(task.vocab) if getattr(task, "vocab", None) and
-                                                          len(task.vocab) == model.cfg.d_vocab else None)  # fmt: skip
+    symbols = task_symbols(model, task)
     ids = torch.as_tensor(ids).tolist()
     if symbols:
         return [symbols[i] for i in ids]
