@@ -5,7 +5,8 @@ beside a plain TransformerLens forward-and-backward of the same batch, each in a
 
 The model: a HookedTransformer of GPT-2 medium's shape (24 layers x 16 heads, d_model 1024, d_mlp 4096,
 vocabulary 50,257, LayerNorm; random weights, seed 0, float32: 1.42 GB of weights), 32 prompts of 64 token ids,
-the corrupt prompt changing one token, the logit difference of a right and a wrong answer. Each case runs in its
+the corrupt prompt changing one token, the logit difference of a right and a wrong answer at the last position
+(the named metric "logit_diff" on Batches, a mean over inputs, so that a gradient pass may run in parts). Each case runs in its
 own process; its peak resident memory (`ru_maxrss`) is printed beside the process's memory once the model and
 inputs are loaded, so that what the analysis adds is their difference. The goal: peak within the budget plus
 the model's own size, and at most 2x the plain forward-and-backward when no budget is given.
@@ -33,10 +34,10 @@ SHAPE = dict(n_layers=24, d_model=1024, d_head=64, n_heads=16, d_mlp=4096, d_voc
 
 CASES = {
     "plain forward and backward (TransformerLens)": "plain(model, tokens, metric)",
-    "hc.edges, EAP": "hc.edges(model, clean=tokens, corrupt=corrupt, metric=metric, progress=False{budget})",
-    "hc.edges, EAP with 16 sampled edges patched exactly": "hc.edges(model, clean=tokens, corrupt=corrupt, metric=metric, sample=16, progress=False{budget})",
-    "hc.attribute, AtP* by head": "hc.attribute(model, clean=tokens, corrupt=corrupt, metric=metric, estimator='atp*', verify=8, sample=8, progress=False{budget})",
-    "hc.patch z of layer 12, all positions": "hc.patch(model, clean=tokens, corrupt=corrupt, metric=metric, layer=12, progress=False{budget})",
+    "hc.edges, EAP": "hc.edges(model, clean=clean, corrupt=corrupt, metric='logit_diff', progress=False{budget})",
+    "hc.edges, EAP with 16 sampled edges patched exactly": "hc.edges(model, clean=clean, corrupt=corrupt, metric='logit_diff', sample=16, progress=False{budget})",
+    "hc.attribute, AtP* by head": "hc.attribute(model, clean=clean, corrupt=corrupt, metric='logit_diff', estimator='atp*', verify=8, sample=8, progress=False{budget})",
+    "hc.patch z of layer 12, all positions": "hc.patch(model, clean=clean, corrupt=corrupt, metric='logit_diff', layer=12, progress=False{budget})",
 }
 
 
@@ -58,6 +59,12 @@ def child(case: str, prompts: int, tokens_n: int, budget_mb: float | None) -> No
     corrupt[:, tokens_n // 4] = torch.randint(0, SHAPE["d_vocab"], (prompts,), generator=gen)
     answer, wrong = torch.randint(0, SHAPE["d_vocab"], (2, prompts), generator=gen)
     rows = torch.arange(prompts)
+    from headcoop.tasks.base import Batch
+
+    last = torch.full((prompts,), tokens_n - 1)
+    fields = dict(loss_pos=last[:, None], answer_pos=last, labels=torch.zeros(prompts, dtype=torch.long))
+    clean = Batch(tokens=tokens, targets=answer[:, None], answer=answer, wrong=wrong, **fields)  # noqa: F841
+    corrupt = Batch(tokens=corrupt, targets=wrong[:, None], answer=wrong, wrong=answer, **fields)  # noqa: F841
     metric = lambda logits: (logits[rows, -1, answer] - logits[rows, -1, wrong]).mean()  # noqa: E731, F841
     loaded = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10
     weights = sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20

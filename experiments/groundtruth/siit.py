@@ -45,6 +45,8 @@ WIDER_MLP = {"shuffle_dyck": 256}
 SEED = 0
 STEPS = dict(reverse=3000, hist=800, sort_unique=1500, shuffle_dyck=1000, xproportion=1200)
 IIT_NODES = 2  # aligned nodes intervened on per batch (drawn afresh each batch)
+IIT_NODES_OF: dict[str, int] = {}  # per program (0: every aligned node, every batch)
+IIT_WEIGHT_OF: dict[str, float] = {}  # per program: the interchange loss's weight beside the task loss
 
 
 # --- the compiled program as the high-level model ------------------------------------------------------------
@@ -162,7 +164,7 @@ def loss_and_hits(logits, target_logits, mask, numerical: bool) -> tuple[torch.T
 
 
 # --- the dense model -----------------------------------------------------------------------------------------
-def dense_model(high, name: str, seed: int = SEED):
+def dense_model(high, name: str, seed: int = SEED, norm: str | None = "LN"):
     """A dense model of the program's layout (its layers and heads, so that every node has its place), wider, with
     random initialisation and LayerNorm (without a norm, training diverged at this learning rate: reverse's task
     loss rose from 0.25 to 4.8 between steps 750 and 1000)."""
@@ -174,7 +176,7 @@ def dense_model(high, name: str, seed: int = SEED):
     cfg = HookedTransformerConfig(n_layers=c.n_layers, n_heads=c.n_heads, d_model=WIDTH["d_model"],
                                   d_head=WIDTH["d_head"], d_mlp=WIDER_MLP.get(name, WIDTH["d_mlp"]),
                                   d_vocab=c.d_vocab, d_vocab_out=c.d_vocab_out, n_ctx=c.n_ctx, act_fn="relu",
-                                  normalization_type="LN", attention_dir="bidirectional", seed=seed,
+                                  normalization_type=norm, attention_dir="bidirectional", seed=seed,
                                   init_weights=True)  # fmt: skip
     return HookedTransformer(cfg)
 
@@ -244,8 +246,10 @@ def evaluate(low, high, info: dict, aligned: list[str], others: list[str], n: in
     return out
 
 
-def train(name: str, steps: int, batch: int = 128, lr: float = 2e-3, seed: int = SEED, log=print):
-    """The dense model of program `name`, SIIT-trained; (model, record)."""
+def train(name: str, steps: int, batch: int = 128, lr: float = 2e-3, seed: int = SEED, iit_nodes: int | None = None,
+          iit_weight: float = 1.0, norm: str | None = "LN", log=print):
+    """The dense model of program `name`, SIIT-trained; (model, record). `iit_nodes`: aligned nodes intervened on
+    per batch (default IIT_NODES; 0 for all of them); iit_weight: the interchange loss's weight beside the task's."""
     from experiments.tracr.common import load
 
     high, info = load(name)
@@ -253,7 +257,7 @@ def train(name: str, steps: int, batch: int = 128, lr: float = 2e-3, seed: int =
     for p in high.parameters():
         p.requires_grad_(False)
     torch.manual_seed(seed)
-    low = dense_model(high, name, seed)
+    low = dense_model(high, name, seed, norm)
     truth = info["truth"]
     aligned = [c for c in components(high.cfg) if c not in truth["empty"]]
     others = [c for c in components(high.cfg) if c in truth["empty"]]
@@ -261,6 +265,7 @@ def train(name: str, steps: int, batch: int = 128, lr: float = 2e-3, seed: int =
     gen = torch.Generator().manual_seed(seed)
     pick = torch.Generator().manual_seed(seed + 1)
     false_edges = false_edges_of(low, truth)
+    iit_nodes = IIT_NODES if iit_nodes is None else iit_nodes
     opt = torch.optim.AdamW(low.parameters(), lr=lr, weight_decay=0.01)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.05)
     started = time.perf_counter()
@@ -271,7 +276,7 @@ def train(name: str, steps: int, batch: int = 128, lr: float = 2e-3, seed: int =
         mask = token_mask(base, info)
         both = mask & token_mask(source, info)  # an interchange is read where base and source both hold tokens
         hb, hs = pad_mask_hooks(base, pad, high.cfg.n_layers), pad_mask_hooks(source, pad, high.cfg.n_layers)
-        nodes = [aligned[int(i)] for i in torch.randperm(len(aligned), generator=pick)[:IIT_NODES]]
+        nodes = [aligned[int(i)] for i in torch.randperm(len(aligned), generator=pick)[:iit_nodes or len(aligned)]]
         with torch.no_grad():
             high_base = run(high, base, extra=hb)
             high_src = activations(high, source, nodes, hs)
@@ -280,7 +285,7 @@ def train(name: str, steps: int, batch: int = 128, lr: float = 2e-3, seed: int =
         task, _ = loss_and_hits(run(low, base), high_base, mask, info["numerical"])
         iit = sum(loss_and_hits(run(low, base, {node: low_src[node]}), target, both, info["numerical"])[0]
                   for node, target in zip(nodes, high_iit)) / len(nodes)  # fmt: skip
-        loss = task + iit
+        loss = task + iit_weight * iit
         strict = torch.zeros(())
         if others:
             chosen = [o for o in others if torch.rand((), generator=pick) < 0.5] or [others[0]]
@@ -303,7 +308,7 @@ def train(name: str, steps: int, batch: int = 128, lr: float = 2e-3, seed: int =
     seconds = time.perf_counter() - started
     low.eval()
     checks = evaluate(low, high, info, aligned, others)
-    record = dict(program=name, steps=steps, batch=batch, lr=lr, seed=seed, seconds=round(seconds, 1),
+    record = dict(program=name, steps=steps, batch=batch, lr=lr, seed=seed, iit_nodes=iit_nodes, iit_weight=iit_weight, norm=norm, seconds=round(seconds, 1),
                   aligned=aligned, non_aligned=others, history=history, width=dict(WIDTH, d_mlp=low.cfg.d_mlp))  # fmt: skip
     return low, info, record, checks
 
@@ -312,13 +317,21 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--programs", nargs="*", default=list(PROGRAMS))
     parser.add_argument("--steps", type=int, default=None, help="training steps (default: per program, STEPS)")
+    parser.add_argument("--iit-nodes", type=int, default=None,
+                        help=f"aligned nodes intervened on per batch (default: per program, IIT_NODES_OF, else {IIT_NODES}; 0: all)")
+    parser.add_argument("--iit-weight", type=float, default=None, help="the interchange loss's weight (default: per program, IIT_WEIGHT_OF, else 1)")
+    parser.add_argument("--lr", type=float, default=2e-3)
+    parser.add_argument("--norm", choices=["LN", "none"], default="LN", help="the dense model's norm")
     parser.add_argument("--out", type=Path, default=CHECKPOINTS)
     args = parser.parse_args(argv)
     import headcoop as hc
 
     torch.set_num_threads(1)  # tiny models: one thread each is fastest, and two programs can train side by side
     for name in args.programs:
-        low, info, record, checks = train(name, args.steps or STEPS[name])
+        low, info, record, checks = train(name, args.steps or STEPS[name],
+                                          iit_nodes=args.iit_nodes if args.iit_nodes is not None else IIT_NODES_OF.get(name),
+                                          iit_weight=args.iit_weight or IIT_WEIGHT_OF.get(name, 1.0), lr=args.lr,
+                                          norm=None if args.norm == "none" else args.norm)
         print(f"[siit] {name}: {checks}", flush=True)
         hc.save(low, args.out / name, metrics=checks,
                 groundtruth=dict(kind="siit", tracr=info, training=record))  # fmt: skip

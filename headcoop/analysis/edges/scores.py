@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -38,7 +39,7 @@ from headcoop.bridge import is_bridge
 from headcoop.progress import with_progress
 from headcoop.analysis.engine.verification import miss_bound, pick, wide_bound
 from headcoop.analysis.engine.inputs import check_choice, require_model
-from headcoop.analysis.engine.copies import clean_corrupt, route, target_run
+from headcoop.analysis.engine.copies import chunks, clean_corrupt, inputs_per_gradient_chunk, route, target_run
 from headcoop.analysis.engine.norms import norm_kind, norm_weights
 from headcoop.analysis.engine.ablation import describe_ablation, replacement, shifted_order
 from headcoop.analysis.vocabulary import ABLATIONS, DIRECTIONS, EDGE_ESTIMATORS, Ablation, Direction, EdgeEstimator
@@ -71,7 +72,7 @@ def norm_transpose(module, g: Tensor, scale: Tensor | None) -> Tensor:
 # --- gradients at the readers ----------------------------------------------------------------------------
 def _reader_grads(model: HookedTransformer, tokens: Tensor, score, readers: list[Reader],
                   embeds: tuple[Tensor, Tensor | None] | None = None, through_hooks: bool = False,
-                  record: tuple[set[str], dict] | None = None) -> tuple[dict[Reader, Tensor], Tensor]:  # fmt: skip
+                  record: tuple[set[str], dict] | None = None, fold=None) -> tuple[dict[Reader, Tensor], Tensor]:  # fmt: skip
     """d metric / d (each reader's residual input) [batch, pos, d_model] at one run of `tokens` (embeddings
     replaced by `embeds` = (token, positional) when given), each reader's own norm scale frozen, and the
     metric's value.
@@ -82,8 +83,9 @@ def _reader_grads(model: HookedTransformer, tokens: Tensor, score, readers: list
     frozen scale, W_Q / W_in transposed) when no hook is installed; with `through_hooks`, by autograd across
     the hooks on the reader's norm and q/k/v or MLP input (`_local_vjps`), so that a hook there is inside the
     derivative. record = (hook names, dict): the run's activations at those names are stored in the dict
-    (detached; the writers' outputs, so that EAP needs no second pass of the target)."""
-    cfg = model.cfg
+    (detached; the writers' outputs, so that EAP needs no second pass of the target). fold: a callable given
+    the residual-input gradients group by group (`FOLD_GROUP` readers of one layer at a time) instead of
+    keeping them: then the returned dict is empty, and the memory is one group's, not every reader's."""
     kept: dict[str, Tensor] = {}
 
     def keep(act, hook):
@@ -97,10 +99,7 @@ def _reader_grads(model: HookedTransformer, tokens: Tensor, score, readers: list
         seen[hook.name] = act.detach()
         return act
 
-    # the final norm's x / scale; a Bridge computes its hook_normalized beside the Hugging Face norm, off the
-    # path to the logits, so there the norm's output (the unembedding's input) is read and transposed below
-    final = get_act_name("resid_post", cfg.n_layers - 1) if not _final_kind(model) else \
-        "unembed.hook_in" if is_bridge(model) else "ln_final.hook_normalized"  # fmt: skip
+    final = _final_site(model)
     names = {name for r in readers if r[0] != "logits" for name, _ in reader_sites(model, r)}
     hooks = [(n, keep) for n in sorted(names)] + [(lambda n: n.endswith("hook_scale"), remember)]
     if through_hooks:
@@ -119,7 +118,49 @@ def _reader_grads(model: HookedTransformer, tokens: Tensor, score, readers: list
         _check_differentiable(value)
         order = sorted(kept)
         found = dict(zip(order, torch.autograd.grad(value, [kept[n] for n in order], allow_unused=True)))
-    grads = {n: torch.zeros_like(kept[n]) if g is None else g.detach() for n, g in found.items()}
+        del logits
+        kept.clear()
+    grads = {n: torch.zeros_like(g) if g is None else g.detach() for n, g in found.items()}
+    out: dict[Reader, Tensor] = {}
+    for group in _reader_groups(readers):
+        got = _residual_grads(model, group, grads, seen, through_hooks)
+        if fold is None:
+            out.update(got)
+        else:
+            fold(got)
+    return out, value.detach()
+
+
+FOLD_GROUP = 16  # readers whose residual-input gradients are computed, folded in and freed together
+
+
+def _reader_groups(readers: list[Reader]) -> list[list[Reader]]:
+    """The readers in groups of at most FOLD_GROUP, each of one layer (the logits alone)."""
+    groups: list[list[Reader]] = []
+    for r in readers:
+        layer = r[1] if r[0] != "logits" else None
+        if groups and len(groups[-1]) < FOLD_GROUP and (groups[-1][0][1] if groups[-1][0][0] != "logits" else None) == layer:
+            groups[-1].append(r)
+        else:
+            groups.append([r])
+    return groups
+
+
+def _final_site(model) -> str:
+    """Where the logits reader's gradient is read: the final norm's x / scale; a Bridge computes its
+    hook_normalized beside the Hugging Face norm, off the path to the logits, so there the norm's output (the
+    unembedding's input), transposed in `_residual_grads`; without a final norm, the last residual stream."""
+    if not _final_kind(model):
+        return get_act_name("resid_post", model.cfg.n_layers - 1)
+    return "unembed.hook_in" if is_bridge(model) else "ln_final.hook_normalized"
+
+
+def _residual_grads(model: HookedTransformer, readers: list[Reader], grads: dict[str, Tensor],
+                    seen: dict[str, Tensor], through_hooks: bool) -> dict[Reader, Tensor]:  # fmt: skip
+    """Each reader's residual-input gradient [batch, pos, d_model] from the gradients at the readers'
+    activations (`grads`, by hook name) and the run's norm scales (`seen`): `_local_vjps` across the hooks
+    with `through_hooks`, else by hand."""
+    cfg = model.cfg
     out = _local_vjps(model, readers, grads, seen) if through_hooks else {}
     for r in readers:
         if r in out:
@@ -136,14 +177,14 @@ def _reader_grads(model: HookedTransformer, tokens: Tensor, score, readers: list
                 g = g + grads[f"blocks.{lay}.mlp.hook_pre_linear"] @ mlp.W_in.T
             out[r] = norm_transpose(getattr(model.blocks[lay], "ln2", None), g, seen.get(f"blocks.{lay}.ln2.hook_scale"))
         else:
-            g = grads[final]
+            g = grads[_final_site(model)]
             if _final_kind(model) and is_bridge(model):
                 g = norm_transpose(model.ln_final, g, seen["ln_final.hook_scale"])
             elif _final_kind(model):  # x / scale at a frozen scale, then centred (LN): its transpose
                 g = g / seen["ln_final.hook_scale"]
                 g = g - g.mean(-1, keepdim=True) if _final_kind(model) in ("LN", "LNPre") else g
             out[r] = g
-    return {r: g.detach() for r, g in out.items()}, value.detach()
+    return {r: g.detach() for r, g in out.items()}
 
 
 def _local_vjps(model: HookedTransformer, readers: list[Reader], grads: dict[str, Tensor],
@@ -186,18 +227,20 @@ def _check_differentiable(value) -> None:
 
 
 def _integrated_grads(model, tokens: Tensor, score, readers: list[Reader], source_cache, target_cache,
-                      steps: int, gradients=None) -> dict[Reader, Tensor]:
+                      steps: int, gradients=None, fold=None) -> dict[Reader, Tensor]:
     """EAP-IG's gradients: each reader's, averaged over `steps` runs whose token and positional embeddings move
-    from the target's to the source's (alpha = 1/steps .. 1)."""
+    from the target's to the source's (alpha = 1/steps .. 1). fold: as `_reader_grads`' (each step's gradients,
+    divided by `steps`, folded in; the returned dict is then empty)."""
     grads: dict[Reader, Tensor] = {}
     pos = "hook_pos_embed" in source_cache.cache_dict
+    add = (lambda g: fold({r: v / steps for r, v in g.items()})) if fold is not None else None
     for k in range(1, steps + 1):
         alpha = k / steps
 
         def between(name: str) -> Tensor:
             return target_cache[name] + alpha * (source_cache[name] - target_cache[name])
 
-        g, _ = (gradients or _reader_grads)(model, tokens, score, readers,
+        g, _ = (gradients or _reader_grads)(model, tokens, score, readers, fold=add,
                              embeds=(between("hook_embed"), between("hook_pos_embed") if pos else None))  # fmt: skip
         for r, v in g.items():
             grads[r] = grads.get(r, 0) + v / steps
@@ -218,24 +261,112 @@ def _verify(frame: pd.DataFrame, ordered: list, verify: int, sample: int, seed: 
     return miss_bound(effect(top), effect(picked), rest), len(chosen)
 
 
+class Folded:
+    """delta_w . grad_r summed over batch, positions and d_model for every edge of `ordered`, folded in as the
+    readers' gradients arrive (`__call__`, a group at a time, as `_reader_grads` gives them; a reader folded in
+    again adds up, as EAP-IG's steps and the parts of a batch do), so that no reader's gradient outlives its
+    group (issue 51: the gradients of every reader at once were EAP's largest cost in memory). Each reader's
+    writers are a prefix of `writers` (the graph's forward order): readers of a group with equally many writers
+    take one matrix product of their gradients [m, batch * pos * d_model] with that prefix of the writers'
+    changes `deltas` [n_writers, batch, pos, d_model] (`delta_matrix`; or a callable giving it, called when
+    first needed), each product times `scale` (a part's share of the batch)."""
+
+    def __init__(self, ordered: list, writers: list, deltas=None):
+        self.deltas, self.writers, self.scale = deltas, writers, 1.0
+        self.k: dict = {}  # reader -> how many writers feed it, in the order of `ordered`
+        for _, r in ordered:
+            self.k[r] = self.k.get(r, 0) + 1
+        self.sums: dict = {}
+
+    def __call__(self, group: dict) -> None:
+        if callable(self.deltas):
+            self.deltas = self.deltas()
+        D = self.deltas.reshape(len(self.writers), -1)
+        for k in sorted({self.k[r] for r in group if r in self.k}):
+            here = [r for r in group if self.k.get(r) == k]
+            G = torch.stack([group[r].reshape(-1).to(D) for r in here])
+            for r, row in zip(here, (G @ D[:k].T) * self.scale):
+                self.sums[r] = self.sums[r] + row if r in self.sums else row
+
+    def scores(self) -> Tensor:
+        """[edges] in the order of `ordered` (reader-major, each reader's writers in forward order); a reader
+        never folded in scores zero."""
+        dtype = next(iter(self.sums.values())).dtype if self.sums else torch.float32
+        return torch.cat([self.sums[r] if r in self.sums else torch.zeros(k, dtype=dtype) for r, k in self.k.items()])
+
+
+class _Rows:
+    """Inputs lo..hi of a cached run of n inputs (a tensor whose first axis is not that batch, such as a
+    positional embedding of batch 1, is kept whole): a part of the batch, read as the cached run is."""
+
+    def __init__(self, cache, lo: int, hi: int, n: int):
+        whole = cache.cache_dict if hasattr(cache, "cache_dict") else cache
+        self.cache_dict = {k: v[lo:hi] if v.shape[0] == n else v for k, v in whole.items()}
+
+    def __getitem__(self, name: str) -> Tensor:
+        return self.cache_dict[name]
+
+
+def _estimate(model, estimator: str, score, readers, writers, ordered, sites, source_cache, target_tokens, target,
+              D, steps: int, gradients, size: int) -> tuple[Folded, float]:  # fmt: skip
+    """EAP's or EAP-IG's scores (a `Folded`) and the target's metric, the inputs in parts of `size` (a named
+    metric is a mean over inputs, so each part's gradient counts by its share of the batch). target: the cached
+    target run and D its writers' changes (when verifying), or None: EAP at its floor, whose one gradient pass
+    per part records that part's writers too."""
+    n = len(target_tokens)
+    folded, value = Folded(ordered, writers), 0.0
+    for lo, hi in chunks(0, n, size):
+        part, src = (score.part(lo, hi), _Rows(source_cache, lo, hi, n)) if size < n else (score, source_cache)
+        folded.scale = (hi - lo) / n
+        if target is None:
+            acts: dict[str, Tensor] = {}
+            folded.deltas = functools.partial(delta_matrix, model, writers, src, acts)
+            _, got = gradients(model, target_tokens[lo:hi], part, readers, record=(sites, acts), fold=folded)
+            value += folded.scale * _finite(got, "the metric on the target inputs")
+            continue
+        folded.deltas = D[:, lo:hi]
+        if estimator == "eap":
+            gradients(model, target_tokens[lo:hi], part, readers, fold=folded)
+        else:
+            tgt = _Rows(target.cache, lo, hi, n) if size < n else target.cache
+            _integrated_grads(model, target_tokens[lo:hi], part, readers, src, tgt, steps, gradients, folded)
+    return folded, value if target is None else target.value
+
+
+def _parts(model, score, n: int, n_pos: int, n_writers: int, memory_budget_mb: float) -> int:
+    """How many inputs a gradient pass takes (`inputs_per_gradient_chunk`): all of them for a metric that is
+    not a mean over inputs (a callable), with a warning when they do not fit the budget."""
+    size = inputs_per_gradient_chunk(model, n_pos, memory_budget_mb, n_writers)
+    if size >= n:
+        return n
+    if not score.splits:
+        if n / size > OVER_BUDGET:
+            warnings.warn(f"hc.edges: the {n} inputs need about {n / size:.0f}x memory_budget_mb={memory_budget_mb:g} "
+                          "for one gradient pass, and a callable metric cannot be split over inputs, so they run "
+                          'at once; a named metric ("logit_diff", "prob", "loss") runs them in parts within the '
+                          "budget", stacklevel=3)  # fmt: skip
+        return n
+    return size
+
+
+OVER_BUDGET = 4  # a gradient pass that cannot run in parts warns beyond this many times the budget (an estimate)
+
+
+def delta_matrix(model: HookedTransformer, writers: list[Writer], source, target) -> Tensor:
+    """Each writer's change of output, source minus target: [n_writers, batch, pos, d_model], one writer at a
+    time (`writer_outputs`), so that nothing but the result is held for all of them."""
+    first = writer_outputs(model, target, writers[:1])[writers[0]]
+    D = first.new_empty(len(writers), *first.shape).detach()
+    for i, w in enumerate(writers):
+        D[i] = (writer_outputs(model, source, [w])[w] - writer_outputs(model, target, [w])[w]).detach()
+    return D
+
+
 def _products(deltas: dict, grads: dict, ordered: list, writers: list) -> Tensor:
-    """delta_w . grad_r summed over batch, positions and d_model for every edge of `ordered`, computing only those:
-    each reader's writers are a prefix of `writers` (the graph's forward order) and its edges follow each other
-    in `ordered`, so readers with equally many writers take one matrix product of that prefix of the writers'
-    changes [k, batch * pos * d_model] with their gradients [m, same] (64 readers at a time)."""
-    D = torch.stack([deltas[w].reshape(-1) for w in writers])
-    seq: dict = {}  # reader -> how many writers feed it, in the order of `ordered`
-    for _, r in ordered:
-        seq[r] = seq.get(r, 0) + 1
-    readers, out, i = list(seq), [], 0
-    while i < len(readers):
-        k, j = seq[readers[i]], i
-        while j < len(readers) and seq[readers[j]] == k and j - i < 64:
-            j += 1
-        G = torch.stack([grads[r].reshape(-1).to(D) for r in readers[i:j]])
-        out.append((D[:k] @ G.T).T.reshape(-1))  # reader-major, each reader's k writers in order
-        i = j
-    return torch.cat(out)
+    """`Folded`'s scores from whole dicts of the writers' changes and the readers' gradients (the tests' way)."""
+    folded = Folded(ordered, writers, torch.stack([deltas[w] for w in writers]))
+    folded(grads)
+    return folded.scores()
 
 
 # --- the result -----------------------------------------------------------------------------------------
@@ -245,8 +376,8 @@ class EdgeResult(Result):
     patching that edge alone; exact for estimator="exact"), `exact` (the exact change where verified, NaN
     elsewhere), `top` / `sampled` (the verified edges). missed: the false-negative bound over the sampled
     edges (`engine.verification.miss_bound`, the same as `hc.attribute`'s: "estimate", "low", "high" count
-    edges of the rest, "share", "share_low", "share_high" are fractions of it); cost: passes
-    and seconds; assumptions: in words (also in the repr and the plot title)."""
+    edges of the rest, "share", "share_low", "share_high" are fractions of it); cost: passes,
+    seconds and parts (how many parts of the batch the gradient passes ran in, within memory_budget_mb); assumptions: in words (also in the repr and the plot title)."""
 
     frame: pd.DataFrame
     clean_value: float
@@ -389,8 +520,10 @@ def edges(
     how: what the patched edge carries, by the one ablation (`engine.ablation.replacement`): "corrupt" (the paired
     corrupt run's writer output) or, with direction="noise" (the clean run with one edge ablated, as
     `hc.faithfulness` ablates), "mean" (over the corrupt inputs, per position), "zero" or "resample".
-    progress: as `hc.patch`. Returns an EdgeResult (`.to_dataframe()`: one row per edge; `.plot()`: the strongest
-    edges as a layered graph)."""
+    memory_budget_mb: what the analysis may add to the loaded model: exact patching's stacked copies, and the
+    inputs of one gradient pass (EAP, EAP-IG), run in parts beyond it where the metric is a named one (a mean
+    over inputs; a callable runs at once). progress: as `hc.patch`. Returns an EdgeResult (`.to_dataframe()`:
+    one row per edge; `.plot()`: the strongest edges as a layered graph)."""
     estimator, verify, sample, steps = _checked(model, estimator, method, direction, verify, sample, steps, how)
     seed, _ = check_seed(seed), check_float("memory_budget_mb", memory_budget_mb, 0, low_open=True)
     writers, readers, all_edges = graph(model)
@@ -404,25 +537,28 @@ def edges(
     with torch.no_grad():
         source_logits, source_cache = model.run_with_cache(source_tokens, names_filter=lambda n: n in sites)
     source_value = _finite(score.one(source_logits), "the metric on the source inputs")
+    del source_logits  # [batch, pos, vocab]: at GPT-2 size as large as a part's whole gradient pass
     source_cache = source_cache if how == "corrupt" else AblatedRun(source_cache, how, *target_tokens.shape)
-    target = None
-    if estimator == "eap" and not (verify or sample):  # the floor: the target's one pass gives its writers too
-        acts: dict[str, Tensor] = {}
-        grads, value = gradients(model, target_tokens, score, readers, record=(sites, acts))
-        target_value, deltas = _finite(value, "the metric on the target inputs"), _deltas(model, writers, source_cache, acts)
-    else:
+    target = D = deltas = None
+    parts = 1
+    if estimator != "eap" or verify or sample:
         with torch.no_grad():
             target = target_run(model, target_tokens, score, lambda n: True)
-        target_value, deltas = _finite(target.value, "the metric on the target inputs"), _deltas(model, writers, source_cache, target.cache)
-        if estimator == "eap":
-            grads, _ = gradients(model, target_tokens, score, readers)
-        elif estimator == "eap-ig":
-            grads = _integrated_grads(model, target_tokens, score, readers, source_cache, target.cache, steps, gradients)
+        _finite(target.value, "the metric on the target inputs")
+        D = delta_matrix(model, writers, source_cache, target.cache)
+        deltas = {w: D[i] for i, w in enumerate(writers)}
+    if estimator != "exact":  # EAP at its floor (target None): the target's one pass gives its writers too
+        size = _parts(model, score, len(target_tokens), target_tokens.shape[1], len(writers), memory_budget_mb)
+        folded, target_value = _estimate(model, estimator, score, readers, writers, ordered, sites, source_cache,
+                                         target_tokens, target, D, steps, gradients, size)  # fmt: skip
+        parts = -(-len(target_tokens) // size)
+    else:
+        target_value = target.value
 
     def exact(sub: list) -> Tensor:
         return chosen.evaluate(target, edge_copies(model, sub, deltas, target, source_cache), memory_budget_mb) - target.value
 
-    scores = exact(ordered) if estimator == "exact" else _products(deltas, grads, ordered, writers)
+    scores = exact(ordered) if estimator == "exact" else folded.scores()
     if not bool(torch.isfinite(scores).all()):
         raise ValueError(f"hc.edges' {estimator} scores hold NaN or inf (the model's logits or the metric's gradient "
                          "overflow on these inputs): check the metric and the inputs, or use a float64 model")  # fmt: skip
@@ -439,7 +575,7 @@ def edges(
     clean_value, corrupt_value = (source_value, target_value) if direction == "denoise" else (target_value, source_value)
     return EdgeResult(frame=frame, clean_value=clean_value, corrupt_value=corrupt_value, target_value=target_value,
                       direction=direction, estimator=estimator, method=chosen.label, missed=missed,
-                      cost=dict(passes=passes, estimate_s=estimate_s, verification_s=verify_s),
+                      cost=dict(passes=passes, estimate_s=estimate_s, verification_s=verify_s, parts=parts),
                       assumptions=_assumptions(model, estimator, chosen.hooks),
                       ablation=describe_ablation(how, len(source_tokens), "corrupt", order="shifted"))  # fmt: skip
 
@@ -483,12 +619,6 @@ class AblatedRun:
 
     def __getitem__(self, name: str) -> Tensor:
         return self.cache_dict[name]
-
-
-def _deltas(model: HookedTransformer, writers: list[Writer], source, target) -> dict[Writer, Tensor]:
-    """Each writer's change of output, source minus target [batch, pos, d_model], from either run's activations."""
-    out_source, out_target = writer_outputs(model, source, writers), writer_outputs(model, target, writers)
-    return {w: (out_source[w] - out_target[w]).detach() for w in writers}
 
 
 def _finite(value, what: str) -> float:

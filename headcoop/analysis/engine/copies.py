@@ -322,6 +322,16 @@ class Score:
 
         return cls(metric=metric, named=(name, answer, wrong, pos), rows=pos)
 
+    @property
+    def splits(self) -> bool:
+        """Whether the metric is a mean over inputs (a named one), so that a batch may run in parts (`part`)."""
+        return self.named is not None and self.named[0] != "logits"
+
+    def part(self, lo: int, hi: int) -> "Score":
+        """The same named metric on inputs lo..hi of the batch (their mean: `splits`)."""
+        name, answer, wrong, pos = self.named
+        return Score.of_name(name, answer[lo:hi], None if wrong is None else wrong[lo:hi], pos[lo:hi])
+
     def one(self, logits: Float[Tensor, "batch pos vocab"]) -> Tensor:
         """The metric of one run's logits, a 0-dim tensor ([batch, vocab] for the "logits" reading)."""
         if self.named is not None and self.named[0] == "logits":
@@ -450,6 +460,24 @@ def copies_per_chunk(
     rows_out = n_pos if rows_out is None else rows_out
     per_sequence = (first + 2 * later * layer + 2 * rows_out * cfg.d_vocab_out) * torch.finfo(cfg.dtype).bits // 8
     return max(1, int(memory_budget_mb * 2**20 // (per_sequence * batch)))
+
+
+def inputs_per_gradient_chunk(model: HookedTransformer, n_pos: int, memory_budget_mb: float, n_writers: int = 0) -> int:
+    """How many inputs of n_pos tokens one forward-and-backward pass may take within `memory_budget_mb` (at
+    least 1): the same budget as `copies_per_chunk`'s, the memory an analysis adds to the loaded model, for the
+    analyses that keep gradients (EAP, EAP-IG). Estimates, per input, what autograd keeps of each layer (the
+    residual stream and the norms' intermediates, q, k, v, z, the scores and pattern, the MLP's pre- and
+    post-activation and the activation function's intermediates), the logits and their gradient, and
+    `n_writers` changes of writers' output [pos, d_model] (EAP's products). Calibrated on the GPT-2-medium
+    shape at 64 tokens (benchmarks/memory.py: 480 MB per input for a plain forward and backward; this gives
+    457 MB, and with EAP's 410 writers 559 MB against 537 MB measured)."""
+    cfg = model.cfg
+    n_kv = cfg.n_key_value_heads or cfg.n_heads
+    layer = (32 * cfg.d_model + cfg.d_head * (2 * cfg.n_heads + 2 * n_kv) + 4 * cfg.n_heads * n_pos
+             + (8 * cfg.d_mlp if not cfg.attn_only and cfg.d_mlp else 0))  # fmt: skip
+    per_input = n_pos * (cfg.n_layers * layer + 2 * cfg.d_vocab_out + n_writers * cfg.d_model)
+    per_input *= torch.finfo(cfg.dtype).bits // 8
+    return max(1, int(memory_budget_mb * 2**20 // per_input))
 
 
 def chunks(lo: int, hi: int, size: int) -> Iterator[tuple[int, int]]:
@@ -664,5 +692,6 @@ def continue_rows(target: Target, resid: Rows) -> Float[Tensor, "copy_batch pos 
     return RowLogits(target_logits, kept, out)
 
 
-__all__ = ["Copies", "Target", "Score", "Readout", "Route", "route", "Measurement", "measure", "task_score", "Rows", "AtRows", "evaluate", "copies_per_chunk", "target_run",
+__all__ = ["Copies", "Target", "Score", "Readout", "Route", "route", "Measurement", "measure", "task_score", "Rows", "AtRows", "evaluate", "copies_per_chunk",
+           "inputs_per_gradient_chunk", "target_run",
            "named_metric", "continue_rows", "run_stacked", "method_label"]  # fmt: skip

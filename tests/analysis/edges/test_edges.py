@@ -432,3 +432,44 @@ def test_non_finite_metrics_and_scores_are_refused():
                      estimator=estimator)  # fmt: skip
     with pytest.raises(ValueError, match="NaN or inf"):
         hc.edges(model, clean=clean, corrupt=corrupt, metric=lambda logits: metric(logits) + float("inf"))
+
+
+def _named_batches(model, seed=0):
+    """(clean, corrupt) Batches of _inputs' tokens with right and wrong answers at the last position."""
+    from headcoop.tasks.base import Batch
+
+    clean, corrupt = _inputs(model, seed)
+    n, pos = clean.shape
+    gen = torch.Generator().manual_seed(seed + 1)
+    answer, wrong = torch.randint(0, model.cfg.d_vocab_out, (2, n), generator=gen)
+    last = torch.full((n,), pos - 1)
+
+    def batch(tokens, a, w):
+        return Batch(tokens=tokens, loss_pos=last[:, None], targets=a[:, None], answer_pos=last, answer=a, wrong=w,
+                     labels=torch.zeros(n, dtype=torch.long))
+
+    return batch(clean, answer, wrong), batch(corrupt, wrong, answer)
+
+
+@pytest.mark.parametrize("estimator, extra", [("eap", {}), ("eap", dict(verify=3)), ("eap-ig", dict(steps=3)),
+                                              ("eap", dict(direction="noise", how="mean"))])
+def test_eap_in_parts_within_the_memory_budget_equals_the_whole_batch(estimator, extra):
+    """Issue 51, item 8: a budget too small for the batch runs the gradient passes in parts (a named metric is a
+    mean over inputs, so each part counts by its share); the scores and the metric's values are the whole
+    batch's. A callable metric cannot be split: it runs at once, with a warning naming the budget."""
+    from headcoop.analysis.engine.copies import inputs_per_gradient_chunk
+
+    model = attn_only_2l_like(seed=21, **SHAPES["LN, MLPs"])
+    clean, corrupt = _named_batches(model)
+    assert inputs_per_gradient_chunk(model, 8, 1e-4) == 1 and inputs_per_gradient_chunk(model, 8, 256) > 6
+    kw = dict(clean=clean, corrupt=corrupt, metric="logit_diff", estimator=estimator, **extra)
+    whole, parts = hc.edges(model, **kw), hc.edges(model, memory_budget_mb=1e-4, **kw)
+    assert (whole.cost["parts"], parts.cost["parts"]) == (1, 6)
+    np.testing.assert_allclose(parts.to_dataframe().score, whole.to_dataframe().score, rtol=1e-5, atol=1e-6)
+    assert np.abs(whole.to_dataframe().score).max() > 1e-3
+    assert parts.target_value == pytest.approx(whole.target_value, abs=1e-9)
+    np.testing.assert_allclose(parts.to_dataframe().exact, whole.to_dataframe().exact, rtol=1e-6, atol=1e-9)
+    with pytest.warns(UserWarning, match="a callable metric cannot be split over inputs"):  # 6 inputs, 1 a part
+        callable_parts = hc.edges(model, memory_budget_mb=1e-4, **dict(kw, clean=clean.tokens, corrupt=corrupt.tokens, metric=metric))
+    callable_whole = hc.edges(model, **dict(kw, clean=clean.tokens, corrupt=corrupt.tokens, metric=metric))
+    np.testing.assert_allclose(callable_parts.to_dataframe().score, callable_whole.to_dataframe().score, rtol=1e-6)
