@@ -311,26 +311,60 @@ def _estimate(model, estimator: str, score, readers, writers, ordered, sites, so
               D, steps: int, gradients, size: int) -> tuple[Folded, float]:  # fmt: skip
     """EAP's or EAP-IG's scores (a `Folded`) and the target's metric, the inputs in parts of `size` (a named
     metric is a mean over inputs, so each part's gradient counts by its share of the batch). target: the cached
-    target run and D its writers' changes (when verifying), or None: EAP at its floor, whose one gradient pass
-    per part records that part's writers too."""
+    target run and D its writers' changes, or None: each part's own (EAP's one gradient pass per part records
+    that part's writers; EAP-IG runs the part's target once for its embeddings)."""
     n = len(target_tokens)
     folded, value = Folded(ordered, writers), 0.0
     for lo, hi in chunks(0, n, size):
         part, src = (score.part(lo, hi), _Rows(source_cache, lo, hi, n)) if size < n else (score, source_cache)
         folded.scale = (hi - lo) / n
-        if target is None:
+        if target is None and estimator == "eap":
             acts: dict[str, Tensor] = {}
             folded.deltas = functools.partial(delta_matrix, model, writers, src, acts)
             _, got = gradients(model, target_tokens[lo:hi], part, readers, record=(sites, acts), fold=folded)
             value += folded.scale * _finite(got, "the metric on the target inputs")
             continue
-        folded.deltas = D[:, lo:hi]
+        if target is None:
+            with torch.no_grad():
+                tgt = target_run(model, target_tokens[lo:hi], part, lambda name: name in sites)
+            folded.deltas = functools.partial(delta_matrix, model, writers, src, tgt.cache)
+            value += folded.scale * _finite(tgt.value, "the metric on the target inputs")
+            tgt = tgt.cache
+        else:
+            folded.deltas = D[:, lo:hi]
+            tgt = _Rows(target.cache, lo, hi, n) if size < n else target.cache
         if estimator == "eap":
             gradients(model, target_tokens[lo:hi], part, readers, fold=folded)
         else:
-            tgt = _Rows(target.cache, lo, hi, n) if size < n else target.cache
             _integrated_grads(model, target_tokens[lo:hi], part, readers, src, tgt, steps, gradients, folded)
     return folded, value if target is None else target.value
+
+
+def _whole_target(model, target_tokens, score, writers, source_cache) -> tuple:
+    """(the target run with every activation cached, its writers' changes D [writer, batch, pos, d_model], the
+    same as a dict by writer)."""
+    with torch.no_grad():
+        target = target_run(model, target_tokens, score, lambda name: True)
+    _finite(target.value, "the metric on the target inputs")
+    D = delta_matrix(model, writers, source_cache, target.cache)
+    return target, D, {w: D[i] for i, w in enumerate(writers)}
+
+
+def _exact_in_parts(model, chosen, sub: list, writers, score, source_cache, target_tokens, size: int,
+                    memory_budget_mb: float) -> Tensor:  # fmt: skip
+    """Exact patching of the edges `sub` (changes of the metric [edges]) with the inputs in parts of `size`: each
+    part's target run cached and patched on its own, its changes counted by its share of the batch (a named
+    metric is a mean over inputs), so that no run of the whole batch is cached."""
+    n, total = len(target_tokens), 0.0
+    for lo, hi in chunks(0, n, size):
+        with torch.no_grad():
+            target = target_run(model, target_tokens[lo:hi], score.part(lo, hi), lambda name: True)
+        src = _Rows(source_cache, lo, hi, n)
+        D = delta_matrix(model, writers, src, target.cache)
+        deltas = {w: D[i] for i, w in enumerate(writers)}
+        changes = chosen.evaluate(target, edge_copies(model, sub, deltas, target, src), memory_budget_mb) - target.value
+        total = total + (hi - lo) / n * changes
+    return total
 
 
 def _parts(model, score, n: int, n_pos: int, n_writers: int, memory_budget_mb: float) -> int:
@@ -539,30 +573,25 @@ def edges(
     source_value = _finite(score.one(source_logits), "the metric on the source inputs")
     del source_logits  # [batch, pos, vocab]: at GPT-2 size as large as a part's whole gradient pass
     source_cache = source_cache if how == "corrupt" else AblatedRun(source_cache, how, *target_tokens.shape)
-    target = D = deltas = None
-    parts = 1
-    if estimator != "eap" or verify or sample:
-        with torch.no_grad():
-            target = target_run(model, target_tokens, score, lambda n: True)
-        _finite(target.value, "the metric on the target inputs")
-        D = delta_matrix(model, writers, source_cache, target.cache)
-        deltas = {w: D[i] for i, w in enumerate(writers)}
+    n = len(target_tokens)
+    size = n if estimator == "exact" else _parts(model, score, n, target_tokens.shape[1], len(writers), memory_budget_mb)
+    whole = size == n and (estimator != "eap" or verify or sample)  # the whole target run, cached
+    target, D, deltas = _whole_target(model, target_tokens, score, writers, source_cache) if whole else (None,) * 3
+    target_value = target.value if target is not None else None
     if estimator != "exact":  # EAP at its floor (target None): the target's one pass gives its writers too
-        size = _parts(model, score, len(target_tokens), target_tokens.shape[1], len(writers), memory_budget_mb)
         folded, target_value = _estimate(model, estimator, score, readers, writers, ordered, sites, source_cache,
                                          target_tokens, target, D, steps, gradients, size)  # fmt: skip
-        parts = -(-len(target_tokens) // size)
-    else:
-        target_value = target.value
 
     def exact(sub: list) -> Tensor:
+        if target is None:
+            return _exact_in_parts(model, chosen, sub, writers, score, source_cache, target_tokens, size, memory_budget_mb)
         return chosen.evaluate(target, edge_copies(model, sub, deltas, target, source_cache), memory_budget_mb) - target.value
 
     scores = exact(ordered) if estimator == "exact" else folded.scores()
     if not bool(torch.isfinite(scores).all()):
         raise ValueError(f"hc.edges' {estimator} scores hold NaN or inf (the model's logits or the metric's gradient "
                          "overflow on these inputs): check the metric and the inputs, or use a float64 model")  # fmt: skip
-    passes = {"exact": float(len(ordered)), "eap": 3.0 + (target is not None), "eap-ig": 1.0 + 3.0 * steps}[estimator]
+    passes = {"exact": float(len(ordered)), "eap": 3.0 + bool(verify or sample), "eap-ig": 1.0 + 3.0 * steps}[estimator]
     frame = pd.DataFrame([dict(writer=writer_name(w), reader=reader_name(r)[0], via=reader_name(r)[1]) for w, r in ordered])
     frame["score"] = scores.detach().double().cpu().numpy()
     frame["exact"] = frame["score"] if estimator == "exact" else np.nan
@@ -575,7 +604,7 @@ def edges(
     clean_value, corrupt_value = (source_value, target_value) if direction == "denoise" else (target_value, source_value)
     return EdgeResult(frame=frame, clean_value=clean_value, corrupt_value=corrupt_value, target_value=target_value,
                       direction=direction, estimator=estimator, method=chosen.label, missed=missed,
-                      cost=dict(passes=passes, estimate_s=estimate_s, verification_s=verify_s, parts=parts),
+                      cost=dict(passes=passes, estimate_s=estimate_s, verification_s=verify_s, parts=-(-n // size)),
                       assumptions=_assumptions(model, estimator, chosen.hooks),
                       ablation=describe_ablation(how, len(source_tokens), "corrupt", order="shifted"))  # fmt: skip
 
