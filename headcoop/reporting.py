@@ -37,6 +37,7 @@ from headcoop.pages import Code, Details, Figure, Html, Section, Table, Text, re
 from headcoop.views import attention_heads_html, circuitsvis_bundle
 from headcoop.analysis.engine.inputs import head_names, model_device, parse_heads, require_model, require_task
 from headcoop.analysis.engine.copies import task_score
+from headcoop.analysis.vocabulary import head_name
 from headcoop.bridge import is_bridge, is_hf_folder, kind_label, load_folder
 from headcoop.studies import study_for
 from headcoop.tasks.base import Batch, Task
@@ -219,6 +220,24 @@ class _Context:
                                     estimator="atp*", verify=20, sample=20, progress=False)  # fmt: skip
             return estimate, predicted
         return self.once(f"patch-each-{threshold_s}", compute)
+
+    def ranked_heads(self) -> tuple[list[tuple[int, int]], str]:
+        """The covered heads, the largest patching effect first (the patching section's `patch()`: exact, else
+        AtP*'s ranking), and what ranked them; in model order, with "", where patching did not fit."""
+        result = self.patch()
+        if result is None:
+            return list(self.heads), ""
+        frame = result.to_dataframe()
+        estimated = isinstance(result, hc.AttributionResult)
+        size = frame["score"] if estimated else (frame["value"] - result.corrupt_value).abs()
+        order = [(int(lay), int(h)) for lay, h in frame.assign(size=size).sort_values("size", ascending=False,
+                                                                                      kind="stable")[["layer", "head"]].to_numpy()]  # fmt: skip
+        covered = set(self.heads)
+        return [h for h in order if h in covered], "AtP* estimates of patching" if estimated else "exact patching"
+
+    def narrowed(self, heads: list[tuple[int, int]]) -> "_Context":
+        """The same model, inputs and budget covering `heads` only, with results of its own."""
+        return dataclasses.replace(self, heads=list(heads), head_table=None, _memo={})
 
     def dla(self):
         """hc.dla on the clean batch."""
@@ -460,6 +479,7 @@ def _section_dla(ctx: _Context) -> tuple:
 # hc.cooperation reads every pair up to ALL_PAIRS_UP_TO heads, above it the top pairs only: the report covers
 # cooperation up to that many heads (one source for the limit: cooperation's)
 MAX_REPORT_PAIRS_HEADS = ALL_PAIRS_UP_TO
+STAND_IN_HEADS = 4  # above that, cooperation of this many heads, those with the largest patching effect
 
 
 def _section_cooperation(ctx: _Context) -> tuple:
@@ -481,9 +501,17 @@ def _section_cooperation(ctx: _Context) -> tuple:
                             "heads=['L0H1', 'L0H2'])</code>) runs it."))  # fmt: skip
         return tuple(blocks)
     if k > MAX_REPORT_PAIRS_HEADS:
-        blocks.append(_note(f"This report covers {k} heads: too many pairs for this page (at most "
-                            f"{MAX_REPORT_PAIRS_HEADS}). <code>hc.cooperation(model, heads=[...])</code> names the "
-                            "mechanism of the heads you choose; <code>--heads</code> picks them for the report."))  # fmt: skip
+        ranked, by = ctx.ranked_heads()
+        note = (f"This report covers {k} heads: too many pairs for this page (at most {MAX_REPORT_PAIRS_HEADS}). "
+                "<code>hc.cooperation(model, heads=[...])</code> names the mechanism of the heads you choose; "
+                "<code>--heads</code> picks them for the report.")  # fmt: skip
+        if not by:
+            return (_note(note + " No ranking of the heads fit the budget, so nothing stands in here."),)
+        top = ranked[:STAND_IN_HEADS]
+        names = [head_name(*h) for h in top]
+        return (_note(note + f" <b>Standing in</b>: the {len(top)} heads with the largest effect by {by} (the "
+                      f"patching section's), {', '.join(names)}: <code>hc.cooperation(model, inputs=clean, "
+                      f"heads={names!r})</code>."), *_section_cooperation(ctx.narrowed(top)))  # fmt: skip
     elif not ctx.budget.afford(what, cost(draws), f"hc.cooperation(model, inputs=clean, metric='accuracy', draws=1{ctx.heads_arg})"):
         blocks.append(ctx.budget.note(what))
     else:
@@ -720,8 +748,11 @@ def _circuit_tops(ctx: _Context) -> list:
         "<code>hc.qk</code>), with <code>ids</code> the token ids you want as rows; every row of the "
         "vocabulary when it fits in memory (<code>tokens=None</code>)."
     )]
+    order, by = ctx.ranked_heads()  # the heads the page names first: those patching ranks highest
+    if by:
+        blocks.append(_note(f"Heads in order of their effect by {by} (the patching section's), largest first."))
     shown, per_head = 0, 1.0  # seconds a head takes: measured from the first one (a guess before it)
-    for layer, head in ctx.heads:
+    for layer, head in order:
         start = time.perf_counter()
         if ctx.budget.remaining() < 2 * per_head:
             break

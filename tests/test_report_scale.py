@@ -199,3 +199,28 @@ def test_a_bridges_positional_table_is_kept_only_while_its_weights_stay(tmp_path
     finally:
         bridge.reset_hooks()
     torch.testing.assert_close(w_pos(bridge), changed)
+
+
+def test_too_many_heads_for_cooperation_get_the_top_heads_by_patching_as_a_stand_in(tmp_path):
+    """Issue 51, item 2: above the pairs a page holds, cooperation runs on the STAND_IN_HEADS heads with the
+    largest patching effect (the patching section's), named, with the call that reruns it; QK / OV tables list
+    the heads in that order."""
+    cfg = HookedTransformerConfig(n_layers=3, d_model=24, d_head=2, n_heads=12, n_ctx=12, d_vocab=80, act_fn="relu",
+                                  attn_only=True, normalization_type="LN", positional_embedding_type="standard", seed=1)  # fmt: skip
+    model = HookedTransformer(cfg).eval()
+    task = _contrast(model)
+    path = hc.report(model, out=tmp_path / "r.html", task=task, progress=False, budget_s=None,
+                     sections=["patching", "cooperation", "circuits"])  # fmt: skip
+    text = path.read_text(encoding="utf-8")
+    page = {anchor: _section(text, anchor) for anchor in ("cooperation", "circuits")}
+    clean, corrupt = task.patching_inputs()
+    exact = hc.patch(model, clean=clean, corrupt=corrupt, metric=report_module.task_score(task, clean), progress=False)
+    size = (exact.to_dataframe().set_index(["layer", "head"])["value"] - exact.corrupt_value).abs()
+    top = [f"L{lay}H{h}" for lay, h in size.sort_values(ascending=False, kind="stable").index[:report_module.STAND_IN_HEADS]]
+    cooperation = page["cooperation"]
+    assert "too many pairs for this page" in cooperation and "Standing in" in cooperation
+    assert f"heads={top!r}" in cooperation.replace("&#39;", "'")
+    assert "section&#39;s verdict" in cooperation or "section's verdict" in cooperation
+    circuits = page["circuits"]
+    assert "in order of their effect by exact patching" in circuits
+    assert circuits.index(f"<summary>{top[0]}") < circuits.index(f"<summary>{top[1]}")
