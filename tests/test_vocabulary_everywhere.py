@@ -1,6 +1,7 @@
 """Issue 51: one vocabulary. Every analysis that takes a metric takes the same names and a callable,
 resolved by one function (`copies.measure`); a time budget means the same in the API and on the CLI."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -70,3 +71,33 @@ def test_a_time_budget_means_the_same_in_the_api_and_on_the_cli():
 
     with pytest.raises(ValueError, match=r"--budget must be 0 \(no limit\) or more seconds"):
         cli._check_report_arguments(cli.build_parser().parse_args(["report", "count01", "--budget", "-1"]))
+
+
+def test_cooperation_takes_the_names_and_a_per_input_callable(setting):
+    """hc.cooperation reads its words input by input: it takes every metric name, and a callable giving one value
+    per input, whose words and numbers equal the named metric it spells; a mean (a scalar), a callable reading
+    other positions than the answers', and a value of another type are refused by name."""
+    model = setting[0]
+    batch = model.task.mechanism_inputs(48, seed=0)
+    rows = torch.arange(len(batch))
+    heads = ["L0H0", "L0H1", "L0H2"]
+    kw = dict(inputs=batch, heads=heads, progress=False, draws=1)
+    for name in NAMES:
+        assert hc.cooperation(model, metric=name, **kw).metric == name
+
+    def logit_diff(logits):
+        at = logits[rows, batch.answer_pos]
+        return at[rows, batch.answer] - at[rows, batch.wrong]
+
+    named, spelled = hc.cooperation(model, metric="logit_diff", **kw), hc.cooperation(model, metric=logit_diff, **kw)
+    assert "custom metric (logit_diff)" in repr(spelled)
+    a, b = named.to_dataframe(), spelled.to_dataframe()
+    assert list(a.mechanism) == list(b.mechanism) and list(named.head_table.role) == list(spelled.head_table.role)
+    numbers = [c for c in a.columns if a[c].dtype.kind == "f"]
+    assert numbers and np.allclose(a[numbers].fillna(0), b[numbers].fillna(0), atol=1e-4)
+    with pytest.raises(ValueError, match=r"one value per input \(\[48\] for these logits\), got shape \(\)"):
+        hc.cooperation(model, metric=lambda logits: logit_diff(logits).mean(), **kw)
+    with pytest.raises(ValueError, match="reads other positions too"):
+        hc.cooperation(model, metric=lambda logits: logit_diff(logits) + logits[:, 0, 0], **kw)
+    with pytest.raises(TypeError, match="metric must be a name .* or a callable, got int"):
+        hc.cooperation(model, metric=3, **kw)

@@ -25,6 +25,7 @@ so. Where no pair matters in the full model, the summary's first line says it, w
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 
 import torch
 
@@ -35,7 +36,7 @@ from headcoop.analysis.games.estimators import HeadGame, top_interactions
 from headcoop.analysis.games.interactions import interactions
 from headcoop.analysis.mechanisms import tables
 from headcoop.analysis.mechanisms.assemble import clean_evidence
-from headcoop.analysis.mechanisms.evidence import Evidence, additive_by_construction, per_input, signed
+from headcoop.analysis.mechanisms.evidence import Evidence, RowMetric, additive_by_construction, per_input, signed
 from headcoop.analysis.mechanisms.references import KINDS, blind, draw_references, replacements
 from headcoop.analysis.mechanisms.repair import backup, composition, head_direct
 from headcoop.analysis.mechanisms.result import Cooperation
@@ -207,7 +208,7 @@ def ablation_readings(model, run, hows, task, reference, draws, seed, th) -> dic
 @with_progress("hc.cooperation", cheaper="fewer heads=, draws=1 or how='mean' is cheaper")
 @torch.no_grad()
 def cooperation(
-    model, task=None, heads=None, how: ReadingHow | tuple | list | str = "family", metric: MetricName = "accuracy",
+    model, task=None, heads=None, how: ReadingHow | tuple | list | str = "family", metric: MetricName | Callable = "accuracy",
     inputs=None, reference=None, seed: int = 0, threshold: float | None = None, min_share: float | None = None,
     n: int = 512, max_exact: int = INTERACTION_UP_TO, top_pairs: int | None = None, screen_budget: int | None = None,
     draws: int = 4, thresholds: dict | None = None, band: tuple[float, float] = (0.5, 2.0), agree: float = 0.9,
@@ -220,7 +221,10 @@ def cooperation(
                default task.mechanism_inputs(n, seed).
     heads:     the players, in any form `hc.ablate` takes; default every head.
     how:       "family" (zero, mean and resample, mean and resample aligned by role), one of them, or a list.
-    metric:    "accuracy" (default; a tie is no answer), "logit_diff", "prob", "loss".
+    metric:    "accuracy" (default; a tie is no answer), "logit_diff", "prob", "loss", or a callable giving one
+               value per input (logits [batch, pos, vocab] -> [batch], higher is better: the words are read
+               input by input, so not the mean other analyses take), reading the answer positions only
+               (`evidence.RowMetric`: checked on the clean run).
     reference: the ablation reference (default task samples of 512); draws: reference draws per ablation
                (identical draws count once).
     thresholds: overrides of `THRESHOLDS` (threshold= and min_share= set "role" and "min_share"); band: the
@@ -232,7 +236,10 @@ def cooperation(
                MAX_EXACT, 16); above, NaN, or shapiq's ranking with top_pairs / screen_budget.
     """
     require_model(model, "cooperation")
-    check_choice("metric", metric, METRIC_NAMES)
+    if isinstance(metric, str) or not callable(metric):
+        if not isinstance(metric, str):
+            raise TypeError(f"metric must be a name {list(METRIC_NAMES)} or a callable, got {type(metric).__name__}")
+        check_choice("metric", metric, METRIC_NAMES)
     hows = parse_hows(how)
     check_int("n", n, 1)
     check_int("max_exact", max_exact, 2, 24)  # hc.interactions names its own bound (MAX_EXACT) above it
@@ -262,9 +269,12 @@ def cooperation(
     expect(planned_runs(k, len(hows), max_exact, top_pairs))  # the bar's total, known before any run: it never grows
     primary = "mean" if "mean" in hows else hows[0]
     refs = None if primary == "zero" else draw_references(task, reference, 1, seed)
-    inter, pairs, pairs_note = pair_interactions(model, batch, players, names, metric, primary, refs, seed,
+    mean = metric if isinstance(metric, str) else (lambda logits: torch.as_tensor(metric(logits)).double().mean())
+    inter, pairs, pairs_note = pair_interactions(model, batch, players, names, mean, primary, refs, seed,
                                                  max_exact, top_pairs, screen_budget)  # fmt: skip
-    run = clean_evidence(model, task, batch, players, names, pairs, metric, outputs, coalition_masks(k, pairs))
+    reading = metric if isinstance(metric, str) else \
+        RowMetric(metric, batch.answer_pos, batch.tokens.shape[1]).checked(model(batch.tokens))  # fmt: skip
+    run = clean_evidence(model, task, batch, players, names, pairs, reading, outputs, coalition_masks(k, pairs))
     readings = ablation_readings(model, run, hows, task, reference, draws, seed, th)
     return tables.result(run, readings, hows, primary, th, band, agree, inter, pairs_note)
 

@@ -17,9 +17,57 @@ from headcoop.bridge import user_hooks
 from headcoop.tl import HookedTransformer
 
 
-def per_input(metric: str, logits: Tensor, answer: Tensor, wrong: Tensor | None) -> Tensor:
-    """[..., batch] values of a named metric per input, higher is better (loss negated); accuracy counts a
-    tie for the top logit as no answer (the rule `hc.interactions` shares)."""
+class RowMetric:
+    """A user's per-input metric (logits [batch, pos, vocab] -> [batch], one value per input, higher is better)
+    read from the logits at each input's read row, as `hc.cooperation`'s evidence keeps them: its logits are
+    [batch, pos, vocab] with row pos[b] of input b holding them and every other row zero. `checked` confirms,
+    on the clean run's full logits, that this gives the values the full logits give (the metric reads the read
+    rows only), or says where it does not."""
+
+    def __init__(self, metric, pos: Tensor, n_pos: int):
+        self.metric, self.pos, self.n_pos = metric, pos.cpu(), n_pos
+        self.name = f"a custom metric ({getattr(metric, '__name__', type(metric).__name__)})"
+
+    def __str__(self) -> str:
+        return self.name
+
+    def _values(self, logits: Tensor) -> Tensor:
+        values = torch.as_tensor(self.metric(logits))
+        if values.shape != (len(logits),):
+            raise ValueError(f"hc.cooperation reads its words input by input, so its metric must return one value per "
+                             f"input ([{len(logits)}] for these logits), got shape {tuple(values.shape)}: e.g. "
+                             "lambda logits: logits[rows, answer_pos, answer] - logits[rows, answer_pos, wrong] "
+                             "(no mean), or a named metric")  # fmt: skip
+        return values.double().cpu()
+
+    def __call__(self, rows: Float[Tensor, "*lead batch vocab"]) -> Float[Tensor, "*lead batch"]:
+        lead, (batch, vocab) = rows.shape[:-2], rows.shape[-2:]
+        out = []
+        for one in rows.reshape(-1, batch, vocab):
+            full = one.new_zeros(batch, self.n_pos, vocab)
+            full[torch.arange(batch), self.pos] = one
+            out.append(self._values(full))
+        return torch.stack(out).reshape(*lead, batch)
+
+    def checked(self, full_logits: Float[Tensor, "batch pos vocab"]) -> "RowMetric":
+        rows = torch.arange(len(full_logits))
+        whole = self._values(full_logits.double())
+        alone = self(full_logits.double()[rows, self.pos.to(full_logits.device)].cpu())
+        bad = (~torch.isclose(whole, alone, rtol=1e-6, atol=1e-9)).nonzero().flatten()
+        if len(bad):
+            raise ValueError(f"hc.cooperation reads each coalition's logits at the inputs' answer positions, and this "
+                             f"metric reads other positions too: on input {int(bad[0])} it is {float(whole[bad[0]]):.6g} "
+                             f"on the full logits and {float(alone[bad[0]]):.6g} on the answer row alone ({len(bad)} of "
+                             f"{len(rows)} inputs differ). Read logits[rows, answer_pos] only, or pass a named metric")  # fmt: skip
+        return self
+
+
+def per_input(metric, logits: Tensor, answer: Tensor, wrong: Tensor | None) -> Tensor:
+    """[..., batch] values of a metric per input from the logits at the read rows [..., batch, vocab], higher is
+    better: a named one (loss negated; accuracy counts a tie for the top logit as no answer, the rule
+    `hc.interactions` shares) or a `RowMetric`."""
+    if isinstance(metric, RowMetric):
+        return metric(logits)
     values = per_input_metric(metric, logits, answer, wrong, ties="none")
     return -values if metric == "loss" else values
 
@@ -240,5 +288,5 @@ class Evidence:
         return ((x > 0.5) != (y > 0.5)) if self.binary else ((x - y).abs() > tau)
 
 
-__all__ = ["per_input", "signed", "additive_by_construction", "head_dla", "clean_run", "prompt_shares",
+__all__ = ["RowMetric", "per_input", "signed", "additive_by_construction", "head_dla", "clean_run", "prompt_shares",
            "same_computation_axis", "Evidence"]  # fmt: skip

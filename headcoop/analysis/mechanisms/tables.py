@@ -201,7 +201,7 @@ def result(run: Run, by_kind: dict, hows, primary: str, th: dict, factors, agree
     return Cooperation(heads=run.names, pairs=frame, head_table=heads, backup=pd.DataFrame(backup_rows, columns=BACKUP_COLUMNS),
                        readings=pd.DataFrame(reading_rows), words=words, compensation=compensation.float(), roles=roles,
                        mechanism=overall, agreement=share, flips=flip, by_ablation=by_ablation(r["model"], readings),
-                       shares={m: float(counts.get(m, 0)) / len(frame) for m in MECHANISMS}, metric=run.metric,
+                       shares={m: float(counts.get(m, 0)) / len(frame) for m in MECHANISMS}, metric=str(run.metric),
                        how=primary, hows=tuple(hows), method=method, thresholds=th, agree=agree,
                        v_full=float(by_kind[primary]["draws"][0][0].v[0].mean()),
                        v_empty=float(by_kind[primary]["draws"][0][0].v[1].mean()), input_class=codes,
