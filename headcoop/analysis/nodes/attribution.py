@@ -439,6 +439,26 @@ def attribute(
         source_value = float(score_fn.one(source_logits))
     cost["estimate"] += 1
     source = {n: source_cache[n] for n in all_names}
+    del source_logits, source_cache
+
+    def fix_applies(act_of: dict) -> bool:
+        return qk_fix and _qk_fix_applies(model, layers, {lay: {x: act_of[f"blocks.{lay}.attn.hook_{x}"] for x in
+                                                                ("q", "k", "pattern")} for lay in layers})  # fmt: skip
+
+    def estimates(grads: list, act_of: dict) -> Tensor:
+        """[layer, ...] the estimate of every cell from the gradients at `all_names` (then freed: a GradDrop
+        pass keeps its cells' estimates, not its gradients)."""
+        grad_map, use_fix, per_layer = dict(zip(all_names, grads)), fix_applies(act_of), []
+        for lay, name in zip(layers, names):
+            if use_fix:
+                a = {x: act_of[f"blocks.{lay}.attn.hook_{x}"] for x in ("q", "k", "pattern")}
+                s = {x: source[f"blocks.{lay}.attn.hook_{x}"] for x in ("q", "k")}
+                per = _qk_fixed(model, lay, component, positions, a, s, grad_map[f"blocks.{lay}.attn.hook_pattern"])
+            else:
+                per = _per_cell(component, positions, ((source[name] - act_of[name]).double() * grad_map[name].double()))
+            per_layer.append(per)
+        return torch.stack(per_layer)
+
     with torch.enable_grad():
         if method == "ig":
             with torch.no_grad():
@@ -455,26 +475,25 @@ def attribute(
             with torch.no_grad():
                 logits, acts = _run(model, target_tokens, all_names)
             target_value = float(score_fn.one(logits))
+            act_of = dict(zip(all_names, [a.detach() for a in acts]))
+            estimate = estimates(grads, act_of)
             cost["estimate"] += 3 * steps + 1
             assumptions.append(f"integrated gradients, {steps} midpoint steps along the input residual stream")
-            drop_grads = None
+            dropped = []
         else:
             state = {"layer": None}
             dropping = method == "atp*" and graddrop and n_layers > 1
             logits, acts = _run(model, target_tokens, all_names, graddrop=state if dropping else None)
             value = score_fn.one(logits)
             target_value = float(value.detach())
-
-            def grad_of():
-                return _grads(value, acts, retain_graph=True)
-
-            grads = grad_of()
+            act_of = dict(zip(all_names, [a.detach() for a in acts]))
+            estimate = estimates(_grads(value, acts, retain_graph=dropping), act_of)
             cost["estimate"] += 3
-            drop_grads = []
+            dropped = []
             if dropping:
                 for lay in range(n_layers):
                     state["layer"] = lay
-                    drop_grads.append(grad_of())
+                    dropped.append(estimates(_grads(value, acts, retain_graph=lay < n_layers - 1), act_of))
                     cost["estimate"] += 2
                 state["layer"] = None
                 assumptions.append(f"first order; GradDrop ranking over {n_layers} blocks")
@@ -484,33 +503,16 @@ def attribute(
                 assumptions.append("first order; no GradDrop (graddrop=False): the score is |estimate|")
             else:
                 assumptions.append("first order in the patched activation")
-    act_of = dict(zip(all_names, [a.detach() for a in acts]))
-    grad_of_name = dict(zip(all_names, grads))
-    use_fix = qk_fix and _qk_fix_applies(model, layers, {lay: {x: act_of[f"blocks.{lay}.attn.hook_{x}"] for x in ("q", "k", "pattern")}
-                                                            for lay in layers})  # fmt: skip
+            del logits, value, acts
     if qk_fix:
-        assumptions.append("QK fix: the pattern after each q/k patch exact, linearised from the pattern" if use_fix else
+        assumptions.append("QK fix: the pattern after each q/k patch exact, linearised from the pattern" if fix_applies(act_of) else
                            "QK fix not applicable to this attention (its scores are not reproduced): plain AtP for q/k")
 
-    def estimates(grad_map: dict) -> Tensor:
-        per_layer = []
-        for lay, name in zip(layers, names):
-            if use_fix:
-                a = {x: act_of[f"blocks.{lay}.attn.hook_{x}"] for x in ("q", "k", "pattern")}
-                s = {x: source[f"blocks.{lay}.attn.hook_{x}"] for x in ("q", "k")}
-                per = _qk_fixed(model, lay, component, positions, a, s, grad_map[f"blocks.{lay}.attn.hook_pattern"])
-            else:
-                per = _per_cell(component, positions, ((source[name] - act_of[name]).double() * grad_map[name].double()))
-            per_layer.append(per)
-        return torch.stack(per_layer)
-
-    estimate = estimates(grad_of_name)  # [layer, ...] in the grid's layout
     grid = PatchGrid.build(component, positions, layers, heads, clean_tokens.shape[1], model_device(model))
     if heads and component not in RESID_COMPONENTS:
         estimate = estimate[..., heads]
     estimate = estimate.reshape(grid.shape).float().cpu()
-    if method == "atp*" and drop_grads:
-        dropped = [estimates(dict(zip(all_names, g))) for g in drop_grads]
+    if method == "atp*" and dropped:
         if heads and component not in RESID_COMPONENTS:
             dropped = [d[..., heads] for d in dropped]
         graddrop_score = (sum(d.abs() for d in dropped) / (n_layers - 1)).reshape(grid.shape).float().cpu()
