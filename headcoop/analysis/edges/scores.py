@@ -26,7 +26,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
-import warnings
 
 import numpy as np
 import pandas as pd
@@ -39,7 +38,7 @@ from headcoop.bridge import is_bridge
 from headcoop.progress import with_progress
 from headcoop.analysis.engine.verification import miss_bound, pick, wide_bound
 from headcoop.analysis.engine.inputs import check_choice, require_model
-from headcoop.analysis.engine.copies import chunks, clean_corrupt, inputs_per_gradient_chunk, route, target_run
+from headcoop.analysis.engine.copies import chunks, clean_corrupt, gradient_part_size, route, target_run
 from headcoop.analysis.engine.norms import norm_kind, norm_weights
 from headcoop.analysis.engine.ablation import describe_ablation, replacement, shifted_order
 from headcoop.analysis.vocabulary import ABLATIONS, DIRECTIONS, EDGE_ESTIMATORS, Ablation, Direction, EdgeEstimator
@@ -367,25 +366,6 @@ def _exact_in_parts(model, chosen, sub: list, writers, score, source_cache, targ
     return total
 
 
-def _parts(model, score, n: int, n_pos: int, n_writers: int, memory_budget_mb: float) -> int:
-    """How many inputs a gradient pass takes (`inputs_per_gradient_chunk`): all of them for a metric that is
-    not a mean over inputs (a callable), with a warning when they do not fit the budget."""
-    size = inputs_per_gradient_chunk(model, n_pos, memory_budget_mb, n_writers)
-    if size >= n:
-        return n
-    if not score.splits:
-        if n / size > OVER_BUDGET:
-            warnings.warn(f"hc.edges: the {n} inputs need about {n / size:.0f}x memory_budget_mb={memory_budget_mb:g} "
-                          "for one gradient pass, and a callable metric cannot be split over inputs, so they run "
-                          'at once; a named metric ("logit_diff", "prob", "loss") runs them in parts within the '
-                          "budget", stacklevel=3)  # fmt: skip
-        return n
-    return size
-
-
-OVER_BUDGET = 4  # a gradient pass that cannot run in parts warns beyond this many times the budget (an estimate)
-
-
 def delta_matrix(model: HookedTransformer, writers: list[Writer], source, target) -> Tensor:
     """Each writer's change of output, source minus target: [n_writers, batch, pos, d_model], one writer at a
     time (`writer_outputs`), so that nothing but the result is held for all of them."""
@@ -574,7 +554,8 @@ def edges(
     del source_logits  # [batch, pos, vocab]: at GPT-2 size as large as a part's whole gradient pass
     source_cache = source_cache if how == "corrupt" else AblatedRun(source_cache, how, *target_tokens.shape)
     n = len(target_tokens)
-    size = n if estimator == "exact" else _parts(model, score, n, target_tokens.shape[1], len(writers), memory_budget_mb)
+    size = n if estimator == "exact" else gradient_part_size(model, score, n, target_tokens.shape[1], memory_budget_mb,
+                                                                  "hc.edges", len(writers))
     whole = size == n and (estimator != "eap" or verify or sample)  # the whole target run, cached
     target, D, deltas = _whole_target(model, target_tokens, score, writers, source_cache) if whole else (None,) * 3
     target_value = target.value if target is not None else None

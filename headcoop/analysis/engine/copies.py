@@ -480,6 +480,26 @@ def inputs_per_gradient_chunk(model: HookedTransformer, n_pos: int, memory_budge
     return max(1, int(memory_budget_mb * 2**20 // per_input))
 
 
+def gradient_part_size(model: HookedTransformer, score: "Score", n: int, n_pos: int, memory_budget_mb: float,
+                       what: str, n_writers: int = 0) -> int:  # fmt: skip
+    """How many of n inputs one gradient pass takes (`inputs_per_gradient_chunk`): all of them for a metric that
+    is not a mean over inputs (a callable), with a warning beyond OVER_BUDGET times the budget."""
+    size = inputs_per_gradient_chunk(model, n_pos, memory_budget_mb, n_writers)
+    if size >= n:
+        return n
+    if not score.splits:
+        if n / size > OVER_BUDGET:
+            warnings.warn(f"{what}: the {n} inputs need about {n / size:.0f}x memory_budget_mb={memory_budget_mb:g} "
+                          "for one gradient pass, and a callable metric cannot be split over inputs, so they run "
+                          'at once; a named metric ("logit_diff", "prob", "loss") runs them in parts within the '
+                          "budget", stacklevel=4)  # fmt: skip
+        return n
+    return size
+
+
+OVER_BUDGET = 4  # a gradient pass that cannot run in parts warns beyond this many times the budget (an estimate)
+
+
 def chunks(lo: int, hi: int, size: int) -> Iterator[tuple[int, int]]:
     """(start, stop) of consecutive chunks of at most `size` covering lo..hi."""
     for start in range(lo, hi, size):
@@ -693,5 +713,5 @@ def continue_rows(target: Target, resid: Rows) -> Float[Tensor, "copy_batch pos 
 
 
 __all__ = ["Copies", "Target", "Score", "Readout", "Route", "route", "Measurement", "measure", "task_score", "Rows", "AtRows", "evaluate", "copies_per_chunk",
-           "inputs_per_gradient_chunk", "target_run",
+           "inputs_per_gradient_chunk", "gradient_part_size", "target_run",
            "named_metric", "continue_rows", "run_stacked", "method_label"]  # fmt: skip

@@ -54,7 +54,7 @@ from headcoop.tl import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
 from headcoop.analysis.engine.inputs import check_choice, model_device
-from headcoop.analysis.engine.copies import clean_corrupt, hooks_in_the_way
+from headcoop.analysis.engine.copies import chunks, clean_corrupt, gradient_part_size, hooks_in_the_way
 from headcoop.analysis.engine.kernels import scores_of, softmax_keys
 from headcoop.analysis.engine.grid import PatchGrid, kv_heads, normalized, pos_labels, select_cells
 from headcoop.analysis.nodes.patching import sweep
@@ -445,65 +445,74 @@ def attribute(
         return qk_fix and _qk_fix_applies(model, layers, {lay: {x: act_of[f"blocks.{lay}.attn.hook_{x}"] for x in
                                                                 ("q", "k", "pattern")} for lay in layers})  # fmt: skip
 
-    def estimates(grads: list, act_of: dict) -> Tensor:
+    def estimates(grads: list, act_of: dict, src: dict) -> Tensor:
         """[layer, ...] the estimate of every cell from the gradients at `all_names` (then freed: a GradDrop
-        pass keeps its cells' estimates, not its gradients)."""
+        pass keeps its cells' estimates, not its gradients), the source's activations `src`."""
         grad_map, use_fix, per_layer = dict(zip(all_names, grads)), fix_applies(act_of), []
         for lay, name in zip(layers, names):
             if use_fix:
                 a = {x: act_of[f"blocks.{lay}.attn.hook_{x}"] for x in ("q", "k", "pattern")}
-                s = {x: source[f"blocks.{lay}.attn.hook_{x}"] for x in ("q", "k")}
+                s = {x: src[f"blocks.{lay}.attn.hook_{x}"] for x in ("q", "k")}
                 per = _qk_fixed(model, lay, component, positions, a, s, grad_map[f"blocks.{lay}.attn.hook_pattern"])
             else:
-                per = _per_cell(component, positions, ((source[name] - act_of[name]).double() * grad_map[name].double()))
+                per = _per_cell(component, positions, ((src[name] - act_of[name]).double() * grad_map[name].double()))
             per_layer.append(per)
         return torch.stack(per_layer)
 
-    with torch.enable_grad():
-        if method == "ig":
-            with torch.no_grad():
-                _, resid_cache = model.run_with_cache(source_tokens, names_filter=lambda n: n == "blocks.0.hook_resid_pre")
-            src_resid = resid_cache["blocks.0.hook_resid_pre"]
-            grads = None
-            for i in range(steps):
-                alpha = (i + 0.5) / steps
-                logits, acts = _run(model, target_tokens, all_names, start=lambda x, a=alpha: x + a * (src_resid - x))
-                value = score_fn.one(logits)
-                g = _grads(value, acts)
-                grads = g if grads is None else [a + b for a, b in zip(grads, g)]
-            grads = [g / steps for g in grads]
-            with torch.no_grad():
-                logits, acts = _run(model, target_tokens, all_names)
-            target_value = float(score_fn.one(logits))
-            act_of = dict(zip(all_names, [a.detach() for a in acts]))
-            estimate = estimates(grads, act_of)
-            cost["estimate"] += 3 * steps + 1
-            assumptions.append(f"integrated gradients, {steps} midpoint steps along the input residual stream")
-            dropped = []
-        else:
+    dropping = method == "atp*" and graddrop and n_layers > 1
+
+    def part(tokens: Tensor, score, src: dict, src_resid: Tensor | None) -> tuple:
+        """(estimate [layer, ...], GradDrop's per dropped layer, the metric of the target run, its activations)
+        of the inputs `tokens` (a part of the batch, or all of it)."""
+        with torch.enable_grad():
+            if method == "ig":
+                grads = None
+                for i in range(steps):
+                    alpha = (i + 0.5) / steps
+                    logits, acts = _run(model, tokens, all_names, start=lambda x, a=alpha: x + a * (src_resid - x))
+                    g = _grads(score.one(logits), acts)
+                    grads = g if grads is None else [a + b for a, b in zip(grads, g)]
+                with torch.no_grad():
+                    logits, acts = _run(model, tokens, all_names)
+                act_of = dict(zip(all_names, [a.detach() for a in acts]))
+                return estimates([g / steps for g in grads], act_of, src), [], float(score.one(logits)), act_of
             state = {"layer": None}
-            dropping = method == "atp*" and graddrop and n_layers > 1
-            logits, acts = _run(model, target_tokens, all_names, graddrop=state if dropping else None)
-            value = score_fn.one(logits)
-            target_value = float(value.detach())
+            logits, acts = _run(model, tokens, all_names, graddrop=state if dropping else None)
+            value = score.one(logits)
             act_of = dict(zip(all_names, [a.detach() for a in acts]))
-            estimate = estimates(_grads(value, acts, retain_graph=dropping), act_of)
-            cost["estimate"] += 3
+            estimate = estimates(_grads(value, acts, retain_graph=dropping), act_of, src)
             dropped = []
-            if dropping:
-                for lay in range(n_layers):
-                    state["layer"] = lay
-                    dropped.append(estimates(_grads(value, acts, retain_graph=lay < n_layers - 1), act_of))
-                    cost["estimate"] += 2
-                state["layer"] = None
-                assumptions.append(f"first order; GradDrop ranking over {n_layers} blocks")
-            elif method == "atp*" and graddrop:
-                assumptions.append("first order; one block, so no GradDrop: the score is |estimate|")
-            elif method == "atp*":
-                assumptions.append("first order; no GradDrop (graddrop=False): the score is |estimate|")
-            else:
-                assumptions.append("first order in the patched activation")
-            del logits, value, acts
+            for lay in range(n_layers if dropping else 0):
+                state["layer"] = lay
+                dropped.append(estimates(_grads(value, acts, retain_graph=lay < n_layers - 1), act_of, src))
+            return estimate, dropped, float(value.detach()), act_of
+
+    n = len(target_tokens)  # in parts within memory_budget_mb where the metric is a mean over inputs
+    size = gradient_part_size(model, score_fn, n, target_tokens.shape[1], memory_budget_mb, "hc.attribute")
+    src_resid = None
+    if method == "ig":
+        with torch.no_grad():
+            _, resid_cache = model.run_with_cache(source_tokens, names_filter=lambda n: n == "blocks.0.hook_resid_pre")
+        src_resid = resid_cache["blocks.0.hook_resid_pre"]
+    estimate, dropped, target_value = 0.0, [], 0.0
+    for lo, hi in chunks(0, n, size):
+        share, rows = (hi - lo) / n, (lambda t: t[lo:hi] if t.shape[0] == n else t)  # noqa: E731
+        got, drops, value, act_of = part(target_tokens[lo:hi], score_fn.part(lo, hi) if size < n else score_fn,
+                                         {k: rows(v) for k, v in source.items()},
+                                         rows(src_resid) if src_resid is not None else None)  # fmt: skip
+        estimate, target_value = estimate + share * got, target_value + share * value
+        dropped = [share * d for d in drops] if not dropped else [a + share * d for a, d in zip(dropped, drops)]
+    cost["estimate"] += 3 * steps + 1 if method == "ig" else 3 + 2 * n_layers * dropping
+    cost["parts"] = -(-n // size)
+    if method == "ig":
+        assumptions.append(f"integrated gradients, {steps} midpoint steps along the input residual stream")
+    elif dropping:
+        assumptions.append(f"first order; GradDrop ranking over {n_layers} blocks")
+    elif method == "atp*":
+        assumptions.append("first order; one block, so no GradDrop: the score is |estimate|" if graddrop else
+                           "first order; no GradDrop (graddrop=False): the score is |estimate|")
+    else:
+        assumptions.append("first order in the patched activation")
     if qk_fix:
         assumptions.append("QK fix: the pattern after each q/k patch exact, linearised from the pattern" if fix_applies(act_of) else
                            "QK fix not applicable to this attention (its scores are not reproduced): plain AtP for q/k")

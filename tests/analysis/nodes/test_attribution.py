@@ -342,3 +342,32 @@ def test_the_estimator_argument_and_its_older_name():
     assert new.estimator == old.estimator == "atp*"
     with pytest.raises(ValueError, match="method='ig' and estimator='atp\\*'"):
         hc.attribute(model, clean=clean, corrupt=corrupt, metric=_metric, method="ig", estimator="atp*")
+
+
+@pytest.mark.parametrize("estimator, component", [("atp", "z"), ("atp*", "z"), ("atp*", "q"), ("ig", "resid_pre")])
+def test_estimates_in_parts_within_the_memory_budget_equal_the_whole_batch(estimator, component):
+    """Issue 51, item 8: a budget too small for the batch runs the gradient passes in parts (a named metric is a
+    mean over inputs; GradDrop's magnitudes are taken after the parts add up): the estimates, scores and the
+    target's metric are the whole batch's."""
+    from headcoop.tasks.base import Batch
+
+    cfg = HookedTransformerConfig(n_layers=2, d_model=16, d_head=4, n_heads=3, d_mlp=32, n_ctx=8, d_vocab=11,
+                                  act_fn="gelu", normalization_type="LN", positional_embedding_type="standard", seed=4)  # fmt: skip
+    model = HookedTransformer(cfg).eval()
+    gen = torch.Generator().manual_seed(3)
+    n, width = 6, 7
+    clean_t = torch.randint(0, 11, (n, width), generator=gen)
+    corrupt_t = clean_t.clone()
+    corrupt_t[:, 2] = (clean_t[:, 2] + 4) % 11
+    answer, wrong, last = torch.randint(0, 11, (n,), generator=gen), torch.randint(0, 11, (n,), generator=gen), torch.full((n,), width - 1)
+    common = dict(loss_pos=last[:, None], answer_pos=last, labels=torch.zeros(n, dtype=torch.long))
+    clean = Batch(tokens=clean_t, targets=answer[:, None], answer=answer, wrong=wrong, **common)
+    corrupt = Batch(tokens=corrupt_t, targets=wrong[:, None], answer=wrong, wrong=answer, **common)
+    kw = dict(clean=clean, corrupt=corrupt, metric="logit_diff", estimator=estimator, component=component, verify=2,
+              sample=2, progress=False)  # fmt: skip
+    whole, parts = hc.attribute(model, **kw), hc.attribute(model, memory_budget_mb=1e-5, **kw)
+    assert (whole.cost["parts"], parts.cost["parts"]) == (1, n)
+    assert float(whole.score.abs().max()) > 1e-4
+    torch.testing.assert_close(parts.values, whole.values, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(parts.score, whole.score, rtol=1e-5, atol=1e-6)
+    assert parts.target_value == pytest.approx(whole.target_value, abs=1e-9)
