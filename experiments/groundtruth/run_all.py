@@ -233,6 +233,9 @@ def main(argv=None) -> int:
     rows, bands = toy_stability(args.n)
     tables["stability"] += rows
     tables["bands"] += bands
+    from experiments.groundtruth.diagnose import diagnosis_rows
+
+    tables["diagnosis"] = diagnosis_rows()  # where each SIIT model's interchange accuracy falls short
     for key, rows in tables.items():
         pd.DataFrame(rows).to_csv(out / f"dense_{key}.csv", index=False)
     (out / "dense_timing.json").write_text(json.dumps(dict(total_s=round(time.perf_counter() - started, 1),

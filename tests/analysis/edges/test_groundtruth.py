@@ -137,3 +137,16 @@ def test_the_page_is_what_the_builder_writes_from_the_committed_tables(tmp_path)
     built = page.build(tmp_path, draw=False).read_text(encoding="utf-8")
     assert built == (results / "circuits.md").read_text(encoding="utf-8")
     assert "sanity check" in built and "weight product" in built
+
+
+def test_the_diagnosis_tells_a_node_that_computes_the_program_from_one_that_does_not():
+    """The interchange accuracy split by whether the interchange changes the program's output: hist's nodes hold on
+    both kinds of pair; sort_unique's MLP0 holds where nothing changes and fails where the output changes (the
+    overall accuracy mixes the two)."""
+    from experiments.groundtruth.diagnose import diagnose
+
+    hist = {r["node"]: r for r in diagnose("hist", n=256)}
+    assert all(r["where_output_changes"] >= 0.95 and r["where_it_does_not"] >= 0.95 for r in hist.values())
+    assert all(0.2 < r["changed_share"] < 1 for r in hist.values())
+    mlp0 = {r["node"]: r for r in diagnose("sort_unique", n=256)}["MLP0"]
+    assert mlp0["where_output_changes"] < 0.2 < 0.5 < mlp0["where_it_does_not"]
