@@ -364,6 +364,70 @@ def _top_k_determined(magnitude: Tensor, k: int) -> bool:
 
 
 # --- the entry point ----------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class _Sweep:
+    """What `attribute`'s gradient passes need of a sweep: the estimator (`method`), the patched component's
+    hook names per layer (`names`; `all_names` with the QK fix's q, k and pattern), and whether GradDrop runs."""
+
+    model: HookedTransformer
+    method: str
+    component: str
+    positions: str
+    layers: list
+    names: list
+    all_names: list
+    qk_fix: bool
+    steps: int
+    dropping: bool
+
+    def fix_applies(self, act_of: dict) -> bool:
+        return self.qk_fix and _qk_fix_applies(self.model, self.layers, {
+            lay: {x: act_of[f"blocks.{lay}.attn.hook_{x}"] for x in ("q", "k", "pattern")} for lay in self.layers})
+
+    def estimates(self, grads: list, act_of: dict, src: dict) -> Tensor:
+        """[layer, ...] the estimate of every cell from the gradients at `all_names` (then freed: a GradDrop
+        pass keeps its cells' estimates, not its gradients), the source's activations `src`."""
+        grad_map, use_fix, per_layer = dict(zip(self.all_names, grads)), self.fix_applies(act_of), []
+        for lay, name in zip(self.layers, self.names):
+            if use_fix:
+                a = {x: act_of[f"blocks.{lay}.attn.hook_{x}"] for x in ("q", "k", "pattern")}
+                s = {x: src[f"blocks.{lay}.attn.hook_{x}"] for x in ("q", "k")}
+                per = _qk_fixed(self.model, lay, self.component, self.positions, a, s,
+                                grad_map[f"blocks.{lay}.attn.hook_pattern"])  # fmt: skip
+            else:
+                per = _per_cell(self.component, self.positions, ((src[name] - act_of[name]).double() * grad_map[name].double()))
+            per_layer.append(per)
+        return torch.stack(per_layer)
+
+    def part(self, tokens: Tensor, score, src: dict, src_resid: Tensor | None) -> tuple:
+        """(estimate [layer, ...], GradDrop's per dropped layer, the metric of the target run, its activations)
+        of the inputs `tokens` (a part of the batch, or all of it)."""
+        model, names = self.model, self.all_names
+        with torch.enable_grad():
+            if self.method == "ig":
+                grads = None
+                for i in range(self.steps):
+                    alpha = (i + 0.5) / self.steps
+                    logits, acts = _run(model, tokens, names, start=lambda x, a=alpha: x + a * (src_resid - x))
+                    g = _grads(score.one(logits), acts)
+                    grads = g if grads is None else [a + b for a, b in zip(grads, g)]
+                with torch.no_grad():
+                    logits, acts = _run(model, tokens, names)
+                act_of = dict(zip(names, [a.detach() for a in acts]))
+                return self.estimates([g / self.steps for g in grads], act_of, src), [], float(score.one(logits)), act_of
+            state = {"layer": None}
+            logits, acts = _run(model, tokens, names, graddrop=state if self.dropping else None)
+            value = score.one(logits)
+            act_of = dict(zip(names, [a.detach() for a in acts]))
+            estimate = self.estimates(_grads(value, acts, retain_graph=self.dropping), act_of, src)
+            dropped = []
+            n_layers = model.cfg.n_layers
+            for lay in range(n_layers if self.dropping else 0):
+                state["layer"] = lay
+                dropped.append(self.estimates(_grads(value, acts, retain_graph=lay < n_layers - 1), act_of, src))
+            return estimate, dropped, float(value.detach()), act_of
+
+
 @with_progress("hc.attribute", cheaper="a smaller verify= / sample= is cheaper")
 def attribute(
     model: HookedTransformer,
@@ -441,52 +505,8 @@ def attribute(
     source = {n: source_cache[n] for n in all_names}
     del source_logits, source_cache
 
-    def fix_applies(act_of: dict) -> bool:
-        return qk_fix and _qk_fix_applies(model, layers, {lay: {x: act_of[f"blocks.{lay}.attn.hook_{x}"] for x in
-                                                                ("q", "k", "pattern")} for lay in layers})  # fmt: skip
-
-    def estimates(grads: list, act_of: dict, src: dict) -> Tensor:
-        """[layer, ...] the estimate of every cell from the gradients at `all_names` (then freed: a GradDrop
-        pass keeps its cells' estimates, not its gradients), the source's activations `src`."""
-        grad_map, use_fix, per_layer = dict(zip(all_names, grads)), fix_applies(act_of), []
-        for lay, name in zip(layers, names):
-            if use_fix:
-                a = {x: act_of[f"blocks.{lay}.attn.hook_{x}"] for x in ("q", "k", "pattern")}
-                s = {x: src[f"blocks.{lay}.attn.hook_{x}"] for x in ("q", "k")}
-                per = _qk_fixed(model, lay, component, positions, a, s, grad_map[f"blocks.{lay}.attn.hook_pattern"])
-            else:
-                per = _per_cell(component, positions, ((src[name] - act_of[name]).double() * grad_map[name].double()))
-            per_layer.append(per)
-        return torch.stack(per_layer)
-
     dropping = method == "atp*" and graddrop and n_layers > 1
-
-    def part(tokens: Tensor, score, src: dict, src_resid: Tensor | None) -> tuple:
-        """(estimate [layer, ...], GradDrop's per dropped layer, the metric of the target run, its activations)
-        of the inputs `tokens` (a part of the batch, or all of it)."""
-        with torch.enable_grad():
-            if method == "ig":
-                grads = None
-                for i in range(steps):
-                    alpha = (i + 0.5) / steps
-                    logits, acts = _run(model, tokens, all_names, start=lambda x, a=alpha: x + a * (src_resid - x))
-                    g = _grads(score.one(logits), acts)
-                    grads = g if grads is None else [a + b for a, b in zip(grads, g)]
-                with torch.no_grad():
-                    logits, acts = _run(model, tokens, all_names)
-                act_of = dict(zip(all_names, [a.detach() for a in acts]))
-                return estimates([g / steps for g in grads], act_of, src), [], float(score.one(logits)), act_of
-            state = {"layer": None}
-            logits, acts = _run(model, tokens, all_names, graddrop=state if dropping else None)
-            value = score.one(logits)
-            act_of = dict(zip(all_names, [a.detach() for a in acts]))
-            estimate = estimates(_grads(value, acts, retain_graph=dropping), act_of, src)
-            dropped = []
-            for lay in range(n_layers if dropping else 0):
-                state["layer"] = lay
-                dropped.append(estimates(_grads(value, acts, retain_graph=lay < n_layers - 1), act_of, src))
-            return estimate, dropped, float(value.detach()), act_of
-
+    sweep = _Sweep(model, method, component, positions, layers, names, all_names, qk_fix, steps, dropping)
     n = len(target_tokens)  # in parts within memory_budget_mb where the metric is a mean over inputs
     size = gradient_part_size(model, score_fn, n, target_tokens.shape[1], memory_budget_mb, "hc.attribute")
     src_resid = None
@@ -497,7 +517,7 @@ def attribute(
     estimate, dropped, target_value = 0.0, [], 0.0
     for lo, hi in chunks(0, n, size):
         share, rows = (hi - lo) / n, (lambda t: t[lo:hi] if t.shape[0] == n else t)  # noqa: E731
-        got, drops, value, act_of = part(target_tokens[lo:hi], score_fn.part(lo, hi) if size < n else score_fn,
+        got, drops, value, act_of = sweep.part(target_tokens[lo:hi], score_fn.part(lo, hi) if size < n else score_fn,
                                          {k: rows(v) for k, v in source.items()},
                                          rows(src_resid) if src_resid is not None else None)  # fmt: skip
         estimate, target_value = estimate + share * got, target_value + share * value
@@ -514,7 +534,7 @@ def attribute(
     else:
         assumptions.append("first order in the patched activation")
     if qk_fix:
-        assumptions.append("QK fix: the pattern after each q/k patch exact, linearised from the pattern" if fix_applies(act_of) else
+        assumptions.append("QK fix: the pattern after each q/k patch exact, linearised from the pattern" if sweep.fix_applies(act_of) else
                            "QK fix not applicable to this attention (its scores are not reproduced): plain AtP for q/k")
 
     grid = PatchGrid.build(component, positions, layers, heads, clean_tokens.shape[1], model_device(model))
