@@ -141,6 +141,8 @@ def read_rows(score: "Score", logits: Float[Tensor, "batch pos vocab"]) -> Int[T
     otherwise."""
     candidates = score.rows if score.rows is not None else torch.tensor([logits.shape[1] - 1])
     candidates = candidates.unique().to(logits.device)
+    if score.named is not None:  # a named metric reads the rows it names, by construction (`Score.of_name`)
+        return candidates
     return candidates if kernels.reads_only(score.metric, logits, candidates) else None
 
 

@@ -289,13 +289,13 @@ def reads_only(metric, logits: Float[Tensor, "batch pos vocab"], rows: Tensor) -
     if not other.any():
         return True
     gen = torch.Generator().manual_seed(0)
-    fills = (
-        torch.full_like(logits, float("nan")),
-        (torch.randn(logits.shape, generator=gen) * 100).to(logits.device, logits.dtype),
-        -logits,
+    fills = (  # one at a time: each is as large as the logits
+        lambda: torch.full_like(logits, float("nan")),
+        lambda: torch.randn(logits.shape, generator=gen).mul_(100).to(logits.device, logits.dtype),
+        lambda: -logits,
     )
-    for fill in fills:
-        changed = torch.where(other[None, :, None], fill, logits)
+    for make in fills:
+        changed = torch.where(other[None, :, None], make(), logits)
         try:
             value = metric(changed)
         except Exception:  # noqa: BLE001 - a metric that fails on such rows reads them

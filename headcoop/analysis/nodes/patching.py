@@ -337,8 +337,10 @@ def sweep(model: HookedTransformer, component: str, grid: PatchGrid, clean_token
         kinds = ("k", "v", "rot_k") if model.cfg.positional_embedding_type == "rotary" else ("k", "v")
         starts |= {f"blocks.{lay}.attn.hook_{kind}" for lay in range(min(layers), model.cfg.n_layers) for kind in kinds}
     source_logits, source_cache = model.run_with_cache(source_tokens, names_filter=lambda n: n in patched)
+    source_value = float(score.one(source_logits))
+    del source_logits  # [batch, pos, vocab]: at GPT-2 size larger than the patched activations
     target = target_run(model, target_tokens, score, lambda n: n in starts, rows=path == "local")
-    source_value, target_value = float(score.one(source_logits)), target.value
+    target_value = target.value
     clean_value, corrupt_value = (
         (source_value, target_value) if direction == "denoise" else (target_value, source_value)
     )
