@@ -554,7 +554,8 @@ def edges(
     del source_logits  # [batch, pos, vocab]: at GPT-2 size as large as a part's whole gradient pass
     source_cache = source_cache if how == "corrupt" else AblatedRun(source_cache, how, *target_tokens.shape)
     n, n_pos = target_tokens.shape
-    size = n if estimator == "exact" else gradient_part_size(model, score, n, n_pos, memory_budget_mb, "hc.edges", len(writers))
+    size = n if estimator == "exact" else gradient_part_size(model, score, n, n_pos, memory_budget_mb, "hc.edges",
+                                                                  len(writers), bool(chosen.hooks))
     whole = size == n and (estimator != "eap" or verify or sample)  # the whole target run, cached
     target, D, deltas = _whole_target(model, target_tokens, score, writers, source_cache) if whole else (None,) * 3
     target_value = target.value if target is not None else None

@@ -483,18 +483,22 @@ def inputs_per_gradient_chunk(model: HookedTransformer, n_pos: int, memory_budge
 
 
 def gradient_part_size(model: HookedTransformer, score: "Score", n: int, n_pos: int, memory_budget_mb: float,
-                       what: str, n_writers: int = 0) -> int:  # fmt: skip
+                       what: str, n_writers: int = 0, hooked: bool = False) -> int:  # fmt: skip
     """How many of n inputs one gradient pass takes (`inputs_per_gradient_chunk`): all of them for a metric that
-    is not a mean over inputs (a callable), with a warning beyond OVER_BUDGET times the budget."""
+    is not a mean over inputs (a callable), or where hooks are installed on the model (`hooked`: a hook may read
+    the whole batch, a mean over it, so a part would not be the batch's share), with a warning beyond
+    OVER_BUDGET times the budget."""
     size = inputs_per_gradient_chunk(model, n_pos, memory_budget_mb, n_writers)
     if size >= n:
         return n
-    if not score.splits:
+    if not score.splits or hooked:
+        why = "hooks are installed on the model (one may read the whole batch)" if hooked else \
+            "a callable metric cannot be split over inputs"  # fmt: skip
         if n / size > OVER_BUDGET:
             warnings.warn(f"{what}: the {n} inputs need about {n / size:.0f}x memory_budget_mb={memory_budget_mb:g} "
-                          "for one gradient pass, and a callable metric cannot be split over inputs, so they run "
-                          'at once; a named metric ("logit_diff", "prob", "loss") runs them in parts within the '
-                          "budget", stacklevel=4)  # fmt: skip
+                          f"for one gradient pass, and {why}, so they run at once; a named metric (\"logit_diff\", "
+                          '"prob", "loss") on a model without hooks runs them in parts within the budget',
+                          stacklevel=4)  # fmt: skip
         return n
     return size
 

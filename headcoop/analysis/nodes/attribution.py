@@ -508,7 +508,8 @@ def attribute(
     dropping = method == "atp*" and graddrop and n_layers > 1
     sweep = _Sweep(model, method, component, positions, layers, names, all_names, qk_fix, steps, dropping)
     n = len(target_tokens)  # in parts within memory_budget_mb where the metric is a mean over inputs
-    size = gradient_part_size(model, score_fn, n, target_tokens.shape[1], memory_budget_mb, "hc.attribute")
+    size = gradient_part_size(model, score_fn, n, target_tokens.shape[1], memory_budget_mb, "hc.attribute",
+                              hooked=bool(hooks_in_the_way(model)))
     src_resid = None
     if method == "ig":
         with torch.no_grad():

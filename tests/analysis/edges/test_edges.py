@@ -473,3 +473,21 @@ def test_eap_in_parts_within_the_memory_budget_equals_the_whole_batch(estimator,
         callable_parts = hc.edges(model, memory_budget_mb=1e-4, **dict(kw, clean=clean.tokens, corrupt=corrupt.tokens, metric=metric))
     callable_whole = hc.edges(model, **dict(kw, clean=clean.tokens, corrupt=corrupt.tokens, metric=metric))
     np.testing.assert_allclose(callable_parts.to_dataframe().score, callable_whole.to_dataframe().score, rtol=1e-6)
+
+
+def test_with_a_hook_installed_the_gradient_passes_do_not_run_in_parts():
+    """A user's hook may read the whole batch (here: a share of the batch mean added to the residual stream), so
+    no part would be the batch's share: with hooks installed the inputs run at once, and say so past the budget."""
+    model = attn_only_2l_like(seed=22, **SHAPES["LN, MLPs"])
+    clean, corrupt = _named_batches(model)
+    model.add_hook("blocks.1.hook_resid_pre", lambda act, hook: act + 0.5 * act.mean(0, keepdim=True))
+    try:
+        kw = dict(clean=clean, corrupt=corrupt, metric="logit_diff")
+        with pytest.warns(UserWarning, match="hooks are installed on the model"):
+            tight = hc.edges(model, memory_budget_mb=1e-4, **kw)
+        whole = hc.edges(model, **kw)
+        att = hc.attribute(model, memory_budget_mb=1e-4, estimator="atp", verify=0, sample=0, progress=False, **kw)
+    finally:
+        model.reset_hooks()
+    assert tight.cost["parts"] == 1 and att.cost["parts"] == 1
+    np.testing.assert_allclose(tight.to_dataframe().score, whole.to_dataframe().score, rtol=1e-6, atol=1e-9)
