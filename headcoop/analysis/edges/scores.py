@@ -339,6 +339,16 @@ def _estimate(model, estimator: str, score, readers, writers, ordered, sites, so
     return folded, value if target is None else target.value
 
 
+def _part_size(model, estimator: str, score, target_tokens, n_writers: int, memory_budget_mb: float,
+               hooked: bool) -> int:  # fmt: skip
+    """Inputs per gradient pass (`gradient_part_size`); exact patching runs the whole batch (its engine sizes
+    its own stacked copies)."""
+    n, n_pos = target_tokens.shape
+    if estimator == "exact":
+        return n
+    return gradient_part_size(model, score, n, n_pos, memory_budget_mb, "hc.edges", n_writers, hooked)
+
+
 def _whole_target(model, target_tokens, score, writers, source_cache) -> tuple:
     """(the target run with every activation cached, its writers' changes D [writer, batch, pos, d_model], the
     same as a dict by writer)."""
@@ -553,9 +563,8 @@ def edges(
     source_value = _finite(score.one(source_logits), "the metric on the source inputs")
     del source_logits  # [batch, pos, vocab]: at GPT-2 size as large as a part's whole gradient pass
     source_cache = source_cache if how == "corrupt" else AblatedRun(source_cache, how, *target_tokens.shape)
-    n, n_pos = target_tokens.shape
-    size = n if estimator == "exact" else gradient_part_size(model, score, n, n_pos, memory_budget_mb, "hc.edges",
-                                                                  len(writers), bool(chosen.hooks))
+    n = len(target_tokens)
+    size = _part_size(model, estimator, score, target_tokens, len(writers), memory_budget_mb, bool(chosen.hooks))
     whole = size == n and (estimator != "eap" or verify or sample)  # the whole target run, cached
     target, D, deltas = _whole_target(model, target_tokens, score, writers, source_cache) if whole else (None,) * 3
     target_value = target.value if target is not None else None
