@@ -561,7 +561,7 @@ def attribute(
     started = time.perf_counter()
     exact, top, sampled, missed, exact_method = _verify(model, component, grid, clean_tokens, corrupt_tokens, score_fn,
                                                         direction, score, verify, sample, seed, target_value,
-                                                        memory_budget_mb, cost)  # fmt: skip
+                                                        memory_budget_mb, cost, size)  # fmt: skip
     cost["verification_s"] = time.perf_counter() - started
     if hooks_in_the_way(model):
         assumptions.append("gradients through the hooks installed on the model")
@@ -574,8 +574,11 @@ def attribute(
 
 
 def _verify(model, component, grid: PatchGrid, clean_tokens, corrupt_tokens, score_fn, direction, score: Tensor,
-            verify, sample: int, seed: int, target_value: float, memory_budget_mb: float, cost: dict):  # fmt: skip
-    """Patch exactly the top cells by score and a random sample of the rest; the false-negative bound."""
+            verify, sample: int, seed: int, target_value: float, memory_budget_mb: float, cost: dict,
+            size: int | None = None):  # fmt: skip
+    """Patch exactly the top cells by score and a random sample of the rest; the false-negative bound. size: the
+    inputs per part where the gradient passes ran in parts (each part patched alone, counted by its share: the
+    metric is a mean over inputs), so that no run of the whole batch is cached."""
     n = score.numel()
     k = n if verify == "all" else min(int(verify), n)
     top_idx, sample_idx, rest = pick(score.reshape(-1), k, sample, seed)
@@ -585,8 +588,13 @@ def _verify(model, component, grid: PatchGrid, clean_tokens, corrupt_tokens, sco
     if len(chosen):
         by_layer = chosen[torch.argsort(grid.layer[chosen], stable=True)]  # the engine takes layers in order
         sub = grid.take(by_layer)
-        values, _, _, method_label = sweep(model, component, sub, clean_tokens, corrupt_tokens, score_fn, direction,
-                                           memory_budget_mb=memory_budget_mb)  # fmt: skip
+        n_in = len(clean_tokens)
+        values = 0.0
+        for lo, hi in chunks(0, n_in, size or n_in):
+            part = score_fn.part(lo, hi) if (size or n_in) < n_in else score_fn
+            got, _, _, method_label = sweep(model, component, sub, clean_tokens[lo:hi], corrupt_tokens[lo:hi], part,
+                                            direction, memory_budget_mb=memory_budget_mb)  # fmt: skip
+            values = values + (hi - lo) / n_in * got.double()
         exact[by_layer] = values.float().cpu()
         cost["verification"] = 2 + len(chosen)  # two baseline passes and one patched copy per cell (at most)
     top = torch.zeros(n, dtype=torch.bool)

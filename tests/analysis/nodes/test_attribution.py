@@ -371,3 +371,5 @@ def test_estimates_in_parts_within_the_memory_budget_equal_the_whole_batch(estim
     torch.testing.assert_close(parts.values, whole.values, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(parts.score, whole.score, rtol=1e-5, atol=1e-6)
     assert parts.target_value == pytest.approx(whole.target_value, abs=1e-9)
+    assert int(whole.verified.sum()) == 4 and torch.equal(parts.verified, whole.verified)
+    torch.testing.assert_close(parts.exact, whole.exact, rtol=1e-5, atol=1e-6, equal_nan=True)
