@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import time
 
 import numpy as np
@@ -136,12 +137,9 @@ FOLD_GROUP = 16  # readers whose residual-input gradients are computed, folded i
 def _reader_groups(readers: list[Reader]) -> list[list[Reader]]:
     """The readers in groups of at most FOLD_GROUP, each of one layer (the logits alone)."""
     groups: list[list[Reader]] = []
-    for r in readers:
-        layer = r[1] if r[0] != "logits" else None
-        if groups and len(groups[-1]) < FOLD_GROUP and (groups[-1][0][1] if groups[-1][0][0] != "logits" else None) == layer:
-            groups[-1].append(r)
-        else:
-            groups.append([r])
+    for _, same in itertools.groupby(readers, key=lambda r: None if r[0] == "logits" else r[1]):
+        same = list(same)
+        groups += [same[i:i + FOLD_GROUP] for i in range(0, len(same), FOLD_GROUP)]
     return groups
 
 
