@@ -80,8 +80,9 @@ from headcoop.tl import HookedTransformer, HookedTransformerConfig
 
 Bench = Literal["post", "rank1", "and-junk", "and-suppress", "feeder", "induction", "partial-backup", "ln-2l",
                 "unequal", "uneven", "cancel", "four", "mlp", "unconditional", "mix80", "mix50", "split-helper",
-                "feeders", "flat", "count-subtasks", "count-ensemble"]  # fmt: skip
-COUNTING = ("count-subtasks", "count-ensemble")
+                "feeders", "flat", "count-subtasks", "count-ensemble", "count-unequal", "count-firstdigit",
+                "count-2l"]  # fmt: skip
+COUNTING = ("count-subtasks", "count-ensemble", "count-unequal", "count-firstdigit", "count-2l")
 MIXED = ("mix80", "mix50")
 BENCH: tuple[str, ...] = get_args(Bench)
 SHARPNESS = 30.0
@@ -113,6 +114,10 @@ TRUTH = {
     "flat": ({("L0H0", "L0H1"): "competition"}, {"L0H0": "supports", "L0H1": "competes"}),
     "count-subtasks": ({("L0H0", "L0H1"): "division"}, {"L0H0": "supports", "L0H1": "supports"}),
     "count-ensemble": ({("L0H0", "L0H1"): "redundant"}, {"L0H0": "supports", "L0H1": "supports"}),
+    "count-unequal": ({("L0H0", "L0H1"): "redundant"}, {"L0H0": "supports", "L0H1": "supports"}),
+    "count-firstdigit": ({("L0H0", "L0H1"): "redundant"}, {"L0H0": "supports", "L0H1": "supports"}),
+    "count-2l": ({("L0H0", "L0H1"): "redundant", ("L0H0", "L1H0"): "composition"}, {"L0H0": "supports", "L0H1": "supports", "L1H0": "supports",
+                                                   "L1H1": "inactive"}),
 }
 # where the logit difference reads a model differently from accuracy: a continuous metric sees the two
 # heads' logit effects add (0.59 and 0.41 of the pair's), which no 0/1 reading of redundancy shows; in one
@@ -120,20 +125,33 @@ TRUTH = {
 LOGIT_DIFF_TRUTH = {"unequal": {("L0H0", "L0H1"): "not testable"}, "mlp": {("L0H0", "L0H1"): "conjunction"},
                     "and-suppress": {("L0H0", "L0H1"): "inactive"}, "ln-2l": {("L0H0", "L1H0"): "redundant"},
                     **{w: {("L0H0", "L0H1"): "not testable"} for w in ("rank1", "and-junk", "unconditional", "mix80",
-                                                                      "mix50", "count-ensemble", "split-helper")},
+                                                                      "mix50", "count-ensemble", "split-helper",
+                                                                      "count-unequal", "count-firstdigit")},
+                    # the layer-0 counters' pushes through L1H0 are linear too: each carries half the logit difference
+                    "count-2l": {("L0H0", "L1H0"): "composition", ("L0H0", "L0H1"): "conjunction"},
                     # one head carries the logit difference on each input: a division the additive metric shows
                     "uneven": {("L0H0", "L0H1"): "division"}, "count-subtasks": {("L0H0", "L0H1"): "division"}}  # fmt: skip
 # the roles on the logit difference where they differ from accuracy's: and-suppress's L0H1 lowers only the
 # decoy, and the logit difference reads the answer against "none"
 LOGIT_DIFF_ROLES = {"and-suppress": {"L0H1": "inactive"}}
 # the same-computation axis (the Count01 paper's "all solving the same subtask"), where the truth is known
-SAME = {"count-subtasks": "different subtasks", "count-ensemble": "same computation (pseudo-ensemble)"}
+SAME = {"count-subtasks": "different subtasks", "count-ensemble": "same computation (pseudo-ensemble)",
+        "count-unequal": "same computation (pseudo-ensemble)",
+        # the near-miss: on its inputs the first digit is the majority digit, so the pushes co-vary as one
+        "count-firstdigit": "same computation (pseudo-ensemble)"}
+# the same function by counterfactual edits (`hc.cooperation(...).function_word`), checked in the tests by
+# editing each input token with plain hooks
+FUNCTION = {"count-subtasks": "different functions", "count-ensemble": "same function (pseudo-ensemble)",
+            "count-unequal": "same function (pseudo-ensemble)",
+            "count-firstdigit": "different functions that agree on the task's inputs",
+            "count-2l": "same function (pseudo-ensemble)"}
 MODEL_WORD = {"post": "superposition", "four": "superposition", "feeder": "composition", "induction": "composition",
               "partial-backup": "redundant", "ln-2l": "conjunction", "unequal": "redundant", "uneven": "division",
               "rank1": "conjunction", "and-junk": "conjunction", "and-suppress": "conjunction",
               "cancel": "competition", "mlp": "redundant", "unconditional": "conjunction", "mix80": "redundant",
               "mix50": "redundant", "split-helper": "undetermined", "feeders": "redundant", "flat": "competition",
-              "count-subtasks": "division", "count-ensemble": "redundant"}  # fmt: skip
+              "count-subtasks": "division", "count-ensemble": "redundant", "count-unequal": "redundant",
+              "count-firstdigit": "redundant", "count-2l": "composition"}  # fmt: skip
 
 
 class BenchTask(HandWeightedTask):
@@ -202,11 +220,15 @@ class BenchTask(HandWeightedTask):
 
     def _count_sample(self, n: int, gen) -> Batch:
         """Six digits of 0 / 1 / 2 (uniform) then "=": the answer is "5" with more 1s than 0s, "4" with more 0s
-        (strings with as many of each are redrawn)."""
+        (strings with as many of each are redrawn). count-firstdigit keeps only strings whose counts differ by
+        one and whose first digit is the majority digit: there counting and reading the first digit agree."""
         rows = []
         while len(rows) < n:
             digits = torch.randint(0, 3, (6,), generator=gen)
-            if int((digits == 0).sum()) != int((digits == 1).sum()):
+            zeros, ones = int((digits == 0).sum()), int((digits == 1).sum())
+            if self.which == "count-firstdigit" and (abs(zeros - ones) != 1 or int(digits[0]) != int(ones > zeros)):
+                continue
+            if zeros != ones:
                 rows.append(digits)
         digits = torch.stack(rows)
         answer = torch.where((digits == 1).sum(1) > (digits == 0).sum(1), self.index["5"], self.index["4"])
@@ -226,9 +248,9 @@ class BenchTask(HandWeightedTask):
         return batch.replace(tokens=other.tokens, targets=other.targets, answer=other.answer, labels=other.labels)
 
     def config(self) -> HookedTransformerConfig:
-        layers = 2 if self.which in ("feeder", "induction", "partial-backup", "ln-2l", "feeders") else 1
-        heads = {"cancel": 4, "four": 4, "feeders": 2}.get(self.which, 1 if layers == 2 else 2)
-        extra = 8 if self.which in ("feeder", "induction", "mlp", "feeders") else 0
+        layers = 2 if self.which in ("feeder", "induction", "partial-backup", "ln-2l", "feeders", "count-2l") else 1
+        heads = {"cancel": 4, "four": 4, "feeders": 2, "count-2l": 2}.get(self.which, 1 if layers == 2 else 2)
+        extra = 8 if self.which in ("feeder", "induction", "mlp", "feeders", "count-2l") else 0
         d_model = len(self.vocab) + self.n_ctx + extra
         return HookedTransformerConfig(n_layers=layers, n_heads=heads, d_model=d_model, d_head=max(K, 8) + 2,
                                        n_ctx=self.n_ctx, d_vocab=len(self.vocab), attn_only=self.which != "mlp",
@@ -458,12 +480,29 @@ def _feeders(w: _W) -> None:
 def _counting(w: _W, which: str) -> None:
     """Both heads attend evenly to the 7 positions (no QK weights). count-subtasks: L0H0 writes +3 on "4" per
     0, L0H1 +3 on "5" per 1 (each counts one class: different subtasks; each alone answers its own class);
-    count-ensemble: both write +3 on "4" per 0 and +3 on "5" per 1 (the same function twice). "none" sits at
-    -5, below every answer."""
+    count-ensemble: both write +3 on "4" per 0 and +3 on "5" per 1 (the same function twice); count-unequal:
+    the same with +3 and +1.5 (a pseudo-ensemble of unequal weights); count-firstdigit: L0H0 counts as in
+    count-ensemble, L0H1 attends to the first digit only and writes +3 on "4" for a 0, on "5" for a 1 (a
+    different function that agrees with counting on the task's inputs); count-2l: both layer-0 heads count
+    with +1 directly and write the counts into two flag directions, which L1H0 (attending to "=" itself)
+    copies with +3 onto "4" / "5" (the layer-0 heads are read mostly through layer 1; L1H1 writes nothing).
+    "none" sits at -5, below every answer."""
     w.bias("none", -5.0)
+    both = lambda weight: {"0": {"4": weight}, "1": {"5": weight}}  # noqa: E731
+    if which == "count-2l":
+        for h in (0, 1):
+            w.ov(0, h, {"0": {"4": 1.0, w.extra: 1.0}, "1": {"5": 1.0, w.extra + 1: 1.0}})
+        w.attend_pos(1, 0, 6, 6)
+        w.ov(1, 0, {w.extra: {"4": 3.0}, w.extra + 1: {"5": 3.0}})
+        return
+    if which == "count-firstdigit":
+        w.ov(0, 0, both(3.0))
+        w.attend_pos(0, 1, 6, 0)
+        w.ov(0, 1, both(3.0))
+        return
     for h in (0, 1):
-        if which == "count-ensemble":
-            w.ov(0, h, {"0": {"4": 3.0}, "1": {"5": 3.0}})
+        if which in ("count-ensemble", "count-unequal"):
+            w.ov(0, h, both(3.0 if h == 0 or which == "count-ensemble" else 1.5))
         else:
             w.ov(0, h, {"0": {"4": 3.0}} if h == 0 else {"1": {"5": 3.0}})
 
@@ -504,4 +543,4 @@ def _backup_head(w: _W, weight: float) -> None:
             at.W_O[0, i, w.tok(f"o{i}")] = weight
 
 
-__all__ = ["bench", "BenchTask", "BENCH", "Bench", "TRUTH", "SAME", "LOGIT_DIFF_TRUTH"]
+__all__ = ["bench", "BenchTask", "BENCH", "Bench", "TRUTH", "SAME", "FUNCTION", "LOGIT_DIFF_TRUTH"]

@@ -262,6 +262,9 @@ def clean_corrupt(model: HookedTransformer, clean, corrupt, metric) -> tuple[Ten
 
 
 # --- the metric per copy ------------------------------------------------------------------------------
+TIE_TOLERANCE = 1e-5  # a margin below this share of the largest |logit| (at least 1) is a tie: float noise
+
+
 def per_input_metric(name: str, logits: Float[Tensor, "*copy batch vocab"], answer: Tensor, wrong: Tensor | None,
                      ties: TieRule = "argmax") -> Float[Tensor, "*copy batch"]:  # fmt: skip
     """A named metric at each input, the one definition every analysis reads: "logit_diff" (logit(answer) -
@@ -272,7 +275,10 @@ def per_input_metric(name: str, logits: Float[Tensor, "*copy batch vocab"], answ
     if name == "accuracy":
         if ties == "argmax":
             return (logits.argmax(-1) == answer).to(logits.dtype)
-        return (right > _best_other(logits, answer, None)).to(logits.dtype)
+        # a margin within float noise of the logits' scale is a tie (a plain forward and a coalition's
+        # per-head sums then agree: 0.0 and 7.45e-9 are one margin)
+        tol = TIE_TOLERANCE * logits.abs().amax(-1).clamp(min=1.0)
+        return (right - _best_other(logits, answer, None) > tol).to(logits.dtype)
     if name == "logit_diff":
         return right - _best_other(logits, answer, wrong)
     logp = right - logits.logsumexp(-1)

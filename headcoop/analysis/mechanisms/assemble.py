@@ -96,6 +96,32 @@ def clean_evidence(model, task, batch, players, names, pairs, metric, outputs, m
                later=not model.cfg.attn_only or any(lay < model.cfg.n_layers - 1 for lay, _ in players))  # fmt: skip
 
 
+def replacement_blind(run: Run, zero, ev, th: dict, how: str) -> list[str | None]:
+    """Per player, why this ablation's replacement cannot show it (None where it can): where zeroing the head
+    (every other head as it is) changes the metric on at least `min_share` of the inputs, and on at least
+    `majority` of those inputs the replacement leaves the metric where the head leaves it, the replacement
+    does what the head does: "inactive", "competition" or "redundant" would then be the replacement's words,
+    not the head's. Changes: accuracy flips; a continuous metric moves by more than the role threshold's
+    share of one head's fair share. zero, ev: the zero ablation's and this reading's `Evidence`."""
+    out: list[str | None] = []
+    tau = th["role"] * zero.scale_v / run.k
+    for i in range(run.k):
+        full, without_zero, without = zero.v[0], zero.v[2 + 2 * i], ev.v[2 + 2 * i]
+        if run.binary:
+            zero_changes, keeps = (full > 0.5) != (without_zero > 0.5), (full > 0.5) == (without > 0.5)
+        else:
+            zero_changes, keeps = (full - without_zero).abs() > tau, (full - without).abs() <= tau
+        shown = float(zero_changes.double().mean())
+        same = float((keeps & zero_changes).sum()) / max(int(zero_changes.sum()), 1)
+        if shown >= th["min_share"] and same >= th["majority"]:
+            out.append(f"cannot be seen by {how} ablation: zeroing it changes the metric on {shown:.0%} of inputs, and "
+                       f"on {same:.0%} of those its {how} replacement leaves the metric where the head does (the "
+                       "replacement does what the head does)")  # fmt: skip
+        else:
+            out.append(None)
+    return out
+
+
 def injected_wins(run: Run, ev, logits: Tensor, injected: tuple | None, nec: dict) -> list:
     """Per pair, under resample: among the inputs where the pair matters and a head alone fails, the share
     where a failing head-alone run is topped (ties included) by another input's information: the
@@ -132,8 +158,16 @@ def pair_word(run: Run, m: int, roles, nec, thr, comp, unseen, lost, cache: dict
     if unseen[i] or unseen[j]:
         who, why = (a, unseen[i]) if unseen[i] else (b, unseen[j])
         return ABSTAIN, f"{who} {why}"
+    # decided once per draw at the default majority: every threshold reading of the draw abstains from the words
+    # read from the 2 x 2 game (inactive, superposition, the necessity words); competition and composition are
+    # read from total effects
+    injected = None if lost is None else (ABSTAIN, (
+        f"resample injects another input's information: on {lost:.0%} of the inputs a head alone fails, what tops "
+        "it is a completion the resampled partner pushes"))  # fmt: skip
     context = "full" if bool(nec["use_full"][m]) else "isolated"
     e = nec[context]
+    if injected and (not bool(e["effect_a"][m]) or not bool(e["effect_b"][m])):
+        return injected
     if not bool(e["effect_a"][m]) or not bool(e["effect_b"][m]):
         who, other = (a, b) if not bool(e["effect_a"][m]) else (b, a)
         return "inactive", f"{who} changes the metric neither with {other} present nor without it ({context})"
@@ -144,6 +178,8 @@ def pair_word(run: Run, m: int, roles, nec, thr, comp, unseen, lost, cache: dict
         return "undetermined", "both heads push against the answer"
     if comp is not None and comp >= thr["composition"]:
         return "composition", f"{comp:.0%} of the earlier head's effect runs through the later head's inputs"
+    if injected:
+        return injected
     if ra == rb == "supports":
         key = (context, thr["floor"], thr["writes"])
         if key not in cache:
@@ -155,10 +191,8 @@ def pair_word(run: Run, m: int, roles, nec, thr, comp, unseen, lost, cache: dict
     matters = float(e["matters"][m])
     if matters < thr["min_share"]:
         return "undetermined", f"the pair matters on {matters:.0%} of inputs ({context})"
-    if lost is not None and lost >= thr["majority"]:
-        return ABSTAIN, (f"resample injects another input's information: on {lost:.0%} of the inputs a head alone "
-                         f"fails, what tops it is a completion the resampled partner pushes")  # fmt: skip
-    word, reason = necessity_word(a, b, thr, {c: float(e[c][m]) for c in CLASSES}, run.by_construction[m] and not run.binary)
+    word, reason = necessity_word(a, b, thr, {c: float(e[c][m]) for c in CLASSES}, run.by_construction[m] and not run.binary,
+                                  (float(e["moves_a"][m]), float(e["moves_b"][m])))  # fmt: skip
     return word, reason + (" (isolated: every other head ablated; the pair matters in the full model on "
                            f"{float(nec['full']['matters'][m]):.0%} of inputs)" if context == "isolated" else "")
 
@@ -173,7 +207,8 @@ def read_all(run: Run, by_kind: dict, hows, th, factors) -> dict:
         out["held"][h] = held
         comp = by_kind[h]["composition"]
         for d, (ev, unseen, injected, lg) in enumerate(by_kind[h]["draws"]):
-            lost = injected_wins(run, ev, lg, injected, ev.necessity(th))
+            lost = [x if x is not None and x >= th["majority"] else None
+                    for x in injected_wins(run, ev, lg, injected, ev.necessity(th))]  # fmt: skip
             roles_cache, shares_caches = {}, {}
             for name, f, thr in threshold_readings:
                 if thr["role"] not in roles_cache:
@@ -224,4 +259,4 @@ def held_totals(run: Run, kind: dict) -> dict:
     return out
 
 
-__all__ = ["Run", "clean_evidence", "injected_wins", "pair_word", "read_all", "with_partner_roles", "held_totals"]
+__all__ = ["Run", "clean_evidence", "replacement_blind", "injected_wins", "pair_word", "read_all", "with_partner_roles", "held_totals"]

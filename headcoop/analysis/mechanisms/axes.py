@@ -204,5 +204,45 @@ def class_weights(
     return solution.T
 
 
-__all__ = ["NECESSITY", "containing_outputs", "conditional_writes", "same_computation", "class_weights", "necessity_classes", "effect_interval", "attended_sources", "distributed",
+def same_function(response: Float[Tensor, "head sample"], floor: float = 0.1) -> dict:
+    """How far heads compute one function, from each head's responses to counterfactual edits (the change of
+    its push per (edit, completion); `edits.py`): {rms [head], active [head] (rms at least `floor` times the
+    largest), cos [head, head] (uncentred: a response is a change, 0 is no change), sign [active head]
+    (of the cosine with the first active head), share (of the active heads' response energy on one
+    direction), cos_min, cos_median (of |cos| over pairs of active heads)}. Proportional responses, of
+    either sign, are one function: |cos| = 1 and share = 1."""
+    response = response.double()
+    rms = response.pow(2).mean(-1).sqrt()
+    active = rms >= floor * rms.max().clamp(min=1e-12)
+    norm = response.norm(dim=-1).clamp(min=1e-12)
+    cos = (response @ response.T) / (norm[:, None] * norm[None, :])
+    idx = active.nonzero().flatten()
+    values = torch.linalg.svdvals(response[idx]) ** 2 if len(idx) else torch.zeros(1, dtype=response.dtype)
+    share = float(values[0] / values.sum().clamp(min=1e-30)) if len(idx) else float("nan")
+    upper = cos[idx][:, idx].abs()[torch.triu(torch.ones(len(idx), len(idx), dtype=torch.bool), 1)]
+    sign = torch.sign(cos[idx[0], idx]) if len(idx) else torch.zeros(0, dtype=response.dtype)
+    return dict(rms=rms, active=active, cos=cos, sign=sign, share=share,
+                cos_min=float(upper.min()) if len(upper) else float("nan"),
+                cos_median=float(upper.median()) if len(upper) else float("nan"))  # fmt: skip
+
+
+def response_features(
+    response: Float[Tensor, "head edit output"], old: Int[Tensor, " edit"], new: Int[Tensor, " edit"],
+    position: Int[Tensor, " edit"],
+) -> dict[tuple[str, object], Float[Tensor, " head"]]:  # fmt: skip
+    """Per feature an edit moves, how much each head responds to it: {("substitution", (old, new)) or
+    ("position", p): [head] the root-mean-square response over those edits, as a share of the head's
+    root-mean-square response over every edit (1: as much as on average; 0: none)."""
+    energy = response.double().pow(2).sum(-1)  # [head, edit]
+    overall = energy.mean(-1).sqrt().clamp(min=1e-30)
+    out = {}
+    for o, n in sorted(set(zip(old.tolist(), new.tolist()))):
+        mask = (old == o) & (new == n)
+        out[("substitution", (o, n))] = energy[:, mask].mean(-1).sqrt() / overall
+    for p in sorted(set(position.tolist())):
+        out[("position", p)] = energy[:, position == p].mean(-1).sqrt() / overall
+    return out
+
+
+__all__ = ["same_function", "response_features", "NECESSITY", "containing_outputs", "conditional_writes", "same_computation", "class_weights", "necessity_classes", "effect_interval", "attended_sources", "distributed",
            "consistent_outputs", "write_sets", "superposed", "conditional_rank"]  # fmt: skip

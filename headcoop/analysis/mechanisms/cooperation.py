@@ -35,7 +35,8 @@ from headcoop.analysis.games.coalitions import CoalitionGame
 from headcoop.analysis.games.estimators import HeadGame, top_interactions
 from headcoop.analysis.games.interactions import interactions
 from headcoop.analysis.mechanisms import tables
-from headcoop.analysis.mechanisms.assemble import clean_evidence
+from headcoop.analysis.mechanisms.assemble import clean_evidence, replacement_blind
+from headcoop.analysis.mechanisms.edits import edit_responses
 from headcoop.analysis.mechanisms.evidence import Evidence, RowMetric, additive_by_construction, per_input, signed
 from headcoop.analysis.mechanisms.references import KINDS, blind, draw_references, replacements
 from headcoop.analysis.mechanisms.repair import backup, composition, head_direct
@@ -101,7 +102,7 @@ def pushes_up(direct: torch.Tensor) -> torch.Tensor:
 def planned_runs(k: int, kinds: int, max_exact: int, top_pairs: int | None) -> int:
     """The modified runs a call makes on k heads (its progress bar's total): the exact interaction index
     (v(all), v(none), every coalition, and the ablation interaction of every pair) up to max_exact heads,
-    and per ablation kind the coalitions of `coalition_masks` (the draws stacked on the batch axis). Above
+    and per ablation kind (zero always, as the replacements' comparison) the coalitions of `coalition_masks` (the draws stacked on the batch axis). Above
     max_exact with top_pairs, shapiq's screening adds its own runs to the total as it announces them."""
     pairs = k * (k - 1) // 2
     exact = 2 + 2**k + 1 + k + pairs if k <= max_exact else 0
@@ -176,7 +177,8 @@ def ablation_readings(model, run, hows, task, reference, draws, seed, th) -> dic
     out = {}
     drawn = draw_references(task, reference, draws, seed) if set(hows) - {"zero"} else None
     runs: dict = {}  # each reference batch run once, shared by mean and resample
-    for h in hows:
+    zero_ev = None  # zero ablation's evidence: what a replacement is compared with (`replacement_blind`)
+    for h in ("zero",) + tuple(x for x in hows if x != "zero"):  # zero first: the others are compared with it
         refs = [None] if h == "zero" else drawn
         values, answers = replacements(model, run.players, run.batch, h, refs, seed, runs)
         stacked = {p: torch.cat([v[p] for v in values]) for p in run.players}
@@ -190,9 +192,15 @@ def ablation_readings(model, run, hows, task, reference, draws, seed, th) -> dic
             ev = Evidence(per_input(run.metric, lg, run.answer, run.wrong), signed(run.metric, lg, run.answer, run.wrong),
                           per_input_metric("logit_diff", lg, run.answer, run.fixed_wrong), run.k, run.pairs, run.binary)  # fmt: skip
             unseen = [None] * run.k if h == "zero" else unseen_heads(model, run, values[d])
+            if h != "zero":
+                unseen = [u or b for u, b in zip(unseen, replacement_blind(run, zero_ev, ev, th, h))]
             injected = None if h != "resample" else (answers[d], {
                 p: pushes_up(head_direct(model, values[d][p], p, run.rows, run.pos.cpu(), None)) for p in run.players})
             draws_ev.append((ev, unseen, injected, lg))
+        if h == "zero":
+            zero_ev = draws_ev[0][0]
+            if "zero" not in hows:  # run only to compare the replacements with
+                continue
         first = values[0]
         comp = composition(model, run.batch.tokens, run.pos, run.players, run.cross, first, draws_ev[0][0], run.metric,
                            run.answer, run.wrong)  # fmt: skip
@@ -266,7 +274,7 @@ def cooperation(
         raise ValueError(f"cooperation reads every pair of up to {ALL_PAIRS_UP_TO} heads; {k} given: pass heads= "
                          f"(the heads to compare) or top_pairs= (the strongest pairs by interaction)")  # fmt: skip
     names = tuple(head_name(*p) for p in players)
-    expect(planned_runs(k, len(hows), max_exact, top_pairs))  # the bar's total, known before any run: it never grows
+    expect(planned_runs(k, len(hows) + ("zero" not in hows), max_exact, top_pairs))  # the bar's total, known before any run: it never grows
     primary = "mean" if "mean" in hows else hows[0]
     refs = None if primary == "zero" else draw_references(task, reference, 1, seed)
     mean = metric if isinstance(metric, str) else (lambda logits: torch.as_tensor(metric(logits)).double().mean())
@@ -276,7 +284,8 @@ def cooperation(
         RowMetric(metric, batch.answer_pos, batch.tokens.shape[1]).checked(model(batch.tokens))  # fmt: skip
     run = clean_evidence(model, task, batch, players, names, pairs, reading, outputs, coalition_masks(k, pairs))
     readings = ablation_readings(model, run, hows, task, reference, draws, seed, th)
-    return tables.result(run, readings, hows, primary, th, band, agree, inter, pairs_note)
+    edits = edit_responses(model, batch, players, run.outs, seed)
+    return tables.result(model, run, readings, hows, primary, th, band, agree, inter, pairs_note, edits)
 
 
 __all__ = ["cooperation", "Cooperation", "MECHANISMS", "ROLES", "INPUT_CLASSES", "THRESHOLDS", "WORD_SOURCES",

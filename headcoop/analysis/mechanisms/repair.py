@@ -70,6 +70,43 @@ def composition(model, tokens, pos, players, cross, repl_first, ev: Evidence, me
     return out
 
 
+def redundant_readers(model, run, frame, th: dict) -> dict[int, tuple[str, float]]:
+    """{pair row: (reader, share)} for each redundant pair of heads that later heads read: the later head which,
+    held at its clean output while both heads are zeroed, restores the largest share (at least `majority`) of
+    the metric the pair's removal loses (the pair's effect runs through that reader's inputs). Plain hooks
+    on hook_z; zero ablation."""
+    out = {}
+    if not bool((frame.mechanism == "redundant").any()):
+        return out
+    tokens, pos = run.batch.tokens, run.pos
+    zeros = lambda p: torch.zeros(*tokens.shape, model.cfg.d_head)  # noqa: E731
+    zl = sorted({get_act_name("z", lay) for lay, _ in run.players})
+    full = per_input(run.metric, run.logits_clean, run.answer, run.wrong)
+    _, clean = run_with(model, tokens, pos, {}, zl)
+    for m, row in frame.iterrows():
+        i, j = run.names.index(row.head_a), run.names.index(row.head_b)
+        layer = run.players[i][0]
+        laters = [x for x, p in enumerate(run.players) if p[0] > max(layer, run.players[j][0])]
+        if row.mechanism != "redundant" or not laters:
+            continue
+        removed = {run.players[i]: zeros(i), run.players[j]: zeros(j)}
+        logits, _ = run_with(model, tokens, pos, removed)
+        lost = float((full - per_input(run.metric, logits, run.answer, run.wrong)).mean())
+        if lost <= 0:
+            continue
+        best = None
+        for x in laters:
+            lay, head = run.players[x]
+            held = {**removed, run.players[x]: clean[get_act_name("z", lay)][:, :, head]}
+            kept, _ = run_with(model, tokens, pos, held)
+            share = 1 - float((full - per_input(run.metric, kept, run.answer, run.wrong)).mean()) / lost
+            if share >= th["majority"] and (best is None or share > best[1]):
+                best = (run.names[x], share)
+        if best:
+            out[m] = best
+    return out
+
+
 def composition_share(comp, ev: Evidence, roles: list[str], kinds: list[str], role: float) -> float | None:
     """The share of the earlier head's total effect (on the reading that decided its role) that runs through
     the later head's inputs, where that total effect is significant and has the role's sign; else None."""
@@ -143,4 +180,4 @@ def backup(model, tokens, pos, players, names, cross, repl_first, how, answer, s
                             backs_up=bool(backs)))  # fmt: skip
     return out, comp, held_values
 
-__all__ = ["BACKUP_COLUMNS", "run_with", "head_direct", "composition", "composition_share", "share_or_nan", "backup"]
+__all__ = ["BACKUP_COLUMNS", "run_with", "head_direct", "composition", "redundant_readers", "composition_share", "share_or_nan", "backup"]

@@ -31,7 +31,12 @@ class Cooperation(Result):
     of the repr, what the heads do on the sources' terms; same: one row per head of the same-computation
     axis (push std, whether active, correlation with the other active heads, class weights); same_word:
     "same computation (pseudo-ensemble)", "different subtasks" or why neither can be said; same_numbers:
-    {active, r_min, r_median, share (on one direction), push ("direct" or "total (...)")}."""
+    {active, r_min, r_median, share (on one direction), push ("direct" or "total (...)")}; function: one row per
+    head of the counterfactual-edit axis (`edits.py`: its response to edits per measure, whether it is active
+    and decides, its sign, and its response per feature: each substitution and each position); function_word:
+    "same function (pseudo-ensemble)", "different functions", "different functions that agree on the task's
+    inputs", "undetermined" or "not measurable"; function_numbers: {deciding heads, edits, per measure cos_min,
+    share (of the response on one direction), and r_min, share_inputs on the task's inputs}."""
 
     heads: tuple[str, ...]
     pairs: pd.DataFrame
@@ -61,6 +66,9 @@ class Cooperation(Result):
     same: pd.DataFrame | None = None
     same_word: str = ""
     same_numbers: dict | None = None
+    function: pd.DataFrame | None = None
+    function_word: str = ""
+    function_numbers: dict | None = None
 
     @property
     def threshold(self) -> float:

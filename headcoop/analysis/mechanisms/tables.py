@@ -10,8 +10,9 @@ import pandas as pd
 import torch
 
 from headcoop.analysis.mechanisms.assemble import Run, read_all
+from headcoop.analysis.mechanisms.edits import function_table
 from headcoop.analysis.mechanisms.evidence import same_computation_axis
-from headcoop.analysis.mechanisms.repair import BACKUP_COLUMNS, share_or_nan
+from headcoop.analysis.mechanisms.repair import BACKUP_COLUMNS, redundant_readers, share_or_nan
 from headcoop.analysis.mechanisms.result import Cooperation
 from headcoop.analysis.mechanisms.words import ABSTAIN, CLASSES, INPUT_CLASSES, MECHANISMS, by_ablation, stand
 
@@ -28,7 +29,8 @@ def pair_table(run: Run, r: dict, by_kind: dict, primary: str, th: dict, agree: 
     write_shares = {c: run.writes.shares(th["floor"], "floor", nec0[c]["mask"]) for c in ("full", "isolated")}
     for m, (i, j) in enumerate(run.pairs):
         words = [w[m] for w in r["words"]]
-        word, share, flip = stand(words, readings, agree)
+        why = [x[m] for x in r["reasons"]]
+        word, share, flip = stand(words, readings, agree, why)
         seen = [w for w in words if w != ABSTAIN]
         if not seen:  # every reading abstains: say why (the first reading's reason)
             reason = f"no reading can see it: {r['reasons'][first][m]}"
@@ -50,7 +52,7 @@ def pair_table(run: Run, r: dict, by_kind: dict, primary: str, th: dict, agree: 
         f = ev0.full
         full_matters = float(full_by_kind[:, m].max())
         rows.append(dict(head_a=run.names[i], head_b=run.names[j], mechanism=word, agreement=share, flips_under=flip,
-                         reason=reason, primary_word=r["words"][first][m], by_ablation=by_ablation(words, readings),
+                         reason=reason, primary_word=r["words"][first][m], by_ablation=by_ablation(words, readings, why),
                          context=context, matters=float(e["matters"][m]), **{c: float(e[c][m]) for c in CLASSES},
                          additive_ld=float(e["additive"][m]), multi=sp["multi"], only_answer=sp["only"],
                          conditional_a=sp["cond_a"], conditional_b=sp["cond_b"], distributed=sp["distributed"],
@@ -90,6 +92,23 @@ def head_table(run: Run, r: dict, by_kind: dict, primary: str, agree: float, fra
             backers[row["backup"]].append(row["of"])
     table["backs_up"] = [", ".join(backers[name]) for name in run.names]
     return table, roles
+
+
+def agree_with_roles(frame: pd.DataFrame, roles: dict) -> pd.DataFrame:
+    """The pair table with no word that contradicts the role table of the same call: a pair called "inactive"
+    whose heads the role table both calls "supports" or "competes" (each changes the metric somewhere: a head
+    whose effect shows only with another head removed, as a redundant feeder's) is "undetermined" in its
+    2 x 2 game, with why."""
+    frame = frame.copy()
+    for m, row in frame.iterrows():
+        ra, rb = roles[row.head_a], roles[row.head_b]
+        if row.mechanism == "inactive" and ra in ("supports", "competes") and rb in ("supports", "competes"):
+            frame.loc[m, "reason"] = (f"the role table has {row.head_a} {ra} and {row.head_b} {rb}, but within this "
+                                      f"pair's 2 x 2 game one changes the metric neither with the other present nor "
+                                      f"without it: its effect shows only with another head removed (e.g. a head "
+                                      f"it is redundant with); pair readings: {row.reason}")  # fmt: skip
+            frame.loc[m, "mechanism"] = "undetermined"
+    return frame
 
 
 def pushes(run: Run, by_kind: dict, primary: str) -> tuple[torch.Tensor, str]:
@@ -152,11 +171,13 @@ def same_table(run: Run, by_kind: dict, primary: str, th: dict, factors) -> tupl
     return table, word, sentence, numbers
 
 
-def summary_line(run: Run, frame: pd.DataFrame, heads: pd.DataFrame, by_kind: dict, same_word: str, same_sentence: str,
-                 mechanism: str, agreement: float, th: dict) -> str:  # fmt: skip
-    """What the heads do, first: same computation or not, whether any pair matters in the full model (with the
-    margins), how many heads answer alone under each ablation, the model's word."""
-    parts = [f"Same computation: {same_word}: {same_sentence}."]
+def summary_line(run: Run, frame: pd.DataFrame, heads: pd.DataFrame, by_kind: dict, same: tuple[str, str],
+                 function: tuple[str, str], mechanism: str, agreement: float, th: dict) -> str:  # fmt: skip
+    """What the heads do, first: the same function or not (by counterfactual edits), the pushes on the task's
+    inputs beside it, whether any pair matters in the full model (with the margins), how many heads answer
+    alone under each ablation, the model's word."""
+    parts = [f"Same function (counterfactual edits): {function[0]}: {function[1]}.",
+             f"On the task's inputs alone: {same[0]}: {same[1]}."]
     margin = (run.logits_clean[run.rows, run.answer] - run.logits_clean.scatter(-1, run.answer[:, None], float("-inf")).max(-1).values)
     quiet = [h for h in by_kind if float(frame[f"full_matters_{h}"].max()) < th["min_share"]]
     if quiet:
@@ -174,12 +195,19 @@ def summary_line(run: Run, frame: pd.DataFrame, heads: pd.DataFrame, by_kind: di
     return " ".join(parts)
 
 
-def result(run: Run, by_kind: dict, hows, primary: str, th: dict, factors, agree: float, inter, pairs_note: str) -> Cooperation:
-    """The `Cooperation` of every reading (module docstring)."""
+def result(model, run: Run, by_kind: dict, hows, primary: str, th: dict, factors, agree: float, inter,
+           pairs_note: str, edits: dict) -> Cooperation:  # fmt: skip
+    """The `Cooperation` of every reading (module docstring); model: for the readers of redundant pairs."""
     r = read_all(run, by_kind, hows, th, factors)
     readings = r["readings"]
     frame, codes, sup, multi = pair_table(run, r, by_kind, primary, th, agree, inter)
     heads, roles = head_table(run, r, by_kind, primary, agree, frame, th)
+    frame = agree_with_roles(frame, roles)
+    frame["reader"] = ""
+    for m, (reader, restored) in redundant_readers(model, run, frame, th).items():
+        frame.loc[m, "reader"] = reader
+        frame.loc[m, "reason"] += (f"; redundant into {reader}: holding {reader} at its clean output while both are "
+                                   f"zeroed restores {restored:.0%} of what their removal loses")  # fmt: skip
     same, same_word, same_sentence, same_numbers = same_table(run, by_kind, primary, th, factors)
     overall, share, flip = stand(r["model"], readings, agree)
     counts = frame["mechanism"].value_counts()
@@ -197,7 +225,10 @@ def result(run: Run, by_kind: dict, hows, primary: str, th: dict, factors, agree
               "superposition cannot be said"))  # fmt: skip
     backup_rows = [row for k in by_kind.values() if k["backup"] for row in k["backup"][0]]
     compensation = by_kind[primary]["backup"][1] if by_kind[primary]["backup"] else torch.zeros(run.k, run.k)
-    summary = summary_line(run, frame, heads, by_kind, same_word, same_sentence, overall, share, th)
+    function, function_word, function_sentence, function_numbers = function_table(
+        edits, run.names, run.batch.vocab, th["floor"], th["same"], factors)
+    summary = summary_line(run, frame, heads, by_kind, (same_word, same_sentence), (function_word, function_sentence),
+                           overall, share, th)  # fmt: skip
     return Cooperation(heads=run.names, pairs=frame, head_table=heads, backup=pd.DataFrame(backup_rows, columns=BACKUP_COLUMNS),
                        readings=pd.DataFrame(reading_rows), words=words, compensation=compensation.float(), roles=roles,
                        mechanism=overall, agreement=share, flips=flip, by_ablation=by_ablation(r["model"], readings),
@@ -206,7 +237,8 @@ def result(run: Run, by_kind: dict, hows, primary: str, th: dict, factors, agree
                        v_full=float(by_kind[primary]["draws"][0][0].v[0].mean()),
                        v_empty=float(by_kind[primary]["draws"][0][0].v[1].mean()), input_class=codes,
                        input_superposed=sup, input_multi=multi, summary=summary, same=same, same_word=same_word,
-                       same_numbers=same_numbers)  # fmt: skip
+                       same_numbers=same_numbers, function=function, function_word=function_word,
+                       function_numbers=function_numbers)  # fmt: skip
 
 
-__all__ = ["pair_table", "head_table", "pushes", "same_table", "summary_line", "result"]
+__all__ = ["pair_table", "head_table", "agree_with_roles", "pushes", "same_table", "summary_line", "result"]

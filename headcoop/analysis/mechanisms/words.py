@@ -5,9 +5,13 @@ A reading is an ablation (a kind and a draw of its reference) and a threshold se
 a reading comes from `pair_word`, in this order:
 
 1. "unseen" (an abstention, not a word): the ablation cannot see a head of the pair (its replacement is
-   what the head writes anyway, or the head writes nothing the metric reads while its replacement does,
-   where nothing but the logits reads the head), or, for resample, the answers lost are the injected
-   input's answers;
+   what the head writes anyway; or the head writes nothing the metric reads while its replacement does,
+   where nothing but the logits reads the head; or its replacement does what the head does: where zeroing
+   the head changes the metric on at least `min_share` of inputs, the replacement leaves it where the head
+   does on at least `majority` of those), or, for resample, the answers lost are the injected input's
+   answers (decided once per draw, at the default majority, for every threshold reading of the draw). An
+   abstaining reading does not vote: its kind votes with the readings that see the pair, and a kind none of
+   whose readings see it has no vote ("cannot see: <why>" with the counts);
 2. "inactive": a head of the pair changes the metric neither with its partner present nor without it;
 3. "competition": one head's total effect supports the answer, the other's opposes it;
 4. "composition": at least `composition` of the earlier head's total effect runs through the later one;
@@ -16,7 +20,8 @@ a reading comes from `pair_word`, in this order:
    consistent completions on a majority of the inputs where the pair matters, and the answer is the only
    one both write to on a majority (in the "universal" reading, on all) of those, (c) they attend to different
    important tokens (not noise, not the read-off token) on a majority of the inputs where the pair
-   matters, (d) both support, and each changes the metric within the pair;
+   matters, (d) both support, and each one's own removal changes the metric on at least `own` of the
+   inputs where the pair matters (conjunction needs the same);
 6. necessity among the inputs where the pair matters: "redundant" (either alone: OR), "division" (one
    head alone on each input, different heads on different inputs), "conjunction" (both needed: AND or
    shared); on a continuous metric that is additive over the two heads by construction, "not testable";
@@ -36,7 +41,7 @@ INPUT_CLASSES = ("not_needed", "or", "and", "a_only", "b_only", "shared", "other
 CLASSES = ("or", "and", "i_only", "j_only", "shared")
 # the thresholds of the rules and their defaults; each is banded at half and twice
 THRESHOLDS = {"role": 0.1, "min_share": 0.1, "majority": 0.5, "division": 0.2, "cutoff": 0.2, "composition": 0.5,
-              "floor": 0.1, "same": 0.1}  # fmt: skip
+              "floor": 0.1, "same": 0.1, "own": 0.25}  # fmt: skip
 THRESHOLD_MEANINGS = {  # what each threshold decides (the pages print these: definitions.py)
     "role": "a head supports (competes) where its mean total effect, else its isolated effect, exceeds this "
             "fraction of its fair share (1/k of the summed effect sizes of the k heads) with a 95% interval "
@@ -53,7 +58,11 @@ THRESHOLD_MEANINGS = {  # what each threshold decides (the pages print these: de
              "largest; a head is active on the same-computation axis where its push varies at least this "
              "fraction of the most varying head's",
     "same": "same computation where the active heads' pushes correlate at r >= 1 - same pairwise and 1 - same "
-            "of their variance lies on one direction",
+            "of their variance lies on one direction; the same function where their responses to counterfactual "
+            "edits are proportional at |cos| >= 1 - same and 1 - same of the response lies on one direction",
+    "own": "superposition and conjunction need each head's own removal to change the metric on at least this "
+           "share of the inputs where the pair matters (a pair where one head does the work is not a pair "
+           "mechanism)",
 }
 # the readings of "writes to" besides the default (above `floor` of the head's largest write), and the
 # universal reading of "only ... on the correct token"
@@ -138,7 +147,7 @@ def superposition_word(a: str, b: str, th: dict, sp: dict) -> tuple[str, str] | 
         (min(sp["shown_a"], sp["shown_b"]) >= th["min_share"] and min(sp["cond_a"], sp["cond_b"]) >= th["majority"]),
         sp["multi"] >= th["majority"] and sp["only"] >= only_needed,
         sp["distributed"] >= th["majority"],
-        min(sp["moves_a"], sp["moves_b"]) >= th["min_share"],
+        min(sp["moves_a"], sp["moves_b"]) >= th["own"],
     ]
     if not all(parts):
         return None
@@ -147,8 +156,10 @@ def superposition_word(a: str, b: str, th: dict, sp: dict) -> tuple[str, str] | 
                              f"{sp['distributed']:.0%}")  # fmt: skip
 
 
-def necessity_word(a: str, b: str, th: dict, s: dict, additive_by_construction: bool) -> tuple[str, str]:
-    """(word, reason) from the shares of the 2 x 2 classes among the inputs where the pair matters."""
+def necessity_word(a: str, b: str, th: dict, s: dict, additive_by_construction: bool,
+                   moves: tuple[float, float] = (1.0, 1.0)) -> tuple[str, str]:  # fmt: skip
+    """(word, reason) from the shares of the 2 x 2 classes among the inputs where the pair matters; moves: the
+    share of those inputs where each head's own removal changes the metric (conjunction needs `own` of each)."""
     if s["or"] >= th["majority"]:
         return "redundant", f"either alone answers {s['or']:.0%}"
     if s["i_only"] >= th["division"] and s["j_only"] >= th["division"] and s["i_only"] + s["j_only"] >= th["majority"]:
@@ -157,23 +168,35 @@ def necessity_word(a: str, b: str, th: dict, s: dict, additive_by_construction: 
     if needed >= th["majority"]:
         if additive_by_construction:
             return "not testable", "the metric is additive over these heads by construction"
+        if min(moves) < th["own"]:
+            return "undetermined", (f"both needed on {needed:.0%}, but {a if moves[0] < moves[1] else b}'s own removal "
+                                    f"changes the metric on only {min(moves):.0%} of them: one head does the work")  # fmt: skip
         return "conjunction", f"both needed on {needed:.0%}"
     shown = ", ".join(f"{c} {v:.0%}" for c, v in s.items() if v > 0)
     return "undetermined", f"the evidence conflicts ({shown or 'no class'})"
 
 
-def by_ablation(words: list[str], readings: list[Reading]) -> str:
-    """Per ablation, its most common word and that word's share of the ablation's readings; an ablation
-    whose readings all abstain says so."""
+def blind_reason(reasons: list[str]) -> str:
+    """The most common reason among abstaining readings, with the head it names."""
+    return Counter(reasons).most_common(1)[0][0] if reasons else "no reading can see it"
+
+
+def by_ablation(words: list[str], readings: list[Reading], reasons: list[str] | None = None) -> str:
+    """Per ablation, its most common word and that word's share of the ablation's seeing readings; where some
+    or all of its readings abstain, "cannot see: <why>" with their count."""
     parts = []
+    reasons = reasons or [""] * len(words)
     for how in dict.fromkeys(r.how for r in readings):
-        mine = [w for w, r in zip(words, readings) if r.how == how]
-        seen = [w for w in mine if w != ABSTAIN]
+        mine = [(w, why) for w, r, why in zip(words, readings, reasons) if r.how == how]
+        seen = [w for w, _ in mine if w != ABSTAIN]
+        blind = [why for w, why in mine if w == ABSTAIN]
+        note = (f"cannot see: {blind_reason(blind)}" if any(blind) else "cannot see it") + f" ({len(blind)} of {len(mine)} readings)"
         if not seen:
-            parts.append(f"{how}: cannot see it")
+            parts.append(f"{how}: {note}")
             continue
         word, count = Counter(seen).most_common(1)[0]
-        parts.append(f"{how}: {word}" + ("" if count == len(seen) else f" {count / len(seen):.0%}"))
+        parts.append(f"{how}: {word}" + ("" if count == len(seen) else f" {count / len(seen):.0%}")
+                     + (f" ({note})" if blind else ""))  # fmt: skip
     return "; ".join(parts)
 
 
@@ -187,14 +210,14 @@ def model_word(words: list[str]) -> str:
 
 
 def vote(words: list[str], readings: list[Reading]) -> dict[str, float]:
-    """{word: share} with each ablation kind one equal vote: within a kind each reading counts alike, an
-    abstaining one as "undetermined"; a kind whose readings all abstain has no vote."""
+    """{word: share} with each ablation kind one equal vote: within a kind each seeing reading counts alike and
+    an abstaining one not at all (it cannot see the pair: the vote is left to the readings that can); a kind
+    whose readings all abstain has no vote."""
     kinds: dict[str, list[str]] = {}
     for w, r in zip(words, readings):
-        kinds.setdefault(r.how, []).append(w)
-    # a kind abstains only as a whole; where some of its readings see the pair, the others count as undetermined
-    voting = {h: ["undetermined" if w == ABSTAIN else w for w in ws] for h, ws in kinds.items()
-              if any(w != ABSTAIN for w in ws)}  # fmt: skip
+        if w != ABSTAIN:
+            kinds.setdefault(r.how, []).append(w)
+    voting = kinds
     shares: Counter = Counter()
     for ws in voting.values():
         for w, c in Counter(ws).items():
@@ -202,15 +225,18 @@ def vote(words: list[str], readings: list[Reading]) -> dict[str, float]:
     return dict(shares)
 
 
-def stand(words: list[str], readings: list[Reading], agree: float) -> tuple[str, float, str]:
+def stand(words: list[str], readings: list[Reading], agree: float, reasons: list[str] | None = None
+          ) -> tuple[str, float, str]:  # fmt: skip
     """(the word that stands, the share of votes giving the most common word, what flips it). What flips
     it: the candidate (the most common word other than "undetermined") and the group of readings (an
     ablation, or a threshold at a factor) where it holds least often, e.g. "redundant: 0% under resample";
-    an ablation that cannot see the pair is named as such."""
+    an ablation that cannot see the pair is named as such, with why (`reasons`: each reading's reason)."""
     shares = vote(words, readings)
+    reasons = reasons or [""] * len(words)
     blind = [h for h in dict.fromkeys(r.how for r in readings)
              if all(w == ABSTAIN for w, r in zip(words, readings) if r.how == h)]  # fmt: skip
-    blind_note = "; ".join(f"{h} cannot see it" for h in blind)
+    why = {h: blind_reason([x for w, r, x in zip(words, readings, reasons) if r.how == h and x]) for h in blind}
+    blind_note = "; ".join(f"{h} cannot see it" + (f": {why[h]}" if any(reasons) else "") for h in blind)
     if not shares:
         return "undetermined", 0.0, blind_note or "no reading can see it"
     word, share = max(shares.items(), key=lambda kv: (kv[1], kv[0] != "undetermined"))
@@ -234,4 +260,4 @@ def stand(words: list[str], readings: list[Reading], agree: float) -> tuple[str,
 
 
 __all__ = ["MECHANISMS", "ABSTAIN", "ROLES", "INPUT_CLASSES", "CLASSES", "THRESHOLDS", "THRESHOLD_MEANINGS", "WORD_SOURCES", "Reading",
-           "band", "superposition_word", "necessity_word", "by_ablation", "model_word", "vote", "stand"]  # fmt: skip
+           "band", "superposition_word", "necessity_word", "blind_reason", "by_ablation", "model_word", "vote", "stand"]  # fmt: skip

@@ -285,7 +285,7 @@ def test_a_replacement_that_writes_what_the_head_does_not_abstains():
     replacement, not the head: it abstains and says so, while zero ablation names the head inactive."""
     model = hc.bench("and-suppress")
     mean = hc.cooperation(model, how="mean", metric="logit_diff", n=128).pairs.iloc[0]
-    assert mean.mechanism == "undetermined" and mean.by_ablation == "mean: cannot see it"
+    assert mean.mechanism == "undetermined" and mean.by_ablation.startswith("mean: cannot see: L0H1 writes nothing")
     assert "measures the replacement, not the head" in mean.reason
     zero = hc.cooperation(model, how="zero", metric="logit_diff", n=128).pairs.iloc[0]
     assert zero.mechanism == "inactive"

@@ -1,0 +1,102 @@
+"""Same function by counterfactual edits (issue 59): the bench's counting models, whose functions are fixed by
+their weights, checked first with plain hooks and hand-made edits, then read by hc.cooperation."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import headcoop as hc
+from headcoop.analysis.mechanisms.axes import response_features, same_function
+from headcoop.analysis.mechanisms.edits import edit_inputs
+from headcoop.tasks.bench import FUNCTION
+
+
+def _direct(model, tokens, layer, head, outs):
+    """[batch, out] a head's direct write at the last position on the centred completions (no norm here)."""
+    _, cache = model.run_with_cache(tokens)
+    z = cache[f"blocks.{layer}.attn.hook_z"][:, -1, head]
+    write = (z @ model.W_O[layer, head] @ model.W_U)[:, outs]
+    return write - write.mean(-1, keepdim=True)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("which", sorted(FUNCTION))
+def test_each_function_truth_holds_on_hand_made_edits(which):
+    """Every digit of 32 inputs set to each other digit, by hand: heads of one function respond in proportion;
+    the first-digit reader responds only at the first position, while on the task's inputs it co-varies with
+    the counter at r = 1."""
+    model = hc.bench(which)
+    batch = model.task.sample(32, seed=4)
+    outs = model.task.completions()
+    heads = [(0, 0), (0, 1)]
+    edited, where = [], []
+    for b in range(32):
+        for p in range(6):
+            for t in range(3):
+                if t != int(batch.tokens[b, p]):
+                    row = batch.tokens[b].clone()
+                    row[p] = t
+                    edited.append((b, row))
+                    where.append(p)
+    src = torch.tensor([b for b, _ in edited])
+    tokens = torch.stack([r for _, r in edited])
+    resp = [(_direct(model, tokens, *h, outs) - _direct(model, batch.tokens, *h, outs)[src]).flatten() for h in heads]
+    cos = float(torch.nn.functional.cosine_similarity(resp[0], resp[1], dim=0).abs())
+    if FUNCTION[which].startswith("same"):
+        assert cos > 0.999
+    else:
+        assert cos < 0.8
+    if which == "count-firstdigit":
+        at = torch.tensor(where).repeat_interleave(len(outs))
+        assert resp[1][at != 0].abs().max() < 1e-3  # (attention leaks e^-30) and resp[1][at == 0].abs().max() > 1
+        on = [_direct(model, batch.tokens, *h, outs)[:, 0] for h in heads]
+        assert float(torch.corrcoef(torch.stack(on))[0, 1]) > 0.999
+
+
+@pytest.mark.parametrize("which", sorted(FUNCTION))
+def test_cooperation_names_each_function(which):
+    result = hc.cooperation(hc.bench(which), n=128, how="zero")
+    assert result.function_word == FUNCTION[which], result.summary
+    assert result.summary.startswith(f"Same function (counterfactual edits): {FUNCTION[which]}")
+
+
+def test_the_first_digit_reader_is_named_with_its_position():
+    result = hc.cooperation(hc.bench("count-firstdigit"), n=128, how="zero")
+    table = result.function
+    assert table.loc["L0H1", "resp[pos 0]"] > 2 and table.loc["L0H1", "resp[pos 3]"] < 1e-3
+    assert table.loc["L0H0", "resp[pos 3]"] > 0.5  # the counter responds at every position
+    assert result.same_word == "same computation (pseudo-ensemble)"  # the correlation alone is fooled
+    numbers = result.function_numbers["direct"]
+    assert numbers["r_min"] > 0.999 and numbers["cos_min"] < 0.8
+
+
+def test_a_two_layer_model_decides_on_both_measures_and_names_the_deciders():
+    result = hc.cooperation(hc.bench("count-2l"), n=128, how="zero")
+    assert result.function_numbers["measures"] == ["direct", "total"]
+    assert result.function_numbers["deciding"] == ["L0H0", "L0H1", "L1H0"]
+    assert not result.function.loc["L1H1", "decides"]  # it writes nothing: within the floor
+    assert "decided on direct and total" in result.summary
+
+
+def test_edit_inputs_substitute_within_each_positions_tokens_before_the_read_row():
+    tokens = torch.tensor([[7, 0, 1, 3, 6], [7, 2, 3, 6, 6], [7, 1, 0, 2, 3]])
+    pos = torch.tensor([3, 2, 4])
+    e = edit_inputs(tokens, pos, n_inputs=3)
+    assert (e["position"] >= 1).all()  # position 0 holds one token: nothing to substitute
+    assert all(int(p) < int(pos[s]) for p, s in zip(e["position"], e["source"]))
+    assert set(e["new"][e["position"] == 1].tolist()) <= {0, 1, 2} and not (e["new"] == 3).any()
+    assert (e["tokens"] != tokens[e["source"]]).sum(1).eq(1).all()  # exactly one token changed
+    cut = edit_inputs(tokens, pos, n_inputs=3, max_edits=2, seed=1)
+    assert cut["sampled"] and len(cut["source"]) == 2 and cut["total"] == e["total"]
+
+
+def test_same_function_reads_proportionality_of_either_sign():
+    base = torch.randn(200, dtype=torch.float64)
+    axis = same_function(torch.stack([base, -0.3 * base, torch.randn(200, dtype=torch.float64), 1e-6 * base]))
+    assert axis["active"].tolist() == [True, True, True, False]
+    assert axis["cos"][0, 1] == pytest.approx(-1) and axis["sign"].tolist()[:2] == [1, -1]
+    assert axis["cos_min"] < 0.5 and axis["share"] < 0.9
+    features = response_features(torch.ones(2, 4, 1), torch.tensor([0, 0, 1, 1]), torch.tensor([1, 1, 0, 0]),
+                                 torch.tensor([0, 1, 0, 1]))  # fmt: skip
+    assert set(features) == {("substitution", (0, 1)), ("substitution", (1, 0)), ("position", 0), ("position", 1)}
