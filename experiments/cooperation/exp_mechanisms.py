@@ -97,7 +97,12 @@ def answer_row(result, **labels) -> dict:
     opposite = bool(((w0 * w1) < 0).all()) if w0 is not None else False
     ratio = float((w0.abs() / w1.abs()).clip(lower=1e-12).apply(lambda x: max(x, 1 / x)).max()) if w0 is not None else float("nan")
     numbers = result.same_numbers
-    row = dict(**labels, same_word=result.same_word, active_heads=numbers["active"], heads=len(same),
+    fn = result.function_numbers or {}
+    measure = fn.get("total", fn.get("direct", {}))  # the stricter measure where later layers read the heads
+    row = dict(**labels, function_word=result.function_word, deciding_heads=len(fn.get("deciding", [])),
+               decided_on=" and ".join(fn.get("measures", [])), edit_cos_min=measure.get("cos_min", float("nan")),
+               edit_one_direction=measure.get("share", float("nan")), edits=fn.get("edits", 0),
+               same_word=result.same_word, active_heads=numbers["active"], heads=len(same),
                r_min=numbers["r_min"], r_median=numbers["r_median"], one_direction=numbers["share"],
                weighs_0_against_1=opposite, weight_ratio_max=ratio,
                **{f"pairs_matter_full_{h}": int((pairs[f"full_matters_{h}"] >= result.thresholds["min_share"]).sum())

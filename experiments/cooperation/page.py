@@ -83,7 +83,18 @@ def answer_blocks(answer: pd.DataFrame | None) -> tuple:
     quiet = [h for h, v in full.items() if (v == 0).all()]
     loud = {h: v for h, v in full.items() if h not in quiet}
     alone = "; ".join(f"{h} {int(answer[f'heads_alone_{h}'].median())}" for h in full)
-    text = (f"**Answer** (the default `hc.cooperation` call with issue 48's words, on the models below): the heads "
+    function = ""
+    if "function_word" in answer:  # issue 59: the answer by counterfactual edits, the correlation beside it
+        shown_fn = pd.concat([answer, two])
+        counts = shown_fn.function_word.value_counts()
+        function = ("**Answer by counterfactual edits** (issue 59: a function is what changes under an edit; every "
+                    "single-token substitution before the '=' of 64 strings, each head's direct push and, where layer 1 "
+                    "reads it, its total effect): " + "; ".join(f"{w}: {c} of {len(shown_fn)} models" for w, c in counts.items())
+                    + ". Per model: " + "; ".join(f"{r.model}: {r.function_word} ({r.deciding_heads} heads decide on "
+                                                 f"{r.decided_on}, |cos| >= {r.edit_cos_min:.3f}, {r.edit_one_direction:.2%} "
+                                                 f"of the response on one direction)" for r in shown_fn.itertuples())
+                    + ". The correlation on the task's own inputs, beside it: ")  # fmt: skip
+    text = function + (f"**Answer** (the default `hc.cooperation` call with issue 48's words, on the models below): the heads "
             f"compute the same function, the paper's pseudo-ensemble read directly and without ablation, in "
             f"{int(same.sum())} of {n} models (the shipped model and {n - 1} seeds): the heads that push the answer "
             f"correlate pairwise at r >= {answer[same].r_min.min():.3f} there, at least "
@@ -108,7 +119,8 @@ def answer_blocks(answer: pd.DataFrame | None) -> tuple:
             + "The tables after this one were computed before issue 48 (the old words, among them *independent*, and "
             "the old family with answer-aligned mean); `python -m experiments.cooperation.run_all` recomputes them. "
             "The shipped model's summary: " + str(shipped.summary))  # fmt: skip
-    cols = ["model", "answer_acc", "same_word", "active_heads", "r_min", "r_median", "one_direction",
+    cols = ["model", "answer_acc", "function_word", "deciding_heads", "decided_on", "edit_cos_min",
+            "edit_one_direction", "same_word", "active_heads", "r_min", "r_median", "one_direction",
             "weighs_0_against_1", "weight_ratio_max", *[c for c in answer.columns if c.startswith(("pairs_matter", "heads_alone"))],
             "mechanism", "agreement"]  # fmt: skip
     shown = pd.concat([answer, two])

@@ -54,7 +54,7 @@ def _truth(kind: str, name: str, model, metric: str) -> dict:
 def _blind_everywhere(row) -> bool:
     """Whether every ablation of the pair's readings abstained ("zero: cannot see it; ..."): the truth is one
     the instrument cannot measure under these readings, an abstention rather than a word."""
-    return all(part.endswith("cannot see it") for part in row.by_ablation.split("; "))
+    return all(part.split(": ", 1)[-1].startswith("cannot see") for part in row.by_ablation.split("; "))
 
 
 def confusion_figure(confusion: dict, folder: Path) -> list[str]:

@@ -99,7 +99,9 @@ def clean_evidence(model, task, batch, players, names, pairs, metric, outputs, m
 def replacement_blind(run: Run, zero, ev, th: dict, how: str) -> list[str | None]:
     """Per player, why this ablation's replacement cannot show it (None where it can): where zeroing the head
     (every other head as it is) changes the metric on at least `min_share` of the inputs, and on at least
-    `majority` of those inputs the replacement leaves the metric where the head leaves it, the replacement
+    1 - `cutoff` of those inputs (all of them, up to the share the words call all) the replacement leaves the
+    metric where the head leaves it (a replacement agreeing by chance, as a resampled sign on half the inputs,
+    does not count), the replacement
     does what the head does: "inactive", "competition" or "redundant" would then be the replacement's words,
     not the head's. Changes: accuracy flips; a continuous metric moves by more than the role threshold's
     share of one head's fair share. zero, ev: the zero ablation's and this reading's `Evidence`."""
@@ -113,7 +115,7 @@ def replacement_blind(run: Run, zero, ev, th: dict, how: str) -> list[str | None
             zero_changes, keeps = (full - without_zero).abs() > tau, (full - without).abs() <= tau
         shown = float(zero_changes.double().mean())
         same = float((keeps & zero_changes).sum()) / max(int(zero_changes.sum()), 1)
-        if shown >= th["min_share"] and same >= th["majority"]:
+        if shown >= th["min_share"] and same >= 1 - th["cutoff"]:
             out.append(f"cannot be seen by {how} ablation: zeroing it changes the metric on {shown:.0%} of inputs, and "
                        f"on {same:.0%} of those its {how} replacement leaves the metric where the head does (the "
                        "replacement does what the head does)")  # fmt: skip

@@ -8,7 +8,7 @@ a reading comes from `pair_word`, in this order:
    what the head writes anyway; or the head writes nothing the metric reads while its replacement does,
    where nothing but the logits reads the head; or its replacement does what the head does: where zeroing
    the head changes the metric on at least `min_share` of inputs, the replacement leaves it where the head
-   does on at least `majority` of those), or, for resample, the answers lost are the injected input's
+   does on at least 1 - `cutoff` of those), or, for resample, the answers lost are the injected input's
    answers (decided once per draw, at the default majority, for every threshold reading of the draw). An
    abstaining reading does not vote: its kind votes with the readings that see the pair, and a kind none of
    whose readings see it has no vote ("cannot see: <why>" with the counts);
