@@ -100,3 +100,51 @@ def test_same_function_reads_proportionality_of_either_sign():
     features = response_features(torch.ones(2, 4, 1), torch.tensor([0, 0, 1, 1]), torch.tensor([1, 1, 0, 0]),
                                  torch.tensor([0, 1, 0, 1]))  # fmt: skip
     assert set(features) == {("substitution", (0, 1)), ("substitution", (1, 0)), ("position", 0), ("position", 1)}
+
+
+# issue 59, items 2-4: the instrument's blind spots
+
+
+def test_a_replacement_that_does_what_the_head_does_abstains_and_says_why():
+    """count-subtasks under mean ablation: zeroing L0H0 (it counts the 0s) loses the '4' answers, about half,
+    and its mean replacement (the average count) keeps every one of them, so mean ablation measures the
+    replacement: it abstains and says so; no role or pair word calls the head inactive or redundant."""
+    result = hc.cooperation(hc.bench("count-subtasks"), n=128, how="mean")
+    row = result.pairs.iloc[0]
+    assert row.mechanism == "undetermined" and "does what the head does" in row.by_ablation
+    assert row.by_ablation.startswith("mean: cannot see: L0H0 cannot be seen by mean ablation")
+    assert result.roles["L0H0"] != "inactive" and "redundant" not in result.words.values
+
+
+def test_an_abstaining_reading_leaves_the_vote_to_the_readings_that_see():
+    from headcoop.analysis.mechanisms.words import ABSTAIN, Reading, by_ablation, stand, vote
+
+    readings = [Reading("zero", 0)] + [Reading("resample", 0, "role", f) for f in (1.0, 0.5, 2.0)]
+    words = ["redundant", ABSTAIN, ABSTAIN, "redundant"]
+    assert vote(words, readings) == {"redundant": 1.0}  # the abstentions are not undetermined votes
+    why = ["", "L0H0 cannot be seen", "L0H0 cannot be seen", ""]
+    assert by_ablation(words, readings, why) == "zero: redundant; resample: redundant (cannot see: L0H0 cannot be seen (2 of 3 readings))"
+    word, share, _ = stand([ABSTAIN] * 4, readings, 0.9, ["x"] * 4)
+    assert word == "undetermined" and share == 0.0
+
+
+def test_a_margin_within_float_noise_is_a_tie_on_every_path():
+    from headcoop.analysis.engine.copies import per_input_metric
+
+    logits = torch.tensor([[7.45e-9, 0.0, -1.0], [1e-3, 0.0, -1.0], [7.0 + 3e-6, 7.0, 0.0]], dtype=torch.float64)
+    answer = torch.tensor([0, 0, 0])
+    got = per_input_metric("accuracy", logits, answer, None, ties="none")
+    assert got.tolist() == [0.0, 1.0, 0.0]  # +7.45e-9 and 3e-6 at a scale of 7 are ties; 1e-3 is an answer
+
+
+def test_conjunction_and_superposition_need_each_heads_own_removal():
+    from headcoop.analysis.mechanisms.words import THRESHOLDS, necessity_word, superposition_word
+
+    th = dict(THRESHOLDS, universal=False)
+    shares = {"or": 0.0, "and": 0.9, "i_only": 0.1, "j_only": 0.0, "shared": 0.0}
+    assert necessity_word("A", "B", th, shares, False, (0.9, 0.9))[0] == "conjunction"
+    word, reason = necessity_word("A", "B", th, shares, False, (0.9, 0.135))
+    assert word == "undetermined" and "B's own removal" in reason and "14%" in reason
+    sp = dict(shown_a=1.0, shown_b=1.0, cond_a=1.0, cond_b=1.0, multi=1.0, only=1.0, distributed=1.0, moves_a=0.9)
+    assert superposition_word("A", "B", th, dict(sp, moves_b=0.9)) is not None
+    assert superposition_word("A", "B", th, dict(sp, moves_b=0.135)) is None  # one head does the work
