@@ -50,7 +50,7 @@ Near-misses (issue 48), each lacking one property of a word:
   to. Still 100% accurate; both needed. Truth: conjunction, not superposition.
 - "mix80" / "mix50": the "post" model plus plain copy inputs [a_i, b_i, =] -> o_i (80% / 50% of inputs),
   where L0H0 reads a_i and L0H1 reads b_i and either alone answers (redundancy with heads reading different
-  tokens). Truth: redundant (mix50: OR on half the inputs, at the majority threshold), not superposition.
+  tokens). Truth: redundant (mix50: OR on half the inputs: a mixture), not superposition.
 - "split-helper": L0H0 copies a (+1, floor 0.6) and answers every input alone; L0H1 splits its attention
   evenly over a and b and writes +0.2 on each one's output: it never changes an answer in any coalition.
   Truth: not superposition ("undetermined": one head does everything).
@@ -60,6 +60,13 @@ Near-misses (issue 48), each lacking one property of a word:
 - "flat": L0H0 copies a (+2); L0H1 attends to "=" and writes +0.5 on "none" on every input: it competes,
   and its push does not depend on the input, so mean and resample ablation leave it as it is (they cannot
   see it). Truth: competition.
+- "hurt": L0H0 copies a (+1, floor 0.6); L0H1 reads b and writes +1.5 on o_b for b in b0, b1: on 37.5% of inputs
+  (b in b0, b1 and b != a) it turns the answer wrong. Its resampled replacement (another input's b) hurts as much,
+  so resample ablation measures the replacement and cannot see it; zero and mean can. Truth: competition.
+- "tie": L0H0 writes +0.75 on out_a, L0H1 +0.25, against the floor of 0.75 on "none": L0H0 alone ties the floor
+  exactly (a tie is no answer), so both are needed. Truth: conjunction.
+- "mix57": both heads read a; for a0 / a1 (57% of inputs) each writes +1 (either alone answers), for a2 / a3 (43%)
+  +0.4 (both needed, floor 0.6). Truth: a mixture (redundant on 57%, both needed on 43%).
 - "count-subtasks" / "count-ensemble": six digits 0/1/2 then "=", the answer "5" with more 1s than 0s, "4"
   with more 0s; both heads attend evenly. Subtasks: L0H0 counts 0s onto "4", L0H1 counts 1s onto "5"
   (different subtasks; each alone answers its own class: division). Ensemble: both count both (the same
@@ -81,7 +88,7 @@ from headcoop.tl import HookedTransformer, HookedTransformerConfig
 Bench = Literal["post", "rank1", "and-junk", "and-suppress", "feeder", "induction", "partial-backup", "ln-2l",
                 "unequal", "uneven", "cancel", "four", "mlp", "unconditional", "mix80", "mix50", "split-helper",
                 "feeders", "flat", "count-subtasks", "count-ensemble", "count-unequal", "count-firstdigit",
-                "count-2l"]  # fmt: skip
+                "count-2l", "hurt", "tie", "mix57"]  # fmt: skip
 COUNTING = ("count-subtasks", "count-ensemble", "count-unequal", "count-firstdigit", "count-2l")
 MIXED = ("mix80", "mix50")
 BENCH: tuple[str, ...] = get_args(Bench)
@@ -107,7 +114,7 @@ TRUTH = {
     "mlp": ({("L0H0", "L0H1"): "redundant"}, {"L0H0": "supports", "L0H1": "supports"}),
     "unconditional": ({("L0H0", "L0H1"): "conjunction"}, {"L0H0": "supports", "L0H1": "supports"}),
     "mix80": ({("L0H0", "L0H1"): "redundant"}, {"L0H0": "supports", "L0H1": "supports"}),
-    "mix50": ({("L0H0", "L0H1"): "redundant"}, {"L0H0": "supports", "L0H1": "supports"}),
+    "mix50": ({("L0H0", "L0H1"): "mixture"}, {"L0H0": "supports", "L0H1": "supports"}),
     "split-helper": ({("L0H0", "L0H1"): "undetermined"}, {"L0H0": "supports", "L0H1": "supports"}),
     "feeders": ({("L0H0", "L0H1"): "redundant"}, {"L0H0": "supports", "L0H1": "supports", "L1H0": "supports",
                                                    "L1H1": "inactive"}),
@@ -115,6 +122,9 @@ TRUTH = {
     "count-subtasks": ({("L0H0", "L0H1"): "division"}, {"L0H0": "supports", "L0H1": "supports"}),
     "count-ensemble": ({("L0H0", "L0H1"): "redundant"}, {"L0H0": "supports", "L0H1": "supports"}),
     "count-unequal": ({("L0H0", "L0H1"): "redundant"}, {"L0H0": "supports", "L0H1": "supports"}),
+    "hurt": ({("L0H0", "L0H1"): "competition"}, {"L0H0": "supports", "L0H1": "competes"}),
+    "tie": ({("L0H0", "L0H1"): "conjunction"}, {"L0H0": "supports", "L0H1": "supports"}),
+    "mix57": ({("L0H0", "L0H1"): "mixture"}, {"L0H0": "supports", "L0H1": "supports"}),
     "count-firstdigit": ({("L0H0", "L0H1"): "redundant"}, {"L0H0": "supports", "L0H1": "supports"}),
     "count-2l": ({("L0H0", "L0H1"): "redundant", ("L0H0", "L1H0"): "composition"}, {"L0H0": "supports", "L0H1": "supports", "L1H0": "supports",
                                                    "L1H1": "inactive"}),
@@ -126,14 +136,18 @@ LOGIT_DIFF_TRUTH = {"unequal": {("L0H0", "L0H1"): "not testable"}, "mlp": {("L0H
                     "and-suppress": {("L0H0", "L0H1"): "inactive"}, "ln-2l": {("L0H0", "L1H0"): "redundant"},
                     **{w: {("L0H0", "L0H1"): "not testable"} for w in ("rank1", "and-junk", "unconditional", "mix80",
                                                                       "mix50", "count-ensemble", "split-helper",
-                                                                      "count-unequal", "count-firstdigit")},
+                                                                      "count-unequal", "count-firstdigit", "tie",
+                                                                      "mix57", "hurt")},
                     # the layer-0 counters' pushes through L1H0 are linear too: each carries half the logit difference
                     "count-2l": {("L0H0", "L1H0"): "composition", ("L0H0", "L0H1"): "conjunction"},
                     # one head carries the logit difference on each input: a division the additive metric shows
                     "uneven": {("L0H0", "L0H1"): "division"}, "count-subtasks": {("L0H0", "L0H1"): "division"}}  # fmt: skip
 # the roles on the logit difference where they differ from accuracy's: and-suppress's L0H1 lowers only the
 # decoy, and the logit difference reads the answer against "none"
-LOGIT_DIFF_ROLES = {"and-suppress": {"L0H1": "inactive"}}
+LOGIT_DIFF_ROLES = {"and-suppress": {"L0H1": "inactive"},
+                    # hurt's L0H1 writes o_b, which the logit difference (answer against "none") reads only where
+                    # b = a, and there it adds to the answer
+                    "hurt": {"L0H1": "supports"}}  # fmt: skip
 # the same-computation axis (the Count01 paper's "all solving the same subtask"), where the truth is known
 SAME = {"count-subtasks": "different subtasks", "count-ensemble": "same computation (pseudo-ensemble)",
         "count-unequal": "same computation (pseudo-ensemble)",
@@ -149,9 +163,10 @@ MODEL_WORD = {"post": "superposition", "four": "superposition", "feeder": "compo
               "partial-backup": "redundant", "ln-2l": "conjunction", "unequal": "redundant", "uneven": "division",
               "rank1": "conjunction", "and-junk": "conjunction", "and-suppress": "conjunction",
               "cancel": "competition", "mlp": "redundant", "unconditional": "conjunction", "mix80": "redundant",
-              "mix50": "redundant", "split-helper": "undetermined", "feeders": "redundant", "flat": "competition",
+              "mix50": "mixture", "split-helper": "undetermined", "feeders": "redundant", "flat": "competition",
               "count-subtasks": "division", "count-ensemble": "redundant", "count-unequal": "redundant",
-              "count-firstdigit": "redundant", "count-2l": "composition"}  # fmt: skip
+              "count-firstdigit": "redundant", "count-2l": "composition", "hurt": "competition", "tie": "conjunction",
+              "mix57": "mixture"}  # fmt: skip
 
 
 class BenchTask(HandWeightedTask):
@@ -206,6 +221,8 @@ class BenchTask(HandWeightedTask):
                 pair_index = {p: k for k, p in enumerate(PAIRS)}
                 answer = torch.tensor([self.index["c11"] + pair_index[(int(a), int(b))] for a, b in zip(lo, hi)])
             else:
+                if self.which == "mix57":  # a0 / a1 (either head alone) on 57% of inputs, a2 / a3 (both needed) on 43%
+                    x = torch.multinomial(torch.tensor([0.285, 0.285, 0.215, 0.215]), n, replacement=True, generator=gen)
                 first, second = x, K + y
                 answer = self.index["o0"] + self._answer_of(x, y)
             if self.which in MIXED:  # a share of plain copy inputs [a_i, b_i, =] -> o_i
@@ -410,6 +427,22 @@ def bench(which: Bench = "post", weight_noise: float = 0.0, seed: int = 0) -> Ho
         w.ov(0, 1, {"=": {"none": 0.5}})
     elif which in COUNTING:
         _counting(w, which)
+    elif which == "hurt":
+        w.bias("none", 0.6)
+        w.attend_pos(0, 0, 2, 0)
+        w.ov(0, 0, {a[i]: {f"o{i}": 1.0} for i in range(K)})
+        w.attend_pos(0, 1, 2, 1)
+        w.ov(0, 1, {f"b{i}": {f"o{i}": 1.5} for i in range(2)})
+    elif which == "tie":
+        w.bias("none", 0.75)
+        for h, weight in ((0, 0.75), (1, 0.25)):
+            w.attend_pos(0, h, 2, 0, sharp=300.0)
+            w.ov(0, h, {a[i]: {f"o{i}": weight} for i in range(K)})
+    elif which == "mix57":
+        w.bias("none", 0.6)
+        for h in (0, 1):
+            w.attend_pos(0, h, 2, 0)
+            w.ov(0, h, {a[i]: {f"o{i}": 1.0 if i < 2 else 0.4} for i in range(K)})
     if weight_noise:
         gen = torch.Generator().manual_seed(seed)
         with torch.no_grad():

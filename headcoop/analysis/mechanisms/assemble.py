@@ -97,28 +97,24 @@ def clean_evidence(model, task, batch, players, names, pairs, metric, outputs, m
 
 
 def replacement_blind(run: Run, zero, ev, th: dict, how: str) -> list[str | None]:
-    """Per player, why this ablation's replacement cannot show it (None where it can): where zeroing the head
-    (every other head as it is) changes the metric on at least `min_share` of the inputs, and on at least
-    1 - `cutoff` of those inputs (all of them, up to the share the words call all) the replacement leaves the
-    metric where the head leaves it (a replacement agreeing by chance, as a resampled sign on half the inputs,
-    does not count), the replacement
-    does what the head does: "inactive", "competition" or "redundant" would then be the replacement's words,
-    not the head's. Changes: accuracy flips; a continuous metric moves by more than the role threshold's
-    share of one head's fair share. zero, ev: the zero ablation's and this reading's `Evidence`."""
+    """Per player, why this ablation's replacement cannot show it (None where it can): zeroing the head
+    (every other head as it is) changes the metric on at least `min_share` of the inputs with a mean effect
+    beyond the role threshold, and its replacement's effect on the metric (against the head zeroed) equals the
+    head's own within that threshold: the replacement does what the head does, so "inactive", "competition"
+    or "redundant" would be the replacement's words, not the head's. Changes: accuracy flips; a continuous
+    metric moves by more than the threshold (the role threshold's share of one head's fair share of the
+    summed effects). zero, ev: the zero ablation's and this reading's `Evidence`."""
     out: list[str | None] = []
     tau = th["role"] * zero.scale_v / run.k
     for i in range(run.k):
         full, without_zero, without = zero.v[0], zero.v[2 + 2 * i], ev.v[2 + 2 * i]
-        if run.binary:
-            zero_changes, keeps = (full > 0.5) != (without_zero > 0.5), (full > 0.5) == (without > 0.5)
-        else:
-            zero_changes, keeps = (full - without_zero).abs() > tau, (full - without).abs() <= tau
-        shown = float(zero_changes.double().mean())
-        same = float((keeps & zero_changes).sum()) / max(int(zero_changes.sum()), 1)
-        if shown >= th["min_share"] and same >= 1 - th["cutoff"]:
-            out.append(f"cannot be seen by {how} ablation: zeroing it changes the metric on {shown:.0%} of inputs, and "
-                       f"on {same:.0%} of those its {how} replacement leaves the metric where the head does (the "
-                       "replacement does what the head does)")  # fmt: skip
+        changes = ((full > 0.5) != (without_zero > 0.5)) if run.binary else ((full - without_zero).abs() > tau)
+        shown = float(changes.double().mean())
+        own, replaced = float((full - without_zero).mean()), float((without - without_zero).mean())
+        if shown >= th["min_share"] and abs(own) > tau and abs(own - replaced) <= tau:
+            out.append(f"cannot be seen by {how} ablation: zeroing it changes the metric on {shown:.0%} of inputs "
+                       f"(mean effect {own:+.3g}), and its {how} replacement does what the head does (effect "
+                       f"{replaced:+.3g} against the head zeroed, within {tau:.3g})")  # fmt: skip
         else:
             out.append(None)
     return out

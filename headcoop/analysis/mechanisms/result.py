@@ -110,7 +110,7 @@ class Cooperation(Result):
             z[i][j] = z[j][i] = code[row.mechanism]
             text[i][j] = text[j][i] = (f"{row.head_a} & {row.head_b}: {row.mechanism} "
                                        f"({row.agreement:.0%} of readings; {row.reason})")  # fmt: skip
-        colours = ["#e45756", "#4c78a8", "#72b7b2", "#b279a2", "#f58518", "#54a24b", "#9d755d", "#eeeeee", "#bab0ac"]
+        colours = ["#e45756", "#4c78a8", "#72b7b2", "#b279a2", "#ff9da6", "#f58518", "#54a24b", "#9d755d", "#eeeeee", "#bab0ac"]
         scale = []
         for k, colour in enumerate(colours):
             scale += [(k / len(colours), colour), ((k + 1) / len(colours), colour)]

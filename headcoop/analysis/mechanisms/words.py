@@ -7,8 +7,8 @@ a reading comes from `pair_word`, in this order:
 1. "unseen" (an abstention, not a word): the ablation cannot see a head of the pair (its replacement is
    what the head writes anyway; or the head writes nothing the metric reads while its replacement does,
    where nothing but the logits reads the head; or its replacement does what the head does: where zeroing
-   the head changes the metric on at least `min_share` of inputs, the replacement leaves it where the head
-   does on at least 1 - `cutoff` of those), or, for resample, the answers lost are the injected input's
+   the head changes the metric on at least `min_share` of inputs, the replacement's mean effect against
+   the head zeroed equals the head's own within the role threshold), or, for resample, the answers lost are the injected input's
    answers (decided once per draw, at the default majority, for every threshold reading of the draw). An
    abstaining reading does not vote: its kind votes with the readings that see the pair, and a kind none of
    whose readings see it has no vote ("cannot see: <why>" with the counts);
@@ -24,7 +24,9 @@ a reading comes from `pair_word`, in this order:
    inputs where the pair matters (conjunction needs the same);
 6. necessity among the inputs where the pair matters: "redundant" (either alone: OR), "division" (one
    head alone on each input, different heads on different inputs), "conjunction" (both needed: AND or
-   shared); on a continuous metric that is additive over the two heads by construction, "not testable";
+   shared); "mixture" where the leading one holds on less than `mixture` of those inputs and another on
+   the rest (its shares stated); on a continuous metric that is additive over the two heads by
+   construction, "not testable";
 7. otherwise "undetermined", with what conflicts.
 """
 
@@ -33,7 +35,7 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 
-MECHANISMS = ("superposition", "redundant", "division", "conjunction", "composition", "competition",
+MECHANISMS = ("superposition", "redundant", "division", "conjunction", "mixture", "composition", "competition",
               "not testable", "inactive", "undetermined")  # fmt: skip
 ABSTAIN = "unseen"
 ROLES = ("supports", "competes", "inactive", "undetermined")
@@ -41,7 +43,7 @@ INPUT_CLASSES = ("not_needed", "or", "and", "a_only", "b_only", "shared", "other
 CLASSES = ("or", "and", "i_only", "j_only", "shared")
 # the thresholds of the rules and their defaults; each is banded at half and twice
 THRESHOLDS = {"role": 0.1, "min_share": 0.1, "majority": 0.5, "division": 0.2, "cutoff": 0.2, "composition": 0.5,
-              "floor": 0.1, "same": 0.1, "own": 0.25}  # fmt: skip
+              "floor": 0.1, "same": 0.1, "own": 0.25, "mixture": 0.75}  # fmt: skip
 THRESHOLD_MEANINGS = {  # what each threshold decides (the pages print these: definitions.py)
     "role": "a head supports (competes) where its mean total effect, else its isolated effect, exceeds this "
             "fraction of its fair share (1/k of the summed effect sizes of the k heads) with a 95% interval "
@@ -60,6 +62,8 @@ THRESHOLD_MEANINGS = {  # what each threshold decides (the pages print these: de
     "same": "same computation where the active heads' pushes correlate at r >= 1 - same pairwise and 1 - same "
             "of their variance lies on one direction; the same function where their responses to counterfactual "
             "edits are proportional at |cos| >= 1 - same and 1 - same of the response lies on one direction",
+    "mixture": "a necessity word (redundant, division, conjunction) that holds on less than this share of the "
+               "inputs where the pair matters is stated as a mixture with its shares",
     "own": "superposition and conjunction need each head's own removal to change the metric on at least this "
            "share of the inputs where the pair matters (a pair where one head does the work is not a pair "
            "mechanism)",
@@ -88,6 +92,8 @@ WORD_SOURCES = {  # text in double quotes is verbatim from ../shared/seeds (test
                    "previous-token head feeds an induction head.",
     "competition": 'One head\'s total effect on the metric supports the answer, the other\'s opposes it: the Count01 '
                    'paper\'s title asks "Do Attention Heads Compete or Cooperate during Counting?" and defines neither.',
+    "mixture": "Our word, no source defines it: no necessity word holds on at least `mixture` of the inputs where "
+               "the pair matters; the shares of each are stated (e.g. redundant on 57%, both needed on 43%).",
     "not testable": "The metric is continuous and additive over the two heads by construction (logits linear in "
                     "their outputs), so either-alone and both-needed cannot occur on it: which head is needed "
                     "cannot be measured.",
@@ -159,12 +165,19 @@ def superposition_word(a: str, b: str, th: dict, sp: dict) -> tuple[str, str] | 
 def necessity_word(a: str, b: str, th: dict, s: dict, additive_by_construction: bool,
                    moves: tuple[float, float] = (1.0, 1.0)) -> tuple[str, str]:  # fmt: skip
     """(word, reason) from the shares of the 2 x 2 classes among the inputs where the pair matters; moves: the
-    share of those inputs where each head's own removal changes the metric (conjunction needs `own` of each)."""
+    share of those inputs where each head's own removal changes the metric (conjunction needs `own` of each).
+    A word that holds on less than `mixture` of those inputs is stated as a "mixture" with its shares."""
+    needed = s["and"] + s["shared"]
+    split = s["i_only"] + s["j_only"] if min(s["i_only"], s["j_only"]) >= th["division"] else 0.0
+    parts = [(share, text) for share, text in ((s["or"], "either alone"), (split, "one head alone (division)"),
+                                              (needed, "both needed")) if share > 0]  # fmt: skip
+    top = max((share for share, _ in parts), default=0.0)
+    if top >= th["majority"] and top < th["mixture"] and len(parts) > 1:
+        return "mixture", ", ".join(f"{text} on {share:.0%}" for share, text in sorted(parts, reverse=True))
     if s["or"] >= th["majority"]:
         return "redundant", f"either alone answers {s['or']:.0%}"
     if s["i_only"] >= th["division"] and s["j_only"] >= th["division"] and s["i_only"] + s["j_only"] >= th["majority"]:
         return "division", f"{a} alone on {s['i_only']:.0%}, {b} alone on {s['j_only']:.0%}"
-    needed = s["and"] + s["shared"]
     if needed >= th["majority"]:
         if additive_by_construction:
             return "not testable", "the metric is additive over these heads by construction"

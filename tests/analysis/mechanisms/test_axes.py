@@ -81,15 +81,17 @@ def test_an_ablation_that_cannot_see_a_pair_abstains_and_says_why():
     and mean name the redundancy."""
     flat = hc.cooperation(hc.bench("flat"), n=128)
     row = flat.pairs.iloc[0]
-    same = "cannot see: L0H1 writes the same whatever the input: this ablation leaves it as it is (88 of 88 readings)"
+    same = "cannot see: L0H1 writes the same whatever the input: this ablation leaves it as it is (96 of 96 readings)"
     assert row.mechanism == "competition" and row.by_ablation == f"zero: competition; mean: {same}; resample: {same}"
     assert flat.words.loc["L0H0&L0H1", "mean draw 0"] == "unseen"
     unequal = hc.cooperation(hc.bench("unequal"), n=128)
     row = unequal.pairs.iloc[0]
     assert row.mechanism == "redundant" and "resample cannot see it: resample injects" in row.flips_under
-    # and where resample can see the truth it votes: a conjunction of votes injects no winning answer
+    # and where resample can see the pair it votes: a conjunction injects no winning answer (a quarter of its
+    # draws carry the input's own token, so resample alone reads a mixture there: not a confident word)
     votes = hc.cooperation(hc.bench("and-junk"), n=128, how="resample")
-    assert votes.pairs.mechanism[0] == "conjunction"
+    assert votes.pairs.mechanism[0] in ("conjunction", "undetermined")
+    assert "cannot see" not in votes.pairs.by_ablation[0]
 
 
 def test_identical_reference_draws_count_once():

@@ -55,7 +55,7 @@ def test_over_the_whole_family_a_word_is_the_truth_or_undetermined_with_its_flip
         else:
             assert row.agreement >= 0.9
     # 1 zero + 2 x 4 draws, x (1 + 8 thresholds x 2 factors + 2 write readings + the universal reading)
-    assert len(result.readings) == 9 * 22
+    assert len(result.readings) == 9 * 24
 
 
 @pytest.mark.slow
