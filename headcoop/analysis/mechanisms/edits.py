@@ -130,6 +130,18 @@ def function_word(edit_same: bool, on_inputs_same: bool) -> str:
     return FUNCTION_WORDS[1] if on_inputs_same else FUNCTION_WORDS[2]
 
 
+def stood_function_word(words: dict) -> str:
+    """The word over every (measure, tolerance) reading: the same function where every reading says so;
+    different functions where none does (that agree on the task's inputs where every reading says that);
+    else "undetermined"."""
+    same = [w == FUNCTION_WORDS[0] for w in words.values()]
+    if all(same):
+        return FUNCTION_WORDS[0]
+    if any(same):
+        return "undetermined"
+    return FUNCTION_WORDS[1] if all(w == FUNCTION_WORDS[1] for w in words.values()) else FUNCTION_WORDS[2]
+
+
 def function_table(found: dict, names, vocab, floor: float, same: float, factors) -> tuple:
     """(one row per head, the word, its sentence, numbers). Per measure, the heads whose responses reach
     `floor` of the most responsive head's are active; a head is decided on its direct push and, where later
@@ -138,7 +150,8 @@ def function_table(found: dict, names, vocab, floor: float, same: float, factors
     pairwise, 1 - tol of the response on one direction) give "same function (pseudo-ensemble)"; else, where the
     pushes on the task's inputs correlate as one (r and one direction at the same tolerance), "different
     functions that agree on the task's inputs"; else "different functions". It stands where every
-    (measure, tolerance) agrees, else "undetermined" with what flips it."""
+    (measure, tolerance) agrees on same or not (`stood_function_word`), else "undetermined", with what flips
+    it; beside it, each measure over every head active on it alone."""
     import pandas as pd
 
     measures, later, edits = found["measures"], found["later"], found["edits"]
@@ -187,17 +200,23 @@ def function_table(found: dict, names, vocab, floor: float, same: float, factors
         col = f"resp[{label(what[0])}->{label(what[1])}]" if kind == "substitution" else f"resp[pos {what}]"
         columns[col] = pd.Series(value.numpy(), index=[names[i] for i in idx.tolist()])
     table = pd.concat([table, pd.DataFrame(columns, index=table.index)], axis=1)
-    distinct = set(words.values())
-    word = words[(next(iter(measures)), 1.0)] if len(distinct) == 1 else "undetermined"
+    for m, (orig, resp) in measures.items():  # beside it: every head active on this measure alone
+        alone = axes[m]["active"].nonzero().flatten()
+        if len(alone) > len(idx):
+            sub = same_function(resp[alone].flatten(1), 0.0)
+            numbers[m]["active_alone"] = dict(heads=len(alone), cos_min=sub["cos_min"], share=sub["share"])
+            parts.append(f"over the {len(alone)} heads active on the {m} push alone: |cos| >= {sub['cos_min']:.3f}, "
+                         f"{sub['share']:.2%} on one direction")  # fmt: skip
+    word = stood_function_word(words)
     sentence = (f"{len(idx)} of {k} heads decide ({', '.join(numbers['deciding'][:8])}"
                 f"{', ...' if len(idx) > 8 else ''}; decided on {' and '.join(measures)}); " + "; ".join(parts))  # fmt: skip
     if edits["sampled"]:
         sentence += f" (a seeded sample of {len(edits['source']):,} of {edits['total']:,} edits)"
-    if word == "undetermined":
+    if len(set(words.values())) > 1:
         flips = sorted({f"{w} under {m} x{f:g}" for (m, f), w in words.items()})
         sentence += " (the readings disagree: " + "; ".join(flips) + ")"
     return table, word, sentence, numbers
 
 
 __all__ = ["FUNCTION_WORDS", "EDIT_INPUTS", "MAX_EDITS", "edit_inputs", "direct_pushes", "total_pushes", "read_later",
-           "edit_responses", "function_word", "function_table"]  # fmt: skip
+           "edit_responses", "function_word", "stood_function_word", "function_table"]  # fmt: skip
