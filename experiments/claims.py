@@ -543,6 +543,15 @@ def _same_computation(t: pd.DataFrame) -> Outcome:
     return count((t.same_word == "same computation (pseudo-ensemble)").sum(), len(t), "models")
 
 
+def _same_function(t: pd.DataFrame) -> Outcome:
+    """cooperation.md's Count01 models whose heads compute the same function by counterfactual edits (issue 59:
+    `hc.cooperation`'s function axis, every single-token substitution; `count01_answer.csv`): every model, one-
+    and two-layer; "undetermined" (the tolerance band flips it) counts as not shown."""
+    if "function_word" not in t:
+        return count(0, 0, "models", untestable="count01_answer.csv predates the counterfactual axis (issue 59)")
+    return count((t.function_word == "same function (pseudo-ensemble)").sum(), len(t), "models")
+
+
 def _superposed(which: str, how: str) -> Callable[[pd.DataFrame], Outcome]:
     """hc.cooperation's pair verdict is "superposition": for the shipped d_head 5 model, or per d_head 5 seed."""
     def measure(t: pd.DataFrame) -> Outcome:
@@ -778,12 +787,19 @@ REGISTRY: tuple[ClaimEntry, ...] = (
        "ensemble on the counting is the abstract's pseudo-ensemble row (cooperation.md); this row reads the \"two "
        "separate tasks\": the answer and [EOS]."),
     ClaimEntry("finding", FINDING, "count01-paper-abstract.md", "typical", (Reading(
-        "R0, same computation", "models whose heads compute the same function: the per-input pushes of the heads "
+        "R0, same function by edits", "models whose heads compute the same function: their responses to every "
+        "single-token substitution (the change of each head's push, direct and, where later layers read it, total) "
+        "are proportional, |cos| >= 0.9 pairwise with 90% on one direction (hc.cooperation's function axis), over "
+        "cooperation.md's Count01 models, one- and two-layer", _same_function, table="cooperation/count01_answer",
+        favoured="the abstract's question defines a pseudo-ensemble as heads \"all solving the same subtask\": the "
+        "same function, and a function is what changes under an edit",
+        fixed="hc.cooperation's tolerance 0.1 (|cos| >= 0.9); the word bands it at 0.05 and 0.2 and needs every "
+        "band and measure to agree"), Reading(
+        "R0, same computation on the inputs", "models whose heads compute the same function: the per-input pushes of the heads "
         "that push the answer correlate pairwise at r >= 0.9 and 90% of their variance lies on one direction "
         "(hc.cooperation's same-computation axis, no ablation), over cooperation.md's Count01 models",
         _same_computation, table="cooperation/count01_answer",
-        favoured="the abstract's question defines a pseudo-ensemble as heads \"all solving the same subtask\": "
-        "the same computation, measured directly without an ablation",
+        favoured="",
         fixed="hc.cooperation's tolerance 0.1 (r >= 0.9); the word itself bands it at 0.05 and 0.2"),) + tuple(
         Reading(f"{key}, {how}" + ("" if how == "family" else " ablation"), rule + "; hc.cooperation on accuracy, "
                 + ("the default reading family (a word where 90% of zero, mean, resample and aligned-mean readings, "
