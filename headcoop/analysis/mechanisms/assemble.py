@@ -6,7 +6,7 @@ import dataclasses
 import torch
 from torch import Tensor
 
-from headcoop.analysis.mechanisms.axes import attended_sources
+from headcoop.analysis.mechanisms.axes import attended_sources, effect_interval
 from headcoop.analysis.mechanisms.evidence import additive_by_construction, clean_run, head_dla, prompt_shares
 from headcoop.analysis.mechanisms.repair import composition_share
 from headcoop.analysis.mechanisms.words import (
@@ -96,25 +96,36 @@ def clean_evidence(model, task, batch, players, names, pairs, metric, outputs, m
                later=not model.cfg.attn_only or any(lay < model.cfg.n_layers - 1 for lay, _ in players))  # fmt: skip
 
 
-def replacement_blind(run: Run, zero, ev, th: dict, how: str) -> list[str | None]:
+def replacement_blind(run: Run, zero, evs: list, th: dict, how: str) -> list[str | None]:
     """Per player, why this ablation's replacement cannot show it (None where it can): zeroing the head
-    (every other head as it is) changes the metric on at least `min_share` of the inputs with a mean effect
-    beyond the role threshold, and its replacement's effect on the metric (against the head zeroed) equals the
-    head's own within that threshold: the replacement does what the head does, so "inactive", "competition"
-    or "redundant" would be the replacement's words, not the head's. Changes: accuracy flips; a continuous
-    metric moves by more than the threshold (the role threshold's share of one head's fair share of the
-    summed effects). zero, ev: the zero ablation's and this reading's `Evidence`."""
+    (every other head as it is) changes the metric on at least `min_share` of the inputs with a significant
+    mean effect (beyond the role threshold, its 95% interval excluding 0), and its replacement's effect against
+    the head zeroed equals the head's own: the head's effect against its replacement is not significant
+    (within the threshold or its interval holding 0). The replacement then does what the head does, so
+    "inactive", "competition" or "redundant" would be the replacement's words, not the head's. Changes:
+    accuracy flips; a continuous metric moves by more than the threshold (the role threshold's share of one
+    head's fair share of the summed effects). zero: the zero ablation's `Evidence`; evs: every draw's of this
+    kind, pooled (a resample draw is one sample of the replacement)."""
     out: list[str | None] = []
     tau = th["role"] * zero.scale_v / run.k
+
+    def significant(effect: Tensor) -> bool:
+        mean, lo, hi = (float(x) for x in effect_interval(effect))
+        return (mean > tau and lo > 0) or (mean < -tau and hi < 0)
+
     for i in range(run.k):
-        full, without_zero, without = zero.v[0], zero.v[2 + 2 * i], ev.v[2 + 2 * i]
+        full, without_zero = zero.v[0], zero.v[2 + 2 * i]
+        without = torch.cat([ev.v[2 + 2 * i] for ev in evs])
         changes = ((full > 0.5) != (without_zero > 0.5)) if run.binary else ((full - without_zero).abs() > tau)
         shown = float(changes.double().mean())
-        own, replaced = float((full - without_zero).mean()), float((without - without_zero).mean())
-        if shown >= th["min_share"] and abs(own) > tau and abs(own - replaced) <= tau:
+        own = full - without_zero
+        against = full.repeat(len(evs)) - without  # the head against its replacement, every draw
+        if shown >= th["min_share"] and significant(own) and not significant(against):
+            replaced = float((without - without_zero.repeat(len(evs))).mean())
             out.append(f"cannot be seen by {how} ablation: zeroing it changes the metric on {shown:.0%} of inputs "
-                       f"(mean effect {own:+.3g}), and its {how} replacement does what the head does (effect "
-                       f"{replaced:+.3g} against the head zeroed, within {tau:.3g})")  # fmt: skip
+                       f"(mean effect {float(own.mean()):+.3g}), and its {how} replacement does what the head does "
+                       f"(effect {replaced:+.3g} against the head zeroed; the head against it {float(against.mean()):+.3g}, "
+                       f"not beyond {tau:.3g} with 95% confidence)")  # fmt: skip
         else:
             out.append(None)
     return out

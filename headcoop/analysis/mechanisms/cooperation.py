@@ -192,11 +192,12 @@ def ablation_readings(model, run, hows, task, reference, draws, seed, th) -> dic
             ev = Evidence(per_input(run.metric, lg, run.answer, run.wrong), signed(run.metric, lg, run.answer, run.wrong),
                           per_input_metric("logit_diff", lg, run.answer, run.fixed_wrong), run.k, run.pairs, run.binary)  # fmt: skip
             unseen = [None] * run.k if h == "zero" else unseen_heads(model, run, values[d])
-            if h != "zero":
-                unseen = [u or b for u, b in zip(unseen, replacement_blind(run, zero_ev, ev, th, h))]
             injected = None if h != "resample" else (answers[d], {
                 p: pushes_up(head_direct(model, values[d][p], p, run.rows, run.pos.cpu(), None)) for p in run.players})
             draws_ev.append((ev, unseen, injected, lg))
+        if h != "zero":  # judged over every draw of the kind: one draw's replacement is a sample of it
+            pooled = replacement_blind(run, zero_ev, [x[0] for x in draws_ev], th, h)
+            draws_ev = [(ev, [u or b for u, b in zip(unseen, pooled)], inj, lg) for ev, unseen, inj, lg in draws_ev]
         if h == "zero":
             zero_ev = draws_ev[0][0]
             if "zero" not in hows:  # run only to compare the replacements with

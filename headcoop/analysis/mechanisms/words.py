@@ -24,8 +24,8 @@ a reading comes from `pair_word`, in this order:
    inputs where the pair matters (conjunction needs the same);
 6. necessity among the inputs where the pair matters: "redundant" (either alone: OR), "division" (one
    head alone on each input, different heads on different inputs), "conjunction" (both needed: AND or
-   shared); "mixture" where the leading one holds on less than `mixture` of those inputs and another on
-   the rest (its shares stated); on a continuous metric that is additive over the two heads by
+   shared), each on at least `mixture` of those inputs; "mixture" where the leading one holds on less and
+   another on at least 1 - `mixture` (its shares stated); on a continuous metric that is additive over the two heads by
    construction, "not testable";
 7. otherwise "undetermined", with what conflicts.
 """
@@ -62,8 +62,9 @@ THRESHOLD_MEANINGS = {  # what each threshold decides (the pages print these: de
     "same": "same computation where the active heads' pushes correlate at r >= 1 - same pairwise and 1 - same "
             "of their variance lies on one direction; the same function where their responses to counterfactual "
             "edits are proportional at |cos| >= 1 - same and 1 - same of the response lies on one direction",
-    "mixture": "a necessity word (redundant, division, conjunction) that holds on less than this share of the "
-               "inputs where the pair matters is stated as a mixture with its shares",
+    "mixture": "a necessity word (redundant, division, conjunction) needs this share of the inputs where the pair "
+               "matters; below it, a mixture with its shares where a second one holds on at least 1 - mixture of "
+               "them, else undetermined",
     "own": "superposition and conjunction need each head's own removal to change the metric on at least this "
            "share of the inputs where the pair matters (a pair where one head does the work is not a pair "
            "mechanism)",
@@ -93,7 +94,8 @@ WORD_SOURCES = {  # text in double quotes is verbatim from ../shared/seeds (test
     "competition": 'One head\'s total effect on the metric supports the answer, the other\'s opposes it: the Count01 '
                    'paper\'s title asks "Do Attention Heads Compete or Cooperate during Counting?" and defines neither.',
     "mixture": "Our word, no source defines it: no necessity word holds on at least `mixture` of the inputs where "
-               "the pair matters; the shares of each are stated (e.g. redundant on 57%, both needed on 43%).",
+               "the pair matters, and two hold on substantial shares, each stated (e.g. either alone on 57%, both "
+               "needed on 43%).",
     "not testable": "The metric is continuous and additive over the two heads by construction (logits linear in "
                     "their outputs), so either-alone and both-needed cannot occur on it: which head is needed "
                     "cannot be measured.",
@@ -171,9 +173,14 @@ def necessity_word(a: str, b: str, th: dict, s: dict, additive_by_construction: 
     split = s["i_only"] + s["j_only"] if min(s["i_only"], s["j_only"]) >= th["division"] else 0.0
     parts = [(share, text) for share, text in ((s["or"], "either alone"), (split, "one head alone (division)"),
                                               (needed, "both needed")) if share > 0]  # fmt: skip
-    top = max((share for share, _ in parts), default=0.0)
-    if top >= th["majority"] and top < th["mixture"] and len(parts) > 1:
-        return "mixture", ", ".join(f"{text} on {share:.0%}" for share, text in sorted(parts, reverse=True))
+    ranked = sorted(parts, reverse=True)
+    top = ranked[0][0] if ranked else 0.0
+    if th["majority"] <= top < th["mixture"]:
+        shares = ", ".join(f"{text} on {share:.0%}" for share, text in ranked)
+        if len(ranked) > 1 and ranked[1][0] >= 1 - th["mixture"]:
+            return "mixture", shares
+        return "undetermined", (f"{shares}: below the {th['mixture']:.0%} a word needs, and no second part of "
+                                f"{1 - th['mixture']:.0%} to make a mixture")  # fmt: skip
     if s["or"] >= th["majority"]:
         return "redundant", f"either alone answers {s['or']:.0%}"
     if s["i_only"] >= th["division"] and s["j_only"] >= th["division"] and s["i_only"] + s["j_only"] >= th["majority"]:
