@@ -116,9 +116,10 @@ def answer_blocks(answer: pd.DataFrame | None) -> tuple:
                + "; ".join(f"{r.model}: {r.same_word}, {r.active_heads} heads push, r >= {r.r_min:.3f}, "
                            f"{r.one_direction:.2%} on one direction, {r.pairs_matter_full_zero} pairs change an answer "
                            f"of the full model" for r in two.itertuples()) + ". " if len(two) else "")
-            + "The tables after this one were computed before issue 48 (the old words, among them *independent*, and "
-            "the old family with answer-aligned mean); `python -m experiments.cooperation.run_all` recomputes them. "
-            "The shipped model's summary: " + str(shipped.summary))  # fmt: skip
+            + ("The tables after this one were computed before issue 48 (the old words, among them *independent*, and "
+               "the old family with answer-aligned mean); `python -m experiments.cooperation.run_all` recomputes them. "
+               if MECHS == LEGACY_MECHS else "")
+            + "The shipped model's summary: " + str(shipped.summary))  # fmt: skip
     cols = ["model", "answer_acc", "function_word", "deciding_heads", "decided_on", "edit_cos_min",
             "edit_one_direction", "same_word", "active_heads", "r_min", "r_median", "one_direction",
             "weighs_0_against_1", "weight_ratio_max", *[c for c in answer.columns if c.startswith(("pairs_matter", "heads_alone"))],

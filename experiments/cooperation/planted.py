@@ -193,7 +193,7 @@ def main() -> None:
               "does significantly more or less than the head (a noisy seed on the logit difference, listed above), "
               "resample reads the head against its replacement, a different question, and names that.",
               "- **Resample draws that carry the input's own token** (`and-junk`): a quarter of the draws give the "
-              "partner the value it has anyway, so on a quarter of the inputs either head \"alone\" answers and resample "
+              "partner the value it has anyway, so on a quarter of the inputs either head *alone* answers and resample "
               "alone reads a mixture; zero names the conjunction and the family does not name the mixture.",
               "- **A replacement that writes what the head does not** (`and-suppress` on the logit difference): "
               "L0H1 lowers only the decoy, which the logit difference (the answer against \"none\") does not read; "

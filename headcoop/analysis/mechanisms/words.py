@@ -11,7 +11,7 @@ a reading comes from `pair_word`, in this order:
    the head zeroed equals the head's own within the role threshold), or, for resample, the answers lost are the injected input's
    answers (decided once per draw, at the default majority, for every threshold reading of the draw). An
    abstaining reading does not vote: its kind votes with the readings that see the pair, and a kind none of
-   whose readings see it has no vote ("cannot see: <why>" with the counts);
+   whose readings see it has no vote (`cannot see: <why>`, with the counts);
 2. "inactive": a head of the pair changes the metric neither with its partner present nor without it;
 3. "competition": one head's total effect supports the answer, the other's opposes it;
 4. "composition": at least `composition` of the earlier head's total effect runs through the later one;

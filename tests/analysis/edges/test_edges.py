@@ -467,8 +467,10 @@ def test_eap_in_parts_within_the_memory_budget_equals_the_whole_batch(estimator,
     assert (whole.cost["parts"], parts.cost["parts"]) == (1, 6)
     np.testing.assert_allclose(parts.to_dataframe().score, whole.to_dataframe().score, rtol=1e-5, atol=1e-6)
     assert np.abs(whole.to_dataframe().score).max() > 1e-3
-    assert parts.target_value == pytest.approx(whole.target_value, abs=1e-9)
-    np.testing.assert_allclose(parts.to_dataframe().exact, whole.to_dataframe().exact, rtol=1e-6, atol=1e-9)
+    # float32 logits: a mean over 6 inputs and a sum of 6 shares of it agree to float32 precision (2e-7 relative
+    # on this machine's kernels), not to 1e-9
+    assert parts.target_value == pytest.approx(whole.target_value, rel=1e-6, abs=1e-9)
+    np.testing.assert_allclose(parts.to_dataframe().exact, whole.to_dataframe().exact, rtol=1e-6, atol=1e-6)
     with pytest.warns(UserWarning, match="a callable metric cannot be split over inputs"):  # 6 inputs, 1 a part
         callable_parts = hc.edges(model, memory_budget_mb=1e-4, **dict(kw, clean=clean.tokens, corrupt=corrupt.tokens, metric=metric))
     callable_whole = hc.edges(model, **dict(kw, clean=clean.tokens, corrupt=corrupt.tokens, metric=metric))
