@@ -603,7 +603,19 @@ def _cooperation_forwards(ctx: _Context, draws: int) -> float:
     readings = (1 + 2 * draws) * len(band(THRESHOLDS, (0.5, 2.0)))
     python_s = 0.2 + 6e-5 * readings * k * (k - 1) / 2
     return (per_kind * (1 + 2 * draws) + (_shapley_forwards(ctx) if k <= 16 else 0) + 2 * draws + 6 * cross
-            + 4 + python_s / ctx.budget.forward_s)  # fmt: skip
+            + 4 + python_s / ctx.budget.forward_s + _edit_forwards(ctx))  # fmt: skip
+
+
+def _edit_forwards(ctx: _Context) -> float:
+    """Forward passes (of the clean batch) of `hc.cooperation`'s counterfactual edits (`edits.py`): the edited
+    inputs and their originals once for the direct push, and once per head more (and the unablated run) where a
+    later layer reads some head."""
+    from headcoop.analysis.mechanisms.edits import EDIT_INPUTS, edit_inputs, read_later
+
+    clean = ctx.clean
+    edits = len(edit_inputs(clean.tokens, clean.answer_pos)["source"])
+    rows = (edits + min(EDIT_INPUTS, len(clean.tokens))) / max(len(clean.tokens), 1)
+    return rows * (1 + ((1 + len(ctx.heads)) if any(read_later(ctx.model, ctx.heads)) else 0))
 
 
 def _shapley(ctx: _Context, heads, max_exact: int, interactions: Callable) -> tuple:

@@ -28,7 +28,7 @@ from headcoop.tasks.base import generator
 FUNCTION_WORDS = ("same function (pseudo-ensemble)", "different functions that agree on the task's inputs",
                   "different functions", "undetermined", "not measurable")  # fmt: skip
 EDIT_INPUTS = 64  # inputs edited; every substitution of each
-MAX_EDITS = 4096  # above, a seeded sample of the edits (stated in the result)
+MAX_EDITS = 2048  # above, a seeded sample of the edits (stated in the result)
 
 
 def edit_inputs(tokens: Int[Tensor, "batch pos"], pos: Int[Tensor, " batch"], n_inputs: int = EDIT_INPUTS,
