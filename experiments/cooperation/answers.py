@@ -28,24 +28,55 @@ EVIDENCE = {
 
 
 def count01(answer: pd.DataFrame, link: str) -> Answer:
-    """The Count01 paper's question, from `count01_answer.csv`: how many one-layer models compute one
-    function (the shipped model's numbers first), the rest, the two-layer models, and what ablation can say."""
+    """The Count01 paper's question, from `count01_answer.csv`: how many models compute one function by
+    counterfactual edits (issue 59; the shipped model's numbers first), the rest, the two-layer models, the
+    correlation on the task's own inputs beside it, and what ablation can say."""
     one = answer[answer.layers == 1]
     two = answer[answer.layers == 2]
     shipped = one[one.model == "shipped"].iloc[0]
     same = one[one.same_word == SAME]
     others = one[one.same_word != SAME]
+    if "function_word" in answer:
+        return Answer("The Count01 paper asks", f'"{PSEUDO_ENSEMBLE}".', _by_edits(one, two, shipped) + _quiet(one, shipped), link)
     text = (f"A pseudo-ensemble, measured directly (no ablation), in {len(same)} of {len(one)} one-layer models: in the "
             f"shipped model the {int(shipped.active_heads)} heads that push the answer correlate per input at r >= "
             f"{shipped.r_min:.3f}, {shipped.one_direction:.1%} of their push on one direction"
             + (f"; in the other {len(others)}, r {others.r_min.min():.2f}-{others.r_min.max():.2f} (undetermined)" if len(others) else "")
             + (f". The {len(two)} two-layer models perform different subtasks (r >= {two.r_min.min():.2f})" if len(two) else "")
             + ". ")  # fmt: skip
+    return Answer("The Count01 paper asks", f'"{PSEUDO_ENSEMBLE}".', text + _quiet(one, shipped), link)
+
+
+FUNCTION = "same function (pseudo-ensemble)"
+
+
+def _by_edits(one: pd.DataFrame, two: pd.DataFrame, shipped) -> str:
+    """The answer by counterfactual edits (a function is what changes under an edit), the correlation on the
+    task's inputs beside it."""
+    same = one[one.function_word == FUNCTION]
+    counts = lambda t: ", ".join(f"{w} {n}" for w, n in t.function_word.value_counts().items())  # noqa: E731
+    text = (f"By counterfactual edits (every single-token substitution; heads of one function respond in "
+            f"proportion), a pseudo-ensemble in {len(same)} of {len(one)} one-layer models ({counts(one)}): in the "
+            f"shipped model the {int(shipped.deciding_heads)} heads that decide respond at |cos| >= "
+            f"{shipped.edit_cos_min:.3f}, {shipped.edit_one_direction:.1%} of the response on one direction")  # fmt: skip
+    split = one[(one.function_word != FUNCTION) & (one.same_word == SAME)]
+    if len(split):
+        text += (f"; in {len(split)} more ({', '.join(f'{r.model}: {r.function_word}' for r in split.itertuples())}) "
+                 f"the pushes correlate as one on the task's inputs (r >= {split.r_min.min():.2f}) but the edits do not "
+                 f"show one function (|cos| {split.edit_cos_min.min():.2f}-{split.edit_cos_min.max():.2f})")
+    if len(two):
+        text += (f". The {len(two)} two-layer models: {counts(two)} (|cos| >= {two.edit_cos_min.min():.2f}; decided on "
+                 f"the heads active on both their direct push and their total effect, {', '.join(str(int(x)) for x in two.deciding_heads)} heads)")
+    return text + (f". On the task's inputs alone the pushes correlate as one in {int((one.same_word == SAME).sum())} of "
+                   f"{len(one)} one-layer models. ")  # fmt: skip
+
+
+def _quiet(one: pd.DataFrame, shipped) -> str:
     quiet = [h for h in ("zero", "mean") if f"pairs_matter_full_{h}" in one and (one[f"pairs_matter_full_{h}"] == 0).all()]
-    if quiet:
-        text += (f"Ablation cannot ask it: under {' and '.join(quiet)} ablation no pair changes an answer of the full "
-                 f"model in any of them (shipped margin >= {_margin(shipped.summary)} logits).")
-    return Answer("The Count01 paper asks", f'"{PSEUDO_ENSEMBLE}".', text, link)
+    if not quiet:
+        return ""
+    return (f"Ablation cannot ask it: under {' and '.join(quiet)} ablation no pair changes an answer of the full "
+            f"model in any of them (shipped margin >= {_margin(shipped.summary)} logits).")
 
 
 def _margin(summary: str) -> str:
