@@ -134,6 +134,9 @@ def stood_function_word(words: dict) -> str:
     """The word over every (measure, tolerance) reading: the same function where every reading says so;
     different functions where none does (that agree on the task's inputs where every reading says that);
     else "undetermined"."""
+    words = {key: w for key, w in words.items() if w != "not measurable"}  # too few heads at that floor
+    if not words:
+        return "not measurable"
     same = [w == FUNCTION_WORDS[0] for w in words.values()]
     if all(same):
         return FUNCTION_WORDS[0]
@@ -142,16 +145,47 @@ def stood_function_word(words: dict) -> str:
     return FUNCTION_WORDS[1] if all(w == FUNCTION_WORDS[1] for w in words.values()) else FUNCTION_WORDS[2]
 
 
+def deciders(axes: dict, later: list[bool], k: int) -> Tensor:
+    """[head] whether each head decides: active on its direct push and, where later layers read it (or there
+    is no direct push), on its total effect. axes: {measure: `same_function` at one floor}."""
+    decides = torch.ones(k, dtype=torch.bool)
+    for m in axes:
+        applies = torch.tensor([m == "direct" or later[i] or "direct" not in axes for i in range(k)])
+        decides &= axes[m]["active"] | ~applies
+    return decides
+
+
+def reading_words(measures: dict, later: list[bool], k: int, floor: float, same: float, factors) -> dict:
+    """{(measure, reading label): word} over the readings of the function axis: the defaults, then the activity
+    floor and the tolerance each at each factor (one at a time, as the pair words' band). A reading with fewer
+    than 2 deciding heads gives "not measurable"."""
+    out = {}
+    readings = [("", 1.0, 1.0)] + [(f"floor x{f:g}", f, 1.0) for f in factors] + [(f"same x{f:g}", 1.0, f) for f in factors]
+    for label, ff, tf in readings:
+        at = {m: same_function(resp.flatten(1), floor * ff) for m, (_, resp) in measures.items()}
+        idx = deciders(at, later, k).nonzero().flatten()
+        tol = min(same * tf, 0.5)
+        for m, (orig, resp) in measures.items():
+            if len(idx) < 2:
+                out[(m, label)] = "not measurable"
+                continue
+            sub = same_function(resp[idx].flatten(1), 0.0)
+            dist = same_computation((orig[idx] - orig[idx].mean(1, keepdim=True)).flatten(1), 0.0)
+            out[(m, label)] = function_word(sub["cos_min"] >= 1 - tol and sub["share"] >= 1 - tol,
+                                            dist["r_min"] >= 1 - tol and dist["share"] >= 1 - tol)  # fmt: skip
+    return out
+
+
 def function_table(found: dict, names, vocab, floor: float, same: float, factors) -> tuple:
     """(one row per head, the word, its sentence, numbers). Per measure, the heads whose responses reach
     `floor` of the most responsive head's are active; a head is decided on its direct push and, where later
-    layers read it, also on its total effect; one within the floor on either does not decide. The word at
-    each measure and each tolerance (`same` x 1 and x `factors`): proportional responses (|cos| >= 1 - tol
-    pairwise, 1 - tol of the response on one direction) give "same function (pseudo-ensemble)"; else, where the
-    pushes on the task's inputs correlate as one (r and one direction at the same tolerance), "different
-    functions that agree on the task's inputs"; else "different functions". It stands where every
-    (measure, tolerance) agrees on same or not (`stood_function_word`), else "undetermined", with what flips
-    it; beside it, each measure over every head active on it alone."""
+    layers read it, also on its total effect; one within the floor on either does not decide (`deciders`).
+    The word at each measure and reading (`reading_words`: the floor and the tolerance `same` each at x1 and x
+    `factors`): proportional responses (|cos| >= 1 - tol pairwise, 1 - tol of the response on one direction)
+    give "same function (pseudo-ensemble)"; else, where the pushes on the task's inputs correlate as one (r and
+    one direction at the same tolerance), "different functions that agree on the task's inputs"; else
+    "different functions". It stands where every reading agrees on same or not (`stood_function_word`), else
+    "undetermined", with what flips it; beside it, each measure over every head active on it alone."""
     import pandas as pd
 
     measures, later, edits = found["measures"], found["later"], found["edits"]
@@ -161,62 +195,51 @@ def function_table(found: dict, names, vocab, floor: float, same: float, factors
                else found["no_direct"] or "no measure")  # fmt: skip
         return pd.DataFrame(index=pd.Index(list(names), name="head")), "not measurable", why, {}
     label = lambda t: vocab[t] if vocab and 0 <= t < len(vocab) else str(t)  # noqa: E731
-    axes, table = {}, pd.DataFrame(index=pd.Index(list(names), name="head"))
-    for m, (orig, resp) in measures.items():
-        axes[m] = same_function(resp.flatten(1), floor)
-        table[f"response_{m}"] = axes[m]["rms"].numpy()
-        table[f"active_{m}"] = axes[m]["active"].numpy()
-    decides = torch.ones(k, dtype=torch.bool)
-    for m in measures:
-        applies = torch.tensor([m == "direct" or later[i] or "direct" not in measures for i in range(k)])
-        decides &= axes[m]["active"] | ~applies
+    axes = {m: same_function(resp.flatten(1), floor) for m, (_, resp) in measures.items()}
+    table = pd.DataFrame({col: val for m, a in axes.items() for col, val in
+                          ((f"response_{m}", a["rms"].numpy()), (f"active_{m}", a["active"].numpy()))},
+                         index=pd.Index(list(names), name="head"))  # fmt: skip
+    decides = deciders(axes, later, k)
     table["decides"] = decides.numpy()
     idx = decides.nonzero().flatten()
-    numbers = dict(deciding=[names[i] for i in idx.tolist()], edits=len(edits["source"]), edits_total=edits["total"],
-                   sampled=edits["sampled"], measures=list(measures))  # fmt: skip
+    chosen = [names[i] for i in idx.tolist()]
+    numbers = dict(deciding=chosen, edits=len(edits["source"]), edits_total=edits["total"], sampled=edits["sampled"],
+                   measures=list(measures))  # fmt: skip
     if len(idx) < 2:
         active = {m: int(a["active"].sum()) for m, a in axes.items()}
         return table, "not measurable", (f"fewer than 2 heads respond to the edits on every measure that applies "
                                          f"to them ({', '.join(f'{m}: {c} of {k}' for m, c in active.items())})"), numbers
-    words, parts = {}, []
+    parts = []
     for m, (orig, resp) in measures.items():
         sub = same_function(resp[idx].flatten(1), 0.0)
         dist = same_computation((orig[idx] - orig[idx].mean(1, keepdim=True)).flatten(1), 0.0)
         numbers[m] = dict(cos_min=sub["cos_min"], cos_median=sub["cos_median"], share=sub["share"],
                           r_min=dist["r_min"], r_median=dist["r_median"], share_inputs=dist["share"])  # fmt: skip
-        sign = sub["sign"]
-        table.loc[[names[i] for i in idx.tolist()], f"sign_{m}"] = sign.numpy()
-        for f in (1.0,) + tuple(factors):
-            tol = min(same * f, 0.5)
-            edit_same = sub["cos_min"] >= 1 - tol and sub["share"] >= 1 - tol
-            dist_same = dist["r_min"] >= 1 - tol and dist["share"] >= 1 - tol
-            words[(m, f)] = function_word(edit_same, dist_same)
+        table.loc[chosen, f"sign_{m}"] = sub["sign"].numpy()
         parts.append(f"{m} push: |cos| >= {sub['cos_min']:.3f} over {len(edits['source']):,} edits with "
                      f"{sub['share']:.2%} of the response on one direction (on the task's inputs r >= "
                      f"{dist['r_min']:.3f}, {dist['share']:.2%} on one direction)")  # fmt: skip
-    features = response_features(measures[next(iter(measures))][1][idx], edits["old"], edits["new"], edits["position"])
-    columns = {}
-    for (kind, what), value in features.items():
-        col = f"resp[{label(what[0])}->{label(what[1])}]" if kind == "substitution" else f"resp[pos {what}]"
-        columns[col] = pd.Series(value.numpy(), index=[names[i] for i in idx.tolist()])
-    table = pd.concat([table, pd.DataFrame(columns, index=table.index)], axis=1)
-    for m, (orig, resp) in measures.items():  # beside it: every head active on this measure alone
-        alone = axes[m]["active"].nonzero().flatten()
+        alone = axes[m]["active"].nonzero().flatten()  # beside it: every head active on this measure alone
         if len(alone) > len(idx):
             sub = same_function(resp[alone].flatten(1), 0.0)
             numbers[m]["active_alone"] = dict(heads=len(alone), cos_min=sub["cos_min"], share=sub["share"])
             parts.append(f"over the {len(alone)} heads active on the {m} push alone: |cos| >= {sub['cos_min']:.3f}, "
                          f"{sub['share']:.2%} on one direction")  # fmt: skip
+    features = response_features(measures[next(iter(measures))][1][idx], edits["old"], edits["new"], edits["position"])
+    columns = {(f"resp[{label(what[0])}->{label(what[1])}]" if kind == "substitution" else f"resp[pos {what}]"):
+               pd.Series(value.numpy(), index=chosen) for (kind, what), value in features.items()}  # fmt: skip
+    table = pd.concat([table, pd.DataFrame(columns, index=table.index)], axis=1)
+    words = reading_words(measures, later, k, floor, same, factors)
     word = stood_function_word(words)
-    sentence = (f"{len(idx)} of {k} heads decide ({', '.join(numbers['deciding'][:8])}"
-                f"{', ...' if len(idx) > 8 else ''}; decided on {' and '.join(measures)}); " + "; ".join(parts))  # fmt: skip
+    sentence = (f"{len(idx)} of {k} heads decide ({', '.join(chosen[:8])}{', ...' if len(idx) > 8 else ''}; decided "
+                f"on {' and '.join(measures)}); " + "; ".join(parts))  # fmt: skip
     if edits["sampled"]:
         sentence += f" (a seeded sample of {len(edits['source']):,} of {edits['total']:,} edits)"
     if len(set(words.values())) > 1:
-        flips = sorted({f"{w} under {m} x{f:g}" for (m, f), w in words.items()})
+        flips = sorted({f"{w} under {m}" + (f", {r}" if r else "") for (m, r), w in words.items()})
         sentence += " (the readings disagree: " + "; ".join(flips) + ")"
     return table, word, sentence, numbers
 
 
 __all__ = ["FUNCTION_WORDS", "EDIT_INPUTS", "MAX_EDITS", "edit_inputs", "direct_pushes", "total_pushes", "read_later",
-           "edit_responses", "function_word", "stood_function_word", "function_table"]  # fmt: skip
+           "edit_responses", "function_word", "stood_function_word", "deciders", "reading_words", "function_table"]  # fmt: skip

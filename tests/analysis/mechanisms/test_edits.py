@@ -161,3 +161,22 @@ def test_no_mean_reading_calls_a_head_inactive_where_zeroing_it_changes_answers_
                     mine = result.words[[name in p.split("&") for p in result.words.index]]
                     assert "inactive" not in mine.values, (which, name)
     assert found >= 1  # the bench holds such a head (tie's L0H1: its mean replacement also lifts the answer past the floor)
+
+
+def test_a_head_at_the_activity_floor_does_not_decide_the_word_unseen():
+    """Three heads respond in proportion; a fourth, at 12% of the largest response, responds otherwise. At the
+    default floor (10%) it decides and the heads are different functions; at twice the floor it does not and
+    they are one: the word is "undetermined" and the sentence names the floor reading that flips it."""
+    from headcoop.analysis.mechanisms.edits import function_table
+
+    gen = torch.Generator().manual_seed(0)
+    base, other = torch.randn(2, 300, 2, generator=gen, dtype=torch.float64)
+    resp = torch.stack([base, 0.8 * base, 0.5 * base, 0.12 * other])  # [head, edit, out]
+    orig = torch.randn(4, 20, 2, generator=gen, dtype=torch.float64)
+    edits = dict(source=torch.zeros(300, dtype=torch.long), total=300, sampled=False,
+                 old=torch.zeros(300, dtype=torch.long), new=torch.ones(300, dtype=torch.long),
+                 position=torch.arange(300) % 3)  # fmt: skip
+    found = dict(measures={"direct": (orig, resp)}, later=[False] * 4, edits=edits, no_direct=None)
+    table, word, sentence, numbers = function_table(found, ("L0H0", "L0H1", "L0H2", "L0H3"), None, 0.1, 0.1, (0.5, 2.0))
+    assert bool(table.loc["L0H3", "decides"]) and numbers["direct"]["cos_min"] < 0.5
+    assert word == "undetermined" and "same function (pseudo-ensemble) under direct, floor x2" in sentence
