@@ -59,11 +59,19 @@ def _by_edits(one: pd.DataFrame, two: pd.DataFrame, shipped) -> str:
             f"proportion), a pseudo-ensemble in {len(same)} of {len(one)} one-layer models ({counts(one)}): in the "
             f"shipped model the {int(shipped.deciding_heads)} heads that decide respond at |cos| >= "
             f"{shipped.edit_cos_min:.3f}, {shipped.edit_one_direction:.1%} of the response on one direction")  # fmt: skip
-    split = one[(one.function_word != FUNCTION) & (one.same_word == SAME)]
+    open_ = one[one.function_word == "undetermined"]
+    if len(open_):
+        at_floor = [r.model for r in open_.itertuples() if "functions under direct, floor x0.5" in r.summary
+                    or "functions under total, floor x0.5" in r.summary]  # fmt: skip
+        text += (f"; undetermined in {len(open_)} ({', '.join(open_.model)}): at the default floor their deciding heads "
+                 f"respond at |cos| {open_.edit_cos_min.min():.2f}-{open_.edit_cos_min.max():.2f}"
+                 + (f", and in {len(at_floor)} of them ({', '.join(at_floor)}) heads between 5% and 10% of the largest "
+                    "response, admitted at half the activity floor, respond otherwise" if at_floor else ""))  # fmt: skip
+    split = one[(one.function_word.str.startswith("different")) & (one.same_word == SAME)]
     if len(split):
-        text += (f"; in {len(split)} more ({', '.join(f'{r.model}: {r.function_word}' for r in split.itertuples())}) "
-                 f"the pushes correlate as one on the task's inputs (r >= {split.r_min.min():.2f}) but the edits do not "
-                 f"show one function (|cos| {split.edit_cos_min.min():.2f}-{split.edit_cos_min.max():.2f})")
+        text += (f"; {len(split)} ({', '.join(split.model)}) correlate as one on the task's inputs (r >= "
+                 f"{split.r_min.min():.2f}) while the edits separate their functions (|cos| down to "
+                 f"{split.edit_cos_min.min():.2f})")  # fmt: skip
     if len(two):
         text += (f". The {len(two)} two-layer models: {counts(two)} (|cos| >= {two.edit_cos_min.min():.2f}; decided on "
                  f"the heads active on both their direct push and their total effect, {', '.join(str(int(x)) for x in two.deciding_heads)} heads)")
