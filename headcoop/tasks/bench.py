@@ -67,6 +67,10 @@ Near-misses (issue 48), each lacking one property of a word:
   exactly (a tie is no answer), so both are needed. Truth: conjunction.
 - "mix57": both heads read a; for a0 / a1 (57% of inputs) each writes +1 (either alone answers), for a2 / a3 (43%)
   +0.4 (both needed, floor 0.6). Truth: a mixture (redundant on 57%, both needed on 43%).
+- "dominant": the "post" model on inputs that are neighbours (s_a, s_a+1) 86% of the time, where L0H0 also writes
+  +0.8 on c(a, a+1) from s_a: it alone answers the neighbours (86%), L0H1 alone answers nothing, both answer all.
+  Every part of the post's definition holds, but one head does the work: each head's own removal changes the
+  answer on only 14% (L0H1) of the inputs. Truth: not superposition ("undetermined").
 - "count-subtasks" / "count-ensemble": six digits 0/1/2 then "=", the answer "5" with more 1s than 0s, "4"
   with more 0s; both heads attend evenly. Subtasks: L0H0 counts 0s onto "4", L0H1 counts 1s onto "5"
   (different subtasks; each alone answers its own class: division). Ensemble: both count both (the same
@@ -88,9 +92,10 @@ from headcoop.tl import HookedTransformer, HookedTransformerConfig
 Bench = Literal["post", "rank1", "and-junk", "and-suppress", "feeder", "induction", "partial-backup", "ln-2l",
                 "unequal", "uneven", "cancel", "four", "mlp", "unconditional", "mix80", "mix50", "split-helper",
                 "feeders", "flat", "count-subtasks", "count-ensemble", "count-unequal", "count-firstdigit",
-                "count-2l", "hurt", "tie", "mix57"]  # fmt: skip
+                "count-2l", "hurt", "tie", "mix57", "dominant"]  # fmt: skip
 COUNTING = ("count-subtasks", "count-ensemble", "count-unequal", "count-firstdigit", "count-2l")
 MIXED = ("mix80", "mix50")
+POST_LIKE = ("post", "four", "unconditional", "dominant", "mix80", "mix50")  # the post's inputs and completions
 BENCH: tuple[str, ...] = get_args(Bench)
 SHARPNESS = 30.0
 K = 4
@@ -125,6 +130,7 @@ TRUTH = {
     "hurt": ({("L0H0", "L0H1"): "competition"}, {"L0H0": "supports", "L0H1": "competes"}),
     "tie": ({("L0H0", "L0H1"): "conjunction"}, {"L0H0": "supports", "L0H1": "supports"}),
     "mix57": ({("L0H0", "L0H1"): "mixture"}, {"L0H0": "supports", "L0H1": "supports"}),
+    "dominant": ({("L0H0", "L0H1"): "undetermined"}, {"L0H0": "supports", "L0H1": "supports"}),
     "count-firstdigit": ({("L0H0", "L0H1"): "redundant"}, {"L0H0": "supports", "L0H1": "supports"}),
     "count-2l": ({("L0H0", "L0H1"): "redundant", ("L0H0", "L1H0"): "composition"}, {"L0H0": "supports", "L0H1": "supports", "L1H0": "supports",
                                                    "L1H1": "inactive"}),
@@ -140,6 +146,9 @@ LOGIT_DIFF_TRUTH = {"unequal": {("L0H0", "L0H1"): "not testable"}, "mlp": {("L0H
                                                                       "mix57", "hurt")},
                     # the layer-0 counters' pushes through L1H0 are linear too: each carries half the logit difference
                     "count-2l": {("L0H0", "L1H0"): "composition", ("L0H0", "L0H1"): "conjunction"},
+                    # on the logit difference both heads of "dominant" move every input (L0H1 adds +1 to the answer):
+                    # the post's definition holds in full there; only accuracy has one head doing the work
+                    "dominant": {("L0H0", "L0H1"): "superposition"},
                     # one head carries the logit difference on each input: a division the additive metric shows
                     "uneven": {("L0H0", "L0H1"): "division"}, "count-subtasks": {("L0H0", "L0H1"): "division"}}  # fmt: skip
 # the roles on the logit difference where they differ from accuracy's: and-suppress's L0H1 lowers only the
@@ -166,7 +175,7 @@ MODEL_WORD = {"post": "superposition", "four": "superposition", "feeder": "compo
               "mix50": "mixture", "split-helper": "undetermined", "feeders": "redundant", "flat": "competition",
               "count-subtasks": "division", "count-ensemble": "redundant", "count-unequal": "redundant",
               "count-firstdigit": "redundant", "count-2l": "composition", "hurt": "competition", "tie": "conjunction",
-              "mix57": "mixture"}  # fmt: skip
+              "mix57": "mixture", "dominant": "undetermined"}  # fmt: skip
 
 
 class BenchTask(HandWeightedTask):
@@ -194,7 +203,7 @@ class BenchTask(HandWeightedTask):
     def completions(self) -> Tensor | None:
         if self.which in COUNTING:
             return torch.tensor([self.index["4"], self.index["5"]])
-        if self.which in ("post", "four", "unconditional") + MIXED:
+        if self.which in POST_LIKE:
             return torch.tensor([self.index[f"c{x + 1}{y + 1}"] for x, y in PAIRS])
         if self.which == "induction":
             return None
@@ -215,7 +224,12 @@ class BenchTask(HandWeightedTask):
             return self._count_sample(n, gen)
         else:
             x, y = torch.randint(0, K, (n,), generator=gen), torch.randint(0, K, (n,), generator=gen)
-            if self.which in ("post", "four", "unconditional") + MIXED:
+            if self.which == "dominant":  # 86%: neighbours (s_a, s_a+1) in either order; else any pair
+                a = torch.randint(0, K - 1, (n,), generator=gen)
+                near, flip = torch.rand(n, generator=gen) < 0.86, torch.rand(n, generator=gen) < 0.5
+                x = torch.where(near, torch.where(flip, a + 1, a), x)
+                y = torch.where(near, torch.where(flip, a, a + 1), y)
+            if self.which in POST_LIKE:
                 first, second = self.index["s1"] + x, self.index["s1"] + y
                 lo, hi = torch.minimum(x, y), torch.maximum(x, y)
                 pair_index = {p: k for k, p in enumerate(PAIRS)}
@@ -438,6 +452,11 @@ def bench(which: Bench = "post", weight_noise: float = 0.0, seed: int = 0) -> Ho
         for h, weight in ((0, 0.75), (1, 0.25)):
             w.attend_pos(0, h, 2, 0, sharp=300.0)
             w.ov(0, h, {a[i]: {f"o{i}": weight} for i in range(K)})
+    elif which == "dominant":
+        _post(w)
+        with torch.no_grad():  # L0H0 also favours c(a, a+1), the likely completion from s_a: alone it answers most
+            for a in range(K - 1):
+                w.ov(0, 0, {SIGNALS[a]: {f"c{a + 1}{a + 2}": 0.8}}, slot0=5 + a)
     elif which == "mix57":
         w.bias("none", 0.6)
         for h in (0, 1):

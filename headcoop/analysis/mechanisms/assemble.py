@@ -101,7 +101,8 @@ def replacement_blind(run: Run, zero, evs: list, th: dict, how: str) -> list[str
     (every other head as it is) changes the metric on at least `min_share` of the inputs with a significant
     mean effect (beyond the role threshold, its 95% interval excluding 0), and its replacement's effect against
     the head zeroed equals the head's own: the head's effect against its replacement is not significant
-    (within the threshold or its interval holding 0). The replacement then does what the head does, so
+    (within the threshold or its interval holding 0),
+    or the replacement carries all of the head's effect as the words read "all" (at least 1 - `cutoff` of it). The replacement then does what the head does, so
     "inactive", "competition" or "redundant" would be the replacement's words, not the head's. Changes:
     accuracy flips; a continuous metric moves by more than the threshold (the role threshold's share of one
     head's fair share of the summed effects). zero: the zero ablation's `Evidence`; evs: every draw's of this
@@ -120,12 +121,14 @@ def replacement_blind(run: Run, zero, evs: list, th: dict, how: str) -> list[str
         shown = float(changes.double().mean())
         own = full - without_zero
         against = full.repeat(len(evs)) - without  # the head against its replacement, every draw
-        if shown >= th["min_share"] and significant(own) and not significant(against):
+        carried = abs(float(against.mean())) <= th["cutoff"] * abs(float(own.mean()))  # the words' "all of it"
+        if shown >= th["min_share"] and significant(own) and (not significant(against) or carried):
             replaced = float((without - without_zero.repeat(len(evs))).mean())
             out.append(f"cannot be seen by {how} ablation: zeroing it changes the metric on {shown:.0%} of inputs "
                        f"(mean effect {float(own.mean()):+.3g}), and its {how} replacement does what the head does "
                        f"(effect {replaced:+.3g} against the head zeroed; the head against it {float(against.mean()):+.3g}, "
-                       f"not beyond {tau:.3g} with 95% confidence)")  # fmt: skip
+                       + (f"at most {th['cutoff']:.0%} of the head's own)" if carried else
+                          f"not beyond {tau:.3g} with 95% confidence)"))  # fmt: skip
         else:
             out.append(None)
     return out
@@ -194,14 +197,15 @@ def pair_word(run: Run, m: int, roles, nec, thr, comp, unseen, lost, cache: dict
         if key not in cache:
             cache[key] = run.writes.shares(thr["floor"], thr["writes"], e["mask"])
         sp = cache[key][m]
-        found = superposition_word(a, b, thr, dict(sp, moves_a=float(e["moves_a"][m]), moves_b=float(e["moves_b"][m])))
+        found = superposition_word(a, b, thr, dict(sp, moves_a=float(e["moves_a"][m]), moves_b=float(e["moves_b"][m]),
+                                                   own_a=float(e["own_a"][m]), own_b=float(e["own_b"][m])))  # fmt: skip
         if found:
             return found
     matters = float(e["matters"][m])
     if matters < thr["min_share"]:
         return "undetermined", f"the pair matters on {matters:.0%} of inputs ({context})"
     word, reason = necessity_word(a, b, thr, {c: float(e[c][m]) for c in CLASSES}, run.by_construction[m] and not run.binary,
-                                  (float(e["moves_a"][m]), float(e["moves_b"][m])))  # fmt: skip
+                                  (float(e["own_a"][m]), float(e["own_b"][m])))  # fmt: skip
     return word, reason + (" (isolated: every other head ablated; the pair matters in the full model on "
                            f"{float(nec['full']['matters'][m]):.0%} of inputs)" if context == "isolated" else "")
 

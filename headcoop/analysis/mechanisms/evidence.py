@@ -212,7 +212,8 @@ class Evidence:
     def necessity(self, th: dict) -> dict:
         """Per context ("full", "isolated"): shares per pair [pair] of the 2 x 2 classes among the inputs
         where the pair matters, those inputs [pair, batch], and per head of the pair (a, b) the share of them
-        where it changes the metric (with its partner present or removed: `moves_a`, `moves_b`) and whether
+        where it changes the metric (with its partner present or removed: `moves_a`, `moves_b`; removed with its
+        partner present, its own removal: `own_a`, `own_b`) and whether
         it changes the metric at all (`effect_a`, `effect_b` [pair]: a significant mean effect, either way,
         with its partner present or removed; accuracy also on its margin); and
         `use_full` [pair]: the full model where the pair matters there on at least min_share of inputs.
@@ -238,6 +239,8 @@ class Evidence:
                 moves = fixed[f"changes_{side}"] if self.binary else \
                     self._changes(*fixed[f"pairs_{side}"][:2], tau) | self._changes(*fixed[f"pairs_{side}"][2:], tau)  # fmt: skip
                 extra[f"moves_{side}"] = (moves & matters).sum(-1).double() / count
+                own = self._changes(*fixed[f"pairs_{side}"][:2], tau)  # removed with its partner present
+                extra[f"own_{side}"] = (own & matters).sum(-1).double() / count
                 extra[f"effect_{side}"] = significant[k] | significant[k + 1]
                 extra[f"sign_{side}"] = fixed[f"sign_{side}"]
             result[context] = dict(matters=matters.double().mean(-1), additive=fixed["additive"], classes=classes,

@@ -8,8 +8,8 @@ a reading comes from `pair_word`, in this order:
    what the head writes anyway; or the head writes nothing the metric reads while its replacement does,
    where nothing but the logits reads the head; or its replacement does what the head does: where zeroing
    the head changes the metric on at least `min_share` of inputs, the replacement's mean effect against
-   the head zeroed equals the head's own within the role threshold), or, for resample, the answers lost are the injected input's
-   answers (decided once per draw, at the default majority, for every threshold reading of the draw). An
+   the head zeroed equals the head's own within the role threshold, or carries at least 1 - `cutoff` of
+   it), or, for resample, the answers lost are the injected input's answers (decided once per draw, at the default majority, for every threshold reading of the draw). An
    abstaining reading does not vote: its kind votes with the readings that see the pair, and a kind none of
    whose readings see it has no vote (`cannot see: <why>`, with the counts);
 2. "inactive": a head of the pair changes the metric neither with its partner present nor without it;
@@ -20,7 +20,8 @@ a reading comes from `pair_word`, in this order:
    consistent completions on a majority of the inputs where the pair matters, and the answer is the only
    one both write to on a majority (in the "universal" reading, on all) of those, (c) they attend to different
    important tokens (not noise, not the read-off token) on a majority of the inputs where the pair
-   matters, (d) both support, and each one's own removal changes the metric on at least `own` of the
+   matters, (d) both support, each changes the metric within the pair (partner present or removed) on at
+   least `min_share`, and each one's own removal (its partner present) changes it on at least `own` of the
    inputs where the pair matters (conjunction needs the same);
 6. necessity among the inputs where the pair matters: "redundant" (either alone: OR), "division" (one
    head alone on each input, different heads on different inputs), "conjunction" (both needed: AND or
@@ -65,9 +66,9 @@ THRESHOLD_MEANINGS = {  # what each threshold decides (the pages print these: de
     "mixture": "a necessity word (redundant, division, conjunction) needs this share of the inputs where the pair "
                "matters; below it, a mixture with its shares where a second one holds on at least 1 - mixture of "
                "them, else undetermined",
-    "own": "superposition and conjunction need each head's own removal to change the metric on at least this "
-           "share of the inputs where the pair matters (a pair where one head does the work is not a pair "
-           "mechanism)",
+    "own": "superposition and conjunction need each head's own removal (its partner present) to change the metric "
+           "on at least this share of the inputs where the pair matters (a pair where one head does the work is "
+           "not a pair mechanism)",
 }
 # the readings of "writes to" besides the default (above `floor` of the head's largest write), and the
 # universal reading of "only ... on the correct token"
@@ -149,13 +150,15 @@ def band(thresholds: dict, factors: tuple[float, float]) -> list[tuple[str | Non
 def superposition_word(a: str, b: str, th: dict, sp: dict) -> tuple[str, str] | None:
     """("superposition", reason) when the four parts hold (module docstring, rule 5), else None. sp: the
     pair's shares: cond_a, cond_b (conditional writes among inputs showing it), shown_a, shown_b (the share
-    of inputs showing it), multi, only (writes), distributed (important sources), moves_a, moves_b."""
+    of inputs showing it), multi, only (writes), distributed (important sources), moves_a, moves_b (the share
+    of the inputs where the pair matters on which each head changes the metric, partner present or removed),
+    own_a, own_b (removed with its partner present: its own removal)."""
     only_needed = 1.0 - 1e-9 if th["universal"] else th["majority"]
     parts = [
         (min(sp["shown_a"], sp["shown_b"]) >= th["min_share"] and min(sp["cond_a"], sp["cond_b"]) >= th["majority"]),
         sp["multi"] >= th["majority"] and sp["only"] >= only_needed,
         sp["distributed"] >= th["majority"],
-        min(sp["moves_a"], sp["moves_b"]) >= th["own"],
+        min(sp["moves_a"], sp["moves_b"]) >= th["min_share"] and min(sp.get("own_a", 1.0), sp.get("own_b", 1.0)) >= th["own"],
     ]
     if not all(parts):
         return None
@@ -167,7 +170,8 @@ def superposition_word(a: str, b: str, th: dict, sp: dict) -> tuple[str, str] | 
 def necessity_word(a: str, b: str, th: dict, s: dict, additive_by_construction: bool,
                    moves: tuple[float, float] = (1.0, 1.0)) -> tuple[str, str]:  # fmt: skip
     """(word, reason) from the shares of the 2 x 2 classes among the inputs where the pair matters; moves: the
-    share of those inputs where each head's own removal changes the metric (conjunction needs `own` of each).
+    share of those inputs where each head's own removal (its partner present) changes the metric (conjunction
+    needs `own` of each).
     A word that holds on less than `mixture` of those inputs is stated as a "mixture" with its shares."""
     needed = s["and"] + s["shared"]
     split = s["i_only"] + s["j_only"] if min(s["i_only"], s["j_only"]) >= th["division"] else 0.0
