@@ -95,6 +95,7 @@ Bench = Literal["post", "rank1", "and-junk", "and-suppress", "feeder", "inductio
                 "count-2l", "hurt", "tie", "mix57", "dominant"]  # fmt: skip
 COUNTING = ("count-subtasks", "count-ensemble", "count-unequal", "count-firstdigit", "count-2l")
 MIXED = ("mix80", "mix50")
+NEAR_MISSES = ("hurt", "tie", "dominant", "mix57")  # issue 59's, set by `_near_miss`
 POST_LIKE = ("post", "four", "unconditional", "dominant", "mix80", "mix50")  # the post's inputs and completions
 BENCH: tuple[str, ...] = get_args(Bench)
 SHARPNESS = 30.0
@@ -441,7 +442,24 @@ def bench(which: Bench = "post", weight_noise: float = 0.0, seed: int = 0) -> Ho
         w.ov(0, 1, {"=": {"none": 0.5}})
     elif which in COUNTING:
         _counting(w, which)
-    elif which == "hurt":
+    elif which in NEAR_MISSES:
+        _near_miss(w, which)
+    if weight_noise:
+        gen = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(weight_noise * torch.randn(p.shape, generator=gen))
+    pairs, roles = TRUTH[which]
+    model.task = task
+    model.truth = {"pairs": dict(pairs), "roles": dict(roles), "model": MODEL_WORD[which],
+                   "backup": {"L1H0": "L0H0"} if which == "partial-backup" else {}}  # fmt: skip
+    return model
+
+
+def _near_miss(w: _W, which: str) -> None:
+    """Issue 59's near-misses (module docstring): hurt, tie, dominant, mix57."""
+    a = [f"a{i}" for i in range(K)]
+    if which == "hurt":
         w.bias("none", 0.6)
         w.attend_pos(0, 0, 2, 0)
         w.ov(0, 0, {a[i]: {f"o{i}": 1.0} for i in range(K)})
@@ -454,24 +472,13 @@ def bench(which: Bench = "post", weight_noise: float = 0.0, seed: int = 0) -> Ho
             w.ov(0, h, {a[i]: {f"o{i}": weight} for i in range(K)})
     elif which == "dominant":
         _post(w)
-        with torch.no_grad():  # L0H0 also favours c(a, a+1), the likely completion from s_a: alone it answers most
-            for a in range(K - 1):
-                w.ov(0, 0, {SIGNALS[a]: {f"c{a + 1}{a + 2}": 0.8}}, slot0=5 + a)
+        for t in range(K - 1):  # L0H0 also favours c(t, t+1), the likely completion from s_t: alone it answers most
+            w.ov(0, 0, {SIGNALS[t]: {f"c{t + 1}{t + 2}": 0.8}}, slot0=5 + t)
     elif which == "mix57":
         w.bias("none", 0.6)
         for h in (0, 1):
             w.attend_pos(0, h, 2, 0)
             w.ov(0, h, {a[i]: {f"o{i}": 1.0 if i < 2 else 0.4} for i in range(K)})
-    if weight_noise:
-        gen = torch.Generator().manual_seed(seed)
-        with torch.no_grad():
-            for p in model.parameters():
-                p.add_(weight_noise * torch.randn(p.shape, generator=gen))
-    pairs, roles = TRUTH[which]
-    model.task = task
-    model.truth = {"pairs": dict(pairs), "roles": dict(roles), "model": MODEL_WORD[which],
-                   "backup": {"L1H0": "L0H0"} if which == "partial-backup" else {}}  # fmt: skip
-    return model
 
 
 def _post(w: _W, conditional: bool = True) -> None:

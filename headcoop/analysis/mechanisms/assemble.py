@@ -101,8 +101,8 @@ def replacement_blind(run: Run, zero, evs: list, th: dict, how: str) -> list[str
     (every other head as it is) changes the metric on at least `min_share` of the inputs with a significant
     mean effect (beyond the role threshold, its 95% interval excluding 0), and its replacement's effect against
     the head zeroed equals the head's own: the head's effect against its replacement is not significant
-    (within the threshold or its interval holding 0),
-    or the replacement carries all of the head's effect as the words read "all" (at least 1 - `cutoff` of it). The replacement then does what the head does, so
+    (within the threshold or its interval holding 0), or the replacement carries all of the head's effect as
+    the words read "all" (at least 1 - `cutoff` of it). The replacement then does what the head does, so
     "inactive", "competition" or "redundant" would be the replacement's words, not the head's. Changes:
     accuracy flips; a continuous metric moves by more than the threshold (the role threshold's share of one
     head's fair share of the summed effects). zero: the zero ablation's `Evidence`; evs: every draw's of this
@@ -178,9 +178,9 @@ def pair_word(run: Run, m: int, roles, nec, thr, comp, unseen, lost, cache: dict
         "it is a completion the resampled partner pushes"))  # fmt: skip
     context = "full" if bool(nec["use_full"][m]) else "isolated"
     e = nec[context]
-    if injected and (not bool(e["effect_a"][m]) or not bool(e["effect_b"][m])):
-        return injected
     if not bool(e["effect_a"][m]) or not bool(e["effect_b"][m]):
+        if injected:
+            return injected
         who, other = (a, b) if not bool(e["effect_a"][m]) else (b, a)
         return "inactive", f"{who} changes the metric neither with {other} present nor without it ({context})"
     ra, rb = roles[i], roles[j]

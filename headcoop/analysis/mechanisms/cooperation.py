@@ -102,8 +102,8 @@ def pushes_up(direct: torch.Tensor) -> torch.Tensor:
 def planned_runs(k: int, kinds: int, max_exact: int, top_pairs: int | None) -> int:
     """The modified runs a call makes on k heads (its progress bar's total): the exact interaction index
     (v(all), v(none), every coalition, and the ablation interaction of every pair) up to max_exact heads,
-    and per ablation kind (zero always, as the replacements' comparison) the coalitions of `coalition_masks` (the draws stacked on the batch axis). Above
-    max_exact with top_pairs, shapiq's screening adds its own runs to the total as it announces them."""
+    and per ablation kind (zero always, as the replacements' comparison) the coalitions of `coalition_masks`
+    (the draws stacked on the batch axis). Above max_exact with top_pairs, shapiq's screening adds its own runs to the total as it announces them."""
     pairs = k * (k - 1) // 2
     exact = 2 + 2**k + 1 + k + pairs if k <= max_exact else 0
     return exact + kinds * (2 + 2 * k + 2 * (pairs if k <= max_exact or top_pairs is None else min(pairs, top_pairs)))

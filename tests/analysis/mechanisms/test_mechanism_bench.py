@@ -135,6 +135,8 @@ def test_each_truth_holds_on_plain_hooks(which):
         logits = _logits(model, tokens, off=[(0, 1)])
         assert torch.equal(logits.gather(1, answer[:, None])[:, 0], logits[:, model.task.index["none"]])
         assert not (ok(off=[h0]) | ok(off=[h1])).any()
+    elif which == "dominant":  # L0H0 alone answers the neighbours (about 86-90%), L0H1 alone almost nothing
+        assert 0.8 < ok(off=[h1]).float().mean() < 0.95 and ok(off=[h0]).float().mean() < 0.05
     elif which == "mix57":  # either alone on a0 / a1, both needed on a2 / a3
         either = batch.tokens[:, 0] < 2
         assert torch.equal(ok(off=[h0]), either) and torch.equal(ok(off=[h1]), either)
