@@ -584,12 +584,13 @@ def _shapley_forwards(ctx: _Context) -> float:
 
 def _cooperation_forwards(ctx: _Context, draws: int) -> float:
     """Forward passes (of the clean batch) `hc.cooperation` takes as the report calls it: per ablation kind its
-    coalitions (the draws stacked on the batch, so their rows count draws times), on the game's own path; the
+    coalitions (the draws stacked on the batch, so their rows count draws times), on the game's own path, and
+    for mean and resample each pair's coalitions with one head zeroed; the
     exact interaction index; the reference runs; composition and backup (about two passes per cross-layer pair
     and kind); and the clean runs."""
     import itertools
 
-    from headcoop.analysis.games.coalitions import game_seconds
+    from headcoop.analysis.games.coalitions import game_seconds, linear_applies
     from headcoop.analysis.mechanisms.cooperation import coalition_masks
     from headcoop.analysis.mechanisms.words import THRESHOLDS, band
 
@@ -602,7 +603,10 @@ def _cooperation_forwards(ctx: _Context, draws: int) -> float:
     # measured on the shipped Count01 and SkipPair models (benchmarks/report_predictions.py)
     readings = (1 + 2 * draws) * len(band(THRESHOLDS, (0.5, 2.0)))
     python_s = 0.2 + 6e-5 * readings * k * (k - 1) / 2
-    return (per_kind * (1 + 2 * draws) + (_shapley_forwards(ctx) if k <= 16 else 0) + 2 * draws + 6 * cross
+    # mean's and resample's coalitions with one head zeroed (`zeroed_runs`): none where the game is linear
+    pairs = k * (k - 1) // 2
+    zeroed = 0.0 if linear_applies(ctx.model, "logit_diff") else per_kind * (k + 4 * pairs) / len(masks) * 2 * draws
+    return (per_kind * (1 + 2 * draws) + zeroed + (_shapley_forwards(ctx) if k <= 16 else 0) + 2 * draws + 6 * cross
             + 4 + python_s / ctx.budget.forward_s + _edit_forwards(ctx))  # fmt: skip
 
 

@@ -188,18 +188,20 @@ def main() -> None:
               "`flat` competitor, an empty head): its replacement is what it writes anyway. Those readings abstain; "
               "zero ablation names it.",
               "- **Mean ablation of a counting head** (`count-subtasks`) holds it at the average count: a vote the "
-              "other head's count is compared against, so each head alone answers many inputs and the split of the "
-              "classes reads as a mixture of division and redundancy under mean alone; zero ablation names the "
-              "division and the family abstains.",
+              "other head's count is compared against, so on the inputs where the pair matters the mean replacement "
+              "answers as the head does. Those inputs show nothing about the head (zeroing it changes the answer, "
+              "replacing it does not) and are left out (`unseen` in the pair table): none remains, and mean says "
+              "the pair matters on 0% of inputs; zero ablation names the division and the family abstains.",
               "- **A replacement that does what the head does** (`hurt`, issue 59): L0H1 turns 37.5% of the answers "
               "wrong, and its resampled replacement (another input's token) turns as many wrong, so resample cannot "
               "tell the head from its replacement: every resample reading abstains (*cannot see*, with the effects), "
-              "and zero and mean name the competition. The check pools the reference draws; where the replacement "
-              "does significantly more or less than the head (a noisy seed on the logit difference, listed above), "
-              "resample reads the head against its replacement, a different question, and names that.",
-              "- **Resample draws that carry the input's own token** (`and-junk`): a quarter of the draws give the "
-              "partner the value it has anyway, so on a quarter of the inputs either head *alone* answers and resample "
-              "alone reads a mixture; zero names the conjunction and the family does not name the mixture.",
+              "and zero and mean name the competition. The check pools the reference draws and covers every "
+              "coalition of the pair's 2 x 2 game; a replacement that does more than the head the same way (a noisy "
+              "seed on the logit difference, where L0H1 supports) would read the head reversed, and abstains too.",
+              "- **Resample draws that carry the input's own token** (`and-junk`): a quarter of the draws give a "
+              "head the value it has anyway, so on those inputs either head *alone* seemed to answer and resample read "
+              "a mixture. Per input, where zeroing a head changes the answer in a coalition and its replacement does "
+              "not, the input is left out of the pair's reading: resample names the conjunction.",
               "- **A replacement that writes what the head does not** (`and-suppress` on the logit difference): "
               "L0H1 lowers only the decoy, which the logit difference (the answer against \"none\") does not read; "
               "its mean replacement lowers every completion by about 0.125, the answer included, so a mean ablation "

@@ -49,6 +49,14 @@ from headcoop.analysis.vocabulary import ABLATION_HOWS, GAME_METHODS, AblationHo
 from headcoop.bridge import is_bridge
 
 
+def linear_applies(model: HookedTransformer, metric) -> bool:
+    """Whether a game on `model` takes the linear path: a named metric on a one-layer attention-only model
+    without a norm or soft-capping, with no hook in the way (logits linear in every head's z)."""
+    cfg = model.cfg
+    return (isinstance(metric, str) and cfg.n_layers == 1 and cfg.attn_only and cfg.normalization_type is None
+            and not (cfg.output_logits_soft_cap or 0) > 0 and not hooks_in_the_way(model))  # fmt: skip
+
+
 class CoalitionGame:
     """v(S) for coalitions of `players` on fixed inputs (module docstring). `values(masks)` evaluates any
     [coalition, player] boolean masks (True: the player is active).
@@ -78,11 +86,7 @@ class CoalitionGame:
             self._prepare_replacements(reference)
         else:  # the caller's values (a family of references stacked on the batch axis: hc.cooperation)
             self._set_replacements(replacements)
-        cfg = model.cfg
-        self.linear = (
-            isinstance(metric, str) and cfg.n_layers == 1 and cfg.attn_only and cfg.normalization_type is None
-            and not (cfg.output_logits_soft_cap or 0) > 0 and not hooks_in_the_way(model)
-        )  # fmt: skip
+        self.linear = linear_applies(model, metric)
         if method == "linear" and not self.linear:
             raise ValueError("method='linear' needs a one-layer attention-only model without a norm, a named metric "
                              "and no hooks installed; use 'auto'")  # fmt: skip

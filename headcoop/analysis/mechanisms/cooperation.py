@@ -31,11 +31,13 @@ import torch
 
 from headcoop.analysis.engine.copies import per_input_metric
 from headcoop.analysis.engine.inputs import check_choice, parse_heads, require_model, require_task
-from headcoop.analysis.games.coalitions import CoalitionGame
+from headcoop.analysis.games.coalitions import CoalitionGame, linear_applies
 from headcoop.analysis.games.estimators import HeadGame, top_interactions
 from headcoop.analysis.games.interactions import interactions
 from headcoop.analysis.mechanisms import tables
-from headcoop.analysis.mechanisms.assemble import clean_evidence, replacement_blind
+from headcoop.analysis.mechanisms.assemble import (
+    clean_evidence, coalition_blind, replaced_inputs, replacement_blind, zeroed_keys, zeroed_mask,
+)  # fmt: skip
 from headcoop.analysis.mechanisms.edits import edit_responses
 from headcoop.analysis.mechanisms.evidence import Evidence, RowMetric, additive_by_construction, per_input, signed
 from headcoop.analysis.mechanisms.references import KINDS, blind, draw_references, replacements
@@ -99,14 +101,18 @@ def pushes_up(direct: torch.Tensor) -> torch.Tensor:
     return direct > 1e-6 * direct.abs().max(-1, keepdim=True).values
 
 
-def planned_runs(k: int, kinds: int, max_exact: int, top_pairs: int | None) -> int:
+def planned_runs(k: int, kinds: int, max_exact: int, top_pairs: int | None, linear: bool = False) -> int:
     """The modified runs a call makes on k heads (its progress bar's total): the exact interaction index
     (v(all), v(none), every coalition, and the ablation interaction of every pair) up to max_exact heads,
     and per ablation kind (zero always, as the replacements' comparison) the coalitions of `coalition_masks`
-    (the draws stacked on the batch axis). Above max_exact with top_pairs, shapiq's screening adds its own runs to the total as it announces them."""
+    (the draws stacked on the batch axis), and per replacing kind each head's pairs' coalitions with the head
+    zeroed (`zeroed_runs`; none where the game is linear; with top_pairs, as if every read pair had heads of its
+    own). Above max_exact with top_pairs, shapiq's screening adds its own runs to the total as it announces them."""
     pairs = k * (k - 1) // 2
     exact = 2 + 2**k + 1 + k + pairs if k <= max_exact else 0
-    return exact + kinds * (2 + 2 * k + 2 * (pairs if k <= max_exact or top_pairs is None else min(pairs, top_pairs)))
+    read = pairs if k <= max_exact or top_pairs is None else min(pairs, top_pairs)
+    zeroed = 0 if linear else min(k, 2 * read) + 4 * read  # per replacing kind: each head's pairs' coalitions, it zeroed
+    return exact + kinds * (2 + 2 * k + 2 * read) + (kinds - 1) * zeroed
 
 
 def coalition_masks(k: int, pairs: list) -> torch.Tensor:
@@ -171,6 +177,38 @@ def unseen_heads(model, run, values: dict, tol: float = 0.05) -> list[str | None
     return out
 
 
+def zeroed_runs(model, run, game, values: list, inputs, logits: Tensor, seed: int) -> dict:
+    """{(head i, key): metric [draw, batch]} of the coalitions `zeroed_keys` names, head i zeroed and every
+    other absent head given this ablation's replacement (values: per draw {player: [batch, pos, d_head]}):
+    what the replacement of head i is compared with inside its pairs' 2 x 2 games (`coalition_blind`).
+    game: this kind's `CoalitionGame`; logits: its coalitions' [mask, draw, batch, vocab]. Where the game is
+    linear (one attention-only layer, no norm, no hooks), zeroing instead of replacing head i removes the
+    replacement's direct write from the same coalition's logits, exactly: no run; else one game per head,
+    its replacement zeros."""
+    out, n_draws = {}, len(values)
+    at = {("none",): 1, **{("alone", j): 3 + 2 * j for j in range(run.k)}}
+    at.update({(("without", b), a): 2 + 2 * run.k + 2 * m for m, (a, b) in enumerate(run.pairs)})
+    at.update({(("without", a), b): 2 + 2 * run.k + 2 * m for m, (a, b) in enumerate(run.pairs)})
+    stacked = {p: torch.cat([v[p] for v in values]) for p in run.players}
+    for i, player in enumerate(run.players):
+        keys = zeroed_keys(run, i)
+        if not keys:
+            continue
+        if game.linear:
+            write = torch.stack([head_direct(model, v[player], player, run.rows, run.pos.cpu(), None) for v in values])
+            idx = [at[key] if key[0] != "without" else at[(key, i)] for key in keys]
+            lg = logits[idx] - write[None]  # [key, draw, batch, vocab]
+        else:
+            zeroed = {**stacked, player: torch.zeros_like(stacked[player])}
+            own = CoalitionGame(model, run.players, tokens=inputs, metric="logit_diff", how="mean", seed=seed,
+                                reference=None, replacements=zeroed)  # fmt: skip
+            masks = torch.stack([zeroed_mask(run.k, i, key) for key in keys])
+            lg = own.row_logits(masks).cpu().reshape(len(keys), n_draws, len(run.batch), -1)
+        metric = per_input(run.metric, lg, run.answer, run.wrong)  # [key, draw, batch]
+        out.update({(i, key): metric[c] for c, key in enumerate(keys)})
+    return out
+
+
 def ablation_readings(model, run, hows, task, reference, draws, seed, th) -> dict:
     """Per ablation kind, every distinct draw's evidence, which heads it cannot see, the answers resample
     injects, the logits of every coalition on the first draw, and composition and backup on that draw."""
@@ -195,9 +233,15 @@ def ablation_readings(model, run, hows, task, reference, draws, seed, th) -> dic
             injected = None if h != "resample" else (answers[d], {
                 p: pushes_up(head_direct(model, values[d][p], p, run.rows, run.pos.cpu(), None)) for p in run.players})
             draws_ev.append((ev, unseen, injected, lg))
+        blind_pairs = None
         if h != "zero":  # judged over every draw of the kind: one draw's replacement is a sample of it
-            pooled = replacement_blind(run, zero_ev, [x[0] for x in draws_ev], th, h)
+            evs = [x[0] for x in draws_ev]
+            pooled = replacement_blind(run, zero_ev, evs, th, h)
             draws_ev = [(ev, [u or b for u, b in zip(unseen, pooled)], inj, lg) for ev, unseen, inj, lg in draws_ev]
+            zeroed = zeroed_runs(model, run, game, values, inputs, logits, seed)
+            blind_pairs = coalition_blind(run, zero_ev, evs, zeroed, th, h)
+            for d, ev in enumerate(evs):
+                ev.replaced_inputs = replaced_inputs(run, zero_ev, ev, zeroed, d, th)
         if h == "zero":
             zero_ev = draws_ev[0][0]
             if "zero" not in hows:  # run only to compare the replacements with
@@ -210,7 +254,8 @@ def ablation_readings(model, run, hows, task, reference, draws, seed, th) -> dic
             tau = th["role"] * draws_ev[0][0].scale_s / run.k
             repair = backup(model, run.batch.tokens, run.pos, run.players, run.names, run.cross, first, h, run.answer,
                             run.sign_wrong, run.direct, run.metric, run.wrong, run.logits_clean, th, tau)  # fmt: skip
-        out[h] = dict(draws=draws_ev, composition=comp, backup=repair, method=game.method, n_refs=len(refs))
+        out[h] = dict(draws=draws_ev, composition=comp, backup=repair, method=game.method, n_refs=len(refs),
+                      blind_pairs=blind_pairs)  # fmt: skip
     return out
 
 
@@ -275,7 +320,7 @@ def cooperation(
         raise ValueError(f"cooperation reads every pair of up to {ALL_PAIRS_UP_TO} heads; {k} given: pass heads= "
                          f"(the heads to compare) or top_pairs= (the strongest pairs by interaction)")  # fmt: skip
     names = tuple(head_name(*p) for p in players)
-    expect(planned_runs(k, len(hows) + ("zero" not in hows), max_exact, top_pairs))  # the bar's total, known before any run: it never grows
+    expect(planned_runs(k, len(hows) + ("zero" not in hows), max_exact, top_pairs, linear_applies(model, "logit_diff")))  # the bar's total, known before any run: it never grows
     primary = "mean" if "mean" in hows else hows[0]
     refs = None if primary == "zero" else draw_references(task, reference, 1, seed)
     mean = metric if isinstance(metric, str) else (lambda logits: torch.as_tensor(metric(logits)).double().mean())

@@ -49,7 +49,11 @@ def definitions(agree: float = 0.9, factors: tuple[float, float] = (0.5, 2.0)) -
     game = " ".join((necessity_classes.__doc__ or "").split())
     lines = ["- **The 2 x 2 game of a pair** on one input: the metric with both heads, only one, only the other, "
              "neither (each ablated head replaced as its ablation says); the other heads as in the full model, or "
-             "ablated too (*isolated*, see `min_share`). `necessity_classes`: " + game]
+             "ablated too (*isolated*, see `min_share`). `necessity_classes`: " + game
+             + " Under mean and resample, an input where replacing a head does what the head does (zeroing it "
+             "changes the metric in a coalition of the game and replacing it does not: a resampled input with the "
+             "head's own token, a mean that carries the head's effect there) shows nothing about that head, and is "
+             "left out of the inputs where the pair matters (`replaced_inputs`; the pair table's `unseen`)."]
     lines += ["- **Pair words**, in the order `hc.cooperation` tries them (`headcoop/analysis/mechanisms/words.py`):"]
     lines += [f"  {i}. {as_terms(rule)}" for i, rule in enumerate(rules(), 1)]
     lines.append("- **Thresholds** (the default, each also read at " + " and ".join(f"x{f:g}" for f in factors) + "):")

@@ -155,6 +155,7 @@ class Evidence:
         self.v, self.s, self.ld, self.k, self.pairs, self.binary = v, s, ld, k, pairs, binary
         self._necessity: dict = {}
         self._fixed: dict = {}
+        self.replaced_inputs: dict | None = None  # {context: [pair, batch]}: inputs this ablation cannot show
         idx_without = torch.tensor([2 + 2 * i for i in range(k)])
         idx_alone = idx_without + 1
         self.total = s[0][None] - s[idx_without]  # [k, batch]
@@ -211,7 +212,8 @@ class Evidence:
 
     def necessity(self, th: dict) -> dict:
         """Per context ("full", "isolated"): shares per pair [pair] of the 2 x 2 classes among the inputs
-        where the pair matters, those inputs [pair, batch], and per head of the pair (a, b) the share of them
+        where the pair matters (less the inputs `replaced_inputs` marks: `unseen`, their share), those inputs
+    [pair, batch], and per head of the pair (a, b) the share of them
         where it changes the metric (with its partner present or removed: `moves_a`, `moves_b`; removed with its
         partner present, its own removal: `own_a`, `own_b`) and whether
         it changes the metric at all (`effect_a`, `effect_b` [pair]: a significant mean effect, either way,
@@ -244,7 +246,7 @@ class Evidence:
                 extra[f"effect_{side}"] = significant[k] | significant[k + 1]
                 extra[f"sign_{side}"] = fixed[f"sign_{side}"]
             result[context] = dict(matters=matters.double().mean(-1), additive=fixed["additive"], classes=classes,
-                                   mask=matters, **fixed["share"], **extra)  # fmt: skip
+                                   mask=matters, unseen=fixed["unseen"], **fixed["share"], **extra)  # fmt: skip
         use_full = (result["full"]["matters"] >= th["min_share"]) | (result["isolated"]["matters"] < th["min_share"])
         return dict(use_full=use_full, **result)
 
@@ -257,6 +259,11 @@ class Evidence:
             return self._fixed[key]
         f, l, fs = (self.full, self.full_ld, self.full_s) if context == "full" else (self.isol, self.isol_ld, self.isol_s)
         matters, classes = necessity_classes(*f, self.binary, tau, cutoff)
+        unseen = torch.zeros(len(self.pairs))
+        if self.replaced_inputs is not None:  # inputs where a replacement does what its head does: no evidence
+            out_ = matters & self.replaced_inputs[context]
+            unseen = out_.sum(-1).double() / matters.sum(-1).clamp(min=1).double()
+            matters = matters & ~out_
         count = matters.sum(-1).clamp(min=1).double()
         share = {c: (classes[c] & matters).sum(-1).double() / count for c in CLASSES}
         f11, f10, f01, f00 = f
@@ -266,7 +273,7 @@ class Evidence:
         s11, s10, s01, s00 = fs
         effects = torch.stack([f11 - f01, f10 - f00, f11 - f10, f01 - f00])  # [a with, a without, b with, b without]
         out = dict(matters=matters, classes=classes, count=count, share=share, effects=effect_interval(effects),
-                   additive=additive.sum(-1).double() / needed.sum(-1).clamp(min=1).double())  # fmt: skip
+                   additive=additive.sum(-1).double() / needed.sum(-1).clamp(min=1).double(), unseen=unseen)  # fmt: skip
         margins = torch.stack([s11 - s01, s10 - s00, s11 - s10, s01 - s00])
         if self.binary:
             out["margins"] = effect_interval(margins)

@@ -92,7 +92,7 @@ class Cooperation(Result):
         share of readings and the group of readings where it holds least), by_ablation (each ablation's most
         common word and its share), reason;
         the primary reading's axes: context, matters, or / and / a_only / b_only / shared (shares of the
-        inputs where the pair matters), additive_ld; multi, only_answer, distributed, rank_a, rank_b
+        inputs where the pair matters), unseen (the share of those left out: a replacement there does what its head does), additive_ld; multi, only_answer, distributed, rank_a, rank_b
         (writes and attention); composition (share of the earlier head's effect through the later one);
         interaction (Shapley interaction index, NaN above max_exact heads) and interaction_full."""
         return self.pairs.copy()

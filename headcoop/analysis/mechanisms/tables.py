@@ -53,7 +53,8 @@ def pair_table(run: Run, r: dict, by_kind: dict, primary: str, th: dict, agree: 
         full_matters = float(full_by_kind[:, m].max())
         rows.append(dict(head_a=run.names[i], head_b=run.names[j], mechanism=word, agreement=share, flips_under=flip,
                          reason=reason, primary_word=r["words"][first][m], by_ablation=by_ablation(words, readings, why),
-                         context=context, matters=float(e["matters"][m]), **{c: float(e[c][m]) for c in CLASSES},
+                         context=context, matters=float(e["matters"][m]), unseen=float(e["unseen"][m]),
+                         **{c: float(e[c][m]) for c in CLASSES},
                          additive_ld=float(e["additive"][m]), multi=sp["multi"], only_answer=sp["only"],
                          conditional_a=sp["cond_a"], conditional_b=sp["cond_b"], distributed=sp["distributed"],
                          rank_a=rank_a, rank_b=rank_b,

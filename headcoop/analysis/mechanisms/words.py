@@ -8,10 +8,15 @@ a reading comes from `pair_word`, in this order:
    what the head writes anyway; or the head writes nothing the metric reads while its replacement does,
    where nothing but the logits reads the head; or its replacement does what the head does: where zeroing
    the head changes the metric on at least `min_share` of inputs, the replacement's mean effect against
-   the head zeroed equals the head's own within the role threshold, or carries at least 1 - `cutoff` of
-   it), or, for resample, the answers lost are the injected input's answers (decided once per draw, at the default majority, for every threshold reading of the draw). An
-   abstaining reading does not vote: its kind votes with the readings that see the pair, and a kind none of
-   whose readings see it has no vote (`cannot see: <why>`, with the counts);
+   the head zeroed equals the head's own within the role threshold, carries at least 1 - `cutoff` of it,
+   or outdoes it the same way, so the head would read reversed), or, for resample, the answers lost are
+   the injected input's answers (decided once per draw, at the default majority, for every threshold
+   reading of the draw). The same test in the other coalitions of the pair's 2 x 2 game (the head zeroed
+   or replaced with its partner removed, alone, or alone beside its partner) makes the words a replacement
+   there could fake ("inactive", "redundant", a mixture with an either-alone part; "competition" is read
+   from the full model) abstain. An abstaining reading does not vote: its kind votes with the readings
+   that see the pair, and a kind none of whose readings see it has no vote (`cannot see: <why>`, with the
+   counts);
 2. "inactive": a head of the pair changes the metric neither with its partner present nor without it;
 3. "competition": one head's total effect supports the answer, the other's opposes it;
 4. "composition": at least `composition` of the earlier head's total effect runs through the later one;

@@ -221,3 +221,40 @@ def test_conjunction_and_superposition_need_each_heads_own_removal():
     for how in ("zero", "mean", "family"):
         assert hc.cooperation(model, n=256, how=how).pairs.mechanism[0] != "superposition", how
     assert hc.cooperation(model, n=256, how="zero", metric="logit_diff").pairs.mechanism[0] == "superposition"
+
+
+def test_zeroed_coalitions_on_the_linear_path_equal_their_runs(monkeypatch):
+    """The coalitions in which a head is zeroed and every other absent head replaced (issue 59, item 2) are read
+    on a one-layer attention-only model from the replaced run's logits minus the replacement's direct write:
+    the same numbers as running each coalition (one game per head, its replacement zeros)."""
+    from types import SimpleNamespace
+
+    import headcoop.analysis.mechanisms.cooperation as coop
+
+    original, checked = coop.zeroed_runs, []
+
+    def both(model, run, game, values, inputs, logits, seed):
+        fast = original(model, run, game, values, inputs, logits, seed)
+        slow = original(model, run, SimpleNamespace(linear=False), values, inputs, logits, seed)
+        assert game.linear and fast.keys() == slow.keys() and len(fast) == 3 * 5  # 3 heads: alone, and 2 per partner
+        for key in fast:
+            torch.testing.assert_close(fast[key], slow[key], atol=1e-4, rtol=1e-5)
+        checked.append(len(fast))
+        return fast
+
+    monkeypatch.setattr(coop, "zeroed_runs", both)
+    hc.cooperation(hc.planted("mixed"), n=64, draws=2, metric="logit_diff")
+    assert checked == [15, 15]  # mean and resample
+
+
+def test_a_replacement_that_outdoes_the_head_abstains_instead_of_reversing_it():
+    """hurt with weight noise (seed 3), on the logit difference: L0H1 supports the answer (+0.19 against zeroing),
+    and its resampled replacement does more the same way, so against it L0H1 read "competes" and the pair
+    "competition" at 100% of resample's votes. Resample now abstains and says why; zero names no competition."""
+    model = hc.bench("hurt", weight_noise=0.01, seed=3)
+    result = hc.cooperation(model, n=256, how="resample", metric="logit_diff", seed=3)
+    row = result.pairs.iloc[0]
+    assert row.mechanism != "competition", row.reason
+    assert "more than the head does, the same way" in row.by_ablation, row.by_ablation
+    zero = hc.cooperation(model, n=256, how="zero", metric="logit_diff", seed=3)
+    assert zero.roles["L0H1"] == "supports" and zero.pairs.mechanism[0] != "competition"
