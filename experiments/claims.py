@@ -553,14 +553,23 @@ def _same_function(t: pd.DataFrame) -> Outcome:
 
 
 def _superposed(which: str, how: str) -> Callable[[pd.DataFrame], Outcome]:
-    """hc.cooperation's pair verdict is "superposition": for the shipped d_head 5 model, or per d_head 5 seed."""
+    """hc.cooperation's pair verdict is "superposition": for the shipped d_head 5 model (its row is the default
+    call the page's answer reads: the word, and the favoured word's share of the votes), or per d_head 5 seed."""
     def measure(t: pd.DataFrame) -> Outcome:
         t = t[(t.d_head == 5) & (t.how == how)]
         t = t[t.seed.isna()] if which == "shipped" else t[t.seed.notna()]
+        passed = int((t.mechanism == "superposition").sum())
+        if which == "shipped" and len(t) == 1 and "favoured" in t:
+            row = t.iloc[0]
+            word = row.mechanism if row.mechanism != "undetermined" else f"undetermined, {row.favoured} favoured"
+            text = f"shipped d_head 5 model: {word} ({row.favoured_share:.0%} of votes; a word needs 90%)"
+            # an undetermined word is the instrument saying it cannot decide: the page's answer says so too
+            undecided = f"the reading family leaves the word undetermined ({row.favoured} in {row.favoured_share:.0%} " \
+                        "of votes; a word needs 90%)"  # fmt: skip
+            return Outcome(text, passed, 1, untestable=undecided if row.mechanism == "undetermined" else None)
         what = "shipped d_head 5 model" if which == "shipped" else "d_head 5 seeds"
-        return Outcome(f"{int((t.mechanism == 'superposition').sum())}/{len(t)} {what} (verdicts: "
-                       f"{', '.join(f'{n} {m}' for m, n in t.mechanism.value_counts().items())})",
-                       int((t.mechanism == "superposition").sum()), len(t))
+        return Outcome(f"{passed}/{len(t)} {what} (verdicts: "
+                       f"{', '.join(f'{n} {m}' for m, n in t.mechanism.value_counts().items())})", passed, len(t))
     return measure
 
 

@@ -64,6 +64,18 @@ class Code:
     kind: ClassVar[str] = "code"
 
 
+MAX_CELL = 300  # characters a table cell shows on a page; the table's CSV keeps the whole text
+
+
+def clip(text: str, limit: int = MAX_CELL) -> str:
+    """`text` cut to `limit` characters at a word boundary, ending in " ... (in full in the CSV)" where cut."""
+    text = str(text)
+    if len(text) <= limit:
+        return text
+    tail = " ... (in full in the CSV)"
+    return text[: limit - len(tail)].rsplit(" ", 1)[0] + tail
+
+
 @dataclasses.dataclass(frozen=True)
 class Table:
     """A pandas table; `cell` formats every value (default `fmt` with `digits`), `index` keeps the index."""
@@ -75,11 +87,11 @@ class Table:
     kind: ClassVar[str] = "table"
 
     def formatted(self) -> pd.DataFrame:
-        """The frame with every cell as the string it is shown as."""
+        """The frame with every cell as the string it is shown as, at most `MAX_CELL` characters (`clip`)."""
         cell = self.cell or (lambda v: fmt(v, self.digits))
         frame = self.frame.copy()
         frame.columns = [str(c) for c in frame.columns]
-        return frame.astype(object).apply(lambda column: column.map(cell))
+        return frame.astype(object).apply(lambda column: column.map(lambda v: clip(cell(v))))
 
     def markdown(self) -> str:
         """A GitHub (pipe) markdown table, numeric columns right-aligned."""

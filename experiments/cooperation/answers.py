@@ -80,11 +80,17 @@ def _by_edits(one: pd.DataFrame, two: pd.DataFrame, shipped) -> str:
 
 
 def _quiet(one: pd.DataFrame, shipped) -> str:
+    """Whether ablation can ask the question: the kinds under which no pair matters on `min_share` or more of
+    the inputs in the full model, with the largest share any pair reaches (the threshold named, not an absolute)."""
     quiet = [h for h in ("zero", "mean") if f"pairs_matter_full_{h}" in one and (one[f"pairs_matter_full_{h}"] == 0).all()]
     if not quiet:
         return ""
-    return (f"Ablation cannot ask it: under {' and '.join(quiet)} ablation no pair changes an answer of the full "
-            f"model in any of them (shipped margin >= {_margin(shipped.summary)} logits).")
+    floor = float(one.min_share.iloc[0]) if "min_share" in one else 0.1
+    largest = [c for c in (f"largest_matters_full_{h}" for h in quiet) if c in one]
+    most = (f"; the largest share any pair reaches: {one[largest].max().max():.1%}" if largest else "")
+    return (f"Ablation cannot ask it: under {' and '.join(quiet)} ablation no pair changes the answer on "
+            f"{floor:.0%} or more of the inputs of the full model in any of them{most} (shipped margin >= "
+            f"{_margin(shipped.summary)} logits).")
 
 
 def _margin(summary: str) -> str:
@@ -95,7 +101,7 @@ def _margin(summary: str) -> str:
 
 
 def compete(summary: pd.DataFrame, two_layer: pd.DataFrame, table1: pd.DataFrame | None, link: str,
-            legacy: bool = False) -> Answer:  # fmt: skip
+            legacy: bool = False, head_table: pd.DataFrame | None = None) -> Answer:  # fmt: skip
     """The Count01 paper's title question, from the mechanism tables (reading a: a head whose total effect
     opposes the answer, over the reading family) and Table 1 (reading c: heads trained together end worse)."""
     one = summary[(summary.metric == "accuracy") & (summary.how == "family")]
@@ -104,8 +110,10 @@ def compete(summary: pd.DataFrame, two_layer: pd.DataFrame, table1: pd.DataFrame
     two = ", ".join(f"{int(r.heads_competes)}/{int(r.heads_supports + r.heads_competes + r.heads_inactive + r.heads_undetermined)}"
                     for r in two_layer.itertuples())  # fmt: skip
     text = (("Cooperate at inference: no head" if competing == 0 else f"{competing} heads") + " of the one-layer models "
-            f"pushes against the answer ({competing} of {heads} heads over the reading family; two layers: {two}"
-            + ("; the earlier instrument's tables" if legacy else "") + ").")
+            "pushes against the answer beyond a tenth of its fair share with 95% confidence (the role threshold; "
+            f"{competing} of {heads} heads over the reading family; two layers: {two}"
+            + ("; the earlier instrument's tables" if legacy else "") + ")"
+            + _below_threshold(head_table) + ".")
     if table1 is not None:
         t = table1.set_index("metric")
         s_d, l_d = float(t.loc["s_acc", "isolated_minus_joint"]), float(t.loc["l_acc_head", "isolated_minus_joint"])
@@ -114,20 +122,63 @@ def compete(summary: pd.DataFrame, two_layer: pd.DataFrame, table1: pd.DataFrame
     return Answer("The Count01 paper's title asks", f'"{TITLE}"', text, link)
 
 
+def lead(word: str, favoured: str, knife_edge: str, wanted: str) -> str:
+    """The hedge that opens an answer, by a stated rule: "Yes" where `wanted` stands, "No" where another word
+    stands, "On a knife edge" where nothing stands but removing one group of readings makes `wanted` stand,
+    else "Undetermined" (a `favoured` word short of the vote is named, never rounded up)."""
+    if word == wanted:
+        return "Yes"
+    if word != "undetermined":
+        return "No"
+    return "On a knife edge" if f": {wanted} " in f"{knife_edge} " else "Undetermined"
+
+
+def _holds(row) -> str:
+    """The defining property's verdict: both heads' writes conditional on a majority of the inputs that can
+    show it (the word's rule 5a)."""
+    return "holds" if min(row.conditional_a, row.conditional_b) >= 0.5 else "does not hold"
+
+
+def _defining(row) -> str:
+    """The post's defining property on one pair: the share of the inputs that can show it where each head's
+    writes are conditional, and how many of the inputs where the pair matters can show it."""
+    return (f"each head's writes depend on a token it does not attend to on {row.conditional_a:.0%} / "
+            f"{row.conditional_b:.0%} of the inputs that can show it ({row.shown_a:.0%} / {row.shown_b:.0%} of the "
+            "inputs where the pair matters)")
+
+
+def _below_threshold(heads: pd.DataFrame | None) -> str:
+    """The heads whose direct push opposes the answer though no role reading calls them competing."""
+    if heads is None or "direct_effect" not in heads:
+        return ""
+    one = heads[heads.how == "family"] if "how" in heads else heads
+    negative = one[one.direct_effect < 0]
+    return (f"; {len(negative)} of {len(one)} heads have a negative direct effect, each within that threshold or "
+            f"its interval" if len(negative) else "")
+
+
 def skip_pair(answer: pd.DataFrame, link: str) -> Answer:
-    """The SkipPair post's claim, by its own definition of superposition, from `skip_pair_answer.csv`."""
+    """The SkipPair post's claim, by its own definition of superposition, from `skip_pair_answer.csv`: the
+    word over the reading family with its vote and knife edges, then the defining property (conditional
+    writes) and the interference sentence (only the answer shared) as two findings, each with its share and
+    denominator; the same for d_head 1."""
     five = answer[answer.d_head == 5].iloc[0]
     one = answer[answer.d_head == 1].iloc[0]
-    word = five.mechanism if five.mechanism != "undetermined" else f"undetermined, {five.default_reading} favoured"
-    lead = "Yes" if five.mechanism == "superposition" else "Nearly" if five.default_reading == "superposition" else "No"
-    text = (f"{lead}, on the shipped d_head 5 model: {word} ({five.agreement:.0%} of votes; a word needs 90%). Each "
-            f"head's writes depend on tokens it does not attend to on "
-            f"{'at least ' if min(five.conditional_a, five.conditional_b) < 1 else ''}"
-            f"{min(five.conditional_a, five.conditional_b):.0%} of inputs and the heads attend to different sources on "
-            f"{five.distributed:.0%}, but the answer is the only completion both write to on {five.only_answer:.0%} of "
-            f"the inputs where both write several (the word holds least: {five.flips.split(', ', 1)[-1]}). At d_head "
-            f"1: {one.mechanism} ({one.agreement:.0%} of votes); there the answer is the only shared completion on "
-            f"{one.only_answer:.0%}.")  # fmt: skip
+    favoured = getattr(five, "favoured", five.default_reading)
+    share = getattr(five, "favoured_share", five.agreement)
+    edge = str(getattr(five, "knife_edge", "") or "")
+    edge = "" if edge == "nan" else edge
+    word = five.mechanism if five.mechanism != "undetermined" else f"undetermined, {favoured} favoured"
+    kinds = "; ".join(f"{h} {getattr(five, f'vote_{h}'):.0%}" for h in ("zero", "mean", "resample")
+                      if pd.notna(getattr(five, f"vote_{h}", float("nan"))))  # fmt: skip
+    text = (f"{lead(five.mechanism, favoured, edge, 'superposition')}, on the shipped d_head 5 model: {word} "
+            f"({share:.0%} of votes, the mean of the kinds that see the pair: {kinds}; a word needs 90%"
+            + (f"; knife edge: {edge}" if edge else "; no single group of readings flips it") + "). "
+            f"The post's defining property {_holds(five)}: {_defining(five)}; the heads attend to different sources on "
+            f"{five.distributed:.0%}. Its interference sentence, judged apart: the answer is the only completion both "
+            f"write to on {five.only_answer:.0%} of the inputs where both write several ({five.multi:.0%} of the "
+            f"inputs where the pair matters). At d_head 1: {one.mechanism} ({one.agreement:.0%} of votes); the "
+            f"defining property {_holds(one)}: {_defining(one)}, and the answer is the only shared completion on {one.only_answer:.0%}.")  # fmt: skip
     return Answer("The SkipPair post asks", f'is this superposition, "{SUPERPOSITION}"?', text, link)
 
 
@@ -149,5 +200,5 @@ def from_tables(results: Path, questions: tuple[str, ...], page: str = "") -> li
             table1 = results / "count01" / "table1.csv"
             out.append(compete(summary, two if two is not None else summary.iloc[:0],
                                pd.read_csv(table1) if table1.exists() else None, link(key),
-                               legacy="independent" in summary.columns))  # fmt: skip
+                               legacy="independent" in summary.columns, head_table=load("count01_heads")))  # fmt: skip
     return out

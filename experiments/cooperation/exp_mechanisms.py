@@ -13,6 +13,7 @@ from experiments.cooperation.common import Settings
 from experiments.shared import write_table
 from experiments.cooperation.measures import WRITES_TO
 from headcoop.analysis.mechanisms.cooperation import MECHANISMS, ROLES
+from headcoop.analysis.mechanisms.words import Reading, vote
 
 PRIMARY = dict(n_heads=16, d_model=32, d_head=2)
 # which outputs a head "writes to" in one context: (name, reading of hc.superposed_writes, outputs); the
@@ -107,6 +108,8 @@ def answer_row(result, **labels) -> dict:
                weighs_0_against_1=opposite, weight_ratio_max=ratio,
                **{f"pairs_matter_full_{h}": int((pairs[f"full_matters_{h}"] >= result.thresholds["min_share"]).sum())
                   for h in result.hows},
+               **{f"largest_matters_full_{h}": float(pairs[f"full_matters_{h}"].max()) for h in result.hows},
+               min_share=result.thresholds["min_share"],
                **{f"heads_alone_{h}": int((result.head_table[f"alone_{h}"] >= 0.9).sum()) for h in result.hows},
                mechanism=result.mechanism, agreement=result.agreement, summary=result.summary)  # fmt: skip
     return row
@@ -144,13 +147,30 @@ def skip_pair_answer(s: Settings) -> pd.DataFrame:
     rows = []
     for name, d_head in (("skip-pair", 5), ("skip-pair-dhead1", 1)):
         result = hc.cooperation(hc.load(name), draws=s.draws)
-        pair = result.pairs.iloc[0]
-        rows.append(dict(model=name, d_head=d_head, mechanism=pair.mechanism, agreement=pair.agreement,
-                         default_reading=pair.primary_word, flips=pair.flips_under, by_ablation=pair.by_ablation,
-                         **{c: pair[c] for c in ("matters", "or", "and", "conditional_a", "conditional_b", "multi",
-                                                 "only_answer", "distributed", "rank_a", "rank_b")},
-                         same_word=result.same_word, summary=result.summary))  # fmt: skip
+        rows.append(dict(model=name, d_head=d_head, **skip_pair_row(result)))
     return write_table(pd.DataFrame(rows), s.out, "skip_pair_answer")
+
+
+def skip_pair_row(result) -> dict:
+    """A SkipPair pair's answer row from one `hc.cooperation` call: the word over the family with its vote,
+    the favoured word and each kind's vote among its seeing readings (the family's vote is their mean),
+    the knife edges, and the post's defining property (conditional writes, among the inputs that can show
+    it, and that share) apart from its interference sentence (only the answer shared)."""
+    pair = result.pairs.iloc[0]
+    words = result.words.iloc[0].tolist()
+    readings = [Reading(r.how, int(r.draw), r.threshold or None, float(r.factor)) for r in result.readings.itertuples()]
+    shares = vote(words, readings)
+    favoured = max(shares, key=lambda w: (shares[w], w != "undetermined")) if shares else "undetermined"
+    per_kind = {}
+    for how in result.hows:
+        mine = [w for w, r in zip(words, readings) if r.how == how and w != "unseen"]
+        per_kind[f"vote_{how}"] = (sum(w == favoured for w in mine) / len(mine)) if mine else float("nan")
+    return dict(mechanism=pair.mechanism, agreement=pair.agreement, favoured=favoured,
+                favoured_share=shares.get(favoured, 0.0), **per_kind, knife_edge=pair.knife_edge,
+                default_reading=pair.primary_word, flips=pair.flips_under, by_ablation=pair.by_ablation,
+                **{c: pair[c] for c in ("matters", "or", "and", "conditional_a", "conditional_b", "shown_a", "shown_b",
+                                        "multi", "only_answer", "distributed", "rank_a", "rank_b")},
+                same_word=result.same_word, summary=result.summary)  # fmt: skip
 
 
 def _skip_pair_models(s: Settings) -> list[tuple[str, int, int | None, object]]:
@@ -170,7 +190,9 @@ def skip_pair_mechanisms(s: Settings) -> tuple[pd.DataFrame, pd.DataFrame]:
     contexts of each 2 x 2 class and the contexts where both heads write to several outputs and add up
     only on the correct one, under three readings of "writes to" (WRITE_READINGS)."""
     task = hc.SkipPair()
-    batch = task.mechanism_inputs(2 * s.n_inputs, seed=3)
+    # the default call's inputs (hc.cooperation's n and seed): the shipped models' family rows are then the
+    # answer's call (`skip_pair_answer`), one instrument for one claim (a test checks they agree)
+    batch = task.mechanism_inputs(s.n_inputs, seed=0)
     completions = task.completions()
     pair_names = [f"{a}{b}" for a, b in task.pairs]
     rows, per_type = [], []
@@ -180,9 +202,12 @@ def skip_pair_mechanisms(s: Settings) -> tuple[pd.DataFrame, pd.DataFrame]:
         for how in ("family", "mean", "zero"):
             result = hc.cooperation(model, inputs=batch, metric="accuracy", how=how, draws=s.draws)
             pair = result.pairs.iloc[0]
+            answer = skip_pair_row(result)
             rows.append(dict(**labels, how=how, mechanism=pair.mechanism, agreement=pair.agreement,
-                             flips=pair.flips_under, by_ablation=pair.by_ablation, reason=pair.reason,
-                             matters=pair.matters, roles=", ".join(f"{h} {r}" for h, r in result.roles.items()),
+                             favoured=answer["favoured"], favoured_share=answer["favoured_share"],
+                             knife_edge=pair.knife_edge, flips=pair.flips_under, by_ablation=pair.by_ablation,
+                             reason=pair.reason, matters=pair.matters,
+                             roles=", ".join(f"{h} {r}" for h, r in result.roles.items()),
                              **{c: pair[c] for c in ("or", "and", "a_only", "b_only", "multi", "only_answer",
                                                      "distributed", "rank_a", "rank_b", "interaction")}))  # fmt: skip
             if how != "family":

@@ -70,59 +70,30 @@ def _count01_signature(acc: pd.DataFrame, ensemble: pd.DataFrame | None) -> tupl
 
 
 def answer_blocks(answer: pd.DataFrame | None) -> tuple:
-    """The paper's question answered first (issue 48): the same-computation axis, whether any pair matters in
-    the full model, how many heads answer alone, per model (`count01_answer.csv`)."""
+    """The numbers the page's Count01 answer quotes (`count01_answer.csv`), with what each column is: the
+    answer sentence itself is `answers.count01`'s, one text for one claim."""
     if answer is None:
         return ()
     two = answer[answer.layers == 2] if "layers" in answer else answer.iloc[:0]
     answer = answer[answer.layers == 1] if "layers" in answer else answer
     shipped = answer[answer.model == "shipped"].iloc[0]
-    n, same = len(answer), answer.same_word == "same computation (pseudo-ensemble)"
-    flipped = answer[~same]
-    full = {h: answer[f"pairs_matter_full_{h}"] for h in ("zero", "mean", "resample") if f"pairs_matter_full_{h}" in answer}
-    quiet = [h for h, v in full.items() if (v == 0).all()]
-    loud = {h: v for h, v in full.items() if h not in quiet}
-    alone = "; ".join(f"{h} {int(answer[f'heads_alone_{h}'].median())}" for h in full)
-    function = ""
-    if "function_word" in answer:  # issue 59: the answer by counterfactual edits, the correlation beside it
-        shown_fn = pd.concat([answer, two])
-        counts = shown_fn.function_word.value_counts()
-        function = ("**Answer by counterfactual edits** (issue 59: a function is what changes under an edit; every "
-                    "single-token substitution before the '=' of 64 strings, each head's direct push and, where layer 1 "
-                    "reads it, its total effect): " + "; ".join(f"{w}: {c} of {len(shown_fn)} models" for w, c in counts.items())
-                    + ". Per model: " + "; ".join(f"{r.model}: {r.function_word} ({r.deciding_heads} heads decide on "
-                                                 f"{r.decided_on}, |cos| >= {r.edit_cos_min:.3f}, {r.edit_one_direction:.2%} "
-                                                 f"of the response on one direction)" for r in shown_fn.itertuples())
-                    + ". The correlation on the task's own inputs, beside it: ")  # fmt: skip
-    text = function + (f"**Answer** (the default `hc.cooperation` call with issue 48's words, on the models below): the heads "
-            f"compute the same function, the paper's pseudo-ensemble read directly and without ablation, in "
-            f"{int(same.sum())} of {n} models (the shipped model and {n - 1} seeds): the heads that push the answer "
-            f"correlate pairwise at r >= {answer[same].r_min.min():.3f} there, at least "
-            f"{answer[same].one_direction.min():.2%} of their push variance lies on one direction, and every such "
-            "head weighs the share of '0' against the share of '1' with opposite signs "
-            f"({int(answer.weighs_0_against_1.sum())} of {n} models; within a factor {answer.weight_ratio_max.max():.2f}). "
-            + (f"In the other {len(flipped)} ({', '.join(flipped.model)}) the smallest r ({flipped.r_min.min():.3f} to "
-               f"{flipped.r_max.max() if 'r_max' in flipped else flipped.r_min.max():.3f}) lies inside the tolerance "
-               "band (r >= 0.95 / 0.9 / 0.8), so the word reads undetermined, though 99% or more of the variance is "
-               "on one direction. " if len(flipped) else "")
-            + (f"Under {' and '.join(quiet)} ablation no pair of heads changes any answer of the full model in any of "
-               f"the {n} models (the answer's margin is tens of logits): every pair word is read in the isolated "
-               "context (the other heads ablated), which asks a different question per ablation. " if quiet else "")
-            + "".join(f"Under {h} ablation {int(v.min())} to {int(v.max())} pairs per model do: it injects another "
-                      "string's votes, a different question. " for h, v in loud.items())
-            + f"Heads that alone answer 90% of the strings (median over models): {alone}. "
-            + (f"The {len(two)} two-layer models (32 heads; zero ablation alone, for time; the push of a layer-0 "
-               "head is its total effect, through the heads that read it): "
-               + "; ".join(f"{r.model}: {r.same_word}, {r.active_heads} heads push, r >= {r.r_min:.3f}, "
-                           f"{r.one_direction:.2%} on one direction, {r.pairs_matter_full_zero} pairs change an answer "
-                           f"of the full model" for r in two.itertuples()) + ". " if len(two) else "")
-            + ("The tables after this one were computed before issue 48 (the old words, among them *independent*, and "
-               "the old family with answer-aligned mean); `python -m experiments.cooperation.run_all` recomputes them. "
-               if MECHS == LEGACY_MECHS else "")
+    text = ("**The answer's numbers** (`count01_answer.csv`: the default `hc.cooperation` call per model; the answer "
+            "at the top of the page is built from this table, by counterfactual edits first, the correlation on the "
+            "task's inputs beside it). `function_word`, `deciding_heads`, `decided_on`, `edit_cos_min`, "
+            "`edit_one_direction`: the same function by edits; `same_word`, `r_min`, `one_direction`: the "
+            "correlation on the task's inputs; `pairs_matter_full_<kind>`: pairs that change the answer on "
+            f"`min_share` ({float(answer.min_share.iloc[0]) if 'min_share' in answer else 0.1:.0%}) or more of the "
+            "inputs in the full model, `largest_matters_full_<kind>` the largest share any pair reaches; "
+            "`heads_alone_<kind>`: heads that alone answer 90% of the strings on the kind's first draw. The paper's "
+            "answer is the one-layer rows (\"The analysis is limited to single-layer attention-only transformer "
+            "models\"); the two-layer rows (zero ablation alone, for time) go past the paper. "
+            + ("The tables after this one were computed before issue 48 (the old words); `python -m "
+               "experiments.cooperation.run_all` recomputes them. " if MECHS == LEGACY_MECHS else "")
             + "The shipped model's summary: " + str(shipped.summary))  # fmt: skip
     cols = ["model", "answer_acc", "function_word", "deciding_heads", "decided_on", "edit_cos_min",
             "edit_one_direction", "same_word", "active_heads", "r_min", "r_median", "one_direction",
-            "weighs_0_against_1", "weight_ratio_max", *[c for c in answer.columns if c.startswith(("pairs_matter", "heads_alone"))],
+            "weighs_0_against_1", "weight_ratio_max",
+            *[c for c in answer.columns if c.startswith(("pairs_matter", "largest_matters", "heads_alone"))],
             "mechanism", "agreement"]  # fmt: skip
     shown = pd.concat([answer, two])
     return (Text(text), Table(shown[[c for c in cols if c in shown]], digits=3))
@@ -352,9 +323,10 @@ def section_skip_pair(mech: pd.DataFrame, ctx: pd.DataFrame, shipped_measures: p
     return Section(answers.EVIDENCE["skip_pair"], (
         Text(f"**Post**: \"{INTERFERE}\"; \"{ONLY_CORRECT}\"; \"{DISTRIBUTE}\"; \"{SUPERPOSE}\"; \"{LEAST_FAVOURITE}\"; "
              f"\"{ONE_HEAD}\""),
+        *_answer_numbers(answer),
         Text("**Here**: two-head models with d_head 5 and d_head 1, trained over seeds with the SkipPair "
-             "reproduction's recipe, and the shipped checkpoints; `hc.cooperation` on 1,024 signal contexts (the "
-             "post's claims are about them), accuracy per context, under the reading family (zero and mean ablation "
+             "reproduction's recipe, and the shipped checkpoints; `hc.cooperation` on 512 signal contexts (the "
+             "default call's inputs; the post's claims are about them), accuracy per context, under the reading family (zero and mean ablation "
              "alone beside) (`skip_pair_mechanisms.csv`). `median_or` .. `median_b_only`: medians over seeds of the "
              "shares of the contexts where the pair matters; `median_multi`: of all contexts, both heads write to at "
              "least 2 completions consistent with their source; `median_only_answer`: of those, the answer is the "
@@ -384,12 +356,35 @@ def section_skip_pair(mech: pd.DataFrame, ctx: pd.DataFrame, shipped_measures: p
     ), claims=claims)
 
 
+ANSWER_COLUMNS = ["model", "mechanism", "agreement", "favoured", "favoured_share", "vote_zero", "vote_mean",
+                  "vote_resample", "knife_edge", "conditional_a", "conditional_b", "shown_a", "shown_b", "distributed",
+                  "multi", "only_answer", "matters", "or", "and"]  # fmt: skip
+
+
+def _answer_numbers(answer: pd.DataFrame | None) -> tuple:
+    """The numbers the page's SkipPair answer quotes, as a table (`skip_pair_answer.csv`, the default call)."""
+    if answer is None:
+        return ()
+    return (Text("**The answer's numbers** (`skip_pair_answer.csv`: the default `hc.cooperation` call on the shipped "
+                 "checkpoints; the answer at the top of the page is built from this table). `agreement`: the share of "
+                 "votes of the most common word; `favoured`: the most common word other than *undetermined* and "
+                 "`favoured_share` its votes; `vote_<kind>`: its share of that kind's seeing readings (the family's "
+                 "vote is the mean over the kinds that see the pair); `knife_edge`: a group of readings whose removal "
+                 "alone changes the word; `conditional_a/b`: the post's defining property, among the inputs that can "
+                 "show it, `shown_a/b` their share of the inputs where the pair matters; `only_answer`: the "
+                 "interference sentence, among the inputs where both write several (`multi`)."),
+            Table(answer[[c for c in ANSWER_COLUMNS if c in answer]], digits=4))
+
+
 def _shipped_word(mech: pd.DataFrame, d_head: int) -> str:
     row = mech[mech.seed.isna() & (mech.d_head == d_head) & (mech.how == "family")]
     if not len(row):
         return "not measured"
     row = row.iloc[0]
-    return f"{row.mechanism} ({row.agreement:.0%} of readings; {row.by_ablation})"
+    if "favoured" not in row or pd.isna(row.favoured):
+        return f"{row.mechanism} ({row.agreement:.0%} of votes; {row.by_ablation})"
+    word = row.mechanism if row.mechanism != "undetermined" else f"undetermined, {row.favoured} favoured"
+    return f"{word} ({row.favoured_share:.0%} of votes; a word needs 90%)"
 
 
 def section_compete(summary: pd.DataFrame, heads: pd.DataFrame, two_layer: pd.DataFrame, table1: pd.DataFrame | None) -> Section:

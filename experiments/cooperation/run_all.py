@@ -47,6 +47,10 @@ def main(argv=None) -> int:
     timing = dict(total_s=round(time.perf_counter() - start, 1), steps=steps, cores=os.cpu_count(),
                   threads=torch.get_num_threads(), quick=args.quick)  # fmt: skip
     (s.out / "timing.json").write_text(json.dumps(timing, indent=1) + "\n")
+    if not args.quick:  # the commit the tables were generated at (`experiments.consistency` checks it)
+        from experiments.consistency import record
+
+        record(s.out)
     doc = page.build(results)
     print(f"[cooperation] done in {time.perf_counter() - start:.1f} s; doc: {doc}")
     return 0

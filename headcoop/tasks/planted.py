@@ -1,8 +1,9 @@
 """Planted models: hand-weighted HookedTransformers whose heads cooperate in a known way, with their task,
 to test `hc.cooperation` against a known answer.
 
-    model = hc.planted("superposition")          # model.task, model.planted: the truth
-    hc.cooperation(model).mechanism              # "superposition"
+    model = hc.planted("redundant")              # model.task, model.planted: the truth
+    hc.cooperation(model).mechanism              # "redundant" (the "superposition" model's truth is
+                                                 # "conjunction": its writes are not conditional)
 
 Every model reads a sequence [a, b, =]: a in a0..a{K-1} (position 0), b in b0..b{K-1} (position 1), and
 answers at "=" (position 2) with one output token. The residual stream holds one-hot token and position

@@ -13,7 +13,7 @@ ablation), composition and backup (`repair.py`). The words and their order (`wor
 its source in `WORD_SOURCES`. The readings: each ablation kind ("zero", "mean", "resample"; mean and resample
 aligned by the offset from the answer position: `references.py`), its distinct reference draws, and each
 threshold at half and twice its default, each other reading of "writes to", and the universal reading of
-"only on the correct token". Each ablation kind carries one equal vote; a reading that cannot see a pair
+"... only constructively interfere on the correct token". Each ablation kind carries one equal vote; a reading that cannot see a pair
 abstains ("unseen"). A word stands where at least `agree` of the votes give it; else "undetermined", and
 `flips_under` names the word and the readings where it holds least.
 

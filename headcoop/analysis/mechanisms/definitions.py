@@ -62,7 +62,7 @@ def definitions(agree: float = 0.9, factors: tuple[float, float] = (0.5, 2.0)) -
     lines += [f"  - *{kind}*: {ABLATION_MEANINGS[kind]}" for kind in KINDS]
     lines.append(f"- **The family and the vote**: every ablation kind and reference draw, at the default thresholds, "
                  f"each threshold at x{factors[0]:g} and x{factors[1]:g}, the other readings of *writes to* "
-                 f"({', '.join(WRITE_READINGS_FAMILY)}), and the universal reading of *only on the correct token*. "
+                 f"({', '.join(WRITE_READINGS_FAMILY)}), and the universal reading of *... only constructively interfere on the correct token*. "
                  f"Within a kind every reading counts alike; a word stands where at least {agree:.0%} of the votes "
                  "give it, else the pair is *undetermined* and `flips_under` names the word and the readings where it "
                  "holds least. A **model's** word under one reading is the word of more than half of its active, "

@@ -92,8 +92,11 @@ class Cooperation(Result):
         share of readings and the group of readings where it holds least), by_ablation (each ablation's most
         common word and its share), reason;
         the primary reading's axes: context, matters, or / and / a_only / b_only / shared (shares of the
-        inputs where the pair matters), unseen (the share of those left out: a replacement there does what its head does), additive_ld; multi, only_answer, distributed, rank_a, rank_b
-        (writes and attention); composition (share of the earlier head's effect through the later one);
+        inputs where the pair matters), unseen (the share of those left out: a replacement there does what its
+        head does), additive_ld; knife_edge (the groups of readings whose removal alone changes the word, with
+        the word and vote without them); shown_a / shown_b (the share of those inputs that can show whether a
+        head's writes are conditional: conditional_a / conditional_b are among them); multi, only_answer,
+        distributed, rank_a, rank_b (writes and attention); composition (share of the earlier head's effect through the later one);
         interaction (Shapley interaction index, NaN above max_exact heads) and interaction_full."""
         return self.pairs.copy()
 

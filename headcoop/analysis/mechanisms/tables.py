@@ -14,7 +14,7 @@ from headcoop.analysis.mechanisms.edits import function_table
 from headcoop.analysis.mechanisms.evidence import same_computation_axis
 from headcoop.analysis.mechanisms.repair import BACKUP_COLUMNS, redundant_readers, share_or_nan
 from headcoop.analysis.mechanisms.result import Cooperation
-from headcoop.analysis.mechanisms.words import ABSTAIN, CLASSES, INPUT_CLASSES, MECHANISMS, by_ablation, stand
+from headcoop.analysis.mechanisms.words import ABSTAIN, CLASSES, INPUT_CLASSES, MECHANISMS, by_ablation, knife_edges, stand
 
 
 def pair_table(run: Run, r: dict, by_kind: dict, primary: str, th: dict, agree: float, inter) -> tuple:
@@ -53,10 +53,12 @@ def pair_table(run: Run, r: dict, by_kind: dict, primary: str, th: dict, agree: 
         full_matters = float(full_by_kind[:, m].max())
         rows.append(dict(head_a=run.names[i], head_b=run.names[j], mechanism=word, agreement=share, flips_under=flip,
                          reason=reason, primary_word=r["words"][first][m], by_ablation=by_ablation(words, readings, why),
+                         knife_edge=knife_edges(words, readings, agree),
                          context=context, matters=float(e["matters"][m]), unseen=float(e["unseen"][m]),
                          **{c: float(e[c][m]) for c in CLASSES},
                          additive_ld=float(e["additive"][m]), multi=sp["multi"], only_answer=sp["only"],
-                         conditional_a=sp["cond_a"], conditional_b=sp["cond_b"], distributed=sp["distributed"],
+                         conditional_a=sp["cond_a"], conditional_b=sp["cond_b"], shown_a=sp["shown_a"],
+                         shown_b=sp["shown_b"], distributed=sp["distributed"],
                          rank_a=rank_a, rank_b=rank_b,
                          composition=share_or_nan(by_kind[primary]["composition"].get(m), ev0, th, r["held"][primary]),
                          interaction=float(inter[i, j]), interaction_full=float((f[0][m] - f[1][m] - f[2][m] + f[3][m]).mean()),
@@ -190,7 +192,9 @@ def summary_line(run: Run, frame: pd.DataFrame, heads: pd.DataFrame, by_kind: di
                      + ": where a pair does not matter in the full model its word is read with every other head "
                      "ablated (isolated).")  # fmt: skip
     if run.binary:
-        alone = "; ".join(f"{h}: {int((heads[f'alone_{h}'] >= 0.9).sum())}" for h in by_kind)
+        counts = {h: sorted({int((ev.alone.mean(-1) >= 0.9).sum()) for ev, *_ in by_kind[h]["draws"]}) for h in by_kind}
+        alone = "; ".join(f"{h}: {c[0]}" if len(c) == 1 else f"{h}: {c[0]}-{c[-1]} over its {len(by_kind[h]['draws'])} draws"
+                          for h, c in counts.items())  # fmt: skip
         parts.append(f"Heads that alone answer >= 90% of inputs: {alone}.")
     parts.append(f"Pair word: {mechanism} ({agreement:.0%} of votes).")
     return " ".join(parts)

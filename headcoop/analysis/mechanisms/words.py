@@ -90,7 +90,11 @@ WORD_SOURCES = {  # text in double quotes is verbatim from ../shared/seeds (test
                  'behave as a pseudo-ensemble, all solving the same subtask"; the direct reading is the model-level '
                  "'same computation' axis.",
     "division": "Our word, no source defines it: each input is answered by one head alone, different heads for "
-                "different inputs (i-only and j-only).",
+                "different inputs (i-only and j-only). It is read input by input; the Count01 paper's alternative "
+                "is read over the task (\"they can only solve the original task in conjunction\"), and a division "
+                "can meet it there: in the bench's count-subtasks pair each head alone answers about half of the "
+                "inputs (49% / 51%), no more than a constant answer does (51%), so over the task neither solves it "
+                "alone, while on every input one of them does.",
     "conjunction": 'Both heads are needed on most inputs where the pair matters (AND on the user\'s metric): the '
                    'Count01 paper\'s alternative, "they perform different subtasks, meaning that they can only solve '
                    'the original task in conjunction".',
@@ -138,7 +142,7 @@ class Reading:
 
 def band(thresholds: dict, factors: tuple[float, float]) -> list[tuple[str | None, float, dict]]:
     """The threshold readings: the defaults, each threshold at each factor (a share at most (1 + default)
-    / 2), each other reading of "writes to", and the universal reading of "only on the correct token"."""
+    / 2), each other reading of "writes to", and the universal reading of "... only constructively interfere on the correct token"."""
     base = dict(thresholds, writes="floor", universal=False)
     out = [(None, 1.0, base)]
     for name, value in thresholds.items():
@@ -288,5 +292,24 @@ def stand(words: list[str], readings: list[Reading], agree: float, reasons: list
     return (word if share >= agree else "undetermined"), share, "; ".join(x for x in (flip, blind_note) if x)
 
 
+def knife_edges(words: list[str], readings: list[Reading], agree: float) -> str:
+    """The groups of readings whose removal alone changes the word that stands (a knife edge), each with the
+    word and vote without it, e.g. "without universal: superposition 91%"; "" where none does. Groups: each
+    ablation kind, and each threshold or write reading at each factor (`stand`'s groups)."""
+    word = stand(words, readings, agree)[0]
+    keys = [r.how if r.threshold is None else r.threshold if r.factor == 1.0 else f"{r.threshold} x{r.factor:g}"
+            for r in readings]  # fmt: skip
+    groups = list(dict.fromkeys([r.how for r in readings] + [k for k, r in zip(keys, readings) if r.threshold]))
+    out = []
+    for g in groups:
+        keep = [x for x, (r, k) in enumerate(zip(readings, keys)) if r.how != g and k != g]
+        if not keep or len(keep) == len(readings):
+            continue
+        other, share, _ = stand([words[x] for x in keep], [readings[x] for x in keep], agree)
+        if other != word:
+            out.append(f"without {g}: {other} {share:.0%}")
+    return "; ".join(out)
+
+
 __all__ = ["MECHANISMS", "ABSTAIN", "ROLES", "INPUT_CLASSES", "CLASSES", "THRESHOLDS", "THRESHOLD_MEANINGS", "WORD_SOURCES", "Reading",
-           "band", "superposition_word", "necessity_word", "blind_reason", "by_ablation", "model_word", "vote", "stand"]  # fmt: skip
+           "band", "superposition_word", "necessity_word", "blind_reason", "by_ablation", "model_word", "vote", "stand", "knife_edges"]  # fmt: skip
