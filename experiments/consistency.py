@@ -23,8 +23,11 @@ REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "docs" / "results"
 # the pages that show the SkipPair answer and the registry's summary row of its superposition claim
 ANSWER_PAGES = ("cooperation.md", "skip_pair.md", "robustness.md")
-# what the instrument's tables depend on: a table folder generated before a change here is stale
-INSTRUMENT = ("headcoop/analysis/mechanisms", "experiments/cooperation", "experiments/claims.py")
+# what writes the instrument's tables (the words, the games they read, the models, the experiments' calls):
+# a table folder generated before a change here is stale; page rendering and the claim registry read tables
+INSTRUMENT = ("headcoop/analysis/mechanisms", "headcoop/analysis/games", "headcoop/tasks",
+              "experiments/cooperation/exp_mechanisms.py", "experiments/cooperation/common.py",
+              "experiments/cooperation/planted.py")  # fmt: skip
 GENERATED = "generated.json"
 SHIPPED = re.compile(r"shipped d_head 5 model: ([a-z ,]+?) \((\d+)% of votes")
 VERDICT = re.compile(r"the example model, reading family \(favoured\): (holds|fails|not testable here)")
@@ -131,13 +134,17 @@ def _git(*args: str) -> str:
     return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True, check=True).stdout.strip()
 
 
-def record(folder: Path) -> Path:
-    """Write `generated.json` in a table folder: the commit the generating code ran at, and whether the
-    instrument's files differed from it (a dirty tree makes the record say so)."""
-    commit = _git("rev-parse", "HEAD")
-    dirty = _git("status", "--porcelain", "--", *INSTRUMENT)
+def started() -> dict:
+    """Where the generating code stands as a run starts (call it first): HEAD's commit and whether the
+    instrument's files differ from it (a process runs the code it imported, so the start is what counts)."""
+    return dict(commit=_git("rev-parse", "HEAD"), instrument=list(INSTRUMENT),
+                dirty=bool(_git("status", "--porcelain", "--", *INSTRUMENT)))  # fmt: skip
+
+
+def record(folder: Path, start: dict) -> Path:
+    """Write `generated.json` in a table folder: `started()` of the run that wrote its tables."""
     path = folder / GENERATED
-    path.write_text(json.dumps(dict(commit=commit, instrument=list(INSTRUMENT), dirty=bool(dirty)), indent=1) + "\n")
+    path.write_text(json.dumps(start, indent=1) + "\n")
     return path
 
 

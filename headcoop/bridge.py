@@ -79,10 +79,10 @@ def kind_label(model) -> str:
 def user_hooks(model: nn.Module) -> list[str]:
     """Where hooks a user (or headcoop's own context managers) put on `model` sit, by hook name.
 
-    On a HookedTransformer that is every hook (`checks.installed_hooks`). A Bridge keeps hooks of its own on
-    the Hugging Face modules it wraps (how it routes their activations to its hook points); those are part
-    of the model and are left out. What remains is every hook on a hook point, on the Bridge's own modules,
-    and torch's global module hooks."""
+    On a HookedTransformer that is every hook (`checks.installed_hooks`). On a Bridge: every hook on a hook
+    point and on the Bridge's own modules, torch's global module hooks, and the torch hooks (forward,
+    pre-forward, their with_kwargs forms, backward) on the Hugging Face modules it wraps
+    (`_original_component`), less any TransformerLens installs there itself to route their activations."""
     if not is_bridge(model):
         return installed_hooks(model)
     from transformer_lens.hook_points import HookPoint
@@ -91,13 +91,38 @@ def user_hooks(model: nn.Module) -> list[str]:
     for name, point in model.hook_dict.items():  # one hook point has several names: prefer the TransformerLens one
         names.setdefault(id(point), []).append(name)
     canonical = {key: min(found, key=lambda n: (n.endswith((".hook_in", ".hook_out")), len(n))) for key, found in names.items()}
+    shortest: dict[int, str] = {}  # a wrapped module sits under two paths (the Bridge's and the Hugging Face model's)
+    for name, module in model.named_modules(remove_duplicate=False):
+        if id(module) not in shortest or len(name) < len(shortest[id(module)]):
+            shortest[id(module)] = name
     found = []
     for name, module in model.named_modules():
-        if not isinstance(module, HookPoint) and "_original_component" in name.split("."):
-            continue  # a wrapped Hugging Face module: the Bridge's own routing hooks live there
-        if has_hooks(module):
+        wrapped = not isinstance(module, HookPoint) and "_original_component" in name.split(".")
+        if wrapped and any(_users(hooks) for hooks in _hook_dicts(module)):
+            found.append(shortest[id(module)])  # a torch hook a user put on a wrapped Hugging Face module
+        elif not wrapped and has_hooks(module):
             found.append(canonical.get(id(module), name) or "<model>")
     return found + global_hooks()
+
+
+def _hook_dicts(module: nn.Module) -> list[dict]:
+    """A module's hook dictionaries: forward, pre-forward (their with_kwargs forms live in the same ones),
+    backward and pre-backward."""
+    return [module._forward_hooks, module._forward_pre_hooks, module._backward_hooks,
+            getattr(module, "_backward_pre_hooks", {})]  # fmt: skip
+
+
+# who installs hooks on a Bridge's wrapped modules as part of running it: TransformerLens (routing activations
+# to its hook points, capturing norm inputs) and transformers (capturing outputs); they change no value
+MODEL_HOOKS = ("transformer_lens.", "transformers.utils.output_capturing")
+
+
+def _users(hooks: dict) -> list:
+    """The hooks of one dictionary that the model's own libraries did not install (`MODEL_HOOKS`)."""
+    def owner(fn) -> str:
+        fn = getattr(fn, "func", fn)  # functools.partial
+        return getattr(fn, "__module__", None) or type(fn).__module__ or ""
+    return [fn for fn in hooks.values() if not owner(fn).startswith(MODEL_HOOKS)]
 
 
 def is_hf_folder(folder) -> bool:

@@ -18,6 +18,8 @@ import torch
 from safetensors import SafetensorError, safe_open
 from torch import nn
 
+from headcoop.paths import check_out_file, check_out_folder  # noqa: F401  (torch-free: the CLI checks --out first)
+
 MAX_SEED = 2**63 - 1
 
 
@@ -62,6 +64,42 @@ def check_float(
         raise ValueError(f"{name} must be {'>' if low_open else '>='} {low}, got {value!r}")
     if high is not None and value > high:
         raise ValueError(f"{name} must be <= {high}, got {value!r}")
+    return value
+
+
+MAX_STEPS = 1000  # integrated gradients' interpolation steps: beyond this the integral does not move, the time does
+
+
+def check_steps(value) -> int:
+    """The interpolation steps of an integrated-gradients estimate (`hc.attribute`'s "ig", `hc.edges`'
+    "eap-ig"): an int in 1..MAX_STEPS, each step one forward and one backward pass."""
+    return check_int("steps", value, 1, MAX_STEPS)
+
+
+def machine_memory_mb() -> float:
+    """The most memory an analysis here can use, in MB: this machine's RAM, or the largest CUDA device's
+    memory where that is more (a budget above it cannot be honoured)."""
+    try:
+        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20
+    except (ValueError, OSError, AttributeError):  # not POSIX: a bound that keeps the arithmetic finite
+        ram = 2.0**40
+    devices = [torch.cuda.get_device_properties(i).total_memory / 2**20 for i in range(torch.cuda.device_count())] \
+        if torch.cuda.is_available() else []  # fmt: skip
+    return float(max([ram, *devices]))
+
+
+def check_memory_budget(value, name: str = "memory_budget_mb") -> float:
+    """A memory budget in MB: a finite number above 0 (TypeError / ValueError naming it otherwise), clamped
+    to what the machine has (`machine_memory_mb`) with a warning that says so. Every analysis's budget goes
+    through here (the engine's chunk sizes too), so none reaches the arithmetic as inf or NaN."""
+    value = check_float(name, value, 0, low_open=True)
+    ceiling = machine_memory_mb()
+    if value > ceiling:
+        import warnings
+
+        warnings.warn(f"{name}={value:g} is more than this machine has ({ceiling:,.0f} MB); using {ceiling:,.0f} MB",
+                      stacklevel=3)  # fmt: skip
+        return ceiling
     return value
 
 
@@ -180,50 +218,6 @@ def global_hooks() -> list[str]:
     glob = nn.modules.module
     attrs = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks", "_global_backward_pre_hooks")
     return [f"torch.nn global {attr.strip('_')}" for attr in attrs if getattr(glob, attr, None)]
-
-
-def check_out_file(out, what: str) -> Path:
-    """`out` as the Path of a regular file to write (a symlink is followed to the file it names): ValueError
-    for an empty name, an existing folder, a device node, FIFO or socket (never replaced by a file), a
-    dangling link, or a path under a file; TypeError for a value that is no path."""
-    if isinstance(out, bytes) or not isinstance(out, (str, os.PathLike)):
-        raise TypeError(f"{what}: out must be a file path, got {out!r} ({type(out).__name__})")
-    if not str(out).strip():
-        raise ValueError(f"{what}: out is an empty string; give a file name such as report.html")
-    path = Path(out)
-    if path.is_symlink():
-        if not path.exists():
-            raise ValueError(f"{what}: {str(out)!r} is a link to {os.readlink(path)!r}, which does not exist")
-        path = Path(os.path.realpath(path))  # write the file the link names; the link stays
-    if path.is_dir():
-        raise ValueError(f"{what}: {str(out)!r} is a folder; give a file name such as {str(path / 'report.html')!r}")
-    if path.exists() and not stat.S_ISREG(path.stat().st_mode):
-        raise ValueError(f"{what}: {str(out)!r} is a special file (a device, FIFO or socket), not a regular file; "
-                         "headcoop never replaces one: give a file name such as report.html")  # fmt: skip
-    _no_file_above(path, what)
-    return path
-
-
-def check_out_folder(out, what: str) -> Path:
-    """`out` as a Path for a folder to write into: ValueError for an empty name, a file, or a path under a
-    file; TypeError for a value that is no path."""
-    if isinstance(out, bytes) or not isinstance(out, (str, os.PathLike)):
-        raise TypeError(f"{what}: out must be a folder path, got {out!r} ({type(out).__name__})")
-    if not str(out).strip():
-        raise ValueError(f"{what}: out is an empty string; give a folder name")
-    path = Path(out)
-    if path.exists() and not path.is_dir():
-        raise ValueError(f"{what}: {str(out)!r} is a file, not a folder")
-    _no_file_above(path, what)
-    return path
-
-
-def _no_file_above(path: Path, what: str) -> None:
-    for parent in path.absolute().parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise ValueError(f"{what}: cannot write {str(path)!r}: {str(parent)!r} is a file, not a folder")
-            return
 
 
 def weight_shapes(file: Path) -> dict[str, tuple[int, ...]]:

@@ -199,6 +199,9 @@ def _check_report_arguments(args: argparse.Namespace) -> None:
         raise ValueError(f"--budget must be 0 (no limit) or more seconds (a finite number), got {args.budget}")
     if not args.out.strip():
         raise ValueError("--out is empty; give a file name such as report.html")
+    from headcoop.paths import check_out_file  # torch-free: a folder, a FIFO or a dangling link is told at once
+
+    check_out_file(args.out, "--out")
     known = REPORT_SECTIONS + STUDY_SECTIONS
     unknown = [name for name in args.sections or () if name not in known]
     if unknown:

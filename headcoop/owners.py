@@ -13,8 +13,21 @@ import time
 from pathlib import Path
 
 
+PID_MAX = 2**31 - 1  # pid_t's range: a number beyond it (or below 1) is no pid at all
+
+
+def parse_pid(text: str) -> int | None:
+    """The pid a leftover's name carries, or None where it is no pid (not digits, 0, or beyond pid_t): such a
+    name is not one of ours to judge, so callers leave it alone."""
+    if not text.isdigit() or not 0 < int(text) <= PID_MAX:
+        return None
+    return int(text)
+
+
 def pid_alive(pid: int) -> bool:
-    """Whether a process with this pid runs on this machine."""
+    """Whether a process with this pid runs on this machine (a pid outside 1..PID_MAX names none)."""
+    if not 0 < pid <= PID_MAX:
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -47,5 +60,7 @@ def owner_alive(owner: str, renewed: float | None = None, lease_s: float | None 
         return True if renewed is None or lease_s is None else time.time() - renewed < lease_s
     if not proc:
         return True
-    pid = int(proc.split(":")[0])
+    pid = parse_pid(proc.split(":")[0])
+    if pid is None:  # a malformed owner: not ours to judge dead
+        return True
     return pid_alive(pid) and process_id(pid) == proc

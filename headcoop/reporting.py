@@ -31,6 +31,7 @@ from headcoop.tl import HookedTransformer
 
 import headcoop as hc
 from headcoop.checks import check_out_file, check_time_budget
+from headcoop.folders import replace_file
 from headcoop.analysis.nodes.attention import attention_data
 from headcoop.analysis.mechanisms.cooperation import ALL_PAIRS_UP_TO
 from headcoop.pages import Code, Details, Figure, Html, Section, Table, Text, render, stylesheet
@@ -1036,15 +1037,8 @@ def report(
         plotly_div=_PlotlyDivs(),
     )
     out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.with_name(f".{out.name}.{os.getpid()}.partial")
-    try:
-        partial.write_text(page, encoding="utf-8")
-        out = check_out_file(out, "report")  # still a regular file (or absent) now that the page is ready
-        os.replace(partial, out)  # a killed report never leaves half a page
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
-    return out
+    out = check_out_file(out, "report")  # still a regular file (or absent) now that the page is ready
+    return replace_file(out, page, "report")  # its mode and owner kept; a killed report never leaves half a page
 
 
 def _to_device(model, device: str):

@@ -35,7 +35,7 @@ from safetensors.torch import load_file, save_file
 from transformer_lens import FactoredMatrix
 
 from headcoop.folders import exchange
-from headcoop.owners import pid_alive, this_owner
+from headcoop.owners import parse_pid, pid_alive, this_owner
 from headcoop.plot import Displayed
 
 FORMAT = "headcoop-result"
@@ -166,7 +166,8 @@ def _remove_result(folder: Path, staging: bool = False) -> None:
     named = _named_files(folder) or set()
     for entry in list(folder.iterdir()):
         ours = entry.name in named or entry.name == MARKER or (staging and (
-            entry.name in (META, TENSORS) or re.fullmatch(r"table-\d+\.parquet", entry.name)))  # fmt: skip
+            entry.name in (META, TENSORS) or re.fullmatch(r"table-\d+\.parquet", entry.name)
+            or _SAFETENSORS_TMP.fullmatch(entry.name)))  # the file safetensors writes through, then renames  # fmt: skip
         if ours and entry.is_file() and not entry.is_symlink():
             entry.unlink()
     try:
@@ -175,6 +176,7 @@ def _remove_result(folder: Path, staging: bool = False) -> None:
         pass
 
 
+_SAFETENSORS_TMP = re.compile(r"\.tmp[A-Za-z0-9_]{6}")
 _LEFTOVER = re.compile(r"^\.(?P<name>.+)\.(?P<kind>partial|old)-(?P<pid>\d+)-[0-9a-f]{8}$")
 
 
@@ -192,7 +194,8 @@ def clean_leftovers(path: str | os.PathLike) -> list[Path]:
         match = _LEFTOVER.match(entry.name)
         if not match or match["name"] != path.name or entry.is_symlink() or not entry.is_dir():
             continue
-        if pid_alive(int(match["pid"])) and int(match["pid"]) != os.getpid():
+        pid = parse_pid(match["pid"])
+        if pid is None or (pid_alive(pid) and pid != os.getpid()):  # a malformed pid: not ours to judge
             continue
         if match["kind"] == "old" and _named_files(entry) is not None and not (path / META).is_file():
             if path.is_dir() and not any(path.iterdir()):
@@ -210,6 +213,9 @@ def clean_leftovers(path: str | os.PathLike) -> list[Path]:
 def load_result(path: str | os.PathLike):
     """The result saved at `path` by `result.save` (ValueError naming what is wrong with a folder that is not
     one, or is damaged)."""
+    if isinstance(path, bytes) or not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"load_result takes the folder a result was saved to (a str or Path), got {path!r} "
+                        f"({type(path).__name__})")  # fmt: skip
     path = Path(path)
     clean_leftovers(path)
     meta_file = path / META
@@ -333,7 +339,10 @@ class _Reader:
             return [self.decode(v) for v in value]
         if not isinstance(value, dict):
             return value
-        if "__float__" in value:
+        if "__float__" in value:  # the non-finite floats JSON cannot hold, as repr writes them
+            if value["__float__"] not in ("nan", "inf", "-inf"):
+                raise ValueError(f"{self.folder / META} holds {{'__float__': {value['__float__']!r}}}: a saved "
+                                 "non-finite number is 'nan', 'inf' or '-inf'; the folder is damaged")  # fmt: skip
             return float(value["__float__"])
         if "__tensor__" in value:
             return self.tensor(value["__tensor__"])
@@ -346,6 +355,9 @@ class _Reader:
                 raise ValueError(f"{self.folder / META} names the table {value['__frame__']!r}: a result's tables are "
                                  "table-N.parquet inside its own folder; refusing to read it")  # fmt: skip
             file = self.folder / value["__frame__"]
+            if file.is_symlink() or not file.is_file():
+                raise ValueError(f"{file} is {'a link' if file.is_symlink() else 'missing or not a file'}: a result's "
+                                 "tables are regular files inside its own folder; refusing to read it")  # fmt: skip
             try:
                 frame = pd.read_parquet(file)
             except Exception as err:  # pyarrow raises its own error types for a damaged file

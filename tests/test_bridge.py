@@ -314,3 +314,45 @@ def test_edges_name_what_they_cannot_take_on_a_bridge(built, inputs):
     for model in built["neox"][:2]:
         with pytest.raises(ValueError, match="parallel_attn_mlp=True"):
             hc.edges(model, clean=clean, corrupt=corrupt, metric=metric_of(answer, wrong))
+
+
+def test_a_torch_hook_on_a_wrapped_module_is_seen_and_honoured(built, inputs):
+    """Issue 61: a torch forward hook on a Hugging Face module the Bridge wraps (`_original_component`) changes
+    the model's output; every analysis now sees it (the reference path) and gives what the twin gives with the
+    same change as a TransformerLens hook (block 1's MLP output halved: the twin's centring moves only the mean
+    direction, which every reader's LayerNorm removes)."""
+    bridge, twin, _ = built["gpt2"]
+    clean, corrupt, answer, wrong = inputs
+    metric = metric_of(answer, wrong)
+
+    def halve(module, args, output):
+        return (output[0] * 0.5, *output[1:]) if isinstance(output, tuple) else output * 0.5
+
+    wrapped = bridge.blocks[1].mlp._original_component
+    before = bridge(clean)
+    handle = wrapped.register_forward_hook(halve)
+    twin.add_hook("blocks.1.hook_mlp_out", lambda x, hook: x * 0.5)
+    try:
+        assert (bridge(clean) - before).abs().max() > 1e-3  # the hook changes the output
+        assert user_hooks(bridge) == ["blocks.1.mlp._original_component"]
+        ours = hc.patch(bridge, clean=clean, corrupt=corrupt, metric=metric, head=1)
+        assert "hooks at blocks.1.mlp._original_component" in ours.method
+        close(ours.values, hc.patch(twin, clean=clean, corrupt=corrupt, metric=metric, head=1).values, atol=1e-4)
+        mine = hc.edges(bridge, clean=clean, corrupt=corrupt, metric=metric, method="exact").frame
+        theirs = hc.edges(twin, clean=clean, corrupt=corrupt, metric=metric, method="exact").frame
+        close(mine.score.values, theirs.score.values, atol=1e-4)
+        with pytest.raises(ValueError, match="blocks.1.mlp._original_component.*estimator='exact'"):
+            hc.edges(bridge, clean=clean, corrupt=corrupt, metric=metric, method="eap")  # it ran in parts, unseen
+        circuit = hc.edges(twin, clean=clean, corrupt=corrupt, metric=metric, method="exact")
+        faithful = [hc.faithfulness(m, circuit, clean=clean, corrupt=corrupt, metric=metric, random=1)
+                    for m in (bridge, twin)]  # fmt: skip
+        close(faithful[0].frame["faithfulness"].values, faithful[1].frame["faithfulness"].values, atol=1e-4)
+    finally:
+        handle.remove()
+        twin.reset_hooks()
+    assert user_hooks(bridge) == []
+    with_kwargs = wrapped.register_forward_pre_hook(lambda module, args, kwargs: None, with_kwargs=True)
+    try:
+        assert user_hooks(bridge) == ["blocks.1.mlp._original_component"]
+    finally:
+        with_kwargs.remove()

@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "headcoop"
 
 # Layers, lowest first: a module may import its own layer and the ones below, never one above (docs/architecture.md).
 LAYERS = [
-    ("base", ["headcoop.tl", "headcoop.checks", "headcoop.owners", "headcoop.progress", "headcoop.results",
+    ("base", ["headcoop.tl", "headcoop.paths", "headcoop.checks", "headcoop.owners", "headcoop.progress", "headcoop.results",
               "headcoop.bridge", "headcoop.plot", "headcoop.views", "headcoop.claims", "headcoop.folders",
               "headcoop.analysis.vocabulary"]),
     ("tasks", ["headcoop.tasks"]),

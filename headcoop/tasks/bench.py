@@ -204,8 +204,9 @@ class BenchTask(HandWeightedTask):
     def completions(self) -> Tensor | None:
         if self.which in COUNTING:
             return torch.tensor([self.index["4"], self.index["5"]])
-        if self.which in POST_LIKE:
-            return torch.tensor([self.index[f"c{x + 1}{y + 1}"] for x, y in PAIRS])
+        if self.which in POST_LIKE:  # the mixtures' plain inputs answer o_i: their completions too
+            plain = [self.index[f"o{i}"] for i in range(K)] if self.which in MIXED else []
+            return torch.tensor([self.index[f"c{x + 1}{y + 1}"] for x, y in PAIRS] + plain)
         if self.which == "induction":
             return None
         return torch.tensor([self.index[f"o{i}"] for i in range(K)])

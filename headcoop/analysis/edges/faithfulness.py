@@ -47,7 +47,7 @@ from headcoop.analysis.edges.exact import split_inputs, writer_outputs
 from headcoop.analysis.edges.scores import EdgeResult
 from headcoop.analysis.engine.ablation import describe_ablation, replacement, shifted_order
 from headcoop.analysis.vocabulary import ABLATIONS, Ablation
-from headcoop.checks import check_finite, check_float, check_int, check_seed
+from headcoop.checks import check_finite, check_float, check_int, check_seed, check_memory_budget
 from headcoop.results import Result
 from headcoop.tl import HookedTransformer
 
@@ -364,7 +364,7 @@ def faithfulness(
     check_edge_model(model)
     check_choice("how", how, ABLATIONS)
     random, seed = check_int("random", random, 0), check_seed(seed)
-    check_float("memory_budget_mb", memory_budget_mb, 0, low_open=True)
+    memory_budget_mb = check_memory_budget(memory_budget_mb)
     writers, readers, all_edges = graph(model)
     names = [(writer_name(w), *reader_name(r)) for w, r in all_edges]
     index = {name: i for i, name in enumerate(names)}

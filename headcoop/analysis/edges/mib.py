@@ -18,7 +18,8 @@ import numpy as np
 
 from headcoop.analysis.edges.graph import graph, reader_name, writer_name
 from headcoop.analysis.edges.scores import EdgeResult
-from headcoop.owners import pid_alive
+from headcoop.owners import parse_pid, pid_alive
+from headcoop.paths import check_out_file
 
 
 def _node(name: str) -> str:
@@ -38,7 +39,8 @@ def mib_graph(edges: EdgeResult, circuit=None, model=None) -> dict:
     if not isinstance(edges, EdgeResult):
         raise TypeError(f"the MIB export takes an EdgeResult (hc.edges), got {type(edges).__name__}")
     if model is None or not hasattr(model, "cfg"):
-        raise ValueError("mib_graph needs the model the edges were scored on (for the file's cfg)")
+        raise ValueError(f"the MIB export needs the model the edges were scored on (for the file's cfg), got "
+                         f"{type(model).__name__}: pass model=, the HookedTransformer hc.edges ran on")  # fmt: skip
     kv = model.cfg.n_key_value_heads
     if kv is not None and kv != model.cfg.n_heads:
         raise ValueError("MIB's graph format names one q, k and v input per head; this grouped-query model shares "
@@ -49,9 +51,14 @@ def mib_graph(edges: EdgeResult, circuit=None, model=None) -> dict:
         raise ValueError(f"these edges were not scored on this model: its graph has {len(graph(model)[2])} edges, the "
                          f"EdgeResult {len(frame)} with other names; pass the model hc.edges ran on")  # fmt: skip
     score = frame.exact.where(frame.exact.notna(), frame.score)
-    if not bool(np.isfinite(score.to_numpy(dtype=float)).all()):
-        raise ValueError(f"{int((~np.isfinite(score.to_numpy(dtype=float))).sum())} edge scores are NaN or inf: JSON "
-                         "has no such number and MIB could not read the file")  # fmt: skip
+    bad = ~np.isfinite(score.to_numpy(dtype=float))
+    if bad.any():
+        first = frame[bad].iloc[0]
+        raise ValueError(f"{int(bad.sum())} edge scores are NaN or inf (first: {first.writer} -> {first.reader} "
+                         f"{first.via}, {score[bad].iloc[0]}): JSON has no such number and MIB could not read the file; "
+                         "score the edges with a finite metric (its clean and corrupt values differ)")  # fmt: skip
+    if circuit is not None and not isinstance(getattr(circuit, "edges", None), (set, frozenset, list, tuple)):
+        raise TypeError(f"circuit= takes an hc.circuit (or None: no edge in the graph), got {type(circuit).__name__}")
     kept = set(circuit.edges) if circuit is not None else set()
     unknown = sorted(kept - mine)
     if unknown:
@@ -86,7 +93,11 @@ def export_mib(edges: EdgeResult, path: str | os.PathLike, model, circuit=None, 
     is an error unless overwrite=True; the file is written whole or not at all."""
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a file name (str or Path), got {type(path).__name__}")
+    if not isinstance(overwrite, bool):
+        raise TypeError(f"overwrite must be True or False, got {overwrite!r}")
     path = Path(path)
+    if path.exists() and not path.is_dir():
+        path = check_out_file(path, "the MIB export")  # a FIFO, a device or a dangling link is never replaced
     if path.exists() and not overwrite:
         raise FileExistsError(f"{str(path)!r} exists; pass overwrite=True to replace it")
     if path.exists() and path.is_dir():
@@ -94,7 +105,8 @@ def export_mib(edges: EdgeResult, path: str | os.PathLike, model, circuit=None, 
     data = json.dumps(mib_graph(edges, circuit, model), allow_nan=False)
     path.parent.mkdir(parents=True, exist_ok=True)
     for stale in path.parent.glob(f".{path.name}.mib-*.tmp"):  # what a killed export left
-        if not pid_alive(int(stale.name.rsplit("-", 1)[1][:-4] or 0)):
+        pid = parse_pid(stale.name.rsplit("-", 1)[1][: -len(".tmp")])  # a malformed pid: not ours, left alone
+        if pid is not None and not pid_alive(pid):
             stale.unlink(missing_ok=True)
     # the file's mode: the one it replaces, else what the user's umask gives a new file
     mode = path.stat().st_mode & 0o777 if path.exists() else 0o666 & ~_umask()

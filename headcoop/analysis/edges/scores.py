@@ -36,7 +36,7 @@ from torch import Tensor
 from transformer_lens.utilities import get_act_name
 
 from headcoop.bridge import is_bridge
-from headcoop.progress import with_progress
+from headcoop.progress import advance, with_progress
 from headcoop.analysis.engine.verification import miss_bound, pick, wide_bound
 from headcoop.analysis.engine.inputs import check_choice, require_model
 from headcoop.analysis.engine.copies import chunks, clean_corrupt, gradient_part_size, route, target_run
@@ -47,7 +47,9 @@ from headcoop.analysis.edges.exact import edge_copies, prepended, reader_sites, 
 from headcoop.analysis.edges.graph import (
     ATTN_READERS, Reader, Writer, check_edge_model, graph, qkv_weights, reader_name, writer_name,
 )  # fmt: skip
-from headcoop.checks import check_finite, check_float, check_int, check_metric_value, check_seed
+from headcoop.checks import (
+    check_finite, check_float, check_int, check_memory_budget, check_metric_value, check_seed, check_steps,
+)  # fmt: skip
 from headcoop.results import Result
 from headcoop.tl import HookedTransformer
 
@@ -231,6 +233,7 @@ def _integrated_grads(model, tokens: Tensor, score, readers: list[Reader], sourc
     grads: dict[Reader, Tensor] = {}
     pos = "hook_pos_embed" in source_cache.cache_dict
     add = (lambda g: fold({r: v / steps for r, v in g.items()})) if fold is not None else None
+    advance(more=steps)  # each step one forward and backward pass: the bar's total and its cost estimate count them
     for k in range(1, steps + 1):
         alpha = k / steps
 
@@ -241,6 +244,7 @@ def _integrated_grads(model, tokens: Tensor, score, readers: list[Reader], sourc
                              embeds=(between("hook_embed"), between("hook_pos_embed") if pos else None))  # fmt: skip
         for r, v in g.items():
             grads[r] = grads.get(r, 0) + v / steps
+        advance(done=1)
     return grads
 
 
@@ -547,12 +551,12 @@ def edges(
     over inputs; a callable runs at once). progress: as `hc.patch`. Returns an EdgeResult (`.to_dataframe()`:
     one row per edge; `.plot()`: the strongest edges as a layered graph)."""
     estimator, verify, sample, steps = _checked(model, estimator, method, direction, verify, sample, steps, how)
-    seed, _ = check_seed(seed), check_float("memory_budget_mb", memory_budget_mb, 0, low_open=True)
+    seed, memory_budget_mb = check_seed(seed), check_memory_budget(memory_budget_mb)
     writers, readers, all_edges = graph(model)
     clean_tokens, corrupt_tokens, score = clean_corrupt(model, clean, corrupt, metric)
     source_tokens, target_tokens = (clean_tokens, corrupt_tokens) if direction == "denoise" else (corrupt_tokens, clean_tokens)
     chosen = route(model, "auto", "stacked", "stacked copies from the reader's layer", "edge", reference=CANONICAL)
-    gradients = functools.partial(_reader_grads, through_hooks=bool(chosen.hooks))  # a hook: autograd across it
+    gradients = _gradient_pass(model, estimator, chosen.hooks)
     ordered = sorted(all_edges, key=lambda e: model.cfg.n_layers if e[1][0] == "logits" else e[1][1])
     sites = writer_sites(writers)
     started = time.perf_counter()
@@ -597,7 +601,16 @@ def edges(
                       ablation=describe_ablation(how, len(source_tokens), "corrupt", order="shifted"))  # fmt: skip
 
 
-MAX_STEPS = 1000  # EAP-IG's interpolation steps: beyond this the integral does not move, the time does
+def _gradient_pass(model, estimator: str, hooks: list[str]):
+    """The readers' gradient pass (`_reader_grads`): across installed hooks by autograd, block by block, which a
+    TransformerBridge cannot run (its blocks do not start mid-model): there the gradient estimators refuse,
+    naming the hooks and the fix."""
+    if hooks and estimator != "exact" and is_bridge(model):
+        raise ValueError(f"hc.edges' {estimator} takes the gradient across installed hooks block by block, which a "
+                         f"TransformerBridge cannot run (its blocks do not start mid-model), and hooks sit at "
+                         f"{', '.join(hooks[:3])}: remove them (handle.remove(), model.reset_hooks()) or use "
+                         "estimator='exact', which runs the hooked reference path")  # fmt: skip
+    return functools.partial(_reader_grads, through_hooks=bool(hooks))  # a hook: autograd across it
 
 
 def _checked(model, estimator: str, method, direction: str, verify, sample, steps,
@@ -613,7 +626,7 @@ def _checked(model, estimator: str, method, direction: str, verify, sample, step
     if how != "corrupt" and direction != "noise":
         raise ValueError(f'how={how!r} ablates an edge of the clean run: it needs direction="noise" (denoising '
                          'patches the corrupt run with the clean run\'s values, and has no other reading)')  # fmt: skip
-    steps = check_int("steps", steps, 1, MAX_STEPS)  # each step is a forward and a backward pass
+    steps = check_steps(steps)  # each step is a forward and a backward pass (the cap hc.attribute shares)
     return estimator, check_int("verify", verify, 0), check_int("sample", sample, 0), steps
 
 

@@ -44,6 +44,28 @@ class CircuitStability(Result):
     k: int
     estimator: str
 
+    COLUMNS = {"edges": ("writer", "reader", "selected", "share"), "readings": ("how", "draw", "faithfulness"),
+               "curves": ("how", "draw", "edges", "fraction", "faithfulness")}  # fmt: skip
+
+    def __post_init__(self):
+        """Every field checked (a loaded folder may have been edited): ValueError / TypeError naming it."""
+        if isinstance(self.k, bool) or not isinstance(self.k, (int, np.integer)) or self.k < 1:
+            raise ValueError(f"CircuitStability.k must be an int >= 1 (the circuit's size), got {self.k!r}")
+        if not isinstance(self.estimator, str):
+            raise TypeError(f"CircuitStability.estimator must be a method name, got {self.estimator!r}")
+        for name, needed in self.COLUMNS.items():
+            table = getattr(self, name)
+            if not isinstance(table, pd.DataFrame):
+                raise TypeError(f"CircuitStability.{name} must be a table (DataFrame), got {type(table).__name__}")
+            missing = [c for c in needed if c not in table.columns]
+            if missing:
+                raise ValueError(f"CircuitStability.{name} lacks the columns {missing} (it has {list(table.columns)[:6]}): "
+                                 "the result was built or edited wrongly")  # fmt: skip
+        for name in ("readings", "curves"):
+            faith = getattr(self, name).faithfulness
+            if not pd.api.types.is_numeric_dtype(faith):
+                raise TypeError(f"CircuitStability.{name}.faithfulness must hold numbers, got {faith.dtype}")
+
     @property
     def spread(self) -> dict:
         """The top-k circuit's faithfulness over the readings: min, median, max."""
@@ -63,11 +85,16 @@ class CircuitStability(Result):
         n = len(self.readings)
         always = int((self.edges.share == 1.0).sum())
         s = self.spread
-        worst = self.readings.loc[self.readings.faithfulness.idxmin()]
+        faith = self.readings.faithfulness
+        if faith.notna().any():
+            worst = self.readings.loc[faith.idxmin()]
+            said = (f"faithfulness min {s['min']:.3f} ({worst.how}, draw {int(worst.draw)}), median {s['median']:.3f}, "
+                    f"max {s['max']:.3f}")  # fmt: skip
+        else:  # clean and corrupt score the same: faithfulness (a share of that difference) is undefined
+            said = "faithfulness undefined in every reading (the clean and corrupt runs score the same)"
         return (f"CircuitStability({self.estimator} top-{self.k} circuit over {n} readings "
                 f"({', '.join(dict.fromkeys(self.readings.how))} x {self.readings.draw.nunique()} draws): "
-                f"{always} of its edges selected in every reading, {len(self.edges) - always} in some; faithfulness "
-                f"min {s['min']:.3f} ({worst.how}, draw {int(worst.draw)}), median {s['median']:.3f}, max {s['max']:.3f})")  # fmt: skip
+                f"{always} of its edges selected in every reading, {len(self.edges) - always} in some; {said})")  # fmt: skip
 
     def plot(self) -> go.Figure:
         """The faithfulness curve's median over the readings with its min-max band, each ablation's first draw

@@ -42,7 +42,7 @@ from headcoop.analysis.engine.kernels import RowLogits
 from headcoop.analysis.engine.inputs import as_tokens, check_choice, read_positions, require_task, task_of
 from headcoop.analysis.vocabulary import METRIC_NAMES, Path, TieRule
 from headcoop.bridge import is_bridge, user_hooks
-from headcoop.checks import check_float, check_metric_value
+from headcoop.checks import check_float, check_metric_value, check_memory_budget
 from headcoop.tasks.base import Batch
 from headcoop.progress import advance
 
@@ -467,7 +467,7 @@ def copies_per_chunk(
     first = 2 * n_pos * cfg.n_heads * cfg.d_head + 3 * n_pos * n_pos + 3 * n_pos * cfg.d_model if head_local else 0
     rows_out = n_pos if rows_out is None else rows_out
     per_sequence = (first + 2 * later * layer + 2 * rows_out * cfg.d_vocab_out) * torch.finfo(cfg.dtype).bits // 8
-    return max(1, int(memory_budget_mb * 2**20 // (per_sequence * batch)))
+    return max(1, int(check_memory_budget(memory_budget_mb) * 2**20 // (per_sequence * batch)))
 
 
 def inputs_per_gradient_chunk(model: HookedTransformer, n_pos: int, memory_budget_mb: float, n_writers: int = 0) -> int:
@@ -485,7 +485,7 @@ def inputs_per_gradient_chunk(model: HookedTransformer, n_pos: int, memory_budge
              + (8 * cfg.d_mlp if not cfg.attn_only and cfg.d_mlp else 0))  # fmt: skip
     per_input = n_pos * (cfg.n_layers * layer + 2 * cfg.d_vocab_out + n_writers * cfg.d_model)
     per_input *= torch.finfo(cfg.dtype).bits // 8
-    return max(1, int(memory_budget_mb * 2**20 // per_input))
+    return max(1, int(check_memory_budget(memory_budget_mb) * 2**20 // per_input))
 
 
 def gradient_part_size(model: HookedTransformer, score: "Score", n: int, n_pos: int, memory_budget_mb: float,
@@ -583,7 +583,7 @@ def evaluate(target: Target, copies: Copies, path: Path, memory_budget_mb: float
     "local" (the specification's shortcut, then the row-wise suffix), "stacked" (the model's blocks with the
     setter's hooks from each copy's first layer) or "reference" (one plain forward pass per copy). With a
     `readout`, each copy is read at its site instead (`evaluate_readout`)."""
-    check_float("memory_budget_mb", memory_budget_mb, 0, low_open=True)  # every caller's budget, checked once here
+    memory_budget_mb = check_memory_budget(memory_budget_mb)  # every caller's budget, checked once here
     if readout is not None:
         return evaluate_readout(target, copies, path, memory_budget_mb, readout)
     model = target.model

@@ -47,6 +47,7 @@ from headcoop.analysis.engine.copies import (
 from headcoop.analysis.engine.kernels import attention_out, finish_block, pattern_at_rows, supported, unembed
 from headcoop.analysis.vocabulary import ABLATION_HOWS, GAME_METHODS, AblationHow, GameMethod, head_name
 from headcoop.bridge import is_bridge
+from headcoop.checks import check_memory_budget
 
 
 def linear_applies(model: HookedTransformer, metric) -> bool:
@@ -80,7 +81,7 @@ class CoalitionGame:
         self.tokens, self.pos, self.score = measured.tokens, measured.positions, measured.score
         metric = metric if metric is not None else measured.score.metric
         self.metric = metric
-        self.memory_budget_mb = memory_budget_mb
+        self.memory_budget_mb = check_memory_budget(memory_budget_mb)
         self.custom = replacements is not None
         if replacements is None:
             self._prepare_replacements(reference)
@@ -253,7 +254,7 @@ class CoalitionGame:
             # per coalition: its residual stream state, and the logits a chunk holds before they are scored
             rows = 0 if result_rows else 1 if self._row_only(named) else width
             held = n * (width * model.cfg.d_model + 2 * rows * model.cfg.d_vocab_out) * torch.finfo(model.cfg.dtype).bits // 8
-            chunk = max(1, int(self.memory_budget_mb * 2**20 // held))
+            chunk = max(1, int(check_memory_budget(self.memory_budget_mb) * 2**20 // held))
         return Copies(layers=[layer] * len(masks), setter=setter, reference=reference, local=local, chunk=chunk)
 
     def _linear_chunk(self, masks: Tensor) -> AtRows:

@@ -323,11 +323,13 @@ def cooperation(
     expect(planned_runs(k, len(hows) + ("zero" not in hows), max_exact, top_pairs, linear_applies(model, "logit_diff")))  # the bar's total, known before any run: it never grows
     primary = "mean" if "mean" in hows else hows[0]
     refs = None if primary == "zero" else draw_references(task, reference, 1, seed)
+    reading = metric if isinstance(metric, str) else \
+        RowMetric(metric, batch.answer_pos, batch.tokens.shape[1]).checked(model(batch.tokens))  # fmt: skip
     mean = metric if isinstance(metric, str) else (lambda logits: torch.as_tensor(metric(logits)).double().mean())
     inter, pairs, pairs_note = pair_interactions(model, batch, players, names, mean, primary, refs, seed,
                                                  max_exact, top_pairs, screen_budget)  # fmt: skip
-    reading = metric if isinstance(metric, str) else \
-        RowMetric(metric, batch.answer_pos, batch.tokens.shape[1]).checked(model(batch.tokens))  # fmt: skip
+    if metric == "loss":  # the words read the loss negated (higher is better): the index takes the same sign
+        inter = -inter
     run = clean_evidence(model, task, batch, players, names, pairs, reading, outputs, coalition_masks(k, pairs))
     readings = ablation_readings(model, run, hows, task, reference, draws, seed, th)
     edits = edit_responses(model, batch, players, run.outs, seed)

@@ -32,13 +32,27 @@ class RowMetric:
         return self.name
 
     def _values(self, logits: Tensor) -> Tensor:
-        values = torch.as_tensor(self.metric(logits))
+        got = self.metric(logits)
+        try:
+            values = torch.as_tensor(got)
+        except (TypeError, ValueError, RuntimeError):
+            values = None
+        if values is None:  # None, text, a dict: nothing torch reads as numbers
+            raise TypeError(f"hc.cooperation's metric must return a tensor of real numbers, one per input, got "
+                            f"{type(got).__name__} {str(got)[:60]!r}")  # fmt: skip
+        if values.is_complex():
+            raise TypeError(f"hc.cooperation's metric must return real numbers, got complex values ({values.dtype})")
         if values.shape != (len(logits),):
             raise ValueError(f"hc.cooperation reads its words input by input, so its metric must return one value per "
                              f"input ([{len(logits)}] for these logits), got shape {tuple(values.shape)}: e.g. "
                              "lambda logits: logits[rows, answer_pos, answer] - logits[rows, answer_pos, wrong] "
                              "(no mean), or a named metric")  # fmt: skip
-        return values.double().cpu()
+        values = values.double().cpu()
+        bad = (~torch.isfinite(values)).nonzero().flatten()
+        if len(bad):
+            raise ValueError(f"hc.cooperation's metric must be a finite number on every input: it is "
+                             f"{float(values[bad[0]])} on input {int(bad[0])} ({len(bad)} of {len(values)} inputs)")  # fmt: skip
+        return values
 
     def __call__(self, rows: Float[Tensor, "*lead batch vocab"]) -> Float[Tensor, "*lead batch"]:
         lead, (batch, vocab) = rows.shape[:-2], rows.shape[-2:]
@@ -49,10 +63,33 @@ class RowMetric:
             out.append(self._values(full))
         return torch.stack(out).reshape(*lead, batch)
 
+    def _independent(self, logits: Tensor, whole: Tensor) -> None:
+        """Each input's value may not depend on the other inputs (the words read inputs one by one): the logits
+        of one half of the batch are moved (seeded noise, the batch's size kept) and the other half's values
+        must stay; ValueError naming the first input that moves."""
+        half = len(logits) // 2
+        if half < 1:
+            return
+        noise = torch.randn(logits.shape, generator=torch.Generator().manual_seed(0), dtype=logits.dtype)
+        scale = float(logits.std()) if logits.numel() > 1 else 1.0
+        for moved, kept in ((slice(half, None), slice(None, half)), (slice(None, half), slice(half, None))):
+            other = logits.clone()
+            other[moved] += (scale or 1.0) * noise[moved].to(logits.device)
+            values = self._values(other)
+            coupled = (~torch.isclose(whole[kept], values[kept], rtol=1e-6, atol=1e-9)).nonzero().flatten()
+            if len(coupled):
+                i = int(coupled[0]) + (kept.start or 0)
+                raise ValueError(f"hc.cooperation's metric couples the inputs: input {i} gets {float(whole[i]):.6g}, and "
+                                 f"{float(values[i]):.6g} when only the other inputs' logits change ({len(coupled)} "
+                                 "inputs move). A value centred or normalised over the batch (a softmax over inputs, "
+                                 "minus the batch mean) changes the words with the other inputs; compute each input's "
+                                 "value from its own logits")  # fmt: skip
+
     def checked(self, full_logits: Float[Tensor, "batch pos vocab"]) -> "RowMetric":
         rows = torch.arange(len(full_logits))
         whole = self._values(full_logits.double())
         alone = self(full_logits.double()[rows, self.pos.to(full_logits.device)].cpu())
+        self._independent(full_logits.double(), whole)
         bad = (~torch.isclose(whole, alone, rtol=1e-6, atol=1e-9)).nonzero().flatten()
         if len(bad):
             raise ValueError(f"hc.cooperation reads each coalition's logits at the inputs' answer positions, and this "

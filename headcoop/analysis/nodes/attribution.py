@@ -49,7 +49,7 @@ import numpy as np
 import pandas as pd
 import torch
 from torch import Tensor
-from headcoop.progress import with_progress
+from headcoop.progress import advance, with_progress
 from headcoop.tl import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
@@ -63,7 +63,7 @@ from headcoop.analysis.vocabulary import (
     ATTRIBUTION_METHODS, COMPONENTS, DIRECTIONS, POSITIONS, RESID_COMPONENTS, AttributionMethod, Component,
     Direction, Positions, head_name, layer_name,
 )  # fmt: skip
-from headcoop.checks import check_bool, check_finite, check_float, check_int
+from headcoop.checks import check_bool, check_finite, check_float, check_int, check_memory_budget, check_steps
 from headcoop.bridge import require_model
 from headcoop.results import Result
 
@@ -406,11 +406,13 @@ class _Sweep:
         with torch.enable_grad():
             if self.method == "ig":
                 grads = None
+                advance(more=self.steps)  # each step one forward and backward pass: the bar and its estimate count them
                 for i in range(self.steps):
                     alpha = (i + 0.5) / self.steps
                     logits, acts = _run(model, tokens, names, start=lambda x, a=alpha: x + a * (src_resid - x))
                     g = _grads(score.one(logits), acts)
                     grads = g if grads is None else [a + b for a, b in zip(grads, g)]
+                    advance(done=1)
                 with torch.no_grad():
                     logits, acts = _run(model, tokens, names)
                 act_of = dict(zip(names, [a.detach() for a in acts]))
@@ -465,7 +467,7 @@ def attribute(
     """
     require_model(model, "hc.attribute")
     check_finite(model, "hc.attribute")
-    check_float("memory_budget_mb", memory_budget_mb, 0, low_open=True)
+    memory_budget_mb = check_memory_budget(memory_budget_mb)
     if torch.is_inference_mode_enabled():
         raise RuntimeError("hc.attribute needs gradients, which torch.inference_mode() turns off; call it outside "
                            "that block (torch.no_grad() is fine: hc.attribute turns gradients on itself)")  # fmt: skip
@@ -484,7 +486,7 @@ def attribute(
     if verify != "all":
         check_int("verify", verify, 0)
     check_int("sample", sample, 0)
-    check_int("steps", steps, 1)
+    check_steps(steps)  # the cap hc.edges shares: each step is a forward and a backward pass
     check_int("seed", seed, 0)
     check_bool("graddrop", graddrop)
     layers, heads = select_cells(model, component, head, layer)

@@ -74,7 +74,7 @@ from headcoop.analysis.engine.copies import (
     Copies, Rows, Target, clean_corrupt, continuation, copies_per_chunk, route, target_run,
 )  # fmt: skip
 from headcoop.analysis.engine.kernels import attention_out, causal, softmax_keys
-from headcoop.checks import check_bool, check_finite, check_float
+from headcoop.checks import check_bool, check_finite, check_float, check_memory_budget
 from headcoop.analysis.vocabulary import (
     COMPONENTS, DIRECTIONS, PATCH_METHODS, POSITIONS, RESID_COMPONENTS, Component, Direction, PatchMethod, Positions,
     head_name, layer_name,
@@ -264,7 +264,7 @@ def patch(
     check_choice("component", component, COMPONENTS)
     check_choice("positions", positions, POSITIONS)
     check_choice("direction", direction, DIRECTIONS)
-    check_float("memory_budget_mb", memory_budget_mb, 0.0, low_open=True)
+    memory_budget_mb = check_memory_budget(memory_budget_mb)
     check_choice("method", method, PATCH_METHODS)
     if head_local is not None:  # the older knob for the same choice: method= says it (one knob per choice)
         check_bool("head_local", head_local)

@@ -273,7 +273,7 @@ def test_unknown_names(setups):
         hc.patch(model, direction="up")
     with pytest.raises(ValueError, match="no head axis"):
         hc.patch(model, head=0, component="resid_pre")
-    with pytest.raises(ValueError, match="memory_budget_mb must be > 0.0, got 0.0"):
+    with pytest.raises(ValueError, match="memory_budget_mb must be > 0, got 0.0"):
         hc.patch(model, memory_budget_mb=0)
 
 
