@@ -562,9 +562,10 @@ def _superposed(which: str, how: str) -> Callable[[pd.DataFrame], Outcome]:
         if which == "shipped" and len(t) == 1 and "favoured" in t:
             row = t.iloc[0]
             word = row.mechanism if row.mechanism != "undetermined" else f"undetermined, {row.favoured} favoured"
-            text = f"shipped d_head 5 model: {word} ({row.favoured_share:.0%} of votes; a word needs 90%)"
+            alone = "" if how == "family" else f", {how} ablation alone"  # another reading: not the answer's vote
+            text = f"shipped d_head 5 model{alone}: {word} ({row.favoured_share:.0%} of votes; a word needs 90%)"
             # an undetermined word is the instrument saying it cannot decide: the page's answer says so too
-            undecided = f"the reading family leaves the word undetermined ({row.favoured} in {row.favoured_share:.0%} " \
+            undecided = f"the reading leaves the word undetermined ({row.favoured} in {row.favoured_share:.0%} " \
                         "of votes; a word needs 90%)"  # fmt: skip
             return Outcome(text, passed, 1, untestable=undecided if row.mechanism == "undetermined" else None)
         what = "shipped d_head 5 model" if which == "shipped" else "d_head 5 seeds"

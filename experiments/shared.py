@@ -1,4 +1,4 @@
-"""What every experiment's scripts share: the process setup and the table writer."""
+"""What every experiment's scripts share: the process setup, the table writer and the figure lines of a page."""
 
 from __future__ import annotations
 
@@ -23,3 +23,11 @@ def write_table(df: pd.DataFrame, out: Path, name: str, digits: int = 4) -> pd.D
     df.to_csv(out / f"{name}.csv", index=False)
     (out / f"{name}.md").write_text(Table(df, digits).markdown() + "\n")
     return df
+
+
+def figure_lines(folder: Path, name: str, caption: str) -> list[str]:
+    """The markdown lines showing folder/name.png (when written) and linking name.html; none if not drawn."""
+    if not (folder / f"{name}.html").exists():
+        return []
+    image = [f"![{caption}](circuits/{name}.png)", ""] if (folder / f"{name}.png").exists() else []
+    return [*image, f"*{caption}* ([interactive: {name}.html](circuits/{name}.html))", ""]

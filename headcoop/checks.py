@@ -10,7 +10,6 @@ import errno
 import math
 import numbers
 import os
-import stat
 from pathlib import Path
 
 import numpy as np

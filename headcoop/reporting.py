@@ -36,7 +36,7 @@ from headcoop.analysis.nodes.attention import attention_data
 from headcoop.analysis.mechanisms.cooperation import ALL_PAIRS_UP_TO
 from headcoop.pages import Code, Details, Figure, Html, Section, Table, Text, render, stylesheet
 from headcoop.views import attention_heads_html, circuitsvis_bundle
-from headcoop.analysis.engine.inputs import head_names, model_device, parse_heads, require_model, require_task
+from headcoop.analysis.engine.inputs import model_device, parse_heads, require_model, require_task
 from headcoop.analysis.engine.copies import task_score
 from headcoop.analysis.vocabulary import head_name
 from headcoop.bridge import is_bridge, is_hf_folder, kind_label, load_folder
@@ -1042,7 +1042,7 @@ def report(
 
 
 def _to_device(model, device: str):
-    """`model` moved to `device`, with the task it carries (ValueError naming a device torch does not know)."""
+    """`model` moved to `device` (ValueError naming a device torch does not know); its task stays its own."""
     try:
         target = torch.device(device)
     except (RuntimeError, TypeError):
@@ -1052,8 +1052,4 @@ def _to_device(model, device: str):
     if target.type not in ("cpu", "cuda", "mps"):
         raise ValueError(f"device {device!r}: the report computes on 'cpu', 'cuda' or 'mps' ({target.type!r} holds no "
                          "values to measure)")  # fmt: skip
-    task = getattr(model, "task", None)
-    model = model.to(target)
-    if task is not None:
-        model.task = task
-    return model
+    return model.to(target)  # nn.Module.to moves in place and returns the module: the task it carries stays

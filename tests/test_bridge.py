@@ -346,6 +346,12 @@ def test_a_torch_hook_on_a_wrapped_module_is_seen_and_honoured(built, inputs):
         circuit = hc.edges(twin, clean=clean, corrupt=corrupt, metric=metric, method="exact")
         faithful = [hc.faithfulness(m, circuit, clean=clean, corrupt=corrupt, metric=metric, random=1)
                     for m in (bridge, twin)]  # fmt: skip
+        a, b = (hc.attribute(m, clean=clean, corrupt=corrupt, metric=metric, method="atp", verify=4, sample=0)
+                for m in (bridge, twin))  # fmt: skip
+        close(a.values, b.values, atol=1e-4)
+        close(a.exact[a.top], b.exact[b.top], atol=1e-4)
+        pa, pb = (hc.path_patch(m, clean=clean, corrupt=corrupt, metric=metric) for m in (bridge, twin))
+        close(torch.tensor(list(pa.values.values())), torch.tensor(list(pb.values.values())), atol=1e-4)
         close(faithful[0].frame["faithfulness"].values, faithful[1].frame["faithfulness"].values, atol=1e-4)
     finally:
         handle.remove()

@@ -18,6 +18,19 @@ def test_no_page_contradicts_itself():
     assert contradictions(RESULTS) == []
 
 
+def test_no_table_cell_on_a_results_page_is_over_300_characters():
+    """Legibility (issue 60): a longer text is clipped on the page (`headcoop.pages.clip`) and whole in the CSV."""
+    from headcoop.pages import MAX_CELL
+
+    long = []
+    for page in sorted(RESULTS.glob("*.md")):
+        for n, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+            if line.startswith("|") and not set(line) <= set("|:- "):  # the alignment row is no cell
+                long += [f"{page.name}:{n} ({len(c.strip())})" for c in line.strip().strip("|").split("|")
+                         if len(c.strip()) > MAX_CELL]  # fmt: skip
+    assert long == []
+
+
 @pytest.fixture
 def copy(tmp_path: Path) -> Path:
     """docs/results' cooperation tables and the pages that show the SkipPair answer, copied."""

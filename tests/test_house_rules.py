@@ -184,3 +184,30 @@ def test_the_rules_can_fail(rule, tmp_path):
                 test_no_upward_imports()
     finally:
         MODULES, TREES = saved
+
+
+def test_no_import_circles_in_the_experiments():
+    """Issue 64: experiments/ had one circle (groundtruth/page.py and tracr/page.py imported each other); the
+    figure helper both use now lives in experiments/shared.py. Imports inside functions count too."""
+    root = PACKAGE.parent / "experiments"
+    names = {".".join(p.relative_to(root.parent).with_suffix("").parts).removesuffix(".__init__"): p
+             for p in root.rglob("*.py")}  # fmt: skip
+    graph = {}
+    for name, path in names.items():
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("experiments"):
+                targets |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in names else node.module
+                            for a in node.names}  # fmt: skip
+            elif isinstance(node, ast.Import):
+                targets |= {a.name for a in node.names if a.name.startswith("experiments")}
+        graph[name] = {t for t in targets if t in names and t != name and not name.startswith(t + ".")}
+
+    def reaches(start, goal, seen):
+        for nxt in graph[start]:
+            if nxt == goal or (nxt not in seen and (seen.add(nxt) or reaches(nxt, goal, seen))):
+                return True
+        return False
+
+    circles = sorted(n for n in graph if reaches(n, n, set()))
+    assert circles == []

@@ -12,7 +12,6 @@ import warnings
 
 import pytest
 import torch
-from helpers import attn_only_2l_like
 
 import headcoop as hc
 from headcoop.analysis.games.coalitions import CoalitionGame

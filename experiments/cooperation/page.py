@@ -383,7 +383,8 @@ def _shipped_word(mech: pd.DataFrame, d_head: int) -> str:
     row = row.iloc[0]
     if "favoured" not in row or pd.isna(row.favoured):
         return f"{row.mechanism} ({row.agreement:.0%} of votes; {row.by_ablation})"
-    word = row.mechanism if row.mechanism != "undetermined" else f"undetermined, {row.favoured} favoured"
+    word = row.mechanism if row.mechanism != "undetermined" or row.favoured == "undetermined" else \
+        f"undetermined, {row.favoured} favoured"  # fmt: skip
     return f"{word} ({row.favoured_share:.0%} of votes; a word needs 90%)"
 
 

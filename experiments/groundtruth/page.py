@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from experiments.tracr.page import figure_lines
+from experiments.shared import figure_lines
 from headcoop.pages import Table
 
 DEFAULT_OUT = Path(__file__).resolve().parents[2] / "docs" / "results"

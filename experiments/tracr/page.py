@@ -1,17 +1,18 @@
 """The Tracr section of docs/results/circuits.md (section 7, a sanity check) from the tables
-experiments/tracr/run_all.py wrote; `build` writes the whole page (`experiments.groundtruth.page`).
+experiments/tracr/run_all.py wrote. The whole page is `experiments.groundtruth.page`'s, which imports this
+section (one direction: this module imports no other page):
 
-    python -m experiments.tracr.page [--out FOLDER]
+    python -m experiments.groundtruth.page [--out FOLDER]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 import pandas as pd
 
+from experiments.shared import figure_lines
 from headcoop.pages import Table
 
 DEFAULT_OUT = Path(__file__).resolve().parents[2] / "docs" / "results"
@@ -55,14 +56,6 @@ def _reference_section(folder: Path) -> list:
         Table(table.drop(columns=["auto_circuit"])).markdown(),
         "",
     ]
-
-
-def figure_lines(folder: Path, name: str, caption: str) -> list[str]:
-    """The markdown lines showing folder/name.png (when written) and linking name.html; none if not drawn."""
-    if not (folder / f"{name}.html").exists():
-        return []
-    image = [f"![{caption}](circuits/{name}.png)", ""] if (folder / f"{name}.png").exists() else []
-    return [*image, f"*{caption}* ([interactive: {name}.html](circuits/{name}.html))", ""]
 
 
 def _wide(frame: pd.DataFrame, value: str, order: tuple) -> pd.DataFrame:
@@ -124,16 +117,3 @@ def sanity_lines(folder: Path) -> list[str]:
                  "of edges kept, with three random circuits' mean (`curves.csv`)"),
         *[line.replace("## 5. ", "### ") for line in _reference_section(folder)],
     ]
-
-
-def build(out: Path = DEFAULT_OUT) -> Path:
-    """The whole circuits.md (`experiments.groundtruth.page` builds it, the dense bench first)."""
-    from experiments.groundtruth import page
-
-    return page.build(out)
-
-
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    print(build(parser.parse_args().out))

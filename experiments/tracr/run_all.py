@@ -249,7 +249,7 @@ def main(argv=None) -> int:
     import warnings
 
     from experiments.shared import setup
-    from experiments.tracr import page
+    from experiments.groundtruth import page  # circuits.md: the dense bench's page, with the Tracr section
     from experiments.tracr.common import NAMES
 
     setup()

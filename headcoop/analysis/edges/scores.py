@@ -48,7 +48,7 @@ from headcoop.analysis.edges.graph import (
     ATTN_READERS, Reader, Writer, check_edge_model, graph, qkv_weights, reader_name, writer_name,
 )  # fmt: skip
 from headcoop.checks import (
-    check_finite, check_float, check_int, check_memory_budget, check_metric_value, check_seed, check_steps,
+    check_finite, check_int, check_memory_budget, check_metric_value, check_seed, check_steps,
 )  # fmt: skip
 from headcoop.results import Result
 from headcoop.tl import HookedTransformer

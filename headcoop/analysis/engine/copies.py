@@ -42,7 +42,7 @@ from headcoop.analysis.engine.kernels import RowLogits
 from headcoop.analysis.engine.inputs import as_tokens, check_choice, read_positions, require_task, task_of
 from headcoop.analysis.vocabulary import METRIC_NAMES, Path, TieRule
 from headcoop.bridge import is_bridge, user_hooks
-from headcoop.checks import check_float, check_metric_value, check_memory_budget
+from headcoop.checks import check_metric_value, check_memory_budget
 from headcoop.tasks.base import Batch
 from headcoop.progress import advance
 

@@ -63,7 +63,7 @@ from headcoop.analysis.vocabulary import (
     ATTRIBUTION_METHODS, COMPONENTS, DIRECTIONS, POSITIONS, RESID_COMPONENTS, AttributionMethod, Component,
     Direction, Positions, head_name, layer_name,
 )  # fmt: skip
-from headcoop.checks import check_bool, check_finite, check_float, check_int, check_memory_budget, check_steps
+from headcoop.checks import check_bool, check_finite, check_int, check_memory_budget, check_steps
 from headcoop.bridge import require_model
 from headcoop.results import Result
 

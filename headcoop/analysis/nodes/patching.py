@@ -74,7 +74,7 @@ from headcoop.analysis.engine.copies import (
     Copies, Rows, Target, clean_corrupt, continuation, copies_per_chunk, route, target_run,
 )  # fmt: skip
 from headcoop.analysis.engine.kernels import attention_out, causal, softmax_keys
-from headcoop.checks import check_bool, check_finite, check_float, check_memory_budget
+from headcoop.checks import check_bool, check_finite, check_memory_budget
 from headcoop.analysis.vocabulary import (
     COMPONENTS, DIRECTIONS, PATCH_METHODS, POSITIONS, RESID_COMPONENTS, Component, Direction, PatchMethod, Positions,
     head_name, layer_name,
