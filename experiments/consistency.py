@@ -138,8 +138,11 @@ def _git(*args: str) -> str:
 def started() -> dict:
     """Where the generating code stands as a run starts (call it first): HEAD's commit and whether the
     instrument's files differ from it (a process runs the code it imported, so the start is what counts)."""
-    return dict(commit=_git("rev-parse", "HEAD"), instrument=list(INSTRUMENT),
-                dirty=bool(_git("status", "--porcelain", "--", *INSTRUMENT)))  # fmt: skip
+    try:
+        return dict(commit=_git("rev-parse", "HEAD"), instrument=list(INSTRUMENT),
+                    dirty=bool(_git("status", "--porcelain", "--", *INSTRUMENT)))  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):  # no git, or not a checkout: the record says so
+        return dict(commit=None, instrument=list(INSTRUMENT), dirty=True)
 
 
 def record(folder: Path, start: dict) -> Path:
@@ -157,6 +160,8 @@ def generated_at_head(folder: Path) -> list[str]:
     if not path.exists():
         return [f"{folder.name}: no {GENERATED} (the commit that generated its tables is not recorded)"]
     info = json.loads(path.read_text())
+    if not info.get("commit"):
+        return [f"{folder.name}: generated outside a git checkout (no commit recorded)"]
     if info.get("dirty"):
         return [f"{folder.name}: generated from a tree whose instrument files were not committed"]
     try:
