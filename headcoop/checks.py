@@ -7,6 +7,7 @@ coerces: a value of the wrong type is a TypeError, one out of range a ValueError
 from __future__ import annotations
 
 import errno
+import functools
 import math
 import numbers
 import os
@@ -75,6 +76,7 @@ def check_steps(value) -> int:
     return check_int("steps", value, 1, MAX_STEPS)
 
 
+@functools.cache  # asked by every chunk size the engine computes: the machine does not change during a process
 def machine_memory_mb() -> float:
     """The most memory an analysis here can use, in MB: this machine's RAM, or the largest CUDA device's
     memory where that is more (a budget above it cannot be honoured)."""

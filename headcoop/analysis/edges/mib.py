@@ -96,7 +96,7 @@ def export_mib(edges: EdgeResult, path: str | os.PathLike, model, circuit=None, 
     if not isinstance(overwrite, bool):
         raise TypeError(f"overwrite must be True or False, got {overwrite!r}")
     path = Path(path)
-    if path.exists() and not path.is_dir():
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
         path = check_out_file(path, "the MIB export")  # a FIFO, a device or a dangling link is never replaced
     if path.exists() and not overwrite:
         raise FileExistsError(f"{str(path)!r} exists; pass overwrite=True to replace it")
