@@ -58,6 +58,8 @@ _LAZY = {
     "export_mib": "headcoop.analysis.edges.mib",
     "Interactions": "headcoop.analysis.games.interactions",
     "cooperation": "headcoop.analysis.mechanisms.cooperation",
+    "pair_map": "headcoop.analysis.pairs.compute",
+    "PairMap": "headcoop.analysis.pairs.result",
     "Cooperation": "headcoop.analysis.mechanisms.cooperation",
     "superposed_writes": "headcoop.analysis.mechanisms.cooperation",
     "planted": "headcoop.tasks.planted",

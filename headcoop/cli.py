@@ -364,6 +364,14 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 1
+    if "torch" not in sys.modules:  # before torch starts OpenMP: threads that hold up on a busy machine
+        from headcoop.threads import configure_process
+
+        try:
+            configure_process()
+        except ValueError as err:  # a bad HEADCOOP_THREADS
+            print(f"headcoop {args.command}: error: {err}", file=sys.stderr)
+            return 2
     try:
         return args.func(args)
     except (OSError, ValueError, TypeError, IndexError, ImportError, RuntimeError) as err:

@@ -36,7 +36,7 @@ else:
         warnings.filterwarnings("ignore", message="IProgress not found")
         importlib.import_module("tqdm.auto")
 
-__all__ = ["tqdm", "set_progress", "progress_enabled", "task", "advance", "expect", "estimate", "with_progress", "DELAY_S", "LONG_S"]
+__all__ = ["tqdm", "set_progress", "progress_enabled", "task", "advance", "expect", "set_total", "estimate", "with_progress", "DELAY_S", "LONG_S"]
 
 DELAY_S = 2.0  # a bar shows once its call has run this long
 LONG_S = 120.0  # a call predicted to run longer than this prints a one-line estimate first
@@ -132,6 +132,15 @@ def expect(runs: int) -> None:
     bar = _current.get()
     if bar is not None and not bar.disable and runs > (bar.total or 0):
         bar.total = runs
+
+
+def set_total(runs: int) -> None:
+    """Set the open bar's total to `runs` (a call that learns, after its first runs, that it will make fewer
+    than it announced: the pair map choosing its screen); nothing when no bar is open."""
+    bar = _current.get()
+    if bar is not None and not bar.disable:
+        bar.total = runs
+        bar.refresh()
 
 
 def done() -> int:

@@ -502,10 +502,14 @@ def _section_cooperation(ctx: _Context) -> tuple:
                             "heads=['L0H1', 'L0H2'])</code>) runs it."))  # fmt: skip
         return tuple(blocks)
     if k > MAX_REPORT_PAIRS_HEADS:
+        mapped = _pair_map_blocks(ctx)
+        if mapped is not None:
+            return mapped
         ranked, by = ctx.ranked_heads()
-        note = (f"This report covers {k} heads: too many pairs for this page (at most {MAX_REPORT_PAIRS_HEADS}). "
-                "<code>hc.cooperation(model, heads=[...])</code> names the mechanism of the heads you choose; "
-                "<code>--heads</code> picks them for the report.")  # fmt: skip
+        note = (f"This report covers {k} heads: too many pairs for hc.cooperation's words on this page (at most "
+                f"{MAX_REPORT_PAIRS_HEADS}), and the pair map of all {k} heads (<code>hc.pair_map</code>) did not fit "
+                f"the budget ({_map_left_out(ctx)}). <code>hc.cooperation(model, heads=[...])</code> names the "
+                "mechanism of the heads you choose; <code>--heads</code> picks them for the report.")  # fmt: skip
         if not by:
             return (_note(note + " No ranking of the heads fit the budget, so nothing stands in here."),)
         top = ranked[:STAND_IN_HEADS]
@@ -557,6 +561,67 @@ def _section_cooperation(ctx: _Context) -> tuple:
                           "a_only", "b_only", "multi", "only_answer", "interaction"]], index=False, digits=3),  # fmt: skip
         ]
     return (*blocks, *_shapley(ctx, heads, MAX_EXACT, interactions), *_head_to_head(ctx))
+
+
+PAIR_MAP_NAMED = 3  # pairs of the map the report names by hc.cooperation, as many as fit in the budget
+
+
+def _pair_map_blocks(ctx: _Context) -> tuple | None:
+    """Every pair's interaction (hc.pair_map: exact where its predicted cost fits the budget, else its screen),
+    the strongest pairs named by hc.cooperation as far as the budget allows; None when neither fits (the
+    budget lists the map as left out)."""
+    from headcoop.analysis.pairs.compute import exact_passes, pair_map, screen_passes
+
+    k, game, left = len(ctx.heads), _game(ctx), ctx.budget.remaining()
+    exact, screen = exact_passes(game), screen_passes(game)
+    call = f"hc.pair_map(model, clean, how='mean', reference=clean{ctx.heads_arg})"
+    if exact * ctx.budget.forward_s <= left:
+        method = "exact"
+    elif ctx.budget.afford(f"the pair map of all {k} heads", screen, call):
+        method = "screen"
+    else:
+        return None
+    result = pair_map(ctx.model, ctx.clean, metric="logit_diff", how="mean", reference=ctx.clean,
+                      heads=None if ctx.all_heads else ctx.heads, method=method, named=0, progress=False)  # fmt: skip
+    strongest = result.interacting().head(PAIR_MAP_NAMED)
+    fits = 0
+    for row in strongest.itertuples():  # each pair's words cost about one 2-head hc.cooperation
+        pair = parse_heads(ctx.model, [row.head_a, row.head_b])
+        if not ctx.budget.afford("hc.cooperation's words for the map's strongest pairs",
+                                 _cooperation_forwards(ctx.narrowed(pair), 1), f"result.with_words(model, clean, clean, {PAIR_MAP_NAMED})"):  # fmt: skip
+            break
+        fits += 1
+    if fits:
+        result = result.with_words(ctx.model, ctx.clean, ctx.clean, fits)
+    predicted = (exact if method == "exact" else screen) * ctx.budget.forward_s
+    lines = "<br>".join(html.escape(line) for line in result.lines())
+    frame = result.to_dataframe().head(12)
+    shown = [c for c in ("head_a", "head_b", "interaction", "relative", "effect_a", "effect_b", "pair_effect", "word",
+                         "agreement", "role_a", "role_b") if c in frame.columns]  # fmt: skip
+    blocks = [
+        _note(f"<b>The pair map</b> (<code>hc.pair_map</code>): this report covers {k} heads, too many for "
+              f"hc.cooperation's words on every pair (at most {MAX_REPORT_PAIRS_HEADS}), so every one of the "
+              f"{k * (k - 1) // 2:,} pairs gets its interaction instead: I = v(both removed) - v(first removed) - "
+              "v(second removed) + v(none removed), on the logit difference, mean ablation over the clean inputs "
+              f"({'exact, every pair' if result.exact else 'screened by second-order attribution, its top and a sample computed exactly'}; "
+              f"predicted {predicted:.0f} s, took {result.cost['seconds']:.0f} s). I &lt; 0: removing both costs more "
+              "than the two removals apart (backups); I &gt; 0: less (each needs the other). The strongest "
+              f"interacting pairs are named by hc.cooperation's reading family ({fits} of them fit the budget).<br>{lines}"),
+        Figure(result.plot(), height=720),
+    ]  # fmt: skip
+    if fits:
+        blocks.append(Figure(result.graph(), height=460))
+    blocks += [_note(f"Pairs, the strongest {len(frame)} of {len(result.to_dataframe()):,} computed exactly:"),
+               _table(frame[shown], index=False, digits=4)]  # fmt: skip
+    return tuple(blocks)
+
+
+def _map_left_out(ctx: _Context) -> str:
+    """Why the pair map is not on the page: its predicted time against the budget left."""
+    row = next((r for r in ctx.budget.left_out if r[0].startswith("the pair map")), None)
+    if row is None:
+        return "not attempted"
+    return f"its screen predicted {row[1]:.0f} s, {max(0.0, row[3]):.0f} s were left"
 
 
 def _game(ctx: _Context):

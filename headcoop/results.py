@@ -55,6 +55,7 @@ RESULT_MODULES = (
     "headcoop.analysis.edges.path_patching", "headcoop.analysis.edges.scores", "headcoop.analysis.edges.faithfulness",
     "headcoop.analysis.edges.stability",
     "headcoop.analysis.edges.ablation", "headcoop.analysis.games.interactions", "headcoop.analysis.mechanisms.result",
+    "headcoop.analysis.pairs.result",
     "headcoop.studies.count01", "headcoop.studies.skip_pair",
 )
 

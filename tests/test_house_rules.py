@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "headcoop"
 LAYERS = [
     ("base", ["headcoop.tl", "headcoop.paths", "headcoop.checks", "headcoop.owners", "headcoop.progress", "headcoop.results",
               "headcoop.bridge", "headcoop.plot", "headcoop.views", "headcoop.claims", "headcoop.folders",
-              "headcoop.analysis.vocabulary"]),
+              "headcoop.analysis.vocabulary", "headcoop.threads"]),
     ("tasks", ["headcoop.tasks"]),
     ("model", ["headcoop.checkpoints", "headcoop.fused", "headcoop.foreign"]),
     ("training", ["headcoop.training", "headcoop.fast_train", "headcoop.sweeps", "headcoop.executors"]),
@@ -26,6 +26,7 @@ LAYERS = [
     ("edges", ["headcoop.analysis.edges"]),
     ("games", ["headcoop.analysis.games"]),
     ("mechanisms", ["headcoop.analysis.mechanisms"]),
+    ("pairs", ["headcoop.analysis.pairs"]),
     ("studies", ["headcoop.studies"]),
     ("rendering", ["headcoop.pages", "headcoop.reporting"]),
     ("cli", ["headcoop.cli", "headcoop.__main__"]),

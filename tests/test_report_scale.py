@@ -201,14 +201,29 @@ def test_a_bridges_positional_table_is_kept_only_while_its_weights_stay(tmp_path
     torch.testing.assert_close(w_pos(bridge), changed)
 
 
-def test_too_many_heads_for_cooperation_get_the_top_heads_by_patching_as_a_stand_in(tmp_path):
-    """Issue 51, item 2: above the pairs a page holds, cooperation runs on the STAND_IN_HEADS heads with the
-    largest patching effect (the patching section's), named, with the call that reruns it; QK / OV tables list
-    the heads in that order."""
+def test_too_many_heads_for_cooperation_get_the_pair_map_when_it_fits(tmp_path):
+    """Issue 62, item 3: above the pairs hc.cooperation's words cover, the section shows the pair map of every
+    head (heatmap, its first lines, the strongest pairs) when its predicted cost fits, and says which it used."""
     cfg = HookedTransformerConfig(n_layers=3, d_model=24, d_head=2, n_heads=12, n_ctx=12, d_vocab=80, act_fn="relu",
                                   attn_only=True, normalization_type="LN", positional_embedding_type="standard", seed=1)  # fmt: skip
     model = HookedTransformer(cfg).eval()
     task = _contrast(model)
+    path = hc.report(model, out=tmp_path / "r.html", task=task, progress=False, budget_s=None, sections=["cooperation"])
+    cooperation = _section(path.read_text(encoding="utf-8"), "cooperation")
+    assert "The pair map" in cooperation and "every one of the 630 pairs" in cooperation
+    assert "PairMap(36 heads, 630 pairs" in cooperation and "misses: none possible" in cooperation
+    assert "Standing in" not in cooperation and "plotly" in cooperation
+
+
+def test_too_many_heads_for_cooperation_get_the_top_heads_by_patching_as_a_stand_in(tmp_path, monkeypatch):
+    """Issue 51, item 2: above the pairs a page holds, and where the pair map does not fit (here: as if it
+    never fits), cooperation runs on the STAND_IN_HEADS heads with the largest patching effect (the patching
+    section's), named, with the call that reruns it; QK / OV tables list the heads in that order."""
+    cfg = HookedTransformerConfig(n_layers=3, d_model=24, d_head=2, n_heads=12, n_ctx=12, d_vocab=80, act_fn="relu",
+                                  attn_only=True, normalization_type="LN", positional_embedding_type="standard", seed=1)  # fmt: skip
+    model = HookedTransformer(cfg).eval()
+    task = _contrast(model)
+    monkeypatch.setattr(report_module, "_pair_map_blocks", lambda ctx: None)
     path = hc.report(model, out=tmp_path / "r.html", task=task, progress=False, budget_s=None,
                      sections=["patching", "cooperation", "circuits"])  # fmt: skip
     text = path.read_text(encoding="utf-8")
@@ -218,7 +233,7 @@ def test_too_many_heads_for_cooperation_get_the_top_heads_by_patching_as_a_stand
     size = (exact.to_dataframe().set_index(["layer", "head"])["value"] - exact.corrupt_value).abs()
     top = [f"L{lay}H{h}" for lay, h in size.sort_values(ascending=False, kind="stable").index[:report_module.STAND_IN_HEADS]]
     cooperation = page["cooperation"]
-    assert "too many pairs for this page" in cooperation and "Standing in" in cooperation
+    assert "too many pairs for hc.cooperation" in cooperation and "Standing in" in cooperation
     assert f"heads={top!r}" in cooperation.replace("&#39;", "'")
     assert "section&#39;s verdict" in cooperation or "section's verdict" in cooperation
     circuits = page["circuits"]

@@ -32,6 +32,8 @@ ABLATION_HOWS: tuple[str, ...] = get_args(AblationHow)
 # which path computes a coalition game's values (the reference: hc.ablate + one forward pass per coalition)
 GameMethod = Literal["auto", "linear", "layered", "stacked", "reference"]
 GAME_METHODS: tuple[str, ...] = get_args(GameMethod)
+PairMethod = Literal["auto", "exact", "screen"]  # hc.pair_map: exact where the budget allows, or the screen
+PAIR_METHODS: tuple[str, ...] = get_args(PairMethod)
 # the named metrics of coalition games
 MetricName = Literal["logit_diff", "accuracy", "loss", "prob"]
 METRIC_NAMES: tuple[str, ...] = get_args(MetricName)

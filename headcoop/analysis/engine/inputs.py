@@ -154,7 +154,9 @@ def parse_heads(model: HookedTransformer, heads, layer: int | None = None) -> li
         if isinstance(spec, str):
             match = re.fullmatch(r"L(\d+)H(\d+)", spec)
             if match is None:
-                raise ValueError(f"head name {spec!r} is not of the form 'L<layer>H<head>', e.g. 'L0H3'")
+                every = (" (every head: leave heads= out; every pair's interaction: hc.pair_map(model))"
+                         if spec.strip().lower() == "all" else "")  # fmt: skip
+                raise ValueError(f"head name {spec!r} is not of the form 'L<layer>H<head>', e.g. 'L0H3'{every}")
             found = [(int(match.group(1)), int(match.group(2)))]
         elif isinstance(spec, (tuple, list)) and len(spec) == 2:
             found = [tuple(spec)]
