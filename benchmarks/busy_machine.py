@@ -26,7 +26,8 @@ DEFAULTS = "import torch; from headcoop.cli import main; import sys; sys.exit(ma
 
 
 def timed(code: str, out: Path) -> float:
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "HEADCOOP_THREADS")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "HEADCOOP_THREADS")}  # fmt: skip
     env["HEADCOOP_PROGRESS"] = "0"
     start = time.perf_counter()
     subprocess.run([sys.executable, "-c", code, "report", "count01", "--out", str(out)], check=True, env=env,

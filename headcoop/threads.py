@@ -5,8 +5,9 @@ thread that waits for the thread it cannot run spins through its time slice: on 
 with one core busy, `headcoop report count01` took 65.8 s with torch's defaults (2 spinning threads), 20.9 s with
 OpenMP's passive wait policy and 15.4 s with one thread (issue 62). So, unless the user has set them:
 
-- `OMP_WAIT_POLICY=PASSIVE` before torch is imported (a waiting thread sleeps instead of spinning; it cannot
-  be changed once OpenMP has started, so only the CLI and scripts that call `configure_process` first get it);
+- before torch is imported, where the machine is busy, `OMP_WAIT_POLICY=PASSIVE` (a waiting thread sleeps
+  instead of spinning), else a short spin; OpenMP reads these once, when it starts, so only the CLI and
+  scripts that call `configure_process` first get them;
 - as many torch threads as there are idle cores (`idle_cores`: the CPUs' idle time over `WINDOW_S` from
   /proc/stat, else the cores less the one-minute load average), at least 1: all cores on a quiet machine.
 
@@ -88,16 +89,27 @@ def choose_threads() -> int:
     return max(1, min(cores(), int(idle_cores() + 0.5)))
 
 
+QUIET_SPINCOUNT = "10000"  # libgomp's spin before a waiting thread sleeps, on a quiet machine (default 300,000)
+
+
 def configure_process() -> dict:
-    """Before torch is imported: OMP_WAIT_POLICY=PASSIVE and OMP_NUM_THREADS=`choose_threads()`, each unless
-    the user set it (HEADCOOP_THREADS sets the count). Returns what was set {name: value}."""
+    """Before torch is imported, each unless the user set it: OMP_NUM_THREADS=`choose_threads()`
+    (HEADCOOP_THREADS sets the count); and the wait: on a busy machine (fewer threads than cores)
+    OMP_WAIT_POLICY=PASSIVE, on a quiet one a short spin (GOMP_SPINCOUNT, libgomp's, which torch's Linux
+    wheels use) that keeps the quiet speed and limits the cost of a load that arrives later. Measured on this
+    project's 2-core machine (`benchmarks/busy_machine.py`, docs/benchmarks.md): passive waiting costs 9% on a
+    quiet machine, the short spin 3%. Returns what was set {name: value}."""
     set_here = {}
-    if "OMP_WAIT_POLICY" not in os.environ:
-        os.environ["OMP_WAIT_POLICY"] = set_here["OMP_WAIT_POLICY"] = "PASSIVE"
+    threads = None
     if "OMP_NUM_THREADS" not in os.environ or ENV_THREADS in os.environ:
         threads = choose_threads()
         os.environ["OMP_NUM_THREADS"] = set_here["OMP_NUM_THREADS"] = str(threads)
         _chosen.append(threads)
+    if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
+        if threads is not None and threads < cores():
+            os.environ["OMP_WAIT_POLICY"] = set_here["OMP_WAIT_POLICY"] = "PASSIVE"
+        else:
+            os.environ["GOMP_SPINCOUNT"] = set_here["GOMP_SPINCOUNT"] = QUIET_SPINCOUNT
     return set_here
 
 

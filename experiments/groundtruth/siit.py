@@ -31,6 +31,7 @@ Writes `experiments/groundtruth/checkpoints/NAME` (hc.save: the truth, the train
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 from pathlib import Path
 
@@ -91,18 +92,20 @@ def run(model, tokens, nodes: dict | None = None, extra: list | None = None) -> 
     return model.run_with_hooks(tokens, fwd_hooks=hooks) if hooks else model(tokens)
 
 
-def activations(model, tokens, nodes: list[str], extra: list | None = None) -> dict[str, torch.Tensor]:
-    """Each node's activation (a head's z, an MLP's output) on `tokens`."""
+def activations(model, tokens, nodes: list[str], extra: list | None = None, grad: bool = False) -> dict[str, torch.Tensor]:
+    """Each node's activation (a head's z, an MLP's output) on `tokens`; with `grad`, still attached to the
+    run's graph (the source run trains too: issue 63), else detached."""
     store = {}
     hooks = list(extra or [])
     for name in nodes:
         point, head = node_hook_name(name)
 
         def keep(act, hook, name=name, head=head):
-            store[name] = (act if head is None else act[:, :, head]).detach().clone()
+            value = act if head is None else act[:, :, head]
+            store[name] = value.clone() if grad else value.detach().clone()
 
         hooks.append((point, keep))
-    with torch.no_grad():
+    with torch.set_grad_enabled(grad and torch.is_grad_enabled()):
         model.run_with_hooks(tokens, fwd_hooks=hooks)
     return store
 
@@ -116,7 +119,8 @@ def longest(info: dict) -> int:
     return min(info["max_seq_len"], len(info["vocab"])) if info["program"] in UNIQUE else info["max_seq_len"]
 
 
-def draw(info: dict, n: int, gen: torch.Generator, lengths: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def draw(info: dict, n: int, gen: torch.Generator, lengths: torch.Tensor | None = None,
+         balanced: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """(tokens [n, max_seq_len + 1], lengths [n]): BOS, `lengths` tokens drawn uniformly (without repeats for a
     program of UNIQUE), then pads; lengths drawn (half at the longest, half uniform in 1..longest) unless given."""
     enc, vocab, full = info["encoding"], info["vocab"], info["max_seq_len"]
@@ -129,8 +133,33 @@ def draw(info: dict, n: int, gen: torch.Generator, lengths: torch.Tensor | None 
         body = torch.cat([ids[order], ids[order[:, :1]].expand(n, full - len(ids))], 1)[:, :full] if full > len(ids) else ids[order][:, :full]
     else:
         body = ids[torch.randint(len(ids), (n, full), generator=gen)]
+    if balanced and info["program"] == "shuffle_dyck":  # a share of the rows balanced up to their length
+        rows = (torch.rand(n, generator=gen) < balanced).nonzero().flatten().tolist()
+        for row in rows:
+            body[row] = _balanced(info, full, int(lengths[row]), gen)
     body[torch.arange(full)[None, :] >= lengths[:, None]] = enc["compiler_pad"]
     return torch.cat([torch.full((n, 1), enc["BOS"]), body], 1), lengths
+
+
+def _balanced(info: dict, full: int, length: int, gen: torch.Generator) -> torch.Tensor:
+    """`full` token ids whose first `length` form a balanced sequence of shuffle_dyck's two bracket kinds
+    (the last token random where `length` is odd): each step opens a random kind or closes the newest open one."""
+    enc = info["encoding"]
+    pairs = [("(", ")"), ("{", "}")]
+    out, stack = [], []
+    even = length - length % 2
+    for position in range(even):
+        left = even - position
+        if stack and (len(stack) >= left or torch.rand((), generator=gen) < 0.5):
+            out.append(pairs[stack.pop()][1])
+        else:
+            kind = int(torch.randint(2, (), generator=gen))
+            stack.append(kind)
+            out.append(pairs[kind][0])
+    vocab = info["vocab"]
+    while len(out) < full:
+        out.append(vocab[int(torch.randint(len(vocab), (), generator=gen))])
+    return torch.tensor([enc[t] for t in out])
 
 
 def draw_source(info: dict, lengths: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
@@ -246,10 +275,159 @@ def evaluate(low, high, info: dict, aligned: list[str], others: list[str], n: in
     return out
 
 
-def train(name: str, steps: int, batch: int = 128, lr: float = 2e-3, seed: int = SEED, iit_nodes: int | None = None,
-          iit_weight: float = 1.0, norm: str | None = "LN", log=print):
-    """The dense model of program `name`, SIIT-trained; (model, record). `iit_nodes`: aligned nodes intervened on
-    per batch (default IIT_NODES; 0 for all of them); iit_weight: the interchange loss's weight beside the task's."""
+@dataclasses.dataclass
+class Recipe:
+    """The training's switches, each recorded in the checkpoint's training record (issue 63).
+
+    source_grad: the interchange's source run keeps its gradient (InterpBench's --backprop-on-cache), so the
+      intervened node learns from its own interchange; False detaches it (the committed models' recipe).
+    hard_targets: the interchange loss is cross-entropy against the program's answer (InterpBench's); False:
+      the soft targets of `loss_and_hits`.
+    candidates: sources drawn per base (rare: where the share of candidates that change the program's output
+      is under RARE), one kept so that about half the pairs change the output; 0: one source as drawn.
+    balanced: the share of shuffle_dyck's inputs that are balanced prefixes (the rest uniform).
+    node_strict_p: each non-aligned node resampled with this probability (node strictness).
+    edge_strict: the true circuit alone must answer (edge strictness), its weight edge_low until the
+      interchange loss's running mean falls below raise_below, edge_high after.
+    separate_steps: the task, interchange and strictness losses as separate optimizer steps (InterpBench's).
+    lr (constant after `warmup` steps), batch, max_steps; norms_every: the writers' norms logged; gate_every:
+    the gate checked (training stops when it passes); checkpoint_s: the run's state saved this often."""
+
+    source_grad: bool = True
+    hard_targets: bool = True
+    candidates: int = 8
+    candidates_rare: int = 16
+    balanced: float = 0.5
+    node_strict_p: float = 0.5
+    edge_strict: bool = True
+    edge_low: float = 0.1
+    edge_high: float = 1.0
+    raise_below: float = 0.1
+    separate_steps: bool = True
+    lr: float = 1e-3
+    warmup: int = 100
+    batch: int = 128
+    max_steps: int = 20000
+    norms_every: int = 250
+    gate_every: int = 500
+    checkpoint_s: float = 120.0
+
+
+RARE = 0.15  # below this share of changing candidates, a node draws candidates_rare of them
+GATE = dict(changed=0.9, unchanged=0.95, task=0.99, circuit=0.95, strict=0.95, writer_ratio=20.0)  # issue 63, item 4
+
+
+def interchange_targets(high, base, sources: torch.Tensor, node: str, info: dict, mask: torch.Tensor):
+    """The program's outputs [k, batch, pos, out] with `node` taken from each of k candidate sources
+    [k, batch, pos], and whether each changes the base's answer somewhere both hold tokens [k, batch]."""
+    pad = info["encoding"]["compiler_pad"]
+    hb = pad_mask_hooks(base, pad, high.cfg.n_layers)
+    with torch.no_grad():
+        plain = run(high, base, extra=hb)
+        outs, changed = [], []
+        for source in sources:
+            value = activations(high, source, [node], pad_mask_hooks(source, pad, high.cfg.n_layers))[node]
+            out = run(high, base, {node: value}, hb)
+            both = mask & token_mask(source, info)
+            if info["numerical"]:
+                differs = (out[..., 0] - plain[..., 0]).abs() >= 0.02
+            else:
+                differs = out.argmax(-1) != plain.argmax(-1)
+            outs.append(out)
+            changed.append((differs & both).any(1))
+    return torch.stack(outs), torch.stack(changed)
+
+
+def choose_sources(high, info: dict, base, lengths, node: str, count: int, gen: torch.Generator):
+    """(source [batch, pos], its program target, changed [batch], share of candidates that change): `count`
+    candidate sources per base, the one kept changing the output on a random half of the rows where one can."""
+    mask = token_mask(base, info)
+    sources = torch.stack([draw_source(info, lengths, gen) for _ in range(count)])
+    outs, changed = interchange_targets(high, base, sources, node, info, mask)
+    want = torch.rand(len(base), generator=gen) < 0.5
+    fits = changed == want[None]  # [count, batch]
+    pick = torch.where(fits.any(0), fits.float().argmax(0), torch.zeros(len(base), dtype=torch.long))
+    rows = torch.arange(len(base))
+    return sources[pick, rows], outs[pick, rows], changed[pick, rows], float(changed.float().mean())
+
+
+def hard_loss(logits, target_logits, mask, numerical: bool) -> torch.Tensor:
+    """Cross-entropy against the program's answer (its argmax) at the masked positions; squared error for a
+    numerical output."""
+    if numerical:
+        return F.mse_loss(logits[..., 0][mask], target_logits[..., 0][mask])
+    return F.cross_entropy(logits[mask], target_logits[mask].argmax(-1))
+
+
+def writer_norms(low, tokens, mask) -> dict:
+    """Each writer's median |output| at the token positions over the embedding's: {writer: ratio}."""
+    with torch.no_grad():
+        _, cache = low.run_with_cache(tokens)
+        embed = cache["hook_embed"] + cache["hook_pos_embed"]
+        floor = float(embed.norm(dim=-1)[mask].median())
+        out = {}
+        for layer in range(low.cfg.n_layers):
+            z = cache[f"blocks.{layer}.attn.hook_z"]  # [batch, pos, head, d_head]
+            for head in range(low.cfg.n_heads):
+                written = z[:, :, head] @ low.blocks[layer].attn.W_O[head]
+                out[f"L{layer}H{head}"] = float(written.norm(dim=-1)[mask].median()) / floor
+            if not low.cfg.attn_only:
+                out[f"MLP{layer}"] = float(cache[f"blocks.{layer}.hook_mlp_out"].norm(dim=-1)[mask].median()) / floor
+    return out
+
+
+def gate(low, high, info: dict, aligned: list[str], others: list[str], false_edges: list, recipe: Recipe,
+         n: int = 2048, seed: int = 1) -> dict:  # fmt: skip
+    """The gate (issue 63, item 4) on `n` held-out pairs: per aligned node the interchange accuracy where the
+    program's output changes and where it does not (sources chosen as in training), task accuracy, the true
+    circuit alone, every non-aligned node resampled at once, the largest writer ratio; `passed`."""
+    gen = torch.Generator().manual_seed(seed)
+    pad = info["encoding"]["compiler_pad"]
+    base, lengths = draw(info, n, gen, balanced=recipe.balanced)
+    mask = token_mask(base, info)
+    hb = pad_mask_hooks(base, pad, high.cfg.n_layers)
+    out: dict = {"inputs": n}
+    with torch.no_grad():
+        high_base = run(high, base, extra=hb)
+        _, hits = loss_and_hits(run(low, base), high_base, mask, info["numerical"])
+        out["task_accuracy"] = float(hits.float().mean())
+        per_node = {}
+        for node in aligned:
+            source, target, changed, share = choose_sources(high, info, base, lengths, node, recipe.candidates or 1, gen)
+            both = mask & token_mask(source, info)
+            value = activations(low, source, [node])[node]
+            _, hit = loss_and_hits(run(low, base, {node: value}), target, both, info["numerical"])
+            rows = both.nonzero()[:, 0]
+            moved = changed[rows]
+            rate = lambda m: round(float(hit[m].float().mean()), 4) if bool(m.any()) else float("nan")  # noqa: E731
+            per_node[node] = dict(changed=rate(moved), unchanged=rate(~moved), all=rate(torch.ones_like(moved)),
+                                  changed_share=round(float(changed.float().mean()), 3))  # fmt: skip
+        out["interchange"] = per_node
+        source = draw_source(info, lengths, gen)
+        if others:
+            low_src = activations(low, source, others)
+            _, hits = loss_and_hits(run(low, base, low_src), high_base, mask, info["numerical"])
+            out["strict_accuracy"] = float(hits.float().mean())
+        if false_edges:
+            _, hits = loss_and_hits(edge_strict_run(low, base, source, false_edges), high_base, mask, info["numerical"])
+            out["circuit_accuracy"] = float(hits.float().mean())
+    norms = writer_norms(low, base, mask)
+    out["writer_ratio_max"] = max(norms.values())
+    out["writer_max"] = max(norms, key=norms.get)
+    checks = [out["task_accuracy"] >= GATE["task"], out["writer_ratio_max"] <= GATE["writer_ratio"],
+              out.get("strict_accuracy", 1.0) >= GATE["strict"], out.get("circuit_accuracy", 1.0) >= GATE["circuit"]]
+    for row in per_node.values():  # NaN (no pair of that kind) does not fail a node
+        checks.append(not row["changed"] < GATE["changed"])
+        checks.append(not row["unchanged"] < GATE["unchanged"])
+    out["passed"] = all(checks)
+    return out
+
+
+def train(name: str, recipe: Recipe, out: Path = CHECKPOINTS, seed: int = SEED, iit_nodes: int | None = None,
+          norm: str | None = "LN", log=print):  # fmt: skip
+    """The dense model of program `name`, SIIT-trained under `recipe` until its gate passes (or max_steps),
+    resuming from `out`'s saved state of an unfinished run; (model, info, record, gate)."""
+    from experiments.groundtruth.resume import load_state, save_state, state_folder
     from experiments.tracr.common import load
 
     high, info = load(name)
@@ -261,80 +439,150 @@ def train(name: str, steps: int, batch: int = 128, lr: float = 2e-3, seed: int =
     truth = info["truth"]
     aligned = [c for c in components(high.cfg) if c not in truth["empty"]]
     others = [c for c in components(high.cfg) if c in truth["empty"]]
-    pad = info["encoding"]["compiler_pad"]
-    gen = torch.Generator().manual_seed(seed)
-    pick = torch.Generator().manual_seed(seed + 1)
-    false_edges = false_edges_of(low, truth)
+    gen, pick = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed + 1)
+    false_edges = false_edges_of(low, truth) if recipe.edge_strict else []
     iit_nodes = IIT_NODES if iit_nodes is None else iit_nodes
-    opt = torch.optim.AdamW(low.parameters(), lr=lr, weight_decay=0.01)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.05)
-    started = time.perf_counter()
-    history = []
-    for step in range(steps):
-        base, lengths = draw(info, batch, gen)
-        source = draw_source(info, lengths, gen)
+    opt = torch.optim.AdamW(low.parameters(), lr=recipe.lr, weight_decay=0.01)
+    folder = state_folder(out, name)
+    operational = ("max_steps", "norms_every", "gate_every", "checkpoint_s")  # may change between resumes
+    config = dict(program=name, seed=seed, iit_nodes=iit_nodes, norm=norm,
+                  recipe={k: v for k, v in dataclasses.asdict(recipe).items() if k not in operational})  # fmt: skip
+    meta = load_state(folder, low, opt, {"data": gen, "pick": pick})
+    if meta is not None and meta["config"] != config:
+        raise ValueError(f"{folder} holds a run of another recipe ({meta['config']}); delete it to start over, or run "
+                         f"the same command as before")  # fmt: skip
+    state = meta or dict(config=config, step=0, seconds=0.0, history=[], gates=[], iit_mean=None, share={},
+                         passed=False)  # fmt: skip
+    if meta is not None:
+        log(f"[siit] {name}: resumed at step {state['step']} from {folder}")
+    saved_at = time.perf_counter()
+    started = time.perf_counter() - state["seconds"]
+    while state["step"] < recipe.max_steps and not state["passed"]:
+        step = state["step"]
+        for group in opt.param_groups:
+            group["lr"] = recipe.lr * min(1.0, (step + 1) / recipe.warmup)
+        base, lengths = draw(info, recipe.batch, gen, balanced=recipe.balanced)
         mask = token_mask(base, info)
-        both = mask & token_mask(source, info)  # an interchange is read where base and source both hold tokens
-        hb, hs = pad_mask_hooks(base, pad, high.cfg.n_layers), pad_mask_hooks(source, pad, high.cfg.n_layers)
         nodes = [aligned[int(i)] for i in torch.randperm(len(aligned), generator=pick)[:iit_nodes or len(aligned)]]
+        pad = info["encoding"]["compiler_pad"]
         with torch.no_grad():
-            high_base = run(high, base, extra=hb)
-            high_src = activations(high, source, nodes, hs)
-            high_iit = [run(high, base, {node: high_src[node]}, hb) for node in nodes]
-        low_src = activations(low, source, nodes + others)
-        task, _ = loss_and_hits(run(low, base), high_base, mask, info["numerical"])
-        iit = sum(loss_and_hits(run(low, base, {node: low_src[node]}), target, both, info["numerical"])[0]
-                  for node, target in zip(nodes, high_iit)) / len(nodes)  # fmt: skip
-        loss = task + iit_weight * iit
-        strict = torch.zeros(())
-        if others:
-            chosen = [o for o in others if torch.rand((), generator=pick) < 0.5] or [others[0]]
-            strict, _ = loss_and_hits(run(low, base, {o: low_src[o] for o in chosen}), high_base, mask, info["numerical"])
-            loss = loss + strict
-        edge_strict = torch.zeros(())
-        if false_edges:
-            edge_strict, _ = loss_and_hits(edge_strict_run(low, base, source, false_edges), high_base, mask,
-                                           info["numerical"])  # fmt: skip
-            loss = loss + edge_strict
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(low.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        if step % 250 == 0 or step == steps - 1:
-            history.append(dict(step=step, task=float(task.detach()), iit=float(iit.detach()), strict=float(strict.detach()),
-                                edge_strict=float(edge_strict.detach())))  # fmt: skip
-            log(f"[siit] {name} step {step}: " + " ".join(f"{k} {v:.4f}" for k, v in history[-1].items() if k != "step"))
-    seconds = time.perf_counter() - started
+            high_base = run(high, base, extra=pad_mask_hooks(base, pad, high.cfg.n_layers))
+        picked = []  # (node, source, target, both) per intervened node, chosen before any loss is computed
+        for node in nodes:
+            count = recipe.candidates_rare if state["share"].get(node, 1.0) < RARE else recipe.candidates
+            source, target, _, share = choose_sources(high, info, base, lengths, node, max(count, 1), gen)
+            state["share"][node] = share if node not in state["share"] else 0.9 * state["share"][node] + 0.1 * share
+            picked.append((node, source, target, mask & token_mask(source, info)))
+        strict_source, circuit_source = draw_source(info, lengths, gen), draw_source(info, lengths, gen)
+        chosen = [o for o in others if torch.rand((), generator=pick) < recipe.node_strict_p] or others[:1]
+        edge_weight = recipe.edge_high if (state["iit_mean"] or 1e9) < recipe.raise_below else recipe.edge_low
+
+        def task_loss():
+            return loss_and_hits(run(low, base), high_base, mask, info["numerical"])[0]
+
+        def iit_loss():
+            terms = []
+            for node, source, target, both in picked:
+                value = activations(low, source, [node], grad=recipe.source_grad)[node]
+                logits = run(low, base, {node: value})
+                terms.append(hard_loss(logits, target, both, info["numerical"]) if recipe.hard_targets
+                             else loss_and_hits(logits, target, both, info["numerical"])[0])  # fmt: skip
+            return sum(terms) / len(terms)
+
+        def strict_loss():
+            total = torch.zeros(())
+            if chosen:
+                low_src = activations(low, strict_source, chosen, grad=recipe.source_grad)
+                total = total + loss_and_hits(run(low, base, low_src), high_base, mask, info["numerical"])[0]
+            if false_edges:
+                circuit = edge_strict_run(low, base, circuit_source, false_edges)
+                total = total + edge_weight * loss_and_hits(circuit, high_base, mask, info["numerical"])[0]
+            return total
+
+        parts = {"task": task_loss, "iit": iit_loss}
+        if chosen or false_edges:
+            parts["strict"] = strict_loss
+        losses = {}
+        if recipe.separate_steps:  # each loss its own forward pass and optimizer step, as InterpBench
+            for key, part in parts.items():
+                opt.zero_grad()
+                losses[key] = part()
+                losses[key].backward()
+                torch.nn.utils.clip_grad_norm_(low.parameters(), 1.0)
+                opt.step()
+        else:
+            losses = {key: part() for key, part in parts.items()}
+            opt.zero_grad()
+            sum(losses.values()).backward()
+            torch.nn.utils.clip_grad_norm_(low.parameters(), 1.0)
+            opt.step()
+        iit_now = float(losses["iit"].detach())
+        state["iit_mean"] = iit_now if state["iit_mean"] is None else 0.98 * state["iit_mean"] + 0.02 * iit_now
+        state["step"] = step + 1
+        if step % recipe.norms_every == 0:
+            norms = writer_norms(low, base, mask)
+            top = max(norms, key=norms.get)
+            state["history"].append(dict(step=step, **{k: round(float(v.detach()), 5) for k, v in losses.items()},
+                                         iit_mean=round(state["iit_mean"], 5), writer_max=top,
+                                         writer_ratio=round(norms[top], 2)))  # fmt: skip
+            log(f"[siit] {name} step {step}: " + " ".join(f"{k} {v}" for k, v in state["history"][-1].items() if k != "step"))
+        if state["step"] % recipe.gate_every == 0:
+            low.eval()
+            checked = gate(low, high, info, aligned, others, false_edges, recipe)
+            low.train()
+            state["gates"].append(dict(step=state["step"], **{k: v for k, v in checked.items() if k != "interchange"},
+                                       interchange_min_changed=min(r["changed"] for r in checked["interchange"].values()),
+                                       interchange_min_unchanged=min(r["unchanged"] for r in checked["interchange"].values())))  # fmt: skip
+            state["passed"] = checked["passed"]
+            log(f"[siit] {name} gate at step {state['step']}: {state['gates'][-1]}")
+        if time.perf_counter() - saved_at >= recipe.checkpoint_s:
+            state["seconds"] = time.perf_counter() - started
+            save_state(folder, low, opt, {"data": gen, "pick": pick}, state)
+            saved_at = time.perf_counter()
+    state["seconds"] = time.perf_counter() - started
     low.eval()
-    checks = evaluate(low, high, info, aligned, others)
-    record = dict(program=name, steps=steps, batch=batch, lr=lr, seed=seed, iit_nodes=iit_nodes, iit_weight=iit_weight, norm=norm, seconds=round(seconds, 1),
-                  aligned=aligned, non_aligned=others, history=history, width=dict(WIDTH, d_mlp=low.cfg.d_mlp))  # fmt: skip
-    return low, info, record, checks
+    final = gate(low, high, info, aligned, others, false_edges, recipe)
+    record = dict(program=name, steps=state["step"], batch=recipe.batch, lr=recipe.lr, seed=seed, iit_nodes=iit_nodes,
+                  norm=norm, seconds=round(state["seconds"], 1), aligned=aligned, non_aligned=others,
+                  history=state["history"], gates=state["gates"], recipe=dataclasses.asdict(recipe),
+                  width=dict(WIDTH, d_mlp=low.cfg.d_mlp))  # fmt: skip
+    return low, info, record, final
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--programs", nargs="*", default=list(PROGRAMS))
-    parser.add_argument("--steps", type=int, default=None, help="training steps (default: per program, STEPS)")
+    parser.add_argument("--max-steps", type=int, default=Recipe.max_steps, help="stop here if the gate has not passed")
     parser.add_argument("--iit-nodes", type=int, default=None,
                         help=f"aligned nodes intervened on per batch (default: per program, IIT_NODES_OF, else {IIT_NODES}; 0: all)")
-    parser.add_argument("--iit-weight", type=float, default=None, help="the interchange loss's weight (default: per program, IIT_WEIGHT_OF, else 1)")
-    parser.add_argument("--lr", type=float, default=2e-3)
+    parser.add_argument("--lr", type=float, default=Recipe.lr)
     parser.add_argument("--norm", choices=["LN", "none"], default="LN", help="the dense model's norm")
+    parser.add_argument("--detach-source", action="store_true", help="the committed models' recipe: no gradient through the source run")
+    parser.add_argument("--soft-targets", action="store_true", help="soft targets for the interchange loss")
+    parser.add_argument("--candidates", type=int, default=Recipe.candidates, help="sources drawn per base (0: one as drawn)")
+    parser.add_argument("--no-edge-strict", action="store_true")
+    parser.add_argument("--joint-step", action="store_true", help="one optimizer step for the summed losses")
+    parser.add_argument("--checkpoint-s", type=float, default=Recipe.checkpoint_s, help="seconds between saved states")
     parser.add_argument("--out", type=Path, default=CHECKPOINTS)
     args = parser.parse_args(argv)
     import headcoop as hc
 
     torch.set_num_threads(1)  # tiny models: one thread each is fastest, and two programs can train side by side
+    recipe = Recipe(source_grad=not args.detach_source, hard_targets=not args.soft_targets, candidates=args.candidates,
+                    edge_strict=not args.no_edge_strict, separate_steps=not args.joint_step, lr=args.lr,
+                    max_steps=args.max_steps, checkpoint_s=args.checkpoint_s)  # fmt: skip
     for name in args.programs:
-        low, info, record, checks = train(name, args.steps or STEPS[name],
+        low, info, record, checks = train(name, recipe, out=args.out,
                                           iit_nodes=args.iit_nodes if args.iit_nodes is not None else IIT_NODES_OF.get(name),
-                                          iit_weight=args.iit_weight or IIT_WEIGHT_OF.get(name, 1.0), lr=args.lr,
-                                          norm=None if args.norm == "none" else args.norm)
-        print(f"[siit] {name}: {checks}", flush=True)
-        hc.save(low, args.out / name, metrics=checks,
-                groundtruth=dict(kind="siit", tracr=info, training=record))  # fmt: skip
+                                          norm=None if args.norm == "none" else args.norm)  # fmt: skip
+        print(f"[siit] {name}: gate {'passed' if checks['passed'] else 'NOT passed'}: {checks}", flush=True)
+        target = args.out / (name if checks["passed"] else f"{name}.unpassed")
+        hc.save(low, target, metrics=checks, groundtruth=dict(kind="siit", tracr=info, training=record))
+        from experiments.groundtruth.resume import state_folder
+
+        import shutil
+
+        shutil.rmtree(state_folder(args.out, name), ignore_errors=True)
     return 0
 
 
