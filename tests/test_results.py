@@ -52,6 +52,8 @@ def results():
         "CompositionScores": hc.composition(two),
         "Interactions": hc.interactions(count01, heads=[0, 1, 2, 3, 4], metric="accuracy"),
         "Cooperation": hc.cooperation(skip, metric="accuracy"),
+        "PairMap": hc.pair_map(two, task.clean, method="screen", verify=3, sample=4, named=1),
+        "PairMap exact": hc.pair_map(count01, heads=[0, 1, 2, 3], named=0),
         "EdgeResult": edges,
         "Circuit": circuit,
         "FaithfulnessResult": hc.faithfulness(two, edges, clean=clean, corrupt=corrupt, metric=_metric, random=2),
