@@ -23,9 +23,16 @@ base's length, half have their own (`draw_source`), so an interchange at a node 
 output; an interchange's outputs are read where base and source both hold tokens. Outputs are read at the token
 positions (not BOS, not the pads), against the program's output as soft targets (`loss_and_hits`).
 
-    python -m experiments.groundtruth.siit [--programs reverse hist ...] [--steps 4000]
+    python -m experiments.groundtruth.siit [--programs reverse hist ...] [--max-steps 20000]
 
-Writes `experiments/groundtruth/checkpoints/NAME` (hc.save: the truth, the training record, the checks).
+Issue 63's recipe (`Recipe`, every switch recorded): the source run keeps its gradient, hard targets, sources
+chosen so that half the pairs change the program's output, node and edge strictness, separate steps; trained
+until the gate (`gate`, `GATE`) passes, checked every 500 steps. A run saves its state every 2 minutes and the
+same command resumes it (`resume.py`). Writes `experiments/groundtruth/gated/NAME` once the gate passes, else
+`NAME.unpassed` (hc.save: the truth, the training record, the gate); `--out checkpoints` replaces the models the
+page reads. The models in `checkpoints/` were trained by the recipe before (the source run detached, soft targets,
+one source as drawn, one joint step, a one-cycle learning rate, 800-3,000 steps); `--detach-source --soft-targets
+--candidates 0 --joint-step` comes closest to it.
 """
 
 from __future__ import annotations
@@ -39,7 +46,8 @@ import torch
 import torch.nn.functional as F
 
 HERE = Path(__file__).resolve().parent
-CHECKPOINTS = HERE / "checkpoints"
+CHECKPOINTS = HERE / "checkpoints"  # the models docs/results/circuits.md reads (the recipe before issue 63)
+GATED = HERE / "gated"  # models of issue 63's recipe, each saved as NAME once its gate passes (NAME.unpassed if not)
 PROGRAMS = ("reverse", "hist", "sort_unique", "shuffle_dyck", "xproportion")
 WIDTH = dict(d_model=64, d_head=16, d_mlp=128)
 WIDER_MLP = {"shuffle_dyck": 256}
@@ -563,7 +571,8 @@ def main(argv=None) -> int:
     parser.add_argument("--no-edge-strict", action="store_true")
     parser.add_argument("--joint-step", action="store_true", help="one optimizer step for the summed losses")
     parser.add_argument("--checkpoint-s", type=float, default=Recipe.checkpoint_s, help="seconds between saved states")
-    parser.add_argument("--out", type=Path, default=CHECKPOINTS)
+    parser.add_argument("--out", type=Path, default=GATED, help="where the models and unfinished runs go (default "
+                        "experiments/groundtruth/gated: the page's models in checkpoints/ stay until it is regenerated)")
     args = parser.parse_args(argv)
     import headcoop as hc
 

@@ -71,3 +71,20 @@ def test_balanced_shuffle_dyck_inputs_are_balanced():
             else:
                 assert stack and stack.pop() == {")": "(", "}": "{"}[token], text
         assert not stack, text
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in siit.GATED.iterdir() if p.is_dir() and not p.name.startswith(".")
+                                        and not p.name.endswith(".unpassed")) if siit.GATED.exists() else [])  # fmt: skip
+def test_a_gated_model_passes_its_gate_again_on_fresh_pairs(name):
+    """Each committed model of issue 63's recipe passes the gate it recorded, re-measured on other held-out pairs."""
+    import headcoop as hc
+    from experiments.tracr.common import load
+
+    low = hc.load(siit.GATED / name)
+    training = low.checkpoint_meta["groundtruth"]["training"]
+    assert low.checkpoint_meta["metrics"]["passed"] and training["recipe"]["source_grad"]
+    high, info = load(name)
+    aligned, others = training["aligned"], training["non_aligned"]
+    edges = siit.false_edges_of(low, info["truth"]) if training["recipe"]["edge_strict"] else []
+    again = siit.gate(low, high, info, aligned, others, edges, siit.Recipe(**training["recipe"]), n=512, seed=7)
+    assert again["passed"], again
