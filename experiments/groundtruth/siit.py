@@ -298,6 +298,9 @@ class Recipe:
     edge_strict: the true circuit alone must answer (edge strictness), its weight edge_low until the
       interchange loss's running mean falls below raise_below, edge_high after.
     separate_steps: the task, interchange and strictness losses as separate optimizer steps (InterpBench's).
+    writer_cap: the task step also pays (ratio - cap)^2 for each writer whose mean |output| exceeds `cap` times
+      the embedding's (0: off). Without it, once edge strictness weighed in full, reverse's MLP3 grew to 683x
+      and xproportion's MLP1 to 126x the embedding by step 1,500-2,000 (the gate allows 20x).
     lr (constant after `warmup` steps), batch, max_steps; norms_every: the writers' norms logged; gate_every:
     the gate checked (training stops when it passes); checkpoint_s: the run's state saved this often."""
 
@@ -312,6 +315,7 @@ class Recipe:
     edge_high: float = 1.0
     raise_below: float = 0.1
     separate_steps: bool = True
+    writer_cap: float = 10.0
     lr: float = 1e-3
     warmup: int = 100
     batch: int = 128
@@ -365,6 +369,30 @@ def hard_loss(logits, target_logits, mask, numerical: bool) -> torch.Tensor:
     if numerical:
         return F.mse_loss(logits[..., 0][mask], target_logits[..., 0][mask])
     return F.cross_entropy(logits[mask], target_logits[mask].argmax(-1))
+
+
+def writer_ratios(low, tokens, mask) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logits, ratios [writer]): one run with gradient, each head's and MLP's mean |output| at the token
+    positions over the embedding's (the writer cap's penalty reads it)."""
+    kept: dict = {}
+
+    def keep(act, hook):
+        kept[hook.name] = act
+        return act
+
+    names = ["hook_embed", "hook_pos_embed"] + [f"blocks.{lay}.attn.hook_z" for lay in range(low.cfg.n_layers)]
+    if not low.cfg.attn_only:
+        names += [f"blocks.{lay}.hook_mlp_out" for lay in range(low.cfg.n_layers)]
+    logits = low.run_with_hooks(tokens, fwd_hooks=[(name, keep) for name in names])
+    floor = (kept["hook_embed"] + kept["hook_pos_embed"]).norm(dim=-1)[mask].mean().detach()
+    ratios = []
+    for lay in range(low.cfg.n_layers):
+        z = kept[f"blocks.{lay}.attn.hook_z"]
+        written = torch.einsum("bphd,hdm->bphm", z, low.blocks[lay].attn.W_O)
+        ratios.append(written.norm(dim=-1)[mask].mean(0) / floor)  # [head]
+        if not low.cfg.attn_only:
+            ratios.append(kept[f"blocks.{lay}.hook_mlp_out"].norm(dim=-1)[mask].mean()[None] / floor)
+    return logits, torch.cat(ratios)
 
 
 def writer_norms(low, tokens, mask) -> dict:
@@ -486,7 +514,11 @@ def train(name: str, recipe: Recipe, out: Path = CHECKPOINTS, seed: int = SEED, 
         edge_weight = recipe.edge_high if (state["iit_mean"] or 1e9) < recipe.raise_below else recipe.edge_low
 
         def task_loss():
-            return loss_and_hits(run(low, base), high_base, mask, info["numerical"])[0]
+            if not recipe.writer_cap:
+                return loss_and_hits(run(low, base), high_base, mask, info["numerical"])[0]
+            logits, ratios = writer_ratios(low, base, mask)
+            excess = torch.relu(ratios - recipe.writer_cap)
+            return loss_and_hits(logits, high_base, mask, info["numerical"])[0] + (excess**2).sum()
 
         def iit_loss():
             terms = []
