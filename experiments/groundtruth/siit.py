@@ -301,7 +301,7 @@ class Recipe:
     writer_cap: the task step also pays (ratio - cap)^2 for each writer whose mean |output| exceeds `cap` times
       the embedding's (0: off). Without it, once edge strictness weighed in full, reverse's MLP3 grew to 683x
       and xproportion's MLP1 to 126x the embedding by step 1,500-2,000 (the gate allows 20x).
-    lr (constant after `warmup` steps), batch, max_steps; norms_every: the writers' norms logged; gate_every:
+    lr (constant after `warmup` steps, or halved every lr_halflife steps), batch, max_steps; norms_every: the writers' norms logged; gate_every:
     the gate checked (training stops when it passes); checkpoint_s: the run's state saved this often."""
 
     source_grad: bool = True
@@ -318,6 +318,7 @@ class Recipe:
     writer_cap: float = 10.0
     lr: float = 1e-3
     warmup: int = 100
+    lr_halflife: int = 0
     batch: int = 128
     max_steps: int = 20000
     norms_every: int = 250
@@ -496,7 +497,8 @@ def train(name: str, recipe: Recipe, out: Path = CHECKPOINTS, seed: int = SEED, 
     while state["step"] < recipe.max_steps and not state["passed"]:
         step = state["step"]
         for group in opt.param_groups:
-            group["lr"] = recipe.lr * min(1.0, (step + 1) / recipe.warmup)
+            decay = 0.5 ** (step / recipe.lr_halflife) if recipe.lr_halflife else 1.0
+            group["lr"] = recipe.lr * min(1.0, (step + 1) / recipe.warmup) * decay
         base, lengths = draw(info, recipe.batch, gen, balanced=recipe.balanced)
         mask = token_mask(base, info)
         nodes = [aligned[int(i)] for i in torch.randperm(len(aligned), generator=pick)[:iit_nodes or len(aligned)]]
@@ -602,6 +604,8 @@ def main(argv=None) -> int:
     parser.add_argument("--candidates", type=int, default=Recipe.candidates, help="sources drawn per base (0: one as drawn)")
     parser.add_argument("--no-edge-strict", action="store_true")
     parser.add_argument("--joint-step", action="store_true", help="one optimizer step for the summed losses")
+    parser.add_argument("--lr-halflife", type=int, default=0, help="halve the learning rate every this many steps "
+                        "(0: constant; xproportion's numerical output oscillated at a constant 1e-3)")
     parser.add_argument("--checkpoint-s", type=float, default=Recipe.checkpoint_s, help="seconds between saved states")
     parser.add_argument("--out", type=Path, default=GATED, help="where the models and unfinished runs go (default "
                         "experiments/groundtruth/gated: the page's models in checkpoints/ stay until it is regenerated)")
@@ -611,7 +615,7 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)  # tiny models: one thread each is fastest, and two programs can train side by side
     recipe = Recipe(source_grad=not args.detach_source, hard_targets=not args.soft_targets, candidates=args.candidates,
                     edge_strict=not args.no_edge_strict, separate_steps=not args.joint_step, lr=args.lr,
-                    max_steps=args.max_steps, checkpoint_s=args.checkpoint_s)  # fmt: skip
+                    max_steps=args.max_steps, checkpoint_s=args.checkpoint_s, lr_halflife=args.lr_halflife)  # fmt: skip
     for name in args.programs:
         low, info, record, checks = train(name, recipe, out=args.out,
                                           iit_nodes=args.iit_nodes if args.iit_nodes is not None else IIT_NODES_OF.get(name),
