@@ -51,7 +51,8 @@ from headcoop.threads import fitted_threads
 
 BUDGET_S = 3600.0  # the default time budget of the exact map: one hour on the machine it runs on
 THRESHOLD = 0.1  # a pair interacts when |I| is at least this share of the largest single head's |effect|
-NAMED = 8  # pairs named by hc.cooperation's reading family (the strongest above the threshold)
+NAMED = 4  # pairs named by hc.cooperation's reading family (the strongest above the threshold); each is one
+# 2-head hc.cooperation: about 8 minutes at GPT-2-small size on 2 busy cores (docs/benchmarks.md)
 VERIFY, SAMPLE = 200, 200  # the screen's exactly computed top, and its random sample of the rest
 
 
@@ -191,7 +192,8 @@ def pair_map(
     method:    "auto" (exact when the predicted time is within budget_s, else the screen), "exact", "screen".
     verify, sample: the screen's exact top and random sample of the rest (the miss bound).
     threshold: a pair interacts when |I| >= threshold x the largest single head's |effect|.
-    named:     how many of the strongest interacting pairs `hc.cooperation` names (0: none).
+    named:     how many of the strongest interacting pairs `hc.cooperation` names (0: none); each costs one
+               2-head hc.cooperation (about 8 minutes at GPT-2-small size on 2 cores).
     progress:  a tqdm bar whose total (coalitions, or screen runs and coalitions) is known before any run.
     Runs with torch's threads fitted to the idle cores unless the count is the user's (`headcoop.threads`).
     """
