@@ -460,6 +460,79 @@ def gate(low, high, info: dict, aligned: list[str], others: list[str], false_edg
     return out
 
 
+def step_losses(low, high, info: dict, recipe: Recipe, state: dict, aligned: list[str], others: list[str],
+                false_edges: list, iit_nodes: int, gen: torch.Generator, pick: torch.Generator) -> tuple[dict, tuple]:
+    """One training step's data and losses: ({"task", "iit"[, "strict"]}: functions computing each loss, each
+    its own forward pass; (base, mask) for the writer norms). Draws from `gen` and `pick` in a fixed order and
+    updates the nodes' changing shares in `state` (a resumed run draws the same)."""
+    base, lengths = draw(info, recipe.batch, gen, balanced=recipe.balanced)
+    mask = token_mask(base, info)
+    nodes = [aligned[int(i)] for i in torch.randperm(len(aligned), generator=pick)[:iit_nodes or len(aligned)]]
+    pad = info["encoding"]["compiler_pad"]
+    with torch.no_grad():
+        high_base = run(high, base, extra=pad_mask_hooks(base, pad, high.cfg.n_layers))
+    picked = []  # (node, source, target, both) per intervened node, chosen before any loss is computed
+    for node in nodes:
+        count = recipe.candidates_rare if state["share"].get(node, 1.0) < RARE else recipe.candidates
+        source, target, _, share = choose_sources(high, info, base, lengths, node, max(count, 1), gen)
+        state["share"][node] = share if node not in state["share"] else 0.9 * state["share"][node] + 0.1 * share
+        picked.append((node, source, target, mask & token_mask(source, info)))
+    strict_source, circuit_source = draw_source(info, lengths, gen), draw_source(info, lengths, gen)
+    chosen = [o for o in others if torch.rand((), generator=pick) < recipe.node_strict_p] or others[:1]
+    edge_weight = recipe.edge_high if (state["iit_mean"] or 1e9) < recipe.raise_below else recipe.edge_low
+
+    def task_loss():
+        if not recipe.writer_cap:
+            return loss_and_hits(run(low, base), high_base, mask, info["numerical"])[0]
+        logits, ratios = writer_ratios(low, base, mask)
+        excess = torch.relu(ratios - recipe.writer_cap)
+        return loss_and_hits(logits, high_base, mask, info["numerical"])[0] + (excess**2).sum()
+
+    def iit_loss():
+        terms = []
+        for node, source, target, both in picked:
+            value = activations(low, source, [node], grad=recipe.source_grad)[node]
+            logits = run(low, base, {node: value})
+            terms.append(hard_loss(logits, target, both, info["numerical"]) if recipe.hard_targets
+                         else loss_and_hits(logits, target, both, info["numerical"])[0])  # fmt: skip
+        return sum(terms) / len(terms)
+
+    def strict_loss():
+        total = torch.zeros(())
+        if chosen:
+            low_src = activations(low, strict_source, chosen, grad=recipe.source_grad)
+            total = total + loss_and_hits(run(low, base, low_src), high_base, mask, info["numerical"])[0]
+        if false_edges:
+            circuit = edge_strict_run(low, base, circuit_source, false_edges)
+            total = total + edge_weight * loss_and_hits(circuit, high_base, mask, info["numerical"])[0]
+        return total
+
+    parts = {"task": task_loss, "iit": iit_loss}
+    if chosen or false_edges:
+        parts["strict"] = strict_loss
+    return parts, (base, mask)
+
+
+def apply_losses(opt, low, parts: dict, separate: bool) -> dict:
+    """Take the step: each loss its own forward pass and optimizer step (InterpBench), or one step of their
+    sum; the losses' values."""
+    losses = {}
+    if separate:  # each loss its own forward pass and optimizer step, as InterpBench
+        for key, part in parts.items():
+            opt.zero_grad()
+            losses[key] = part()
+            losses[key].backward()
+            torch.nn.utils.clip_grad_norm_(low.parameters(), 1.0)
+            opt.step()
+    else:
+        losses = {key: part() for key, part in parts.items()}
+        opt.zero_grad()
+        sum(losses.values()).backward()
+        torch.nn.utils.clip_grad_norm_(low.parameters(), 1.0)
+        opt.step()
+    return losses
+
+
 def train(name: str, recipe: Recipe, out: Path = CHECKPOINTS, seed: int = SEED, iit_nodes: int | None = None,
           norm: str | None = "LN", log=print):  # fmt: skip
     """The dense model of program `name`, SIIT-trained under `recipe` until its gate passes (or max_steps),
@@ -499,65 +572,9 @@ def train(name: str, recipe: Recipe, out: Path = CHECKPOINTS, seed: int = SEED, 
         for group in opt.param_groups:
             decay = 0.5 ** (step / recipe.lr_halflife) if recipe.lr_halflife else 1.0
             group["lr"] = recipe.lr * min(1.0, (step + 1) / recipe.warmup) * decay
-        base, lengths = draw(info, recipe.batch, gen, balanced=recipe.balanced)
-        mask = token_mask(base, info)
-        nodes = [aligned[int(i)] for i in torch.randperm(len(aligned), generator=pick)[:iit_nodes or len(aligned)]]
-        pad = info["encoding"]["compiler_pad"]
-        with torch.no_grad():
-            high_base = run(high, base, extra=pad_mask_hooks(base, pad, high.cfg.n_layers))
-        picked = []  # (node, source, target, both) per intervened node, chosen before any loss is computed
-        for node in nodes:
-            count = recipe.candidates_rare if state["share"].get(node, 1.0) < RARE else recipe.candidates
-            source, target, _, share = choose_sources(high, info, base, lengths, node, max(count, 1), gen)
-            state["share"][node] = share if node not in state["share"] else 0.9 * state["share"][node] + 0.1 * share
-            picked.append((node, source, target, mask & token_mask(source, info)))
-        strict_source, circuit_source = draw_source(info, lengths, gen), draw_source(info, lengths, gen)
-        chosen = [o for o in others if torch.rand((), generator=pick) < recipe.node_strict_p] or others[:1]
-        edge_weight = recipe.edge_high if (state["iit_mean"] or 1e9) < recipe.raise_below else recipe.edge_low
-
-        def task_loss():
-            if not recipe.writer_cap:
-                return loss_and_hits(run(low, base), high_base, mask, info["numerical"])[0]
-            logits, ratios = writer_ratios(low, base, mask)
-            excess = torch.relu(ratios - recipe.writer_cap)
-            return loss_and_hits(logits, high_base, mask, info["numerical"])[0] + (excess**2).sum()
-
-        def iit_loss():
-            terms = []
-            for node, source, target, both in picked:
-                value = activations(low, source, [node], grad=recipe.source_grad)[node]
-                logits = run(low, base, {node: value})
-                terms.append(hard_loss(logits, target, both, info["numerical"]) if recipe.hard_targets
-                             else loss_and_hits(logits, target, both, info["numerical"])[0])  # fmt: skip
-            return sum(terms) / len(terms)
-
-        def strict_loss():
-            total = torch.zeros(())
-            if chosen:
-                low_src = activations(low, strict_source, chosen, grad=recipe.source_grad)
-                total = total + loss_and_hits(run(low, base, low_src), high_base, mask, info["numerical"])[0]
-            if false_edges:
-                circuit = edge_strict_run(low, base, circuit_source, false_edges)
-                total = total + edge_weight * loss_and_hits(circuit, high_base, mask, info["numerical"])[0]
-            return total
-
-        parts = {"task": task_loss, "iit": iit_loss}
-        if chosen or false_edges:
-            parts["strict"] = strict_loss
-        losses = {}
-        if recipe.separate_steps:  # each loss its own forward pass and optimizer step, as InterpBench
-            for key, part in parts.items():
-                opt.zero_grad()
-                losses[key] = part()
-                losses[key].backward()
-                torch.nn.utils.clip_grad_norm_(low.parameters(), 1.0)
-                opt.step()
-        else:
-            losses = {key: part() for key, part in parts.items()}
-            opt.zero_grad()
-            sum(losses.values()).backward()
-            torch.nn.utils.clip_grad_norm_(low.parameters(), 1.0)
-            opt.step()
+        parts, (base, mask) = step_losses(low, high, info, recipe, state, aligned, others, false_edges, iit_nodes,
+                                          gen, pick)  # fmt: skip
+        losses = apply_losses(opt, low, parts, recipe.separate_steps)
         iit_now = float(losses["iit"].detach())
         state["iit_mean"] = iit_now if state["iit_mean"] is None else 0.98 * state["iit_mean"] + 0.02 * iit_now
         state["step"] = step + 1
