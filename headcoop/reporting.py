@@ -595,9 +595,10 @@ def _pair_map_blocks(ctx: _Context) -> tuple | None:
         result = result.with_words(ctx.model, ctx.clean, ctx.clean, fits)
     predicted = (exact if method == "exact" else screen) * ctx.budget.forward_s
     lines = "<br>".join(html.escape(line) for line in result.lines())
-    frame = result.to_dataframe().head(12)
+    computed = result.to_dataframe()
+    frame = computed.head(12)
     shown = [c for c in ("head_a", "head_b", "interaction", "relative", "effect_a", "effect_b", "pair_effect", "word",
-                         "agreement", "role_a", "role_b") if c in frame.columns]  # fmt: skip
+                         "agreement", "flips_under", "role_a", "role_b") if c in frame.columns]  # fmt: skip
     blocks = [
         _note(f"<b>The pair map</b> (<code>hc.pair_map</code>): this report covers {k} heads, too many for "
               f"hc.cooperation's words on every pair (at most {MAX_REPORT_PAIRS_HEADS}), so every one of the "
@@ -611,7 +612,7 @@ def _pair_map_blocks(ctx: _Context) -> tuple | None:
     ]  # fmt: skip
     if fits:
         blocks.append(Figure(result.graph(), height=460))
-    blocks += [_note(f"Pairs, the strongest {len(frame)} of {len(result.to_dataframe()):,} computed exactly:"),
+    blocks += [_note(f"Pairs, the strongest {len(frame)} of {len(computed):,} computed exactly:"),
                _table(frame[shown], index=False, digits=4)]  # fmt: skip
     return tuple(blocks)
 

@@ -140,7 +140,8 @@ def truths(model: HookedTransformer, batch: hc.Batch, reference: hc.Batch) -> di
                 return z
 
             hooks.append((f"blocks.{lay}.attn.hook_z", hook))
-        logits = model.run_with_hooks(batch.tokens, fwd_hooks=hooks)[rows, -1]
+        with torch.no_grad():
+            logits = model.run_with_hooks(batch.tokens, fwd_hooks=hooks)[rows, -1]
         return float((logits[rows, batch.answer] - logits[rows, batch.wrong]).double().mean())
 
     full = value([])

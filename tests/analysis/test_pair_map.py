@@ -39,7 +39,8 @@ def hooked_value(model, batch, reference, off: list[tuple[int, int]]) -> float:
 
         hooks.append((f"blocks.{lay}.attn.hook_z", hook))
     rows = torch.arange(len(batch.tokens))
-    logits = model.run_with_hooks(batch.tokens, fwd_hooks=hooks)[rows, -1]
+    with torch.no_grad():
+        logits = model.run_with_hooks(batch.tokens, fwd_hooks=hooks)[rows, -1]
     return float((logits[rows, batch.answer] - logits[rows, batch.wrong]).double().mean())
 
 
@@ -88,7 +89,6 @@ def test_screen_exact_top_and_miss_bound_against_the_exhaustive_map():
     assert torch.allclose(screened.interaction[done], full.interaction[done], atol=1e-9)
     bound = screened.missed
     k = 32
-    top = set()
     estimate = screened.estimate
     pairs = list(itertools.combinations(range(k), 2))
     order = sorted(range(len(pairs)), key=lambda n: -abs(float(estimate[pairs[n]])))

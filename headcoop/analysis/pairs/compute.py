@@ -28,7 +28,6 @@ Paths:
 from __future__ import annotations
 
 import itertools
-import math
 import time
 from collections.abc import Callable
 
@@ -41,7 +40,7 @@ from headcoop.analysis.engine.copies import Score
 from headcoop.analysis.engine.inputs import check_choice, parse_heads, require_model, require_task
 from headcoop.analysis.engine.verification import miss_bound, pick
 from headcoop.analysis.games.coalitions import CoalitionGame, layered_passes
-from headcoop.analysis.pairs.result import PairMap
+from headcoop.analysis.pairs.result import PairMap, relative
 from headcoop.analysis.vocabulary import ABLATION_HOWS, PAIR_METHODS, AblationHow, PairMethod, head_name
 from headcoop.checks import check_float, check_int, check_seed
 from headcoop.progress import advance, expect, set_total
@@ -75,27 +74,36 @@ def _masks(k: int, pairs: list[tuple[int, int]]) -> Tensor:
     return masks
 
 
+def _singles(k: int) -> Tensor:
+    """[1 + k, k]: every player active, then each player removed alone."""
+    masks = torch.ones(1 + k, k, dtype=torch.bool)
+    masks[torch.arange(k) + 1, torch.arange(k)] = False
+    return masks
+
+
 def _blocks(pairs: list[tuple[int, int]]) -> list[list[tuple[int, int]]]:
     """The pairs grouped by their first head (in player order), the layered path's shared-prefix blocks."""
     return [list(group) for _, group in itertools.groupby(sorted(pairs), key=lambda p: p[0])]
 
 
-def _passes(game: CoalitionGame, pairs: list[tuple[int, int]]) -> float:
-    """Forward-pass equivalents (of the batch) the exact pairs cost, block by block (`layered_passes`); one
-    pass per coalition off the layered path."""
+def _passes(game: CoalitionGame, blocks: list[Tensor]) -> float:
+    """Forward-pass equivalents (of the batch) of coalition masks run block by block (`layered_passes` of
+    each); one pass per coalition off the layered path."""
     if not game.layered or game.linear:
-        return float(len(pairs))
+        return float(sum(len(block) for block in blocks))
+    return sum(layered_passes(game.model, game.players, block) for block in blocks)
+
+
+def _pair_passes(game: CoalitionGame, pairs: list[tuple[int, int]]) -> float:
     k = len(game.players)
-    return sum(layered_passes(game.model, game.players, _masks(k, block)) for block in _blocks(pairs))
+    return _passes(game, [_masks(k, block) for block in _blocks(pairs)])
 
 
 def exact_passes(game: CoalitionGame) -> float:
     """Forward-pass equivalents of the exact map of `game`'s players: the singles and every pair, block by
     block (the report's predictor; `pair_map` times the singles and scales this)."""
     k = len(game.players)
-    singles = torch.ones(1 + k, k, dtype=torch.bool)
-    singles[torch.arange(k) + 1, torch.arange(k)] = False
-    return _passes_of_singles(game, singles) + _passes(game, list(itertools.combinations(range(k), 2)))
+    return _passes(game, [_singles(k)]) + _pair_passes(game, list(itertools.combinations(range(k), 2)))
 
 
 def screen_passes(game: CoalitionGame, verify: int = VERIFY, sample: int = SAMPLE) -> float:
@@ -103,8 +111,8 @@ def screen_passes(game: CoalitionGame, verify: int = VERIFY, sample: int = SAMPL
     each) and the verified and sampled pairs at the exact map's mean cost per pair."""
     k = len(game.players)
     pairs = k * (k - 1) // 2
-    per_pair = _passes(game, list(itertools.combinations(range(k), 2))) / max(pairs, 1)
-    return exact_passes(game) - per_pair * pairs + 3 * (k + 1) + per_pair * min(pairs, verify + sample)
+    per_pair = _pair_passes(game, list(itertools.combinations(range(k), 2))) / max(pairs, 1)
+    return _passes(game, [_singles(k)]) + 3 * (k + 1) + per_pair * min(pairs, verify + sample)
 
 
 def _exact(game: CoalitionGame, pairs: list[tuple[int, int]]) -> Tensor:
@@ -227,18 +235,17 @@ def _pair_map(model, inputs, metric, how, reference, heads, answer, wrong, n, se
     pairs = list(itertools.combinations(range(k), 2))
     with progress_task("hc.pair_map", progress, unit="run", expected=1 + k + len(pairs)):
         expect(1 + k + len(pairs))  # the exact map's runs; the screen lowers it to its own once chosen
-        singles = torch.ones(1 + k, k, dtype=torch.bool)
-        singles[torch.arange(k) + 1, torch.arange(k)] = False
+        singles = _singles(k)
         tick = time.perf_counter()
         v = game.values(singles).cpu()
         calibration_s = time.perf_counter() - tick
-        per_pass = calibration_s / max(_passes_of_singles(game, singles), 1e-9)
-        predicted_s = _passes(game, pairs) * per_pass
+        singles_passes, pairs_passes = _passes(game, [singles]), _pair_passes(game, pairs)
+        predicted_s = pairs_passes * calibration_s / max(singles_passes, 1e-9)
         v_full, effect = float(v[0]), v[1:] - v[0]
         exact = method == "exact" or (method == "auto" and predicted_s <= budget_s)
         interaction = torch.full((k, k), float("nan"), dtype=torch.float64)
         pair_effect = torch.full((k, k), float("nan"), dtype=torch.float64)
-        estimate, missed, screened_on = None, {}, ""
+        estimate, missed, screened_on, top, drawn = None, {}, "", [], []
         if exact:
             chosen = pairs
         else:
@@ -251,33 +258,26 @@ def _pair_map(model, inputs, metric, how, reference, heads, answer, wrong, n, se
             chosen = [pairs[int(t)] for t in top] + [pairs[int(t)] for t in drawn]
         values = _exact(game, chosen)
         for (i, j), value in zip(chosen, values.tolist()):
-            both = value - v_full
-            pair_effect[i, j] = pair_effect[j, i] = both
-            interaction[i, j] = interaction[j, i] = both - float(effect[i]) - float(effect[j])
+            pair_effect[i, j] = pair_effect[j, i] = value - v_full
+            interaction[i, j] = interaction[j, i] = interaction_of(v_full, float(v[1 + i]), float(v[1 + j]), value)
         if not exact:
             exact_of = torch.tensor([interaction[i, j] for i, j in chosen])
             missed = miss_bound(exact_of[: len(top)], exact_of[len(top):], rest)
     seconds = time.perf_counter() - start
     screen_runs = 0 if exact else k + 1  # each a forward and a backward pass: 3 forward-pass equivalents
-    cost = dict(coalitions=1 + k + len(chosen), pairs=len(pairs), passes=_passes_of_singles(game, singles)
-                + _passes(game, chosen) + 3 * screen_runs, predicted_exact_s=predicted_s, seconds=seconds,
-                screen_runs=screen_runs)  # fmt: skip
+    chosen_passes = pairs_passes if exact else _pair_passes(game, chosen)
+    cost = dict(coalitions=1 + k + len(chosen), pairs=len(pairs), passes=singles_passes + chosen_passes
+                + 3 * screen_runs, predicted_exact_s=predicted_s, seconds=seconds, screen_runs=screen_runs)  # fmt: skip
     result = PairMap(
         heads=tuple(head_name(*p) for p in players), interaction=interaction, pair_effect=pair_effect,
         effect=effect.double(), v_full=v_full, estimate=estimate, exact=exact, missed=missed,
         threshold_share=threshold, metric=metric if isinstance(metric, str) else getattr(metric, "__name__", "callable"),
-        how=how, ablation=game.ablation, method=_describe(game, exact, screened_on, verify, sample),
+        how=how, ablation=game.ablation, method=_describe(game, exact, screened_on, len(top), len(drawn)),
         cost=cost, named=pd.DataFrame(),
     )  # fmt: skip
     if named:
         result = result.with_words(model, batch, reference, named, seed)
     return result
-
-
-def _passes_of_singles(game: CoalitionGame, singles: Tensor) -> float:
-    if not game.layered or game.linear:
-        return float(len(singles))
-    return layered_passes(game.model, game.players, singles)
 
 
 def _describe(game: CoalitionGame, exact: bool, screened_on: str, verify: int, sample: int) -> str:
@@ -292,12 +292,6 @@ def _describe(game: CoalitionGame, exact: bool, screened_on: str, verify: int, s
 def interaction_of(v_full: float, v_i: float, v_j: float, v_ij: float) -> float:
     """I_ij = v(all but i, j) - v(all but i) - v(all but j) + v(all): the reference formula (module docstring)."""
     return v_ij - v_i - v_j + v_full
-
-
-def relative(interaction: float, effect_i: float, effect_j: float, pair: float) -> float:
-    """I_ij over the largest of |pair|, |effect_i|, |effect_j| (NaN when all are 0)."""
-    scale = max(abs(pair), abs(effect_i), abs(effect_j))
-    return interaction / scale if scale > 0 else math.nan
 
 
 __all__ = ["pair_map", "interaction_of", "relative", "exact_passes", "screen_passes", "PAIR_METHODS", "BUDGET_S",

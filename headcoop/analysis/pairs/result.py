@@ -18,6 +18,12 @@ WORD_COLOURS = {"redundant": "#1f77b4", "conjunction": "#d62728", "competition":
 BACKUP, AGAINST, TOGETHER = ("redundant",), ("competition",), ("conjunction", "composition")
 
 
+def relative(interaction: float, effect_i: float, effect_j: float, pair: float) -> float:
+    """I_ij over the largest of |pair|, |effect_i|, |effect_j| (NaN when all are 0)."""
+    scale = max(abs(pair), abs(effect_i), abs(effect_j))
+    return interaction / scale if scale > 0 else float("nan")
+
+
 def _layer(name: str) -> int:
     return int(re.match(r"L(\d+)H", name).group(1))
 
@@ -30,7 +36,8 @@ class PairMap(Result):
     pairs), pair_effect [head, head] v(all but i, j) - v(all), effect [head] v(all but i) - v(all), v_full;
     estimate [head, head]: the screen's I^ (None when exact); exact: every pair computed; missed: the miss
     bound ({} when exact); threshold_share: a pair interacts when |I| >= threshold_share x max |effect|;
-    named: the strongest interacting pairs with hc.cooperation's word, agreement and the heads' roles; metric,
+    named: the strongest interacting pairs with hc.cooperation's word, agreement, what flips it (flips_under)
+    and the heads' roles; metric,
     how, ablation (in words), method (the path in words), cost {coalitions, pairs, passes, predicted_exact_s,
     seconds, screen_runs}.
     """
@@ -64,24 +71,23 @@ class PairMap(Result):
         pair_effect, interacts (|I| >= threshold), estimate (the screen's, NaN when exact), and the named
         pairs' word, agreement and roles."""
         rows = []
-        k = len(self.heads)
+        k, threshold = len(self.heads), self.threshold
         for i in range(k):
             for j in range(i + 1, k):
                 value = float(self.interaction[i, j])
                 if value != value:  # NaN: not computed exactly
                     continue
                 a, b, both = float(self.effect[i]), float(self.effect[j]), float(self.pair_effect[i, j])
-                scale = max(abs(both), abs(a), abs(b))
                 rows.append(dict(head_a=self.heads[i], head_b=self.heads[j], interaction=value,
-                                 relative=value / scale if scale > 0 else float("nan"), effect_a=a, effect_b=b,
-                                 pair_effect=both, interacts=abs(value) >= self.threshold > 0,
+                                 relative=relative(value, a, b, both), effect_a=a, effect_b=b,
+                                 pair_effect=both, interacts=abs(value) >= threshold > 0,
                                  estimate=float("nan") if self.estimate is None else float(self.estimate[i, j])))  # fmt: skip
         frame = pd.DataFrame(rows)
         if frame.empty:
             return frame
         frame = frame.iloc[frame.interaction.abs().argsort(kind="stable")[::-1]].reset_index(drop=True)
         if not self.named.empty:
-            words = self.named[["head_a", "head_b", "word", "agreement", "role_a", "role_b"]]
+            words = self.named[["head_a", "head_b", "word", "agreement", "flips_under", "role_a", "role_b"]]
             frame = frame.merge(words, on=["head_a", "head_b"], how="left")
         return frame
 
@@ -102,7 +108,8 @@ class PairMap(Result):
                                draws=1, seed=seed, progress=False)  # fmt: skip
             pair = coop.to_dataframe().iloc[0]
             rows.append(dict(head_a=row.head_a, head_b=row.head_b, interaction=row.interaction, relative=row.relative,
-                             word=pair.mechanism, agreement=float(pair.agreement), reason=pair.reason,
+                             word=pair.mechanism, agreement=float(pair.agreement), flips_under=pair.flips_under,
+                             reason=pair.reason,
                              role_a=coop.roles[row.head_a], role_b=coop.roles[row.head_b]))  # fmt: skip
         return dataclasses.replace(self, named=pd.DataFrame(rows))
 
@@ -197,4 +204,4 @@ class PairMap(Result):
         return fig
 
 
-__all__ = ["PairMap"]
+__all__ = ["PairMap", "relative"]
