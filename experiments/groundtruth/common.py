@@ -1,6 +1,6 @@
-"""The dense ground-truth bench's committed models (`siit.py` and `induction.py` wrote them) and what an analysis
-needs: the model with its truth, clean and corrupt inputs, a metric, and which true edges the inputs can show.
-Needs no jax."""
+"""The dense ground-truth bench's committed models (`siit.py` and `induction.py` wrote them to `gated/`) and what
+an analysis needs: the model with its truth, clean and corrupt inputs, a metric, and which true edges the inputs can
+show. Needs no jax."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 import headcoop as hc
 
 HERE = Path(__file__).resolve().parent
-CHECKPOINTS = HERE / "checkpoints"
+GATED = HERE / "gated"  # NAME where the model passed its gate, NAME.unpassed where it did not
 SIIT = ("reverse", "hist", "sort_unique", "shuffle_dyck", "xproportion")
 NAMES = SIIT + ("induction",)
 CONTRASTS = ("same length", "designed")
@@ -19,12 +19,20 @@ CONTRASTS = ("same length", "designed")
 
 def load(name: str):
     """(model, spec): spec holds the truth ({"nodes", "edges", "empty"}), the kind ("siit" or "induction"), the
-    training record and, for a SIIT model, the Tracr program's metadata."""
+    training record, whether the model passed its gate (`passed`; a model that did not is read from
+    `NAME.unpassed`) and, for a SIIT model, the Tracr program's metadata."""
     if name not in NAMES:
         raise ValueError(f"unknown ground-truth model {name!r}; known: {', '.join(NAMES)}")
-    model = hc.load(CHECKPOINTS / name)
+    folder = GATED / name
+    if not folder.exists():
+        folder = GATED / f"{name}.unpassed"
+    if not folder.exists():
+        raise FileNotFoundError(f"no model of {name!r} in {GATED} (neither {name} nor {name}.unpassed); train it with "
+                                f"python -m experiments.groundtruth.{'induction' if name == 'induction' else 'siit --programs ' + name}")
+    model = hc.load(folder)
     model.eval()
     spec = dict(model.checkpoint_meta["groundtruth"])
+    spec["passed"] = not folder.name.endswith(".unpassed")
     if spec["kind"] == "siit":
         spec["truth"] = spec["tracr"]["truth"]
     return model, spec

@@ -6,7 +6,8 @@ the stability of each method's circuit. Tables in docs/results/circuits/dense_*.
 
     python -m experiments.groundtruth.run_all [--out FOLDER] [--n 64] [--models reverse ...]
 
-Reads the committed checkpoints (experiments/groundtruth/checkpoints); needs no jax.
+Reads the committed models (experiments/groundtruth/gated: NAME passed its gate, NAME.unpassed did not); needs
+no jax.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ REPO = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = REPO / "docs" / "results"
 EDGE_METHODS = ("exact", "eap", "eap-ig")
 DRAWS = 3  # input draws per reading (seeds 0, 1, 2), each under every ablation
-IMPLEMENTED = 0.9  # interchange accuracy below which a node does not implement its operation: the truth fails there
 
 
 def edge_rows(name, model, spec, contrast, n, results=None) -> list[dict]:
@@ -166,36 +166,55 @@ def toy_stability(n: int) -> tuple[list[dict], list[dict]]:
     return rows, bands
 
 
-def induction_failures(m: dict, truth: dict) -> str:
-    """Where the literature's checks fail on the induction model (each below 0.5), "-" where none does."""
-    prev, ind = truth["previous_token_head"], truth["induction_head"]
-    failed = [f"{what} {value:.2f}" for what, value in ((f"{prev} previous-token", m[prev]["previous_token"]),
-              (f"{ind} prefix-matching", m[ind]["prefix_matching"]), (f"{ind} copying", m["copying"])) if value < 0.5]  # fmt: skip
+def gate_failures(m: dict) -> str:
+    """The gate's failed parts on a SIIT model's recorded gate (siit.GATE), "-" where it passed."""
+    from experiments.groundtruth.siit import GATE
+
+    failed = [f"{node} {kind} {row[kind]:.3f}" for node, row in m["interchange"].items()
+              for kind in ("changed", "unchanged") if row[kind] < GATE[kind]]  # fmt: skip
+    for key, bar, what in (("task_accuracy", GATE["task"], "task"), ("circuit_accuracy", GATE["circuit"], "circuit alone"),
+                           ("strict_accuracy", GATE["strict"], "non-aligned resampled")):  # fmt: skip
+        if key in m and m[key] < bar:
+            failed.append(f"{what} {m[key]:.3f}")
+    if m["writer_ratio_max"] > GATE["writer_ratio"]:
+        failed.append(f"writer {m['writer_max']} {m['writer_ratio_max']:.1f}x")
     return ", ".join(failed) or "-"
 
 
 def checks_row(name, model, spec) -> dict:
-    """The truth's checks as training recorded them (the checkpoint's metrics)."""
+    """The truth's checks: the gate as training recorded it (the checkpoint's metrics) and, for a SIIT model,
+    InterpBench's unfiltered interchange accuracy measured here at one length and at the training's lengths."""
     m = model.checkpoint_meta["metrics"]
     t = spec["training"]
-    if spec["kind"] == "induction":
-        truth = spec["truth"]
-        return dict(model=name, kind="induction", layers=model.cfg.n_layers, heads=model.cfg.n_heads,
-                    d_model=model.cfg.d_model, true_nodes=len(truth["nodes"]) - 2, true_edges=len(truth["edges"]),
-                    task_accuracy=m["second_half_accuracy"],
-                    check=f"{truth['previous_token_head']} previous-token {m[truth['previous_token_head']]['previous_token']:.3f}; "
-                          f"{truth['induction_head']} prefix-matching {m[truth['induction_head']]['prefix_matching']:.3f}, "
-                          f"copying {m['copying']:.2f}",
-                    not_implemented_at=induction_failures(m, truth), train_s=t["seconds"], steps=t["steps"])  # fmt: skip
     truth = spec["truth"]
-    strict = (f"{m['strict_accuracy']:.3f} (mean |change| {m['strict_mean_abs_change']:.3f} of {m['base_mean_abs_output']:.3f})"
-              if "strict_accuracy" in m else "none (no non-aligned node)")  # fmt: skip
-    weak = ", ".join(f"{n} {a:.2f}" for n, a in m["interchange_accuracy"].items() if a < IMPLEMENTED)
-    return dict(model=name, kind="siit", layers=model.cfg.n_layers, heads=model.cfg.n_heads, d_model=model.cfg.d_model,
-                true_nodes=len(set(truth["nodes"]) - {"embed", "pos_embed"}), true_edges=len(truth["edges"]),
-                task_accuracy=m["task_accuracy"], check=f"interchange min {m['interchange_accuracy_min']:.3f}; "
-                f"all non-aligned resampled: accuracy {strict}", not_implemented_at=weak or "-",
-                train_s=t["seconds"], steps=t["steps"])  # fmt: skip
+    if spec["kind"] == "induction":
+        from experiments.groundtruth.induction import failures
+
+        return dict(model=name, kind="induction", passed=spec["passed"], layers=model.cfg.n_layers,
+                    heads=model.cfg.n_heads, d_model=model.cfg.d_model, true_nodes=len(truth["nodes"]) - 2,
+                    true_edges=len(truth["edges"]), task_accuracy=m["second_half_accuracy"],
+                    check=f"{truth['previous_token_head']} previous-token {m[truth['previous_token_head']]['previous_token']:.3f}; "
+                          + "; ".join(f"{h} prefix-matching {m[h]['prefix_matching']:.3f}, copying {m['copying_of'][h]:.3f}"
+                                      for h in truth["induction_heads"])
+                          + "; accuracy with one head mean-ablated: " + ", ".join(
+                              f"{h} {a:.3f}" for h, a in m["ablations"].items() if h != "plain"),
+                    failed=failures(m, truth), train_s=t["seconds"], steps=t["steps"])  # fmt: skip
+    from experiments.groundtruth.siit import unfiltered
+    from experiments.tracr.common import load as load_tracr
+
+    high, info = load_tracr(name)
+    rows = m["interchange"]
+    low_of = lambda kind: min(rows, key=lambda n: rows[n][kind])  # noqa: E731
+    one, varied = (unfiltered(model, high, info, list(rows), one_length=flag) for flag in (True, False))
+    return dict(model=name, kind="siit", passed=spec["passed"], layers=model.cfg.n_layers, heads=model.cfg.n_heads,
+                d_model=model.cfg.d_model, true_nodes=len(set(truth["nodes"]) - {"embed", "pos_embed"}),
+                true_edges=len(truth["edges"]), task_accuracy=m["task_accuracy"],
+                changed=f"{rows[low_of('changed')]['changed']:.3f} ({low_of('changed')})",
+                unchanged=f"{rows[low_of('unchanged')]['unchanged']:.3f} ({low_of('unchanged')})",
+                circuit_alone=m.get("circuit_accuracy", float("nan")), non_aligned_resampled=m.get("strict_accuracy", float("nan")),
+                writer=f"{m['writer_ratio_max']:.1f}x ({m['writer_max']})",
+                interpbench_one_length=min(one.values()), interpbench_lengths=min(varied.values()),
+                failed=gate_failures(m), train_s=t["seconds"], steps=t["steps"])  # fmt: skip
 
 
 def main(argv=None) -> int:
@@ -233,9 +252,6 @@ def main(argv=None) -> int:
     rows, bands = toy_stability(args.n)
     tables["stability"] += rows
     tables["bands"] += bands
-    from experiments.groundtruth.diagnose import diagnosis_rows
-
-    tables["diagnosis"] = diagnosis_rows()  # where each SIIT model's interchange accuracy falls short
     for key, rows in tables.items():
         pd.DataFrame(rows).to_csv(out / f"dense_{key}.csv", index=False)
     (out / "dense_timing.json").write_text(json.dumps(dict(total_s=round(time.perf_counter() - started, 1),

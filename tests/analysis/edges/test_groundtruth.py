@@ -50,25 +50,29 @@ def test_a_siit_model_is_dense_and_its_recorded_checks_hold_again(name):
         assert abs(accuracy(resampled) - recorded["strict_accuracy"]) < 0.03
 
 
-def test_the_induction_models_checks_reproduce_and_a_failed_check_is_named():
-    """The literature's scores, re-measured on other sequences, are those recorded; where one is below 0.5 the
-    bench names it (the page then says the truth is not the model's)."""
-    from experiments.groundtruth.induction import copying, periods, scores, sequences
-    from experiments.groundtruth.run_all import induction_failures
+def test_the_induction_models_checks_reproduce_and_pass_and_a_failed_check_is_named():
+    """The literature's scores, re-measured on other sequences, are those recorded, and each reaches 0.9 (issue
+    63); a recorded score under 0.9 is named by the bench (the page then says the truth is not the model's)."""
+    from experiments.groundtruth.induction import CHECK, HALF, SHORTEST, copying, periods, scores, sequences
+    from experiments.groundtruth.induction import failures as induction_failures
 
     model, spec = load("induction")
     recorded, truth = model.checkpoint_meta["metrics"], spec["truth"]
     checks = scores(model, n=512, seed=3)
-    for head in ("L0H0", "L0H1", "L1H0", "L1H1"):
+    heads = [f"L{layer}H{h}" for layer in range(model.cfg.n_layers) for h in range(model.cfg.n_heads)]
+    for head in heads:
         for score in ("previous_token", "prefix_matching"):
             assert abs(checks[head][score] - recorded[head][score]) < 0.05, (head, score)
     assert abs(copying(model, (1, int(truth["induction_head"][-1]))) - recorded["copying"]) < 1e-6
-    assert checks["second_half_accuracy"] > 0.9
-    failures = induction_failures(recorded, truth)
-    weak = recorded[truth["previous_token_head"]]["previous_token"] < 0.5 or recorded["copying"] < 0.5
-    assert (failures != "-") == (weak or recorded[truth["induction_head"]]["prefix_matching"] < 0.5)
+    assert checks["second_half_accuracy"] > 0.95 and spec["passed"]
+    assert induction_failures(recorded, truth) == "-"
+    head = truth["induction_heads"][-1]
+    weakened = {**recorded, "copying_of": {**recorded["copying_of"], head: CHECK - 0.01}}
+    assert induction_failures(weakened, truth) == f"{head} copying {CHECK - 0.01:.3f}"
+    ablated = recorded["ablations"]  # the truth's heads matter: the previous-token head alone, the induction heads together
+    assert ablated[truth["previous_token_head"]] < 0.5 < 0.95 < ablated["plain"] and ablated["layer 1"] < 0.5
     tokens = sequences(64, torch.Generator().manual_seed(0))
-    assert ((periods(tokens) >= 3) & (periods(tokens) <= 8)).all()  # every sequence repeats, at its own period
+    assert ((periods(tokens) >= SHORTEST) & (periods(tokens) <= HALF)).all()  # every sequence repeats, at its own period
 
 
 def test_the_weight_product_finds_tracr_truth_without_inputs_and_not_the_dense_truth():
@@ -137,16 +141,3 @@ def test_the_page_is_what_the_builder_writes_from_the_committed_tables(tmp_path)
     built = page.build(tmp_path, draw=False).read_text(encoding="utf-8")
     assert built == (results / "circuits.md").read_text(encoding="utf-8")
     assert "sanity check" in built and "weight product" in built
-
-
-def test_the_diagnosis_tells_a_node_that_computes_the_program_from_one_that_does_not():
-    """The interchange accuracy split by whether the interchange changes the program's output: hist's nodes hold on
-    both kinds of pair; sort_unique's MLP0 holds where nothing changes and fails where the output changes (the
-    overall accuracy mixes the two)."""
-    from experiments.groundtruth.diagnose import diagnose
-
-    hist = {r["node"]: r for r in diagnose("hist", n=256)}
-    assert all(r["where_output_changes"] >= 0.95 and r["where_it_does_not"] >= 0.95 for r in hist.values())
-    assert all(0.2 < r["changed_share"] < 1 for r in hist.values())
-    mlp0 = {r["node"]: r for r in diagnose("sort_unique", n=256)}["MLP0"]
-    assert mlp0["where_output_changes"] < 0.2 < 0.5 < mlp0["where_it_does_not"]

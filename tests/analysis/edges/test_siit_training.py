@@ -73,8 +73,7 @@ def test_balanced_shuffle_dyck_inputs_are_balanced():
         assert not stack, text
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in siit.GATED.iterdir() if p.is_dir() and not p.name.startswith(".")
-                                        and not p.name.endswith(".unpassed")) if siit.GATED.exists() else [])  # fmt: skip
+@pytest.mark.parametrize("name", [p for p in siit.PROGRAMS if (siit.GATED / p).is_dir()])
 def test_a_gated_model_passes_its_gate_again_on_fresh_pairs(name):
     """Each committed model of issue 63's recipe passes the gate it recorded, re-measured on other held-out pairs."""
     import headcoop as hc
@@ -88,3 +87,22 @@ def test_a_gated_model_passes_its_gate_again_on_fresh_pairs(name):
     edges = siit.false_edges_of(low, info["truth"]) if training["recipe"]["edge_strict"] else []
     again = siit.gate(low, high, info, aligned, others, edges, siit.Recipe(**training["recipe"]), n=512, seed=7)
     assert again["passed"], again
+
+
+def test_the_gate_fails_a_model_whose_nodes_do_not_compute_the_program_where_its_output_changes():
+    """The near-miss (detached/reverse, trained with the source run detached): its MLPs score 0.97 where the
+    interchange leaves the program's output as it is and under 0.6 where it changes it. The gate reads both and
+    fails it; the unfiltered reading mixes them."""
+    import headcoop as hc
+    from experiments.tracr.common import load
+
+    low = hc.load(siit.DETACHED / "reverse")
+    training = low.checkpoint_meta["groundtruth"]["training"]
+    high, info = load("reverse")
+    edges = siit.false_edges_of(low, info["truth"])
+    checked = siit.gate(low, high, info, training["aligned"], training["non_aligned"], edges, siit.Recipe(), n=512, seed=7)
+    assert not checked["passed"]
+    mlp = checked["interchange"]["MLP0"]
+    assert mlp["changed"] < 0.6 < 0.95 < mlp["unchanged"] and mlp["all"] > 0.8
+    gated = hc.load(siit.GATED / "reverse")
+    assert gated.checkpoint_meta["metrics"]["interchange"]["MLP0"]["changed"] >= siit.GATE["changed"]
