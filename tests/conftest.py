@@ -25,3 +25,19 @@ def _one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+FAST_LIMIT_S = float(os.environ.get("HEADCOOP_FAST_LIMIT_S", "20"))  # the fast tier's per-test limit (issue 64)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A test outside the slow tier that takes more than FAST_LIMIT_S seconds fails, naming its time: mark it
+    `slow` or make it faster, so that `pytest -m "not slow"` stays a tier one waits for."""
+    report = yield
+    if (call.when == "call" and report.passed and item.get_closest_marker("slow") is None
+            and call.duration > FAST_LIMIT_S):  # fmt: skip
+        report.outcome = "failed"
+        report.longrepr = (f"{item.nodeid} took {call.duration:.1f} s, over the fast tier's {FAST_LIMIT_S:g} s "
+                           "(HEADCOOP_FAST_LIMIT_S): mark it @pytest.mark.slow or make it faster")
+    return report

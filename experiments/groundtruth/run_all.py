@@ -64,7 +64,12 @@ def edge_rows(name, model, spec, contrast, n, results=None) -> list[dict]:
             results[method] = result
         base.update(metric_clean=result.clean_value, metric_corrupt=result.corrupt_value)
     s = np.array([wp[k] for k in keys])
-    rows.append(dict(base, method="weight product", auc_edges=auc(is_true, s), auc_shown_edges=auc(is_true[keep], s[keep]), seconds=0.0))
+    embedded = np.array([k[0] in ("embed", "pos_embed") for k in keys])
+    split = {f"auc_shown_{part}_writers": auc(is_true[keep & where], s[keep & where])
+             if 0 < is_true[keep & where].sum() < (keep & where).sum() else float("nan")
+             for part, where in (("embedding", embedded), ("component", ~embedded))}  # fmt: skip
+    rows.append(dict(base, method="weight product", auc_edges=auc(is_true, s), auc_shown_edges=auc(is_true[keep], s[keep]),
+                     seconds=0.0, **split))  # fmt: skip
     mean, lo, hi = baselines.random_auc(is_true)
     mean_s, lo_s, hi_s = baselines.random_auc(is_true[keep])
     rows.append(dict(base, method="random", auc_edges=mean, auc_shown_edges=mean_s, seconds=0.0,
