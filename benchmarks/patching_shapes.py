@@ -28,7 +28,7 @@ from patching_bound import sweep_ratio
 
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 tlp.tqdm = lambda iterable, *args, **kwargs: iterable  # TransformerLens's bar only slows its baseline
-from headcoop.foreign import word_tokenizer
+from headcoop.storage.foreign import word_tokenizer
 
 SWEEPS = [
     ("z each", "z", "each", tlp.get_act_patch_attn_head_out_by_pos),

@@ -43,7 +43,7 @@ def build(folder: Path, n_prompts: int, n_tokens: int) -> tuple[Path, Path]:
     """Write the model (a TransformerLens export) and its prompts file into `folder`."""
     from transformer_lens import HookedTransformer, HookedTransformerConfig
 
-    from headcoop.foreign import export
+    from headcoop.storage.foreign import export
 
     torch.manual_seed(0)
     model = HookedTransformer(HookedTransformerConfig(**SHAPE, seed=0)).eval()
@@ -64,7 +64,7 @@ def build(folder: Path, n_prompts: int, n_tokens: int) -> tuple[Path, Path]:
 
 
 def forward_s(model_dir: Path, prompts: Path) -> float:
-    from headcoop.foreign import load_model, read_prompts
+    from headcoop.storage.foreign import load_model, read_prompts
 
     model = load_model(model_dir)
     tokens = read_prompts(prompts).patching_inputs()[0].tokens

@@ -3,7 +3,7 @@
     python benchmarks/report_predictions.py [--gpt2]
 
 For each model, a report context as `headcoop report` builds it (its task's patching inputs, one forward pass
-timed), then each analysis the report budgets: its prediction (`headcoop.reporting`: forward passes x the
+timed), then each analysis the report budgets: its prediction (`headcoop.reporting.budget`: forward passes x the
 timed forward pass) and the call the report makes, timed. Models: the shipped Count01 (one layer, 16 heads: the
 linear path) and SkipPair checkpoints, and with --gpt2 a GPT-2-small-shaped model (random weights, 16 prompts
 of 16 tokens) with the three heads `benchmarks/report.py` covers. Prints predicted, measured and their ratio;
@@ -27,7 +27,7 @@ warnings.filterwarnings("ignore")
 
 def contexts(gpt2: bool):
     import headcoop as hc
-    from headcoop.reporting import _Context
+    from headcoop.reporting.context import Context as _Context
 
     for name in ("count01", "skip-pair"):
         model = hc.load(name)
@@ -53,7 +53,8 @@ def contexts(gpt2: bool):
 def analyses(ctx):
     """(name, predicted forward passes, the call) of each analysis the report budgets."""
     import headcoop as hc
-    from headcoop.reporting import _cooperation_forwards, _depth, _shapley_forwards
+    from headcoop.reporting.budget import depth as _depth
+    from headcoop.reporting.cooperation import _cooperation_forwards, _shapley_forwards
 
     heads = None if ctx.all_heads else ctx.heads
     k = len(ctx.heads)

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 import headcoop as hc
-from headcoop.executors import dask_client
+from headcoop.training.executors import dask_client
 
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 GRID = {"n_heads": [4, 8], "d_model": [16], "d_head": [2]}

@@ -1,6 +1,6 @@
 """Model-steps per second: hc.train_many on K primary Count01 models vs the plain loop.
 
-The baseline is headcoop.training.train on one model (HookedTransformer forward + task.loss,
+The baseline is headcoop.training.loop.train on one model (HookedTransformer forward + task.loss,
 batch 256); both run in this process after a warm-up. Also prints the share of a
 train_many step spent sampling, and the equivalence checks of the losses.
 
@@ -20,9 +20,9 @@ import time
 import torch
 
 import headcoop as hc
-from headcoop.fast_train import sample_streams, train_many
-from headcoop.fused import fused_logits, stack_parameters
-from headcoop.training import step_seed, train
+from headcoop.training.fast import sample_streams, train_many
+from headcoop.models.fused import fused_logits, stack_parameters
+from headcoop.training.loop import step_seed, train
 
 
 def timed(fn, device: str) -> float:

@@ -56,7 +56,7 @@ def run_checks() -> dict:
     import torch
 
     import headcoop as hc
-    from headcoop.tl import HAS_HOOKED_TRANSFORMER
+    from headcoop.models.tl import HAS_HOOKED_TRANSFORMER
     from tests import bridge_shapes as shapes
 
     results: dict[str, dict] = {}

@@ -87,7 +87,7 @@ def one_verdict(page: Path) -> list[str]:
 
 def _section(text: str, anchor: str) -> str:
     """The text of the section whose heading gives `anchor` (GitHub's anchors), up to the next heading."""
-    from headcoop.pages import anchor as anchor_of
+    from headcoop.display.pages import anchor as anchor_of
 
     out, inside = [], False
     for line in text.splitlines():

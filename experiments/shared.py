@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from headcoop.pages import Table
+from headcoop.display.pages import Table
 
 
 def setup(threads: int = 1) -> None:

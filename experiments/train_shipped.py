@@ -10,7 +10,7 @@ import json
 import warnings
 
 import headcoop as hc
-from headcoop.checkpoints import SHIPPED_DIR
+from headcoop.storage.checkpoints import SHIPPED_DIR
 
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 

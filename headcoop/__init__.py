@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import importlib
 
-import headcoop.progress  # noqa: F401  (before TransformerLens loads tqdm.auto: no notebook warning)
+import headcoop.display.progress  # noqa: F401  (before TransformerLens loads tqdm.auto: no notebook warning)
 
 __version__ = "0.1.0"
 
 
 # name -> module defining it; imported on first access, so `import headcoop` (and `headcoop --help`) stay light.
 _LAZY = {
-    "load": "headcoop.checkpoints",
-    "save": "headcoop.checkpoints",
+    "load": "headcoop.storage.checkpoints",
+    "save": "headcoop.storage.checkpoints",
     "Batch": "headcoop.tasks",
     "Count01": "headcoop.tasks",
     "SkipPair": "headcoop.tasks",
@@ -24,9 +24,9 @@ _LAZY = {
     "task_of": "headcoop.tasks",
     "contrast": "headcoop.tasks.contrast",
     "Contrast": "headcoop.tasks.contrast",
-    "train": "headcoop.training",
-    "evaluate": "headcoop.training",
-    "TrainConfig": "headcoop.training",
+    "train": "headcoop.training.loop",
+    "evaluate": "headcoop.training.loop",
+    "TrainConfig": "headcoop.training.loop",
     "run": "headcoop.analysis.engine.inputs",
     "head_names": "headcoop.analysis.engine.inputs",
     "patch": "headcoop.analysis.nodes.patching",
@@ -39,8 +39,8 @@ _LAZY = {
     "probe": "headcoop.analysis.nodes.probes",
     "ablate": "headcoop.analysis.engine.ablation",
     "set_attention": "headcoop.analysis.nodes.intervene",
-    "set_progress": "headcoop.progress",
-    "load_result": "headcoop.results",
+    "set_progress": "headcoop.display.progress",
+    "load_result": "headcoop.storage.results",
     "attention": "headcoop.analysis.nodes.attention",
     "interactions": "headcoop.analysis.games.interactions",
     "composition": "headcoop.analysis.weights.composition",
@@ -66,11 +66,11 @@ _LAZY = {
     "PlantedTask": "headcoop.tasks.planted",
     "bench": "headcoop.tasks.bench",
     "BenchTask": "headcoop.tasks.bench",
-    "train_many": "headcoop.fast_train",
-    "sweep": "headcoop.sweeps",
-    "dask_client": "headcoop.executors",
+    "train_many": "headcoop.training.fast",
+    "sweep": "headcoop.training.sweeps",
+    "dask_client": "headcoop.training.executors",
     "head_metrics": "headcoop.studies.count01",
-    "report": "headcoop.reporting",
+    "report": "headcoop.reporting.page",
 }
 
 

@@ -32,7 +32,7 @@ def _print_metrics(metrics: dict) -> None:
 
 def cmd_train(args: argparse.Namespace) -> int:
     import headcoop as hc
-    from headcoop.checkpoints import check_save_target
+    from headcoop.storage.checkpoints import check_save_target
     from headcoop.tasks.base import check_sample_size
 
     # Every check before the first training step: a bad --out must not cost a training run.
@@ -70,7 +70,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 # --- what the training flags of `headcoop train` and `headcoop sweep` mean ----------------------------------
 def config_from_args(args: argparse.Namespace, seed: int = 0):
     """The TrainConfig the flags of `add_training_arguments` describe (checked: errors name the flag's value)."""
-    from headcoop.training import TrainConfig
+    from headcoop.training.loop import TrainConfig
 
     return TrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, weight_decay=args.weight_decay,
                        warmup=args.warmup, schedule=args.schedule, seed=seed)  # fmt: skip
@@ -123,14 +123,14 @@ def add_model_arguments(parser: argparse.ArgumentParser, grid: bool) -> None:
 def cmd_sweep(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from headcoop.sweeps import sweep
+    from headcoop.training.sweeps import sweep
 
     task = task_from_args(args)
     grid = dict(n_heads=args.heads, d_model=args.d_model, d_head=args.d_head, n_layers=args.layers)
     grid = {key: values for key, values in grid.items() if values is not None}
     client = None
     if args.workers is not None or args.scheduler is not None:
-        from headcoop.executors import dask_client
+        from headcoop.training.executors import dask_client
 
         client = dask_client(workers=args.workers, scheduler=args.scheduler)
     try:
@@ -152,7 +152,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 1 if len(failed) else 0
 
 
-# The report's sections (headcoop.reporting._sections) and each study's own (headcoop.studies), and the files
+# The report's sections (headcoop.reporting.page._sections) and each study's own (headcoop.studies), and the files
 # that mark a model folder (checkpoints.META, foreign.CONFIG): the command line checks its arguments against
 # these before torch or TransformerLens is imported, so a typo answers at once (a test checks they agree).
 REPORT_SECTIONS = ("overview", "accuracy", "heads", "attention", "patching", "dla", "cooperation", "circuits")
@@ -219,11 +219,11 @@ def cmd_report(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     _check_report_arguments(args)  # before torch and TransformerLens are imported
-    from headcoop.reporting import report
+    from headcoop.reporting.page import report
 
     task = None
     if args.prompts is not None:
-        from headcoop.foreign import TOKENIZER, load_tokenizer, read_prompts
+        from headcoop.storage.foreign import TOKENIZER, load_tokenizer, read_prompts
 
         tokenizer_file = args.tokenizer
         if tokenizer_file is None and (Path(args.model) / TOKENIZER).is_file():
@@ -310,7 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
         "attention views, head patching, DLA, cooperation (mechanisms, Shapley values, path patching), QK/OV "
         "circuits of every head, and the task's own head picture, within a time budget. NAME_OR_PATH is a shipped "
         f"name ({', '.join(SHIPPED_NAMES)}), a checkpoint folder (hc.save), a TransformerLens export (config.json + "
-        "model.safetensors or model.pt, optionally tokenizer.json; see headcoop.foreign), or a Hugging Face model "
+        "model.safetensors or model.pt, optionally tokenizer.json; see headcoop.storage.foreign), or a Hugging Face model "
         "folder (config.json with model_type, and its weights; loaded through TransformerBridge). A model without "
         "a headcoop task needs --prompts.",
     )
@@ -319,7 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--examples", type=int, default=3, help="inputs shown in the attention views (default 3)")
     report.add_argument("--no-progress", action="store_true", help="no progress bar")
     report.add_argument("--prompts", metavar="FILE", help="JSON file of clean/corrupt prompts, answer, wrong "
-                        "(and labels): the contrast task the report uses (see headcoop.foreign)")
+                        "(and labels): the contrast task the report uses (see headcoop.storage.foreign)")
     report.add_argument("--tokenizer", metavar="FILE", help="tokenizer.json that encodes text prompts "
                         "(default: the model folder's tokenizer.json)")
     report.add_argument("--heads", nargs="+", metavar="HEAD", help="the heads the per-head sections cover, "

@@ -138,7 +138,7 @@ def hooked_twin(shape: str, folder: Path):
 
 
 def bridge(folder: Path):
-    from headcoop.bridge import load_folder
+    from headcoop.models.bridge import load_folder
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

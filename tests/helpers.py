@@ -19,7 +19,7 @@ WORDS = ["<pad>", "when", "and", "gave", "sat", "a", "the", "cat", "dog", "mat",
 
 def tiny_tokenizer():
     """A real Hugging Face fast tokenizer (word level, whitespace split) built locally: no download."""
-    from headcoop.foreign import word_tokenizer
+    from headcoop.storage.foreign import word_tokenizer
 
     return word_tokenizer(WORDS)
 

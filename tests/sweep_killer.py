@@ -6,7 +6,7 @@ import os
 
 def record_and_die(fd: int, path: str) -> None:
     """Write the saved run's name, its weights file's inode and mtime, and this pid to `fd`; kill this process."""
-    from headcoop.checkpoints import WEIGHTS
+    from headcoop.storage.checkpoints import WEIGHTS
 
     stat = os.stat(os.path.join(path, WEIGHTS))
     os.write(fd, json.dumps({"name": os.path.basename(path), "inode": stat.st_ino,
@@ -19,7 +19,7 @@ def die_after_first_save(job, marker: str):
     """headcoop's train_chunk, except that the first call anywhere (the one that creates `marker`) kills
     its own process right after saving the chunk's first run; the marker records that run's name and
     its weights file's inode and mtime (a retrained run is saved anew: another inode)."""
-    from headcoop import sweeps
+    from headcoop.training import sweeps
 
     try:
         fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
@@ -46,10 +46,10 @@ class Killing:
 
 
 def arm(marker: str) -> None:
-    """A process pool's initializer: in this worker, `headcoop.sweeps.save` kills the process right after the
+    """A process pool's initializer: in this worker, `headcoop.training.sweeps.save` kills the process right after the
     first save anywhere (the one that creates `marker`, recording as `die_after_first_save` does); every
     later save, in this worker or a replacement, just saves."""
-    from headcoop import sweeps
+    from headcoop.training import sweeps
 
     real_save = sweeps.save
 

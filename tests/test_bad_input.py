@@ -401,9 +401,9 @@ def test_the_command_line_parses_without_importing_torch():
             "'--out', 'x']); assert 'torch' not in sys.modules and 'transformer_lens' not in sys.modules")  # fmt: skip
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
     from headcoop import cli
-    from headcoop.checkpoints import SHIPPED
+    from headcoop.storage.checkpoints import SHIPPED
     from headcoop.tasks import TASKS
-    from headcoop.training import SCHEDULES
+    from headcoop.training.loop import SCHEDULES
 
     assert tuple(sorted(TASKS)) == cli.TASK_NAMES and tuple(SHIPPED) == cli.SHIPPED_NAMES
     default = hc.TrainConfig()

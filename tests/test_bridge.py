@@ -14,7 +14,7 @@ import torch
 from transformer_lens import patching as tl_patching
 
 import headcoop as hc
-from headcoop.bridge import is_bridge, is_hf_folder, kind_label, user_hooks
+from headcoop.models.bridge import is_bridge, is_hf_folder, kind_label, user_hooks
 from tests import bridge_shapes as shapes
 
 warnings.filterwarnings("ignore", message=".*gated-off hook.*")

@@ -18,8 +18,8 @@ import torch
 from helpers import attn_only_2l_like
 
 import headcoop as hc
-from headcoop import checkpoints, foreign
-from headcoop.checkpoints import META, WEIGHTS
+from headcoop.storage import checkpoints, foreign
+from headcoop.storage.checkpoints import META, WEIGHTS
 from headcoop.cli import main
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -61,7 +61,7 @@ def saved(tmp, **config_changes):
 
 
 def exported(tmp, weights: bytes | None = None, state=None, pickled=None):
-    from headcoop.foreign import export
+    from headcoop.storage.foreign import export
 
     folder = export(plain_model(), tmp / "exp")
     if weights is not None:
@@ -109,7 +109,7 @@ def path(model=None, **kwargs):
 
 
 def word_tok():
-    from headcoop.foreign import word_tokenizer
+    from headcoop.storage.foreign import word_tokenizer
 
     return word_tokenizer(["<pad>", "[BOS]", "a", "b", "="])
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import headcoop as hc
-from headcoop.checkpoints import META, SHIPPED, WEIGHTS
+from headcoop.storage.checkpoints import META, SHIPPED, WEIGHTS
 
 
 @pytest.fixture

@@ -207,7 +207,7 @@ def test_a_page_reading_has_one_cell_and_missing_tables_are_not_testable(tmp_pat
 
 def test_a_page_cannot_judge_a_claim_the_registry_lacks():
     from experiments.robustness.page import REGISTRY_SAYS, with_registry
-    from headcoop.pages import Claim
+    from headcoop.display.pages import Claim
 
     quote = _entry("half").quote
     judged = with_registry([Claim("2", quote, "82%", REGISTRY_SAYS)], {quote: "comparison; ...: fails"})

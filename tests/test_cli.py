@@ -62,9 +62,9 @@ def test_report_checks_agree_with_the_code():
     """The command line's light copies of the report's sections and of the files that mark a model folder are
     those of the code they stand for."""
     from headcoop import cli
-    from headcoop.checkpoints import META
-    from headcoop.foreign import CONFIG
-    from headcoop.reporting import _sections
+    from headcoop.storage.checkpoints import META
+    from headcoop.storage.foreign import CONFIG
+    from headcoop.reporting.page import _sections
     from headcoop.studies import study_for
 
     assert (cli.META, cli.CONFIG) == (META, CONFIG)

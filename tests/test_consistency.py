@@ -19,8 +19,8 @@ def test_no_page_contradicts_itself():
 
 
 def test_no_table_cell_on_a_results_page_is_over_300_characters():
-    """Legibility (issue 60): a longer text is clipped on the page (`headcoop.pages.clip`) and whole in the CSV."""
-    from headcoop.pages import MAX_CELL
+    """Legibility (issue 60): a longer text is clipped on the page (`headcoop.display.pages.clip`) and whole in the CSV."""
+    from headcoop.display.pages import MAX_CELL
 
     long = []
     for page in sorted(RESULTS.glob("*.md")):

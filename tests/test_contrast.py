@@ -116,7 +116,7 @@ def test_headcoop_report_on_an_exported_model_with_a_prompts_file(tmp_path):
     import subprocess
     import sys
 
-    from headcoop.foreign import export, load_model
+    from headcoop.storage.foreign import export, load_model
 
     model = attn_only_2l_like(seed=3)
     folder = export(model, tmp_path / "exported", tokenizer=tiny_tokenizer())
@@ -145,7 +145,7 @@ def test_headcoop_report_on_an_exported_model_with_a_prompts_file(tmp_path):
 
 
 def test_export_never_overwrites_and_mismatched_weights_are_named(tmp_path):
-    from headcoop.foreign import export, load_model
+    from headcoop.storage.foreign import export, load_model
 
     folder = tmp_path / "mine"
     folder.mkdir()

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import headcoop as hc
-from headcoop.executors import dask_client
+from headcoop.training.executors import dask_client
 
 distributed = pytest.importorskip("distributed", reason="the [dist] extra (Dask) is not installed")
 import sweep_killer  # noqa: E402
@@ -86,7 +86,7 @@ def test_a_worker_killed_mid_chunk_loses_only_that_chunk(client, serial, tmp_pat
     killed = json.loads(marker.read_text())
     assert killed["pid"] not in client.run(os.getpid).values()  # that worker process is gone (restarted)
     assert list(table["status"]) == ["trained"] * 8
-    stat = os.stat(out / killed["name"] / hc.checkpoints.WEIGHTS)
+    stat = os.stat(out / killed["name"] / hc.storage.checkpoints.WEIGHTS)
     assert (stat.st_ino, stat.st_mtime_ns) == (killed["inode"], killed["mtime_ns"])  # saved once, not retrained
     assert all(same_weights(serial_out / n, out / n) for n in table["name"])
     assert sorted(p.name for p in out.iterdir()) == sorted(table["name"])
@@ -102,7 +102,7 @@ def test_a_process_pool_survives_a_killed_worker(serial, tmp_path):
         table = hc.sweep(TASK, GRID, SEEDS, out, executor=pool, chunk=2, **TRAIN)
     killed = json.loads(marker.read_text())
     assert list(table["status"]) == ["trained"] * 8
-    stat = os.stat(out / killed["name"] / hc.checkpoints.WEIGHTS)
+    stat = os.stat(out / killed["name"] / hc.storage.checkpoints.WEIGHTS)
     assert (stat.st_ino, stat.st_mtime_ns) == (killed["inode"], killed["mtime_ns"])  # saved once, not retrained
     assert all(same_weights(serial_out / n, out / n) for n in table["name"])
     assert sorted(p.name for p in out.iterdir()) == sorted(table["name"])
@@ -133,7 +133,7 @@ class LyingExecutor:
     def submit(self, fn, job):
         def lie():
             results = fn(job)
-            (Path(job.out) / job.runs[0][2] / hc.checkpoints.WEIGHTS).unlink()
+            (Path(job.out) / job.runs[0][2] / hc.storage.checkpoints.WEIGHTS).unlink()
             return results
 
         return self.pool.submit(lie)
@@ -158,7 +158,7 @@ def test_a_failing_chunk_is_one_error_naming_its_runs(client, tmp_path):
 DASK_AND_SERIAL = """
 import json, sys
 import headcoop as hc
-from headcoop.executors import dask_client
+from headcoop.training.executors import dask_client
 
 if __name__ == "__main__":  # Dask's worker processes import this file again
     out, mode = sys.argv[1], sys.argv[2]

@@ -157,7 +157,7 @@ def test_a_grid_job_on_a_dask_worker_gives_the_tables_of_an_in_process_run(tmp_p
     import headcoop as hc
     from experiments.robustness import exp_grid, run_all
     from experiments.robustness.common import Settings
-    from headcoop.executors import as_executor, each_result
+    from headcoop.training.executors import as_executor, each_result
 
     s = Settings.quick_settings(tmp_path)
     job = ("skip_pair_grid", "context 20")

@@ -5,8 +5,8 @@ import torch
 from transformer_lens import HookedTransformer
 
 import headcoop as hc
-from headcoop.fast_train import sample_streams, train_many
-from headcoop.fused import fused_logits, stack_parameters
+from headcoop.training.fast import sample_streams, train_many
+from headcoop.models.fused import fused_logits, stack_parameters
 
 TINY = dict(n_heads=4, d_model=8, d_head=2)
 CASES = {

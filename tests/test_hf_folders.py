@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import headcoop as hc
-from headcoop.bridge import check_folder, load_folder
+from headcoop.models.bridge import check_folder, load_folder
 from tests import bridge_shapes as shapes
 from tests.test_catalogue import cli
 

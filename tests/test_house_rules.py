@@ -14,12 +14,11 @@ PACKAGE = Path(__file__).resolve().parent.parent / "headcoop"
 
 # Layers, lowest first: a module may import its own layer and the ones below, never one above (docs/architecture.md).
 LAYERS = [
-    ("base", ["headcoop.tl", "headcoop.paths", "headcoop.checks", "headcoop.owners", "headcoop.progress", "headcoop.results",
-              "headcoop.bridge", "headcoop.plot", "headcoop.views", "headcoop.claims", "headcoop.folders",
-              "headcoop.analysis.vocabulary", "headcoop.threads"]),
+    ("base", ["headcoop.paths", "headcoop.checks", "headcoop.threads", "headcoop.analysis.vocabulary"]),
+    ("display", ["headcoop.display"]),
+    ("models", ["headcoop.models"]),
     ("tasks", ["headcoop.tasks"]),
-    ("model", ["headcoop.checkpoints", "headcoop.fused", "headcoop.foreign"]),
-    ("training", ["headcoop.training", "headcoop.fast_train", "headcoop.sweeps", "headcoop.executors"]),
+    ("storage", ["headcoop.storage"]),
     ("engine", ["headcoop.analysis.engine"]),
     ("weights", ["headcoop.analysis.weights"]),
     ("nodes", ["headcoop.analysis.nodes"]),
@@ -28,10 +27,10 @@ LAYERS = [
     ("mechanisms", ["headcoop.analysis.mechanisms"]),
     ("pairs", ["headcoop.analysis.pairs"]),
     ("studies", ["headcoop.studies"]),
-    ("rendering", ["headcoop.pages", "headcoop.reporting"]),
+    ("training", ["headcoop.training"]),
+    ("reporting", ["headcoop.reporting"]),
     ("cli", ["headcoop.cli", "headcoop.__main__"]),
 ]
-
 
 def _modules() -> dict[str, Path]:
     out = {}

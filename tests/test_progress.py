@@ -7,7 +7,7 @@ import torch
 from helpers import attn_only_2l_like
 
 import headcoop as hc
-from headcoop import progress
+from headcoop.display import progress
 
 
 def _metric(logits):

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import headcoop as hc
-from headcoop.executors import RayExecutor
+from headcoop.training.executors import RayExecutor
 
 pytest.importorskip("ray", reason="the [ray] extra is not installed")
 import sweep_killer  # noqa: E402
@@ -43,7 +43,7 @@ def test_ray_sweep_equals_serial_and_survives_a_killed_worker(tmp_path):
         assert same_weights(tmp_path / "serial" / name, tmp_path / "killed" / name)
     killed = json.loads(marker.read_text())
     assert killed["pid"] != os.getpid()
-    stat = os.stat(tmp_path / "killed" / killed["name"] / hc.checkpoints.WEIGHTS)
+    stat = os.stat(tmp_path / "killed" / killed["name"] / hc.storage.checkpoints.WEIGHTS)
     assert (stat.st_ino, stat.st_mtime_ns) == (killed["inode"], killed["mtime_ns"])  # saved once, not retrained
 
 

@@ -16,8 +16,8 @@ import torch
 import headcoop as hc
 from headcoop.analysis.games.coalitions import CoalitionGame
 from headcoop.checks import MAX_STEPS, check_memory_budget, machine_memory_mb
-from headcoop.folders import replace_file
-from headcoop.owners import PID_MAX, parse_pid, pid_alive
+from headcoop.storage.folders import replace_file
+from headcoop.storage.owners import PID_MAX, parse_pid, pid_alive
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -90,7 +90,7 @@ def test_as_another_user_a_read_only_file_is_refused_as_the_shell_refuses_it(tmp
     target.write_text("the user's")
     os.chmod(target, 0o644)
     # imported as root (the interpreter lives in root's folders), then the process becomes uid 65534 for good
-    code = ("import os, sys; from pathlib import Path; import headcoop.owners; from headcoop.folders import replace_file\n"
+    code = ("import os, sys; from pathlib import Path; import headcoop.storage.owners; from headcoop.storage.folders import replace_file\n"
             "os.setgid(65534); os.setuid(65534)\n"
             "try:\n replace_file(Path(sys.argv[1]), 'x', 'report')\nexcept PermissionError as e:\n print('refused:', e)")
     shell = subprocess.run(["sh", "-c", f"echo x > {target}"], capture_output=True, text=True,
@@ -270,7 +270,7 @@ def test_integrated_gradient_steps_are_counted_by_the_bar(count01, monkeypatch):
     announced (`progress.advance` extrapolates the first second's runs) and its total is known."""
     import headcoop.analysis.edges.scores as scores
     import headcoop.analysis.nodes.attribution as attribution
-    import headcoop.progress as progress
+    import headcoop.display.progress as progress
 
     model, clean, corrupt = count01
     for module, call in ((attribution, lambda: hc.attribute(model, clean=clean, corrupt=corrupt, estimator="ig",

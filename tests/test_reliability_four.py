@@ -119,7 +119,7 @@ def test_qk_ov_tokens_are_checked():
 @pytest.mark.parametrize("value, on", [("0", False), ("off", False), ("disable", False), ("none", False), ("1", True),
                                        ("yes", True), ("", False), ("maybe", False)])  # fmt: skip
 def test_headcoop_progress_takes_documented_values(value, on):
-    code = "import warnings, headcoop.progress as p; print(p.progress_enabled())"
+    code = "import warnings, headcoop.display.progress as p; print(p.progress_enabled())"
     done = subprocess.run([sys.executable, "-W", "always", "-c", code], capture_output=True, text=True,
                           env={**os.environ, "HEADCOOP_PROGRESS": value}, timeout=120)  # fmt: skip
     assert done.stdout.strip() == str(on), done.stderr
@@ -127,7 +127,7 @@ def test_headcoop_progress_takes_documented_values(value, on):
 
 
 def test_the_report_leaves_cooperation_out_for_one_head(tmp_path):
-    from headcoop.reporting import report
+    from headcoop.reporting.page import report
 
     page = report(hc.load("count01"), out=tmp_path / "one.html", heads=["L0H1"], sections=["overview", "cooperation"],
                   progress=False)  # fmt: skip
@@ -160,7 +160,7 @@ def test_a_result_path_with_a_nul_is_refused(tmp_path, scored):
 
 def test_a_pickled_hugging_face_weights_file_with_code_is_refused_by_headcoop(tmp_path):
     """Issue 47, item 9: a malicious pytorch_model.bin got torch's weights_only message; headcoop's names the file."""
-    from headcoop.bridge import load_folder
+    from headcoop.models.bridge import load_folder
 
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"],
                                                       "n_layer": 1, "n_embd": 8, "n_head": 2, "vocab_size": 11}))  # fmt: skip

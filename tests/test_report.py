@@ -20,9 +20,11 @@ from headcoop.studies.skip_pair import compare_orderings
 
 import headcoop as hc
 from headcoop.analysis.engine.inputs import head_names
-from headcoop.views import circuitsvis_bundle
+from headcoop.display.views import circuitsvis_bundle
 
-report_module = importlib.import_module("headcoop.reporting")
+report_module = importlib.import_module("headcoop.reporting.page")
+report_context = importlib.import_module("headcoop.reporting.context")
+report_sections = importlib.import_module("headcoop.reporting.sections")
 sys.modules["headcoop"].report = report_module.report  # the import above set hc.report to the module
 
 EXAMPLES = 2
@@ -149,8 +151,8 @@ def _slow_dla(model, batch, layer, head) -> float:
 def test_head_table_against_slow_references(pages, name):
     model = pages[name][0]
     clean, corrupt = model.task.patching_inputs()
-    ctx = report_module._Context(model=model, task=model.task, source="m", examples=1, clean=clean, corrupt=corrupt)
-    report_module._section_heads(ctx)
+    ctx = report_context.Context(model=model, task=model.task, source="m", examples=1, clean=clean, corrupt=corrupt)
+    report_sections.section_heads(ctx)
     table = ctx.head_table
     assert list(table.index) == head_names(model)
     for i, head_name in enumerate(head_names(model)):
@@ -267,23 +269,24 @@ def test_model_whose_heads_write_nothing(tmp_path):
     path = hc.report(model, out=tmp_path / "flat.html", examples=1, progress=False)
     assert "hc-sec-patching" in path.read_text(encoding="utf-8")
     clean, corrupt = model.task.patching_inputs()
-    ctx = report_module._Context(model=model, task=model.task, source="m", examples=1, clean=clean, corrupt=corrupt)
-    report_module._section_heads(ctx)
+    ctx = report_context.Context(model=model, task=model.task, source="m", examples=1, clean=clean, corrupt=corrupt)
+    report_sections.section_heads(ctx)
     assert ctx.head_table["patch effect"].isna().all()
 
 
 def test_a_third_task_plugs_in_without_touching_the_report(tmp_path):
     """The report has no task-name switches: a study registered for a new task adds its column and section."""
     import ast
-    import inspect
+    from pathlib import Path
 
     import pandas as pd
 
     from headcoop.studies import STUDIES, Study, StudySection, register_study
 
-    source = inspect.getsource(report_module)
-    names = {node.value for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Constant)}
-    assert not {"count01", "skip-pair"} & names, "no task names in reporting.py"
+    reporting = Path(report_module.__file__).parent
+    names = {node.value for path in reporting.glob("*.py") for node in ast.walk(ast.parse(path.read_text()))
+             if isinstance(node, ast.Constant)}  # fmt: skip
+    assert not {"count01", "skip-pair"} & names, "no task names in headcoop/reporting/"
 
     class Parity(hc.Count01):
         name = "parity-demo"
@@ -312,7 +315,7 @@ def test_count01_head_map_shows_its_reference_lines_and_separates_crowded_labels
     heads at the same spot get different label positions."""
     import pandas as pd
 
-    from headcoop.plot import TEMPLATE
+    from headcoop.display.plot import TEMPLATE
     from headcoop.studies.count01 import head_map_figure
 
     table = pd.DataFrame({"w01": [1.0, 1.01, 0.99, 5.0], "w02": [2.0, 2.02, 1.98, 50.0], "s_acc": [0.9] * 4},
@@ -337,7 +340,7 @@ def test_pages_escape_what_is_not_headcoop_text():
     section's own Text (headcoop's trusted fragments) and a Table keep their markup."""
     import pandas as pd
 
-    from headcoop.pages import Code, Section, Table, Text, render, stylesheet
+    from headcoop.display.pages import Code, Section, Table, Text, render, stylesheet
     from markupsafe import Markup
 
     evil = "<script>alert(1)</script>"
@@ -355,7 +358,7 @@ def test_pages_escape_what_is_not_headcoop_text():
 def test_markdown_tables_come_from_pandas():
     import pandas as pd
 
-    from headcoop.pages import Table
+    from headcoop.display.pages import Table
 
     text = Table(pd.DataFrame({"name": ["a", "b"], "value": [1.23456, float("nan")]}), digits=2).markdown()
     assert text.splitlines() == [
@@ -373,9 +376,9 @@ def test_slow_by_position_patching_is_shown_as_verified_estimates():
     clean, corrupt = model.task.patching_inputs()
 
     def section(limit):
-        ctx = report_module._Context(model=model, task=model.task, source="m", examples=1, clean=clean,
+        ctx = report_context.Context(model=model, task=model.task, source="m", examples=1, clean=clean,
                                      corrupt=corrupt, exact_limit_s=limit)  # fmt: skip
-        return report_module._section_patching(ctx)
+        return report_sections.section_patching(ctx)
 
     estimated = section(0.0)
     titles = [b.figure.layout.title.text for b in estimated if hasattr(b, "figure")]

@@ -14,7 +14,11 @@ from transformer_lens import HookedTransformer, HookedTransformerConfig
 import headcoop as hc
 from headcoop.cli import main
 
-report_module = importlib.import_module("headcoop.reporting")
+report_module = importlib.import_module("headcoop.reporting.page")
+report_budget = importlib.import_module("headcoop.reporting.budget")
+report_context = importlib.import_module("headcoop.reporting.context")
+report_sections = importlib.import_module("headcoop.reporting.sections")
+report_cooperation = importlib.import_module("headcoop.reporting.cooperation")
 
 
 def _big_vocab_model():
@@ -84,20 +88,20 @@ def test_one_overall_verdict_per_section(big):
 def test_the_budget_leaves_out_what_would_overrun_it_and_says_how_to_run_it(tmp_path):
     model = _big_vocab_model()
     task = _contrast(model)
-    ctx = report_module._Context(model=model, task=task, source="m", examples=1, clean=task.clean,
-                                 corrupt=task.corrupt(task.clean), budget=report_module._Budget(20.0, 1.0))  # fmt: skip
+    ctx = report_context.Context(model=model, task=task, source="m", examples=1, clean=task.clean,
+                                 corrupt=task.corrupt(task.clean), budget=report_budget.Budget(20.0, 1.0))  # fmt: skip
     # at a predicted 1 s per forward pass, exact patching (2 + 4.5 passes) fits 20 s less the 7 s reserve; AtP* (44) not
-    blocks = report_module._section_patching(ctx)
+    blocks = report_sections.section_patching(ctx)
     left = [row[0] for row in ctx.budget.left_out]
     assert "exact head patching (all positions)" not in left
     assert "head patching one position at a time (AtP* estimates, 40 cells verified)" in left
     text = " ".join(str(getattr(b, "text", "")) for b in blocks)
     assert "Left out to stay within the report's budget" in text and "hc.attribute(model, clean, corrupt" in text
     # no budget: nothing is left out
-    free = report_module._Context(model=model, task=task, source="m", examples=1, clean=task.clean,
+    free = report_context.Context(model=model, task=task, source="m", examples=1, clean=task.clean,
                                   corrupt=task.corrupt(task.clean))  # fmt: skip
-    report_module._section_patching(free)
-    report_module._section_cooperation(free)
+    report_sections.section_patching(free)
+    report_cooperation.section_cooperation(free)
     assert free.budget.left_out == []
 
 
@@ -179,7 +183,7 @@ def test_a_bridges_positional_table_is_kept_only_while_its_weights_stay(tmp_path
 
     import transformers
 
-    from headcoop.bridge import load_folder, w_pos
+    from headcoop.models.bridge import load_folder, w_pos
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -223,15 +227,15 @@ def test_too_many_heads_for_cooperation_get_the_top_heads_by_patching_as_a_stand
                                   attn_only=True, normalization_type="LN", positional_embedding_type="standard", seed=1)  # fmt: skip
     model = HookedTransformer(cfg).eval()
     task = _contrast(model)
-    monkeypatch.setattr(report_module, "_pair_map_blocks", lambda ctx: None)
+    monkeypatch.setattr(report_cooperation, "_pair_map_blocks", lambda ctx: None)
     path = hc.report(model, out=tmp_path / "r.html", task=task, progress=False, budget_s=None,
                      sections=["patching", "cooperation", "circuits"])  # fmt: skip
     text = path.read_text(encoding="utf-8")
     page = {anchor: _section(text, anchor) for anchor in ("cooperation", "circuits")}
     clean, corrupt = task.patching_inputs()
-    exact = hc.patch(model, clean=clean, corrupt=corrupt, metric=report_module.task_score(task, clean), progress=False)
+    exact = hc.patch(model, clean=clean, corrupt=corrupt, metric=report_context.task_score(task, clean), progress=False)
     size = (exact.to_dataframe().set_index(["layer", "head"])["value"] - exact.corrupt_value).abs()
-    top = [f"L{lay}H{h}" for lay, h in size.sort_values(ascending=False, kind="stable").index[:report_module.STAND_IN_HEADS]]
+    top = [f"L{lay}H{h}" for lay, h in size.sort_values(ascending=False, kind="stable").index[:report_cooperation.STAND_IN_HEADS]]
     cooperation = page["cooperation"]
     assert "too many pairs for hc.cooperation" in cooperation and "Standing in" in cooperation
     assert f"heads={top!r}" in cooperation.replace("&#39;", "'")

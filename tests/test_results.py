@@ -16,7 +16,7 @@ from helpers import attn_only_2l_like
 from transformer_lens import FactoredMatrix
 
 import headcoop as hc
-from headcoop.results import Result
+from headcoop.storage.results import Result
 
 
 def _metric(logits):
@@ -166,7 +166,7 @@ def test_loading_refuses_what_is_not_a_sound_result(results, tmp_path):
     (folder / "result.json").write_text("{not json")
     with pytest.raises(ValueError, match="damaged"):
         hc.load_result(folder)
-    from headcoop.results import save_result
+    from headcoop.storage.results import save_result
 
     with pytest.raises(TypeError, match="headcoop analysis result"):
         save_result({"a": 1}, tmp_path / "x")
@@ -175,7 +175,7 @@ def test_loading_refuses_what_is_not_a_sound_result(results, tmp_path):
 def _killed_save(result, target, step: str, fallback: bool) -> int:
     """Save `result` to `target` in a forked child process that dies (os._exit(9)) at `step` of the save; the
     child's exit status."""
-    import headcoop.results as R
+    import headcoop.storage.results as R
 
     pid = os.fork()
     if pid == 0:  # the child: no return from here
@@ -245,8 +245,8 @@ def _tampered(results, tmp_path, name, change):
 def test_loading_builds_only_headcoops_result_classes_from_inside_the_folder(results, tmp_path):
     """Issue 47, item 5: a class found by an explicit registry, never by a lookup path (TransformerLens's config
     reseeds every generator when built); tables only from the folder itself; tampered files name the field."""
-    for name in ("headcoop.checkpoints:HookedTransformerConfig", "headcoop.analysis:attribution.pd.NamedAgg",
-                 "headcoop.results:Result.__init_subclass__", "os:system", 3):
+    for name in ("headcoop.storage.checkpoints:HookedTransformerConfig", "headcoop.analysis:attribution.pd.NamedAgg",
+                 "headcoop.storage.results:Result.__init_subclass__", "os:system", 3):
         folder = _tampered(results, tmp_path, f"class-{abs(hash(str(name)))}",
                            lambda meta: meta["value"].__setitem__("__dataclass__", name))  # fmt: skip
         with pytest.raises(ValueError, match="refusing"):
@@ -255,7 +255,7 @@ def test_loading_builds_only_headcoops_result_classes_from_inside_the_folder(res
     expected = torch.rand(1)
     torch.manual_seed(5)
     folder = _tampered(results, tmp_path, "config", lambda meta: meta["value"].__setitem__(
-        "__dataclass__", "headcoop.checkpoints:HookedTransformerConfig"))  # fmt: skip
+        "__dataclass__", "headcoop.storage.checkpoints:HookedTransformerConfig"))  # fmt: skip
     with pytest.raises(ValueError, match="refusing"):
         hc.load_result(folder)
     assert torch.equal(torch.rand(1), expected)  # nothing reseeded the process
@@ -284,7 +284,7 @@ def test_loading_builds_only_headcoops_result_classes_from_inside_the_folder(res
 
 
 def test_the_registry_knows_every_result_module():
-    from headcoop.results import REGISTRY, RESULT_MODULES
+    from headcoop.storage.results import REGISTRY, RESULT_MODULES
 
     classes = _result_classes()
     assert classes <= set(REGISTRY)

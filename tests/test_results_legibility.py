@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from headcoop.pages import CELL_LIMIT, Claim, claims_in_full, claims_table, shorten
+from headcoop.display.pages import CELL_LIMIT, Claim, claims_in_full, claims_table, shorten
 
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
 PAGES = sorted(RESULTS.glob("*.md"))
@@ -62,7 +62,7 @@ ANSWERED = ("cooperation.md", "count01.md", "skip_pair.md", "robustness.md")
 def test_each_source_page_answers_first_and_its_links_resolve(name):
     """The answers come on the first screen (before the setup and the claims table), and each evidence link
     names a heading that exists on the page it points to."""
-    from headcoop.pages import anchor
+    from headcoop.display.pages import anchor
 
     text = (RESULTS / name).read_text(encoding="utf-8")
     headings = [line for line in text.split("\n") if line.startswith("## ")]
@@ -78,7 +78,7 @@ def test_each_source_page_answers_first_and_its_links_resolve(name):
 
 
 def test_anchor_follows_githubs_rule():
-    from headcoop.pages import anchor
+    from headcoop.display.pages import anchor
 
     assert anchor("1. Count01: a pseudo-ensemble, or heads?") == "#1-count01-a-pseudo-ensemble-or-heads"
     assert anchor("3. Compete: which heads push against the answer?") == "#3-compete-which-heads-push-against-the-answer"

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 import headcoop as hc
-from headcoop import checkpoints
-from headcoop.checkpoints import META, WEIGHTS
+from headcoop.storage import checkpoints
+from headcoop.storage.checkpoints import META, WEIGHTS
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +113,7 @@ KILLER = textwrap.dedent(
     """
     import os, signal, sys
     import headcoop as hc
-    from headcoop import checkpoints
+    from headcoop.storage import checkpoints
     task = hc.Count01(max_len=6)
     model = task.model(seed=int(sys.argv[2]), n_heads=2, d_model=4)
     stage = sys.argv[3]
@@ -156,7 +156,7 @@ FORK_KILLER = textwrap.dedent(
     import json, os, sys
     import torch
     import headcoop as hc
-    from headcoop import checkpoints
+    from headcoop.storage import checkpoints
     torch.set_num_threads(1)
     root, mode, stride = sys.argv[1], sys.argv[2], int(sys.argv[3])
     if mode == "fallback":
@@ -193,7 +193,7 @@ FORK_KILLER = textwrap.dedent(
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["exchange", "fallback"])
 def test_kills_at_many_points_of_save_always_leave_the_old_or_the_new_checkpoint(tmp_path, mode):
-    """A forked save is SIGKILLed at every 17th line headcoop.checkpoints executes while replacing a checkpoint
+    """A forked save is SIGKILLed at every 17th line headcoop.storage.checkpoints executes while replacing a checkpoint
     (and at each of its last 13, around the switch);
     after each kill the path loads (old or new weights) and the next load has tidied every leftover."""
     script = tmp_path.parent / f"fork_killer_{mode}.py"

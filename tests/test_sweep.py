@@ -10,12 +10,12 @@ import pytest
 import torch
 
 import headcoop as hc
-import headcoop.claims as claims_module
-import headcoop.sweeps as sweep_module
-from headcoop import checkpoints
-from headcoop.checkpoints import META, WEIGHTS
+import headcoop.training.chunk_locks as claims_module
+import headcoop.training.sweeps as sweep_module
+from headcoop.storage import checkpoints
+from headcoop.storage.checkpoints import META, WEIGHTS
 from headcoop.cli import build_parser
-from headcoop.sweeps import expand_grid, run_name, sweep
+from headcoop.training.sweeps import expand_grid, run_name, sweep
 
 FAST = dict(steps=3, batch_size=16, warmup=1, progress=False)
 GRID = {"n_heads": [1, 2], "d_model": [4], "d_head": [2]}
@@ -180,7 +180,7 @@ def test_cli(tmp_path, capsys):
 SWEEP_WORKER = """
 import json, os, signal, sys
 import headcoop as hc
-from headcoop import sweeps
+from headcoop.training import sweeps
 out, mode = sys.argv[1], sys.argv[2]
 grid = {"n_heads": [1, 2], "d_model": [4], "d_head": [1, 2]}
 if mode == "die-after-first-save":
@@ -258,7 +258,8 @@ SWEEP_FORK_KILLER = """
 import json, os, sys
 import torch
 import headcoop as hc
-from headcoop import checkpoints, sweeps
+from headcoop.storage import checkpoints
+from headcoop.training import sweeps
 torch.set_num_threads(1)
 root, points = sys.argv[1], int(sys.argv[2])
 task, grid = hc.Count01(max_len=6), {"n_heads": [1, 2], "d_model": [4], "d_head": [1, 2]}
@@ -297,7 +298,7 @@ print(json.dumps(seen))
 
 @pytest.mark.slow
 def test_sweeps_killed_at_many_points_resume_without_retraining(tmp_path):
-    """A forked sweep is SIGKILLed at 8 points spread over the lines headcoop.sweeps and headcoop.checkpoints
+    """A forked sweep is SIGKILLed at 8 points spread over the lines headcoop.training.sweeps and headcoop.storage.checkpoints
     execute; the rerun loads only whole checkpoints, keeps every finished run and trains the rest."""
     script = tmp_path / "sweep_killer.py"
     script.write_text(SWEEP_FORK_KILLER)

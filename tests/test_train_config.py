@@ -7,7 +7,7 @@ import pytest
 
 import headcoop as hc
 from headcoop.cli import main
-from headcoop.training import lr_at
+from headcoop.training.loop import lr_at
 
 TINY = dict(n_heads=2, d_model=4, d_head=2)
 

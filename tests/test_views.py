@@ -1,4 +1,4 @@
-"""headcoop.plot: shared plotly helpers and the offline circuitsvis attention view."""
+"""headcoop.display.plot: shared plotly helpers and the offline circuitsvis attention view."""
 
 import html
 import json
@@ -12,8 +12,8 @@ import torch
 from circuitsvis.utils.render import RenderedHTML
 
 import headcoop as hc
-from headcoop.plot import bar, heatmap
-from headcoop.views import AttentionView
+from headcoop.display.plot import bar, heatmap
+from headcoop.display.views import AttentionView
 
 PROPS = re.compile(r"CircuitsVis\.render\(\"[^\"]+\", CircuitsVis\.AttentionHeads, (\{.*?\})\);\n")
 
@@ -95,7 +95,7 @@ def test_attention_untrimmed_and_without_task(model, tmp_path):
 
 
 def test_labels_cannot_close_the_script():
-    from headcoop.views import attention_view
+    from headcoop.display.views import attention_view
 
     html = str(attention_view([("<b>head</b>", dict(attention=[[[1.0]]], tokens=["</script><i>"]))]))
     assert html.count("</script>") == 1 and "&lt;b&gt;head" in html
@@ -115,7 +115,7 @@ def test_attention_bad_input(model):
 
 
 def test_save_figure_writes_html_with_a_fixed_id(tmp_path):
-    from headcoop.plot import bar, save_figure
+    from headcoop.display.plot import bar, save_figure
 
     fig = bar([1.0, -2.0], ["a", "b"], title="t")
     assert save_figure(fig, tmp_path / "figs", "my_fig", png=False) == ["my_fig.html"]
@@ -135,7 +135,7 @@ def test_plot_is_a_rendering_leaf():
         ("views.py", {"circuitsvis"}),
         ("pages.py", {"jinja2", "markupsafe", "numpy", "pandas"}),
     ):
-        tree = ast.parse((Path(headcoop.__file__).parent / leaf).read_text())
+        tree = ast.parse((Path(headcoop.__file__).parent / "display" / leaf).read_text())
         imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
                     for alias in node.names}  # fmt: skip
         imported |= {node.module.split(".")[0] for node in ast.walk(tree)
@@ -149,7 +149,7 @@ def test_reference_lines_are_visible():
     """The headcoop template gives add_vline/add_hline shapes a width (simple_white leaves it at 0)."""
     import plotly.graph_objects as go
 
-    from headcoop.plot import TEMPLATE
+    from headcoop.display.plot import TEMPLATE
 
     fig = go.Figure(go.Scatter(x=[0.1, 10], y=[1, 20]))
     fig.update_layout(template=TEMPLATE)
@@ -161,7 +161,7 @@ def test_reference_lines_are_visible():
 def test_attention_view_show_writes_a_page_when_no_notebook(monkeypatch, tmp_path):
     import webbrowser
 
-    from headcoop.views import attention_view
+    from headcoop.display.views import attention_view
 
     opened = []
     monkeypatch.setattr(webbrowser, "open", opened.append)
@@ -199,7 +199,7 @@ def test_a_crowded_axis_slants_its_labels_and_a_paneled_map_makes_room_for_its_s
     import torch
 
     import headcoop as hc
-    from headcoop.plot import crowded_ticks, heatmap
+    from headcoop.display.plot import crowded_ticks, heatmap
 
     assert crowded_ticks(["H0", "H1"]) == {}
     many = [f"pos {i}: token{i}" for i in range(40)]

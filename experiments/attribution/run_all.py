@@ -102,7 +102,7 @@ def draw_scatter(points: pd.DataFrame, folder: Path) -> list[str]:
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    from headcoop.plot import TEMPLATE, save_figure
+    from headcoop.display.plot import TEMPLATE, save_figure
 
     panels = list(dict.fromkeys(zip(points.model, points.component)))
     cols = 4

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from experiments.cooperation.quotes import TITLE
-from headcoop.pages import Answer, anchor
+from headcoop.display.pages import Answer, anchor
 
 SAME = "same computation (pseudo-ensemble)"
 PSEUDO_ENSEMBLE = ("whether the attention heads behave as a pseudo-ensemble, all solving the same subtask, or they "

@@ -14,7 +14,7 @@ import torch
 from plotly.subplots import make_subplots
 
 import headcoop as hc
-from headcoop.plot import TEMPLATE, save_figure
+from headcoop.display.plot import TEMPLATE, save_figure
 
 OUT = Path(__file__).resolve().parents[2] / "docs" / "results" / "cooperation"
 

@@ -1,6 +1,6 @@
 """Write docs/results/cooperation.md from the tables in docs/results/cooperation/ (every number is read
 from a table run_all wrote; Count01's Table 1 from docs/results/count01/table1.csv). Sections return data
-(`headcoop.pages.Section`), verdicts are `Claim` records computed by the rules below, the page is rendered
+(`headcoop.display.pages.Section`), verdicts are `Claim` records computed by the rules below, the page is rendered
 from `page.md.j2`.
 
     python -m experiments.cooperation.page [--out FOLDER]
@@ -23,7 +23,7 @@ from experiments.cooperation.quotes import (
 from experiments.robustness.page import REGISTRY_SAYS, default_verdicts, short_verdicts, with_registry
 from headcoop.analysis.mechanisms.cooperation import MECHANISMS
 from headcoop.analysis.mechanisms.definitions import definitions
-from headcoop.pages import Claim, FigureFile, Section, Table, Text, render
+from headcoop.display.pages import Claim, FigureFile, Section, Table, Text, render
 
 HERE = Path(__file__).resolve().parent
 MECHS = list(MECHANISMS)

@@ -17,7 +17,7 @@ from pathlib import Path
 import headcoop as hc
 from headcoop.analysis.mechanisms.cooperation import MECHANISMS
 from headcoop.analysis.mechanisms.definitions import definitions
-from headcoop.pages import clip
+from headcoop.display.pages import clip
 from experiments.consistency import record
 from headcoop.tasks.bench import BENCH, FUNCTION, LOGIT_DIFF_TRUTH, SAME
 from headcoop.tasks.planted import PLANTED
@@ -75,7 +75,7 @@ def confusion_figure(confusion: dict, folder: Path) -> list[str]:
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    from headcoop.plot import TEMPLATE, save_figure
+    from headcoop.display.plot import TEMPLATE, save_figure
 
     folder.mkdir(parents=True, exist_ok=True)
     pd.DataFrame([dict(metric=m, ablation=h, truth=t, named=n, count=c) for (m, h), counts in confusion.items()

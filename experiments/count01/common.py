@@ -13,8 +13,8 @@ import pandas as pd
 
 from experiments import shared
 from experiments.shared import setup  # noqa: F401  (the run_all scripts' process setup)
-from headcoop import plot
-from headcoop.pages import fmt  # noqa: F401  (the experiments' number format)
+from headcoop.display import plot
+from headcoop.display.pages import fmt  # noqa: F401  (the experiments' number format)
 
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 

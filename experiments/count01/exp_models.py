@@ -11,9 +11,9 @@ import torch
 
 import headcoop as hc
 from experiments.count01.common import PRIMARY, Settings, save_figure, write_table
-from headcoop.training import loss_drop
+from headcoop.training.loop import loss_drop
 from headcoop.tasks.count01 import BOS, EOS, EQ, FIVE, FOUR, ONE, TWO, ZERO
-from headcoop.plot import TEMPLATE
+from headcoop.display.plot import TEMPLATE
 
 HEAD_PARAMS = ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V")
 

@@ -12,7 +12,7 @@ import torch
 
 import headcoop as hc
 from experiments.count01.common import Settings, save_figure, write_table
-from headcoop.plot import TEMPLATE, heatmap
+from headcoop.display.plot import TEMPLATE, heatmap
 from headcoop.tasks.count01 import EOS, FIVE, FOUR
 
 SHOWN = ["s_acc", "l_acc", "roc_auc", "w01", "w02", "bias_45", "signal_45", "readout_45"]

@@ -10,7 +10,7 @@ import torch
 
 import headcoop as hc
 from experiments.count01.common import PRIMARY, Settings, d_head_for, pearson_ci, save_figure, write_table
-from headcoop.plot import TEMPLATE, heatmap
+from headcoop.display.plot import TEMPLATE, heatmap
 from headcoop.tasks.count01 import FIVE, FOUR
 
 

@@ -1,7 +1,7 @@
 """Write docs/results/count01.md from the tables in docs/results/count01/ (every number in the doc is
 read from a table written by the experiment scripts; the sentences are chosen from what they say).
 
-Each section returns data (`headcoop.pages.Section`: text, tables, figures and the claims it checks); the
+Each section returns data (`headcoop.display.pages.Section`: text, tables, figures and the claims it checks); the
 page is rendered from `page.md.j2` (which extends headcoop's `results.md.j2`).
 
     python -m experiments.count01.page [--out FOLDER]
@@ -20,7 +20,7 @@ from experiments.count01.common import DEFAULT_OUT, Settings, fmt
 from experiments.count01.quotes import PAPER_R, QUOTES
 from experiments.cooperation import answers
 from experiments.robustness.page import REGISTRY_SAYS, across_setups, default_verdicts, registry_rows, short_verdicts, with_registry
-from headcoop.pages import Claim, FigureFile, Section, Table, Text, render
+from headcoop.display.pages import Claim, FigureFile, Section, Table, Text, render
 
 HERE = Path(__file__).resolve().parent
 

@@ -71,7 +71,7 @@ def determined(tokens: torch.Tensor) -> torch.Tensor:
 def model(seed: int = SEED):
     from transformer_lens import HookedTransformerConfig
 
-    from headcoop.tl import HookedTransformer
+    from headcoop.models.tl import HookedTransformer
 
     cfg = HookedTransformerConfig(n_layers=2, n_heads=2, d_model=64, d_head=16, d_vocab=VOCAB, n_ctx=1 + 2 * HALF,
                                   attn_only=True, normalization_type=None, act_fn="relu", seed=seed)  # fmt: skip

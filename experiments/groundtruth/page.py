@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from experiments.shared import figure_lines
-from headcoop.pages import Table
+from headcoop.display.pages import Table
 
 DEFAULT_OUT = Path(__file__).resolve().parents[2] / "docs" / "results"
 METHODS = ("exact", "eap", "eap-ig")
@@ -30,7 +30,7 @@ def draw_bands(bands: pd.DataFrame, out: Path) -> list[str]:
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    from headcoop.plot import TEMPLATE, save_figure
+    from headcoop.display.plot import TEMPLATE, save_figure
 
     models = list(dict.fromkeys(bands.model))
     colours = dict(zip(METHODS, ("31,119,180", "214,39,40", "44,160,44")))

@@ -206,7 +206,7 @@ def dense_model(high, name: str, seed: int = SEED, norm: str | None = "LN"):
     loss rose from 0.25 to 4.8 between steps 750 and 1000)."""
     from transformer_lens import HookedTransformerConfig
 
-    from headcoop.tl import HookedTransformer
+    from headcoop.models.tl import HookedTransformer
 
     c = high.cfg
     cfg = HookedTransformerConfig(n_layers=c.n_layers, n_heads=c.n_heads, d_model=WIDTH["d_model"],

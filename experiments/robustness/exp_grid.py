@@ -25,7 +25,7 @@ from headcoop.studies.skip_pair import (
     compare_orderings, conditional_contributions, pair_contributions, preferences, split_attention,
 )
 from headcoop.tasks.count01 import EOS, FIVE, FOUR
-from headcoop.training import loss_drop
+from headcoop.training.loop import loss_drop
 
 
 def _train(task, shapes: list[dict], seeds: list[int], steps: int, s: Settings):

@@ -21,7 +21,7 @@ from experiments.claims import (
 )
 from experiments.cooperation import answers
 from experiments.robustness.common import COUNT01_VARIANTS, DEFAULT_OUT, SKIP_PAIR_VARIANTS, Settings
-from headcoop.pages import Claim, Section, Table, Text, render
+from headcoop.display.pages import Claim, Section, Table, Text, render
 
 HERE = Path(__file__).resolve().parent
 FULL = Settings()  # the sizes run_all uses without --quick, named in the rules' words

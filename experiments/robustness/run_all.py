@@ -49,7 +49,7 @@ def main(argv=None) -> int:
     from experiments.robustness import exp_grid, page
     from experiments.robustness.common import DEFAULT_OUT, Settings
     from experiments.shared import setup
-    from headcoop.executors import as_executor, each_result
+    from headcoop.training.executors import as_executor, each_result
 
     setup()
     results = args.out or DEFAULT_OUT

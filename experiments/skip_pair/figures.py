@@ -9,7 +9,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 import headcoop as hc
-from headcoop.plot import save_figure
+from headcoop.display.plot import save_figure
 from headcoop.studies.skip_pair_figures import (
     capacity_figure, conditional_figure, pair_figure, qk_figure, relation_figure, split_figure,
 )  # fmt: skip

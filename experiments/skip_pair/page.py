@@ -1,6 +1,6 @@
 """Write docs/results/skip_pair.md from the tables run_all.py produced (every number comes from them).
 
-The sections are data (`headcoop.pages.Section`: text, tables, figures), the claims `Claim` records with
+The sections are data (`headcoop.display.pages.Section`: text, tables, figures), the claims `Claim` records with
 verdicts from `claim_verdicts`; the page is rendered from `page.md.j2` (extending headcoop's
 `results.md.j2`).
 """
@@ -18,7 +18,7 @@ from experiments.skip_pair.exp_runs import SPLIT_THRESHOLD
 from experiments.skip_pair.quotes import QUOTES
 from experiments.cooperation import answers
 from experiments.robustness.page import REGISTRY_SAYS, across_setups, default_verdicts, registry_rows, short_verdicts, with_registry
-from headcoop.pages import Claim, Details, FigureFile, Section, Table, Text, render
+from headcoop.display.pages import Claim, Details, FigureFile, Section, Table, Text, render
 from headcoop.studies.skip_pair import ORDERING_KINDS
 from headcoop.tasks.skip_pair import NOISE, PAIRS
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from experiments.shared import figure_lines
-from headcoop.pages import Table
+from headcoop.display.pages import Table
 
 DEFAULT_OUT = Path(__file__).resolve().parents[2] / "docs" / "results"
 

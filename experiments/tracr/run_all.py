@@ -180,7 +180,7 @@ def draw_curves(curves: pd.DataFrame, out: Path) -> list[str]:
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    from headcoop.plot import TEMPLATE, save_figure
+    from headcoop.display.plot import TEMPLATE, save_figure
 
     written = []
     programs = list(dict.fromkeys(curves.program))

@@ -7,7 +7,7 @@ import dataclasses
 from typing import Any, ClassVar
 
 import pandas as pd
-from headcoop.tl import HookedTransformer
+from headcoop.models.tl import HookedTransformer
 
 from headcoop.tasks.base import Task
 

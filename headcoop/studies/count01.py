@@ -47,7 +47,7 @@ import pandas as pd
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
-from headcoop.tl import HookedTransformer
+from headcoop.models.tl import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
 from headcoop.analysis.weights.qkov import qk
@@ -57,7 +57,7 @@ from headcoop.analysis.engine.inputs import require_task
 from headcoop.analysis.nodes.dla import dla
 from headcoop.analysis.nodes.probes import probe
 from headcoop.tasks.base import Task
-from headcoop.results import Result
+from headcoop.storage.results import Result
 from headcoop.tasks.count01 import EQ, FIVE, FOUR, ONE, TWO, ZERO, Count01
 
 COLUMNS = [
@@ -252,7 +252,7 @@ def head_map_figure(table: pd.DataFrame):
     w01 = 1 and w02 = 10."""
     import plotly.graph_objects as go
 
-    from headcoop.plot import TEMPLATE
+    from headcoop.display.plot import TEMPLATE
 
     w01, w02 = table["w01"].to_numpy(float), table["w02"].to_numpy(float)
     s_acc = table["s_acc"].to_numpy(float)

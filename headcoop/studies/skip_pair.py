@@ -25,14 +25,14 @@ import pandas as pd
 import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
-from headcoop.tl import HookedTransformer
+from headcoop.models.tl import HookedTransformer
 
 from headcoop.analysis.weights.qkov import ov, qk
 from headcoop.analysis.engine.inputs import check_choice, check_head, check_layer, head_names, model_device, require_task
 from headcoop.analysis.nodes.dla import dla
 from headcoop.checks import check_int, installed_hooks
-from headcoop.fused import check_supported, fused_logits, stack_parameters
-from headcoop.results import Result
+from headcoop.models.fused import check_supported, fused_logits, stack_parameters
+from headcoop.storage.results import Result
 from headcoop.studies.base import Study, StudySection
 from headcoop.tasks.skip_pair import NOISE, PAIRS, READ_OFF, SIGNAL, SkipPair
 
@@ -181,7 +181,7 @@ class ExactEvaluation(Result):
 
     def plot(self, title: str | None = None):
         """Accuracy per signal pair type (exact), the noise loss in the title."""
-        from headcoop.plot import bar
+        from headcoop.display.plot import bar
 
         labels = [f"{{{a},{b}}}->{c}" for (a, b), c in zip(PAIRS, self.completions)]
         title = title or (
@@ -378,7 +378,7 @@ class Preferences(Result):
 
     def plot(self, title: str | None = None):
         """Heatmap of the QK scores, head x signal token."""
-        from headcoop.plot import heatmap
+        from headcoop.display.plot import heatmap
 
         return heatmap(
             self.scores, [str(t) for t in SIGNAL], list(self.names),

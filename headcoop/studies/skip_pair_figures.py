@@ -9,7 +9,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from headcoop.plot import TEMPLATE
+from headcoop.display.plot import TEMPLATE
 from headcoop.studies import skip_pair as M
 from headcoop.tasks.skip_pair import PAIRS, SIGNAL, SkipPair
 

@@ -15,8 +15,8 @@ from typing import Any, ClassVar
 import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
-from headcoop.bridge import require_model
-from headcoop.tl import HookedTransformer, HookedTransformerConfig
+from headcoop.models.bridge import require_model
+from headcoop.models.tl import HookedTransformer, HookedTransformerConfig
 
 from headcoop.checks import check_device, check_finite, check_int, check_seed
 

@@ -87,7 +87,7 @@ from torch import Tensor
 from headcoop.checks import check_float, check_seed
 from headcoop.tasks.base import Batch, check_sample_size, generator
 from headcoop.tasks.planted import HandWeightedTask
-from headcoop.tl import HookedTransformer, HookedTransformerConfig
+from headcoop.models.tl import HookedTransformer, HookedTransformerConfig
 
 Bench = Literal["post", "rank1", "and-junk", "and-suppress", "feeder", "induction", "partial-backup", "ln-2l",
                 "unequal", "uneven", "cancel", "four", "mlp", "unconditional", "mix80", "mix50", "split-helper",

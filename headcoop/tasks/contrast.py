@@ -27,8 +27,8 @@ from typing import Any
 import torch
 from jaxtyping import Int
 from torch import Tensor
-from headcoop.bridge import require_model
-from headcoop.tl import HookedTransformer, HookedTransformerConfig
+from headcoop.models.bridge import require_model
+from headcoop.models.tl import HookedTransformer, HookedTransformerConfig
 
 from headcoop.checks import check_int, check_seed
 from headcoop.tasks.base import Batch, Task, check_ids

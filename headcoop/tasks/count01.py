@@ -11,7 +11,7 @@ from typing import Any, Literal, get_args
 import torch
 from jaxtyping import Int
 from torch import Tensor
-from headcoop.tl import HookedTransformer, HookedTransformerConfig
+from headcoop.models.tl import HookedTransformer, HookedTransformerConfig
 
 from headcoop.checks import check_bool, check_choice, check_device, check_int
 from headcoop.tasks.base import Batch, Task, check_ids, check_sample_size, generator, hold_entries

@@ -43,7 +43,7 @@ from typing import Any, Literal, get_args
 import torch
 from jaxtyping import Int
 from torch import Tensor
-from headcoop.tl import HookedTransformer, HookedTransformerConfig
+from headcoop.models.tl import HookedTransformer, HookedTransformerConfig
 
 from headcoop.tasks.base import Batch, Task, check_sample_size, generator
 

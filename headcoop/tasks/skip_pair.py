@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
-from headcoop.tl import HookedTransformer, HookedTransformerConfig
+from headcoop.models.tl import HookedTransformer, HookedTransformerConfig
 
 from headcoop.checks import check_choice, check_device, check_float, check_int
 from headcoop.tasks.base import Batch, Task, check_sample_size, generator

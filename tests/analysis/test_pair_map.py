@@ -12,7 +12,7 @@ from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 import headcoop as hc
 from experiments.pair_map import planted
-from headcoop import progress
+from headcoop.display import progress
 from headcoop.analysis.pairs.compute import interaction_of
 
 

@@ -23,7 +23,7 @@ from headcoop.analysis.engine.inputs import as_tokens, parse_heads
 from headcoop.analysis.engine.copies import Score, route, target_run
 from headcoop.analysis.edges.path_patching import check_path_model, path_copies
 from headcoop.analysis.vocabulary import head_name
-from headcoop.results import Result
+from headcoop.storage.results import Result
 
 DEFINITION = "the receiver's norm scale frozen at the run's, every other path as in the run"
 

@@ -33,7 +33,7 @@ from transformer_lens.utilities import get_act_name
 from headcoop.analysis.engine.copies import Copies, Target
 from headcoop.analysis.engine.norms import frozen_norm
 from headcoop.analysis.edges.graph import ATTN_READERS, Reader, Writer, has_mlp, qkv_weights
-from headcoop.tl import HookedTransformer
+from headcoop.models.tl import HookedTransformer
 
 Key = Hashable  # what a copy changes: a writer (hc.edges), a sender (hc.path_patch), (sender, reference), ...
 Replacement = Callable[[Key], tuple[Writer, Tensor]]  # key -> (its writer, the writer's replacing activation)

@@ -37,7 +37,7 @@ import torch
 from torch import Tensor
 from transformer_lens.utilities import get_act_name
 
-from headcoop.progress import with_progress
+from headcoop.display.progress import with_progress
 from headcoop.analysis.engine.inputs import as_tokens, check_choice, require_model
 from headcoop.analysis.engine.copies import Copies, Target, clean_corrupt, route, target_run
 from headcoop.analysis.edges.graph import (
@@ -48,8 +48,8 @@ from headcoop.analysis.edges.scores import EdgeResult
 from headcoop.analysis.engine.ablation import describe_ablation, replacement, shifted_order
 from headcoop.analysis.vocabulary import ABLATIONS, Ablation
 from headcoop.checks import check_finite, check_float, check_int, check_seed, check_memory_budget
-from headcoop.results import Result
-from headcoop.tl import HookedTransformer
+from headcoop.storage.results import Result
+from headcoop.models.tl import HookedTransformer
 
 EdgeName = tuple[str, str, str]  # (writer, reader, via): ("L0H1", "L1H2", "q"), ("MLP0", "logits", "direct")
 

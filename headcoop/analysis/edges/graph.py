@@ -7,8 +7,8 @@ from __future__ import annotations
 from torch import Tensor
 
 from headcoop.analysis.vocabulary import head_name
-from headcoop.bridge import head_weight, is_bridge
-from headcoop.tl import HookedTransformer
+from headcoop.models.bridge import head_weight, is_bridge
+from headcoop.models.tl import HookedTransformer
 
 Writer = tuple  # ("embed",) | ("pos_embed",) | ("head", layer, head) | ("mlp", layer)
 Reader = tuple  # ("head", layer, head, via) | ("kv", layer, kv_head, via) | ("mlp", layer) | ("logits",)

@@ -18,7 +18,7 @@ import numpy as np
 
 from headcoop.analysis.edges.graph import graph, reader_name, writer_name
 from headcoop.analysis.edges.scores import EdgeResult
-from headcoop.owners import parse_pid, pid_alive
+from headcoop.storage.owners import parse_pid, pid_alive
 from headcoop.paths import check_out_file
 
 

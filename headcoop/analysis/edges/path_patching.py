@@ -27,8 +27,8 @@ import pandas as pd
 import plotly.graph_objects as go
 import torch
 from torch import Tensor
-from headcoop.progress import with_progress
-from headcoop.tl import HookedTransformer
+from headcoop.display.progress import with_progress
+from headcoop.models.tl import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
 from headcoop.analysis.engine import kernels
@@ -38,9 +38,9 @@ from headcoop.analysis.vocabulary import DIRECTIONS, PATH_METHODS, VIAS, Directi
 from headcoop.analysis.engine.copies import Copies, Rows, Target, clean_corrupt, route, target_run
 from headcoop.analysis.edges.exact import edge_copies
 from headcoop.analysis.edges.scores import CANONICAL
-from headcoop.bridge import is_bridge
+from headcoop.models.bridge import is_bridge
 from headcoop.checks import check_finite
-from headcoop.results import Result
+from headcoop.storage.results import Result
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
@@ -67,7 +67,7 @@ class PathPatchResult(Result):
         """One heatmap per via (senders x receivers, normalized), the direct paths as a column "logits"."""
         from plotly.subplots import make_subplots
 
-        from headcoop.plot import TEMPLATE
+        from headcoop.display.plot import TEMPLATE
 
         frame = self.to_dataframe()
         vias = [v for v in (*VIAS, "direct") if v in set(frame.via)]

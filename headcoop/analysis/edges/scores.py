@@ -35,8 +35,8 @@ import torch
 from torch import Tensor
 from transformer_lens.utilities import get_act_name
 
-from headcoop.bridge import is_bridge
-from headcoop.progress import advance, with_progress
+from headcoop.models.bridge import is_bridge
+from headcoop.display.progress import advance, with_progress
 from headcoop.analysis.engine.verification import miss_bound, pick, wide_bound
 from headcoop.analysis.engine.inputs import check_choice, require_model
 from headcoop.analysis.engine.copies import chunks, clean_corrupt, gradient_part_size, route, target_run
@@ -50,8 +50,8 @@ from headcoop.analysis.edges.graph import (
 from headcoop.checks import (
     check_finite, check_int, check_memory_budget, check_metric_value, check_seed, check_steps,
 )  # fmt: skip
-from headcoop.results import Result
-from headcoop.tl import HookedTransformer
+from headcoop.storage.results import Result
+from headcoop.models.tl import HookedTransformer
 
 def _final_kind(model) -> str | None:
     """The final norm's kind (None: no final norm), whose hook_normalized is x / scale before its weight."""

@@ -26,9 +26,9 @@ from headcoop.analysis.edges.scores import edges
 from headcoop.analysis.engine.inputs import as_tokens, check_choice, require_model, require_task
 from headcoop.analysis.vocabulary import ABLATIONS, EDGE_ESTIMATORS, EdgeEstimator
 from headcoop.checks import check_int, check_seed
-from headcoop.progress import done, expect, with_progress
-from headcoop.results import Result
-from headcoop.tl import HookedTransformer
+from headcoop.display.progress import done, expect, with_progress
+from headcoop.storage.results import Result
+from headcoop.models.tl import HookedTransformer
 
 
 @dataclasses.dataclass(frozen=True, repr=False)

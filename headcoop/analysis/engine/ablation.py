@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
-from headcoop.tl import HookedTransformer
+from headcoop.models.tl import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
 from headcoop.analysis.engine.inputs import as_tokens, check_choice, parse_heads, require_task

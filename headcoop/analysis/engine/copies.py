@@ -34,17 +34,17 @@ from typing import Union
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
-from headcoop.tl import HookedTransformer
+from headcoop.models.tl import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
 from headcoop.analysis.engine import kernels
 from headcoop.analysis.engine.kernels import RowLogits
 from headcoop.analysis.engine.inputs import as_tokens, check_choice, read_positions, require_task, task_of
 from headcoop.analysis.vocabulary import METRIC_NAMES, Path, TieRule
-from headcoop.bridge import is_bridge, user_hooks
+from headcoop.models.bridge import is_bridge, user_hooks
 from headcoop.checks import check_metric_value, check_memory_budget
 from headcoop.tasks.base import Batch
-from headcoop.progress import advance
+from headcoop.display.progress import advance
 
 Hooks = list[tuple[str, Callable]]
 
@@ -590,7 +590,7 @@ def evaluate(target: Target, copies: Copies, path: Path, memory_budget_mb: float
     batch, n_pos = target.batch, target.n_pos
     layers = torch.as_tensor(list(copies.layers))
     out = []
-    advance(more=len(copies))  # the open call's progress bar (headcoop.progress), if any
+    advance(more=len(copies))  # the open call's progress bar (headcoop.display.progress), if any
     if path == "reference":
         for i in range(len(copies)):
             out.append(target.score.one(copies.reference(i)).to(target.logits.device))

@@ -13,7 +13,7 @@ from torch import Tensor
 
 from headcoop.analysis.engine.inputs import check_layer, head_selection, task_symbols
 from headcoop.analysis.vocabulary import RESID_COMPONENTS
-from headcoop.tl import HookedTransformer
+from headcoop.models.tl import HookedTransformer
 
 
 @dataclasses.dataclass

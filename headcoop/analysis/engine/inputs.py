@@ -9,10 +9,10 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens import ActivationCache
-from headcoop.tl import HookedTransformer
+from headcoop.models.tl import HookedTransformer
 
 from headcoop.analysis.vocabulary import head_name
-from headcoop.bridge import require_model  # noqa: F401  (the analyses import it from here)
+from headcoop.models.bridge import require_model  # noqa: F401  (the analyses import it from here)
 from headcoop.checks import check_choice  # noqa: F401  (analyses import it from here)
 from headcoop.tasks import task_of  # noqa: F401  (one definition; the analyses import it from here)
 from headcoop.tasks.base import Batch, Task

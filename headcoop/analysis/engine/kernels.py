@@ -24,7 +24,7 @@ import einops
 import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
-from headcoop.tl import HookedTransformer
+from headcoop.models.tl import HookedTransformer
 
 
 def supported(model: HookedTransformer) -> bool:

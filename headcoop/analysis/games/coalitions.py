@@ -33,7 +33,7 @@ import math
 import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
-from headcoop.tl import HookedTransformer
+from headcoop.models.tl import HookedTransformer
 from transformer_lens.utilities import apply_softcap, get_act_name
 
 from headcoop.analysis.engine.ablation import (
@@ -46,7 +46,7 @@ from headcoop.analysis.engine.copies import (
 )
 from headcoop.analysis.engine.kernels import attention_out, finish_block, pattern_at_rows, supported, unembed
 from headcoop.analysis.vocabulary import ABLATION_HOWS, GAME_METHODS, AblationHow, GameMethod, head_name
-from headcoop.bridge import is_bridge
+from headcoop.models.bridge import is_bridge
 from headcoop.checks import check_memory_budget
 
 

@@ -43,8 +43,8 @@ import plotly.graph_objects as go
 import torch
 from jaxtyping import Float
 from torch import Tensor
-from headcoop.progress import expect, with_progress
-from headcoop.tl import HookedTransformer
+from headcoop.display.progress import expect, with_progress
+from headcoop.models.tl import HookedTransformer
 
 from headcoop.analysis.games.coalitions import CoalitionGame, all_masks, shapley_weights
 from headcoop.analysis.vocabulary import INTERACTION_ESTIMATORS, AblationHow, InteractionEstimator, head_name
@@ -54,7 +54,7 @@ from headcoop.analysis.games.estimators import (
     shapiq_shapley, top_interactions,
 )  # fmt: skip
 from headcoop.checks import check_finite, check_float, check_int, check_seed
-from headcoop.results import Result
+from headcoop.storage.results import Result
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
@@ -104,7 +104,7 @@ class Interactions(Result):
         """Shapley bars (left) and the pairwise interaction index heatmap (right)."""
         from plotly.subplots import make_subplots
 
-        from headcoop.plot import TEMPLATE
+        from headcoop.display.plot import TEMPLATE
 
         fig = make_subplots(rows=1, cols=2, column_widths=[0.4, 0.6],
                             subplot_titles=["Shapley value of each head", "interaction index of each pair"])  # fmt: skip

@@ -49,7 +49,7 @@ from headcoop.analysis.mechanisms.words import (
 from headcoop.analysis.mechanisms.writes import check_outputs, superposed_writes
 from headcoop.analysis.vocabulary import METRIC_NAMES, READING_HOWS, MetricName, ReadingHow, head_name
 from headcoop.checks import check_float, check_int, check_seed
-from headcoop.progress import expect, with_progress
+from headcoop.display.progress import expect, with_progress
 from headcoop.tasks.base import Batch
 
 ALL_PAIRS_UP_TO = 32

@@ -13,8 +13,8 @@ from transformer_lens.utilities import get_act_name
 from headcoop.analysis.engine.copies import per_input_metric
 from headcoop.analysis.mechanisms.axes import class_weights, effect_interval, necessity_classes, same_computation
 from headcoop.analysis.mechanisms.words import CLASSES
-from headcoop.bridge import user_hooks
-from headcoop.tl import HookedTransformer
+from headcoop.models.bridge import user_hooks
+from headcoop.models.tl import HookedTransformer
 
 
 class RowMetric:

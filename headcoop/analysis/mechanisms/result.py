@@ -12,7 +12,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from headcoop.analysis.mechanisms.words import INPUT_CLASSES, MECHANISMS
-from headcoop.results import Result
+from headcoop.storage.results import Result
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
@@ -102,7 +102,7 @@ class Cooperation(Result):
 
     def plot(self, title: str | None = None) -> go.Figure:
         """A heatmap of every pair's word (hover: agreement and reason) with each head's role on the axes."""
-        from headcoop.plot import TEMPLATE
+        from headcoop.display.plot import TEMPLATE
 
         n = len(self.heads)
         code = {m: k for k, m in enumerate(MECHANISMS)}

@@ -49,8 +49,8 @@ import numpy as np
 import pandas as pd
 import torch
 from torch import Tensor
-from headcoop.progress import advance, with_progress
-from headcoop.tl import HookedTransformer
+from headcoop.display.progress import advance, with_progress
+from headcoop.models.tl import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
 from headcoop.analysis.engine.inputs import check_choice, model_device
@@ -64,8 +64,8 @@ from headcoop.analysis.vocabulary import (
     Direction, Positions, head_name, layer_name,
 )  # fmt: skip
 from headcoop.checks import check_bool, check_finite, check_int, check_memory_budget, check_steps
-from headcoop.bridge import require_model
-from headcoop.results import Result
+from headcoop.models.bridge import require_model
+from headcoop.storage.results import Result
 
 
 @dataclasses.dataclass(frozen=True)
@@ -213,7 +213,7 @@ class AttributionResult(Result):
         check_choice("kind", kind, ("scatter", "map"))
         import plotly.graph_objects as go
 
-        from headcoop.plot import TEMPLATE
+        from headcoop.display.plot import TEMPLATE
 
         frame = self.to_dataframe()
         frame = frame[frame.verified]

@@ -33,17 +33,17 @@ import torch
 from einops import einsum
 from jaxtyping import Float, Int
 from torch import Tensor
-from headcoop.tl import HookedTransformer
+from headcoop.models.tl import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
 from headcoop.analysis.vocabulary import layer_name
-from headcoop.results import Result
+from headcoop.storage.results import Result
 from headcoop.analysis.engine.inputs import (
     as_tokens, check_choice, check_decomposable, check_layer, head_names, output_labels, read_positions,
     require_task,
 )
 from headcoop.analysis.engine.norms import describe, norm_kind, through_norm
-from headcoop.bridge import out_bias, user_hooks
+from headcoop.models.bridge import out_bias, user_hooks
 from headcoop.checks import check_finite
 from headcoop.tasks.base import Batch
 
@@ -176,7 +176,7 @@ class DLAResult(Result):
         id), of the mean contribution to that token's logit; without answer/wrong tokens, of the contribution
         to each example's predicted token; for an attention input (`at=`), of each component's mean norm.
         Error bars: std over examples."""
-        from headcoop.plot import bar
+        from headcoop.display.plot import bar
 
         if self.target != "logits":
             y, what = self.values.norm(dim=-1), f"norm of the contribution to the {self.target}"

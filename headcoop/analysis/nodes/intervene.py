@@ -37,7 +37,7 @@ from collections.abc import Iterator
 import torch
 from jaxtyping import Float
 from torch import Tensor
-from headcoop.tl import HookedTransformer
+from headcoop.models.tl import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
 from headcoop.analysis.engine.ablation import hooks_added

@@ -62,11 +62,11 @@ import pandas as pd
 import torch
 from jaxtyping import Float
 from torch import Tensor
-from headcoop.progress import with_progress
-from headcoop.tl import HookedTransformer
+from headcoop.display.progress import with_progress
+from headcoop.models.tl import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
-from headcoop.results import Result
+from headcoop.storage.results import Result
 from headcoop.analysis.engine import kernels
 from headcoop.analysis.engine.inputs import check_choice, model_device, parse_heads, require_model
 from headcoop.analysis.engine.grid import PatchGrid, normalized, pos_labels, select_cells
@@ -481,7 +481,7 @@ def _title(result: PatchResult, normalized: bool) -> str:
 def _plot(result: PatchResult, normalized: bool, title: str | None):
     from plotly.subplots import make_subplots
 
-    from headcoop.plot import TEMPLATE, crowded_ticks, heatmap, wrapped_title
+    from headcoop.display.plot import TEMPLATE, crowded_ticks, heatmap, wrapped_title
 
     values = result.normalized() if normalized else result.values
     title = title or _title(result, normalized)

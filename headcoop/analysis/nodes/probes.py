@@ -26,10 +26,10 @@ import plotly.graph_objects as go
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
-from headcoop.tl import HookedTransformer
+from headcoop.models.tl import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
-from headcoop.results import Result
+from headcoop.storage.results import Result
 from headcoop.analysis.engine.inputs import as_tokens, check_choice, layers_of, parse_heads, read_positions
 from headcoop.analysis.vocabulary import HEAD_SITES, RESID_SITES, SITES, Site, head_name, layer_name
 from headcoop.checks import check_finite

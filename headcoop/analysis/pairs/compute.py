@@ -43,8 +43,8 @@ from headcoop.analysis.games.coalitions import CoalitionGame, layered_passes
 from headcoop.analysis.pairs.result import PairMap, relative
 from headcoop.analysis.vocabulary import ABLATION_HOWS, PAIR_METHODS, AblationHow, PairMethod, head_name
 from headcoop.checks import check_float, check_int, check_seed
-from headcoop.progress import advance, expect, set_total
-from headcoop.progress import task as progress_task
+from headcoop.display.progress import advance, expect, set_total
+from headcoop.display.progress import task as progress_task
 from headcoop.tasks.base import Batch
 from headcoop.threads import fitted_threads
 

@@ -11,7 +11,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from headcoop.results import Result
+from headcoop.storage.results import Result
 
 WORD_COLOURS = {"redundant": "#1f77b4", "conjunction": "#d62728", "competition": "#ff7f0e", "composition": "#2ca02c",
                 "division": "#9467bd", "superposition": "#8c564b", "independent": "#7f7f7f"}  # fmt: skip
@@ -149,7 +149,7 @@ class PairMap(Result):
 
     def plot(self, title: str | None = None) -> go.Figure:
         """A heads x heads heatmap of I_ij (layer boundaries marked; hover: the pair's numbers and word)."""
-        from headcoop.plot import TEMPLATE, wrapped_title
+        from headcoop.display.plot import TEMPLATE, wrapped_title
 
         k = len(self.heads)
         z = self.interaction.clone()
@@ -178,7 +178,7 @@ class PairMap(Result):
 
     def graph(self, title: str | None = None) -> go.Figure:
         """The named pairs as a graph: heads at (layer, head), an edge per named pair coloured by its word."""
-        from headcoop.plot import TEMPLATE, wrapped_title
+        from headcoop.display.plot import TEMPLATE, wrapped_title
 
         fig = go.Figure()
         if self.named.empty:

@@ -18,13 +18,13 @@ import dataclasses
 import pandas as pd
 import plotly.graph_objects as go
 import torch
-from headcoop.tl import HookedTransformer
+from headcoop.models.tl import HookedTransformer
 
 from headcoop.analysis.engine.inputs import check_choice, require_model
 from headcoop.analysis.vocabulary import MODES, Mode, head_name
-from headcoop.bridge import is_bridge
+from headcoop.models.bridge import is_bridge
 from headcoop.checks import check_finite
-from headcoop.results import Result
+from headcoop.storage.results import Result
 
 
 
@@ -54,7 +54,7 @@ class CompositionScores(Result):
         """One heatmap per mode: senders (rows) x receivers in later layers (columns)."""
         from plotly.subplots import make_subplots
 
-        from headcoop.plot import TEMPLATE
+        from headcoop.display.plot import TEMPLATE
 
         modes = list(self.scores)
         fig = make_subplots(rows=1, cols=len(modes), subplot_titles=[f"{m}-composition" for m in modes])

@@ -31,15 +31,15 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 from transformer_lens import FactoredMatrix
-from headcoop.tl import HookedTransformer
+from headcoop.models.tl import HookedTransformer
 from transformer_lens.utilities.activation_functions import apply_softcap
 
-from headcoop.results import Result
+from headcoop.storage.results import Result
 from headcoop.analysis.engine.inputs import one_head, vocab_labels
 from headcoop.analysis.engine.inputs import check_decomposable, output_labels
 from headcoop.analysis.engine.norms import norm_kind
 from headcoop.analysis.vocabulary import head_name
-from headcoop.bridge import apply_rotary, attn_scale, head_weight, is_bridge, user_hooks, w_e, w_pos
+from headcoop.models.bridge import apply_rotary, attn_scale, head_weight, is_bridge, user_hooks, w_e, w_pos
 from headcoop.tasks.base import check_ids
 
 MAX_TABLE_ENTRIES = 2**27  # a dense table beyond this (0.5 GB of float32) is refused
@@ -222,7 +222,7 @@ class QKTable(Result):
     def plot(self, q_pos: int | None = None, k_pos: int | None = None, title: str | None = None) -> go.Figure:
         """Heatmap of query (rows) x key (columns) scores. Positional tables: the token x token slice at
         (q_pos, k_pos) when both are given, else every 'tok@pos' pair (non-causal entries blank)."""
-        from headcoop.plot import heatmap
+        from headcoop.display.plot import heatmap
 
         held = "<br><sup>" + "; ".join(self.assumptions) + "</sup>" if self.assumptions else ""
         title = title or f"QK scores of {self.name}{held}"
@@ -299,7 +299,7 @@ class OVTable(Result):
 
     def plot(self, title: str | None = None) -> go.Figure:
         """Heatmap of source input (rows) x output logit (columns)."""
-        from headcoop.plot import heatmap
+        from headcoop.display.plot import heatmap
 
         df = self.to_dataframe()
         held = "<br><sup>" + "; ".join(self.assumptions) + "</sup>" if self.assumptions else ""

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import headcoop as hc
-from headcoop.tl import HookedTransformer, HookedTransformerConfig
+from headcoop.models.tl import HookedTransformer, HookedTransformerConfig
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")
 

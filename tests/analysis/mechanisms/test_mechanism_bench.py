@@ -287,7 +287,7 @@ def test_cooperation_progress_total_is_known_before_any_run(monkeypatch):
     """Issue 51: the bar's total is set before the first run and never grows (it once went 18 -> 29 -> ...
     -> 117 and reached 100% several times); it equals the runs the call makes."""
     import headcoop.analysis.engine.copies as copies
-    import headcoop.progress as progress
+    import headcoop.display.progress as progress
 
     totals, announced = [], []
     original = progress.advance

@@ -11,7 +11,7 @@ import os
 import threading
 from pathlib import Path
 
-from headcoop.owners import owner_alive, this_owner
+from headcoop.storage.owners import owner_alive, this_owner
 
 CLAIMS = ".headcoop-claims"
 

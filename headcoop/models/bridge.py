@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from headcoop.checks import global_hooks, has_hooks, installed_hooks, weight_shapes
-from headcoop.tl import HookedTransformer
+from headcoop.models.tl import HookedTransformer
 
 COMPATIBILITY_FIX = "call model.enable_compatibility_mode() first"
 

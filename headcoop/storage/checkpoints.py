@@ -25,11 +25,11 @@ from typing import Any
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
-from headcoop.tl import HookedTransformer, HookedTransformerConfig, require_hooked_transformer
+from headcoop.models.tl import HookedTransformer, HookedTransformerConfig, require_hooked_transformer
 
 from headcoop.checks import check_device, check_finite, weight_shapes
-from headcoop.folders import exchange
-from headcoop.owners import pid_alive, this_owner
+from headcoop.storage.folders import exchange
+from headcoop.storage.owners import pid_alive, this_owner
 from headcoop.tasks import task_from_dict
 from headcoop.tasks.base import Task, build_model, hold_entries
 
@@ -37,7 +37,7 @@ WEIGHTS = "weights.safetensors"
 META = "headcoop.json"
 FORMAT = 1  # the layout this code writes; load reads exactly these formats
 READABLE_FORMATS = (1,)
-SHIPPED_DIR = Path(__file__).parent / "checkpoints"
+SHIPPED_DIR = Path(__file__).parents[1] / "checkpoints"  # headcoop/checkpoints: the shipped models
 SHIPPED = {
     "count01": "Count01, 1 layer, d_model 32, 16 heads, d_head 2 (the paper's primary configuration)",
     "skip-pair": "SkipPair, 1 layer, 2 heads, d_head 5 (the post's model)",

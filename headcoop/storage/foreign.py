@@ -29,9 +29,9 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
-from headcoop.tl import HookedTransformer, HookedTransformerConfig
+from headcoop.models.tl import HookedTransformer, HookedTransformerConfig
 
-from headcoop.checkpoints import DTYPES, META, check_config_fields, check_config_shapes, config_to_dict
+from headcoop.storage.checkpoints import DTYPES, META, check_config_fields, check_config_shapes, config_to_dict
 from headcoop.checks import check_out_folder
 from headcoop.tasks.base import build_model
 from headcoop.tasks.contrast import Contrast
@@ -61,7 +61,7 @@ def load_model(folder: str | os.PathLike) -> HookedTransformer:
     """A headcoop checkpoint (`hc.load`) or a plain export (module docstring) from `folder`."""
     folder = Path(folder)
     if (folder / META).is_file():
-        from headcoop.checkpoints import load
+        from headcoop.storage.checkpoints import load
 
         return load(folder)
     if not (folder / CONFIG).is_file():

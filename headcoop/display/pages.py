@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 from markupsafe import Markup
 
-TEMPLATES = Path(__file__).parent / "templates"
+TEMPLATES = Path(__file__).parents[1] / "templates"  # headcoop/templates
 
 
 def fmt(x: Any, digits: int = 3) -> str:

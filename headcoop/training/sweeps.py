@@ -3,7 +3,7 @@
 A run's checkpoint is `OUT/<model name>-s<seed>` (e.g. `count01-L1-H16-d32-dh2-s0`). A run
 is finished when `hc.load` can read its checkpoint, so re-running an interrupted sweep
 trains only what is missing; temporary folders left by a killed save are removed. Sweeps
-started into one folder at once claim runs before training them (see `headcoop.claims`).
+started into one folder at once claim runs before training them (see `headcoop.training.chunk_locks`).
 """
 
 from __future__ import annotations
@@ -20,15 +20,15 @@ from typing import Any, NamedTuple
 
 import pandas as pd
 import torch
-from headcoop.progress import tqdm
+from headcoop.display.progress import tqdm
 
-from headcoop.checkpoints import check_save_target, clean_leftovers, load, read_meta, save
+from headcoop.storage.checkpoints import check_save_target, clean_leftovers, load, read_meta, save
 from headcoop.checks import check_float, check_int, check_out_folder, check_seed, usable_device
-from headcoop.claims import Claims
-from headcoop.executors import as_executor, chunk_size, each_result, lost_worker, renewed
-from headcoop.fast_train import model_settings, train_many
+from headcoop.training.chunk_locks import Claims
+from headcoop.training.executors import as_executor, chunk_size, each_result, lost_worker, renewed
+from headcoop.training.fast import model_settings, train_many
 from headcoop.tasks.base import Task, check_sample_size
-from headcoop.training import TrainConfig
+from headcoop.training.loop import TrainConfig
 
 Grid = Mapping[str, Sequence[Any]] | Sequence[Mapping[str, Any]]
 
@@ -144,7 +144,7 @@ def sweep(
 
     executor: None trains in this process. Otherwise chunks of runs of one shape go to
     `executor.submit`: a `concurrent.futures.ProcessPoolExecutor`, a `dask.distributed.Client` (or its
-    `get_executor()`), a Ray executor (`headcoop.executors`). Each chunk's worker trains it with
+    `get_executor()`), a Ray executor (`headcoop.training.executors`). Each chunk's worker trains it with
     `train_many`, saves every run atomically into `out` itself and returns the metrics; this process
     holds the runs' claims and shows one progress bar (advanced per finished chunk). A chunk whose
     worker died is sent again (at most `retries` times; runs it already saved are not retrained), and

@@ -46,7 +46,7 @@ def replace_file(path: Path, text: str, what: str) -> Path:
     `path` exists, the new file keeps its mode and owner (a private 0600 file stays private), and a file this
     user may not write (read-only, or another user's without write permission) is refused with
     PermissionError, as the shell refuses it. Partial files of earlier writers that are gone are removed."""
-    from headcoop.owners import parse_pid, pid_alive
+    from headcoop.storage.owners import parse_pid, pid_alive
 
     for stale in path.parent.glob(f".{path.name}.*.partial"):  # what killed writers left
         pid = parse_pid(stale.name[len(path.name) + 2: -len(".partial")])

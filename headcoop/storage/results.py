@@ -34,9 +34,9 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformer_lens import FactoredMatrix
 
-from headcoop.folders import exchange
-from headcoop.owners import parse_pid, pid_alive, this_owner
-from headcoop.plot import Displayed
+from headcoop.storage.folders import exchange
+from headcoop.storage.owners import parse_pid, pid_alive, this_owner
+from headcoop.display.plot import Displayed
 
 FORMAT = "headcoop-result"
 VERSION = 1
@@ -61,7 +61,7 @@ RESULT_MODULES = (
 
 
 class Result(Displayed):
-    """What every analysis result shares: its notebook display (`headcoop.plot.Displayed`) and `save`."""
+    """What every analysis result shares: its notebook display (`headcoop.display.plot.Displayed`) and `save`."""
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from typing import Any, Literal
 
 import torch
-from headcoop.progress import tqdm
-from headcoop.tl import HookedTransformer
+from headcoop.display.progress import tqdm
+from headcoop.models.tl import HookedTransformer
 
 from headcoop.checks import check_finite, check_float, check_int, check_seed
 from headcoop.tasks.base import Task, check_sample_size

@@ -2,7 +2,7 @@
 
 The parameters of models with the same shape are stacked along a leading model axis ([K, ...]);
 `fused_logits` computes only what the loss needs, the logits at the task's loss positions, each model
-on its own batch. `headcoop.fast_train` trains through it; exact SkipPair measures evaluate through it.
+on its own batch. `headcoop.training.fast` trains through it; exact SkipPair measures evaluate through it.
 It matches `HookedTransformer.forward` (tests/test_fast_train.py) on the models `check_supported` accepts.
 """
 
@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
-from headcoop.tl import HookedTransformer, HookedTransformerConfig
+from headcoop.models.tl import HookedTransformer, HookedTransformerConfig
 
 Params = dict[str, Tensor]
 

@@ -1,10 +1,10 @@
 """Training many attention-only models at once.
 
 The parameters of models with the same shape are stacked along a leading model
-axis ([K, ...]) and trained by one fused forward (`headcoop.fused`) that computes only
+axis ([K, ...]) and trained by one fused forward (`headcoop.models.fused`) that computes only
 what the loss needs: the logits at the task's loss positions. Each model keeps its own
 initialisation, its own data stream (`task.sample(batch_size, seed=step_seed(seed_k, step))`)
-and its own AdamW state, exactly as `headcoop.training.train` would give it; Adam
+and its own AdamW state, exactly as `headcoop.training.loop.train` would give it; Adam
 and weight decay are elementwise, so stacking changes nothing but float rounding.
 """
 
@@ -20,13 +20,13 @@ from typing import Any
 import torch
 from jaxtyping import Int
 from torch import Tensor
-from headcoop.progress import tqdm
-from headcoop.tl import HookedTransformer, HookedTransformerConfig
+from headcoop.display.progress import tqdm
+from headcoop.models.tl import HookedTransformer, HookedTransformerConfig
 
 from headcoop.checks import check_finite, check_int, check_seed, usable_device
-from headcoop.fused import attn_scales, check_supported, fused_logits, stack_parameters
+from headcoop.models.fused import attn_scales, check_supported, fused_logits, stack_parameters
 from headcoop.tasks.base import Task, build_model, check_sample_size, hold_entries
-from headcoop.training import (
+from headcoop.training.loop import (
     TrainConfig, deterministic, make_optimizer, mark_trained, step_seed, trainable_parameters,
 )
 

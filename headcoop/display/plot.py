@@ -2,7 +2,7 @@
 
 `heatmap` and `bar` hold the styling in one place; analysis results call them from their `.plot()`.
 Every figure uses the one `headcoop` plotly template registered here (simple_white, with visible
-reference lines). circuitsvis attention views live in `headcoop.views`.
+reference lines). circuitsvis attention views live in `headcoop.display.views`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ class Displayed:
     a compact table (`to_dataframe()`, the first rows) and its figure (`plot()`), the figure through plotly's
     own renderer (in a classic notebook its offline mode, which sends plotly.js once per kernel; in
     JupyterLab and VS Code the plotly mimetype their front ends draw); elsewhere, the repr.
-    Analysis results inherit it through `headcoop.results.Result`, which adds `save(path)`."""
+    Analysis results inherit it through `headcoop.storage.results.Result`, which adds `save(path)`."""
 
     display_rows = 12
 
