@@ -98,6 +98,55 @@ def confusion_figure(confusion: dict, folder: Path) -> list[str]:
     return save_figure(fig, folder, "confusion", width=1500, height=900)
 
 
+def where_readings_part() -> list[str]:
+    """The page's section on where the ablation readings part, and why (prose; the numbers are the tables')."""
+    return ["## Where the readings part, and why", "",
+              "- **Resample ablation** replaces a copy head's output by the same head's output on another input: it "
+              "votes for that input's answer as strongly as the head votes for this one's, so two heads that copy the "
+              "same token look both needed. The instrument checks it: where the answers lost go to the injected "
+              "input's answer (or to a completion the injected value pushes), resample abstains (*cannot see*).",
+              "- **Mean and resample ablation cannot see a head whose output does not depend on the input** (the "
+              "`flat` competitor, an empty head): its replacement is what it writes anyway. Those readings abstain; "
+              "zero ablation names it.",
+              "- **Mean ablation of a counting head** (`count-subtasks`) holds it at the average count: a vote the "
+              "other head's count is compared against, so on the inputs where the pair matters the mean replacement "
+              "answers as the head does. Those inputs show nothing about the head (zeroing it changes the answer, "
+              "replacing it does not) and are left out (`unseen` in the pair table): none remains, and mean says "
+              "the pair matters on 0% of inputs; zero ablation names the division and the family abstains.",
+              "- **A replacement that does what the head does** (`hurt`, issue 59): L0H1 turns 37.5% of the answers "
+              "wrong, and its resampled replacement (another input's token) turns as many wrong, so resample cannot "
+              "tell the head from its replacement: every resample reading abstains (*cannot see*, with the effects), "
+              "and zero and mean name the competition. The check pools the reference draws and covers every "
+              "coalition of the pair's 2 x 2 game; a replacement that does more than the head the same way (a noisy "
+              "seed on the logit difference, where L0H1 supports) would read the head reversed, and abstains too.",
+              "- **Resample draws that carry the input's own token** (`and-junk`): a quarter of the draws give a "
+              "head the value it has anyway, so on those inputs either head *alone* seemed to answer and resample read "
+              "a mixture. Per input, where zeroing a head changes the answer in a coalition and its replacement does "
+              "not, the input is left out of the pair's reading: resample names the conjunction.",
+              "- **A replacement that writes what the head does not** (`and-suppress` on the logit difference): "
+              "L0H1 lowers only the decoy, which the logit difference (the answer against \"none\") does not read; "
+              "its mean replacement lowers every completion by about 0.125, the answer included, so a mean ablation "
+              "measures the replacement. Where nothing but the logits reads a head (the last layer of an "
+              "attention-only model without norms), and the head writes nothing the metric reads while its "
+              "replacement does, the reading abstains (*cannot see*).",
+              "- **Near-ties on accuracy** (`rank1` under 0.01 weight noise): a lone rank-1 head ties several "
+              "completions without noise (no answer) and with noise wins 45% of the inputs by 0.01 to 0.02 logits "
+              "(the full model's median margin: 1.6): wins at the level of the noise, which read as a division under "
+              "zero ablation (seed 1, 90% of the votes). Accuracy counts them as answers, as the user's metric does; "
+              "counting a win by under 2% of the clean median margin as a tie removed that word, but on Count01 it "
+              "also turned lone heads' wins by about 1 logit into ties and made a pair of a two-layer model "
+              "\"matter\" without changing any answer, so it was not kept.",
+              "- **Logit difference**: in one attention-only layer it is additive over two heads by construction, "
+              "so either-alone and both-needed cannot occur on it: the truth there is *not testable* for every "
+              "necessity word, while a division (one head carries each input's logit difference) and superposition "
+              "(read from the writes) stay measurable.",
+              "- **Superposition** is read from the clean run's writes and attention: conditional writes (the post's "
+              "defining sentence), multi-output writes that meet only on the answer, important sources distributed, "
+              "both heads changing the metric. The rank-1, AND-gate, unconditional and planted \"superposition\" "
+              "models, whose writes do not depend on the token a head does not attend to, are never named "
+              "superposition, nor are the mixtures where most inputs are plain copies.", ""]
+
+
 def main() -> None:
     from experiments.consistency import started
 
@@ -192,51 +241,7 @@ def main() -> None:
     lines += ["## The words, as the code reads them", "",
               "Generated from `headcoop/analysis/mechanisms/definitions.py`, as on `cooperation.md`.", "",
               definitions(), ""]
-    lines += ["## Where the readings part, and why", "",
-              "- **Resample ablation** replaces a copy head's output by the same head's output on another input: it "
-              "votes for that input's answer as strongly as the head votes for this one's, so two heads that copy the "
-              "same token look both needed. The instrument checks it: where the answers lost go to the injected "
-              "input's answer (or to a completion the injected value pushes), resample abstains (*cannot see*).",
-              "- **Mean and resample ablation cannot see a head whose output does not depend on the input** (the "
-              "`flat` competitor, an empty head): its replacement is what it writes anyway. Those readings abstain; "
-              "zero ablation names it.",
-              "- **Mean ablation of a counting head** (`count-subtasks`) holds it at the average count: a vote the "
-              "other head's count is compared against, so on the inputs where the pair matters the mean replacement "
-              "answers as the head does. Those inputs show nothing about the head (zeroing it changes the answer, "
-              "replacing it does not) and are left out (`unseen` in the pair table): none remains, and mean says "
-              "the pair matters on 0% of inputs; zero ablation names the division and the family abstains.",
-              "- **A replacement that does what the head does** (`hurt`, issue 59): L0H1 turns 37.5% of the answers "
-              "wrong, and its resampled replacement (another input's token) turns as many wrong, so resample cannot "
-              "tell the head from its replacement: every resample reading abstains (*cannot see*, with the effects), "
-              "and zero and mean name the competition. The check pools the reference draws and covers every "
-              "coalition of the pair's 2 x 2 game; a replacement that does more than the head the same way (a noisy "
-              "seed on the logit difference, where L0H1 supports) would read the head reversed, and abstains too.",
-              "- **Resample draws that carry the input's own token** (`and-junk`): a quarter of the draws give a "
-              "head the value it has anyway, so on those inputs either head *alone* seemed to answer and resample read "
-              "a mixture. Per input, where zeroing a head changes the answer in a coalition and its replacement does "
-              "not, the input is left out of the pair's reading: resample names the conjunction.",
-              "- **A replacement that writes what the head does not** (`and-suppress` on the logit difference): "
-              "L0H1 lowers only the decoy, which the logit difference (the answer against \"none\") does not read; "
-              "its mean replacement lowers every completion by about 0.125, the answer included, so a mean ablation "
-              "measures the replacement. Where nothing but the logits reads a head (the last layer of an "
-              "attention-only model without norms), and the head writes nothing the metric reads while its "
-              "replacement does, the reading abstains (*cannot see*).",
-              "- **Near-ties on accuracy** (`rank1` under 0.01 weight noise): a lone rank-1 head ties several "
-              "completions without noise (no answer) and with noise wins 45% of the inputs by 0.01 to 0.02 logits "
-              "(the full model's median margin: 1.6): wins at the level of the noise, which read as a division under "
-              "zero ablation (seed 1, 90% of the votes). Accuracy counts them as answers, as the user's metric does; "
-              "counting a win by under 2% of the clean median margin as a tie removed that word, but on Count01 it "
-              "also turned lone heads' wins by about 1 logit into ties and made a pair of a two-layer model "
-              "\"matter\" without changing any answer, so it was not kept.",
-              "- **Logit difference**: in one attention-only layer it is additive over two heads by construction, "
-              "so either-alone and both-needed cannot occur on it: the truth there is *not testable* for every "
-              "necessity word, while a division (one head carries each input's logit difference) and superposition "
-              "(read from the writes) stay measurable.",
-              "- **Superposition** is read from the clean run's writes and attention: conditional writes (the post's "
-              "defining sentence), multi-output writes that meet only on the answer, important sources distributed, "
-              "both heads changing the metric. The rank-1, AND-gate, unconditional and planted \"superposition\" "
-              "models, whose writes do not depend on the token a head does not attend to, are never named "
-              "superposition, nor are the mixtures where most inputs are plain copies.", ""]
+    lines += where_readings_part()
     lines += [f"Regenerating this page took {time.perf_counter() - start:.0f} s on {os.cpu_count()} cores.", ""]
     existed = OUT.exists()
     if existed and MARK not in OUT.read_text():

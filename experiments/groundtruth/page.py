@@ -83,6 +83,8 @@ def verdict(checks: pd.DataFrame, designed: pd.DataFrame, nodes: pd.DataFrame) -
 
 
 def dense_lines(folder: Path) -> list[str]:
+    """The dense bench's part of the page: the answer first and section 1 (the models and their gates), then
+    the measurement sections (`measured_lines`)."""
     checks = pd.read_csv(folder / "dense_checks.csv")
     edges = pd.read_csv(folder / "dense_edges.csv")
     nodes = pd.read_csv(folder / "dense_nodes.csv")
@@ -100,23 +102,9 @@ def dense_lines(folder: Path) -> list[str]:
     missed = judged[~judged.bar]
     failed = checks[~checks.passed.astype(bool)]
     short = "; ".join(f"{r.model}: weight product {r.weight_product:.3f}, best ({r.best}) {r.best_auc:.3f}" for r in missed.itertuples())
-    counts = designed.drop_duplicates("model").set_index("model")
-    same = edges[edges.contrast == "same length"].drop_duplicates("model").set_index("model")
-    constant = unshown[(unshown.contrast == "designed") & unshown.why.str.startswith("it carries only")]
-    blamed = unshown[(unshown.contrast == "designed") & ~unshown.why.str.startswith("it carries only")]
-    shown_line = ", ".join(f"{m} {same.shown_true_edges[m]} -> {counts.shown_true_edges[m]} of {counts.true_edges[m]}"
-                           for m in counts.index)  # fmt: skip
     failed_line = ("" if failed.empty else " The truth does not hold on " + "; ".join(
         f"{r.model} (failed: {r.failed})" for r in failed.itertuples()) + ": there the truth is the program's or the "
         "literature's, not the model's, so its AUCs below are shown but judge no method.")  # fmt: skip
-    gaps = designed.groupby("model", sort=False)[["metric_clean", "metric_corrupt"]].first()
-    rel = ((gaps.metric_clean - gaps.metric_corrupt).abs() / gaps.metric_clean.abs()).dropna()
-    small = rel[rel < 0.1]
-    gap_line = ("Faithfulness divides by the gap between the clean and the corrupt metric (seed 0 of the designed "
-                "contrast: " + ", ".join(f"{m} {gaps.metric_clean[m]:.3g} vs {gaps.metric_corrupt[m]:.3g}" for m in rel.index)
-                + "). " + ("Where that gap is under 10% of the clean metric (" + ", ".join(small.index) + ") the "
-                "corrupt inputs mostly ask for the same answers, and a faithfulness near 0 or above 1 is read on a "
-                "small difference: the contrast, not the circuit, is what fails there." if len(small) else ""))  # fmt: skip
     lines = [
         "# Circuits scored against ground truth",
         "",
@@ -180,6 +168,30 @@ def dense_lines(folder: Path) -> list[str]:
         f"Every head and MLP of the dense models has non-zero weights. Training took {siit.train_s.sum():.0f} s for "
         f"the {len(siit)} SIIT models on one core each.",
         "",
+    ]
+    return lines + measured_lines(folder, edges, nodes, unshown, stability)
+
+
+def measured_lines(folder: Path, edges: pd.DataFrame, nodes: pd.DataFrame, unshown: pd.DataFrame,
+                   stability: pd.DataFrame) -> list[str]:
+    """Sections 2-5: edge AUCs beside the data-free scores, the shown true edges, node AUCs, faithfulness and
+    stability over readings."""
+    designed = edges[edges.contrast == "designed"]
+    counts = designed.drop_duplicates("model").set_index("model")
+    same = edges[edges.contrast == "same length"].drop_duplicates("model").set_index("model")
+    constant = unshown[(unshown.contrast == "designed") & unshown.why.str.startswith("it carries only")]
+    blamed = unshown[(unshown.contrast == "designed") & ~unshown.why.str.startswith("it carries only")]
+    shown_line = ", ".join(f"{m} {same.shown_true_edges[m]} -> {counts.shown_true_edges[m]} of {counts.true_edges[m]}"
+                           for m in counts.index)  # fmt: skip
+    gaps = designed.groupby("model", sort=False)[["metric_clean", "metric_corrupt"]].first()
+    rel = ((gaps.metric_clean - gaps.metric_corrupt).abs() / gaps.metric_clean.abs()).dropna()
+    small = rel[rel < 0.1]
+    gap_line = ("Faithfulness divides by the gap between the clean and the corrupt metric (seed 0 of the designed "
+                "contrast: " + ", ".join(f"{m} {gaps.metric_clean[m]:.3g} vs {gaps.metric_corrupt[m]:.3g}" for m in rel.index)
+                + "). " + ("Where that gap is under 10% of the clean metric (" + ", ".join(small.index) + ") the "
+                "corrupt inputs mostly ask for the same answers, and a faithfulness near 0 or above 1 is read on a "
+                "small difference: the contrast, not the circuit, is what fails there." if len(small) else ""))  # fmt: skip
+    return [
         "## 2. Edges: AUC against the truth, beside scores that read no input",
         "",
         "`hc.edges` scores every edge by exact edge patching, EAP or EAP-IG; `auc_edges` is the area under the ROC "
@@ -249,7 +261,6 @@ def dense_lines(folder: Path) -> list[str]:
         *figure_lines(folder, "dense_stability", "Faithfulness of each method's top edges over the readings: median and "
                  "min-max band (`dense_bands.csv`)"),
     ]
-    return lines
 
 
 def build(out: Path = DEFAULT_OUT, draw: bool = True) -> Path:

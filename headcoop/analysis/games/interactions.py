@@ -196,6 +196,33 @@ MAX_EXACT = 16  # exact Shapley values up to this many heads (2^16 = 65,536 coal
 
 @with_progress("hc.interactions", cheaper="a smaller budget= (sampled) or fewer heads= is cheaper")
 @torch.no_grad()
+def _checked(max_exact, threshold, target_se, max_permutations, estimator, pair_samples, seed, method, budget,
+             top_pairs, screen_budget, repeats) -> str:  # fmt: skip
+    """hc.interactions' arguments checked by name (the deprecated ones warned about); the estimator chosen."""
+    check_int("max_exact", max_exact, 1, 24)
+    check_float("threshold", threshold, 0.0)
+    if target_se is not None:
+        check_float("target_se", target_se, 0.0)
+        warnings.warn("hc.interactions(target_se=...) is ignored: shapiq's estimators run to their budget= (headcoop's "
+                      "own sampler, which stopped at a target, is gone)", DeprecationWarning, stacklevel=4)  # fmt: skip
+    if max_permutations is not None:
+        check_int("max_permutations", max_permutations, 2)
+    if estimator == "permutation-shapiq":
+        warnings.warn('estimator="permutation-shapiq" is now estimator="permutation"', DeprecationWarning, stacklevel=4)
+        estimator = "permutation"
+    check_int("pair_samples", pair_samples, 1)
+    check_seed(seed)
+    estimator = _estimator_of(method, estimator)
+    if budget is not None:
+        check_int("budget", budget, 2)
+    if top_pairs is not None:
+        check_int("top_pairs", top_pairs, 1)
+    if screen_budget is not None:
+        check_int("screen_budget", screen_budget, 2)
+    check_int("repeats", repeats, 1)
+    return estimator
+
+
 def interactions(
     model: HookedTransformer,
     tokens=None,
@@ -246,31 +273,12 @@ def interactions(
              estimated", and the model's verdict "undetermined". top_pairs=None estimates every pair that way
              (n (n - 1) / 2 * pair_samples * 4 coalitions).
     progress: as `hc.patch` (one bar over the call's runs, and the estimate before a long call).
-    Long: exact and sampled Shapley values share the game, the screening and the pair estimates; splitting it by estimator is open (issue 46's note).
+    Long: exact and sampled Shapley values share the game, the screening and the pair estimates (the checks are a helper).
     """
     require_model(model, "interactions")
     check_finite(model, "hc.interactions")
-    check_int("max_exact", max_exact, 1, 24)
-    check_float("threshold", threshold, 0.0)
-    if target_se is not None:
-        check_float("target_se", target_se, 0.0)
-        warnings.warn("hc.interactions(target_se=...) is ignored: shapiq's estimators run to their budget= (headcoop's "
-                      "own sampler, which stopped at a target, is gone)", DeprecationWarning, stacklevel=3)  # fmt: skip
-    if max_permutations is not None:
-        check_int("max_permutations", max_permutations, 2)
-    if estimator == "permutation-shapiq":
-        warnings.warn('estimator="permutation-shapiq" is now estimator="permutation"', DeprecationWarning, stacklevel=3)
-        estimator = "permutation"
-    check_int("pair_samples", pair_samples, 1)
-    check_seed(seed)
-    estimator = _estimator_of(method, estimator)
-    if budget is not None:
-        check_int("budget", budget, 2)
-    if top_pairs is not None:
-        check_int("top_pairs", top_pairs, 1)
-    if screen_budget is not None:
-        check_int("screen_budget", screen_budget, 2)
-    check_int("repeats", repeats, 1)
+    estimator = _checked(max_exact, threshold, target_se, max_permutations, estimator, pair_samples, seed, method,
+                         budget, top_pairs, screen_budget, repeats)  # fmt: skip
     players = [(lay, h) for lay in range(model.cfg.n_layers) for h in range(model.cfg.n_heads)] if heads is None \
         else parse_heads(model, heads)  # fmt: skip
     n = len(players)

@@ -463,7 +463,7 @@ def attribute(
              false-negative bound comes from them.
     Returns an AttributionResult ([layer, pos, head] etc. as PatchResult; `exact` NaN where not verified).
     progress: as `hc.patch` (one bar over the call's runs, and the estimate before a long call).
-    Long: three estimators share one gradient pass and its bookkeeping; splitting it by estimator is open (issue 46's note).
+    Long: three estimators share one gradient pass and its bookkeeping (their checks and assumptions are helpers).
     """
     require_model(model, "hc.attribute")
     check_finite(model, "hc.attribute")
@@ -474,15 +474,7 @@ def attribute(
     check_choice("component", component, COMPONENTS)
     check_choice("positions", positions, POSITIONS)
     check_choice("direction", direction, DIRECTIONS)
-    check_choice("estimator", estimator, ATTRIBUTION_METHODS)
-    if method is not None:  # the older name of the estimator argument
-        check_choice("method", method, ATTRIBUTION_METHODS)
-        if estimator != "atp" and estimator != method:
-            raise ValueError(f"method={method!r} and estimator={estimator!r} name the same choice; pass estimator= only")
-        warnings.warn("hc.attribute(method=...) is estimator=...; method= is deprecated here", DeprecationWarning,
-                      stacklevel=3)  # fmt: skip  (3: past the progress decorator)
-        estimator = method
-    method = estimator  # below, `method` is the estimator (the result's field keeps its name)
+    method = _estimator(estimator, method)  # below, `method` is the estimator (the result's field keeps its name)
     if verify != "all":
         check_int("verify", verify, 0)
     check_int("sample", sample, 0)
@@ -527,18 +519,7 @@ def attribute(
         dropped = [share * d for d in drops] if not dropped else [a + share * d for a, d in zip(dropped, drops)]
     cost["estimate"] += 3 * steps + 1 if method == "ig" else 3 + 2 * n_layers * dropping
     cost["parts"] = -(-n // size)
-    if method == "ig":
-        assumptions.append(f"integrated gradients, {steps} midpoint steps along the input residual stream")
-    elif dropping:
-        assumptions.append(f"first order; GradDrop ranking over {n_layers} blocks")
-    elif method == "atp*":
-        assumptions.append("first order; one block, so no GradDrop: the score is |estimate|" if graddrop else
-                           "first order; no GradDrop (graddrop=False): the score is |estimate|")
-    else:
-        assumptions.append("first order in the patched activation")
-    if qk_fix:
-        assumptions.append("QK fix: the pattern after each q/k patch exact, linearised from the pattern" if sweep.fix_applies(act_of) else
-                           "QK fix not applicable to this attention (its scores are not reproduced): plain AtP for q/k")
+    assumptions += _assumptions(method, steps, n_layers, dropping, graddrop, qk_fix and sweep.fix_applies(act_of), qk_fix)
 
     grid = PatchGrid.build(component, positions, layers, heads, clean_tokens.shape[1], model_device(model))
     if heads and component not in RESID_COMPONENTS:
@@ -573,6 +554,37 @@ def attribute(
         positions=positions, direction=direction, estimator=method, pos_labels=pos_labels(model, clean_tokens),
         missed=missed, cost=cost, assumptions=tuple(assumptions), method=exact_method,
     )  # fmt: skip
+
+
+def _estimator(estimator: str, method: str | None) -> str:
+    """The estimator chosen (`estimator=`, or `method=`, its deprecated older name), checked by name."""
+    check_choice("estimator", estimator, ATTRIBUTION_METHODS)
+    if method is None:
+        return estimator
+    check_choice("method", method, ATTRIBUTION_METHODS)
+    if estimator != "atp" and estimator != method:
+        raise ValueError(f"method={method!r} and estimator={estimator!r} name the same choice; pass estimator= only")
+    warnings.warn("hc.attribute(method=...) is estimator=...; method= is deprecated here", DeprecationWarning,
+                  stacklevel=4)  # fmt: skip  (4: past this helper, hc.attribute and the progress decorator)
+    return method
+
+
+def _assumptions(method: str, steps: int, n_layers: int, dropping: bool, graddrop: bool, fixed: bool,
+                 qk_fix: bool) -> list[str]:  # fmt: skip
+    """What an estimate assumes, in the words its result's repr and plot title show."""
+    if method == "ig":
+        out = [f"integrated gradients, {steps} midpoint steps along the input residual stream"]
+    elif dropping:
+        out = [f"first order; GradDrop ranking over {n_layers} blocks"]
+    elif method == "atp*":
+        out = ["first order; one block, so no GradDrop: the score is |estimate|" if graddrop else
+               "first order; no GradDrop (graddrop=False): the score is |estimate|"]  # fmt: skip
+    else:
+        out = ["first order in the patched activation"]
+    if qk_fix:
+        out.append("QK fix: the pattern after each q/k patch exact, linearised from the pattern" if fixed else
+                   "QK fix not applicable to this attention (its scores are not reproduced): plain AtP for q/k")  # fmt: skip
+    return out
 
 
 def _verify(model, component, grid: PatchGrid, clean_tokens, corrupt_tokens, score_fn, direction, score: Tensor,
