@@ -31,13 +31,17 @@ tlp.tqdm = lambda iterable, *args, **kwargs: iterable
 
 SHAPES = {
     "4-layer d_model 256 + MLPs": dict(n_layers=4, d_model=256, d_head=32, n_heads=8, d_mlp=1024, d_vocab=200),
-    "GPT-2-small shape (random weights)": dict(n_layers=12, d_model=768, d_head=64, n_heads=12, d_mlp=3072, d_vocab=50257),
+    "GPT-2-small shape (random weights)": dict(
+        n_layers=12, d_model=768, d_head=64, n_heads=12, d_mlp=3072, d_vocab=50257
+    ),
 }
 BATCH, N_POS, VERIFY, SAMPLE = 8, 32, 20, 20
 
 
 def build(seed: int, **shape) -> HookedTransformer:
-    cfg = HookedTransformerConfig(n_ctx=N_POS, act_fn="gelu", normalization_type="LN", attn_only=False, seed=seed, **shape)
+    cfg = HookedTransformerConfig(
+        n_ctx=N_POS, act_fn="gelu", normalization_type="LN", attn_only=False, seed=seed, **shape
+    )
     model = HookedTransformer(cfg)
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -58,8 +62,11 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", default=None, help="substrings of the shape names to run")
     parser.add_argument("--tl-patches", type=int, default=64, help="patches TransformerLens is timed on (then scaled)")
     parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--json", action="store_true", help="also write docs/results/attribution/benchmark.json "
-                        "(what docs/results/attribution.md shows)")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="also write docs/results/attribution/benchmark.json (what docs/results/attribution.md shows)",
+    )
     args = parser.parse_args()
     table = []
     if args.threads:
@@ -73,7 +80,7 @@ def main() -> None:
         gen = torch.Generator().manual_seed(1)
         clean = torch.randint(0, shape["d_vocab"], (BATCH, N_POS), generator=gen)
         corrupt = clean.clone()
-        corrupt[:, N_POS // 2:] = torch.randint(0, shape["d_vocab"], (BATCH, N_POS - N_POS // 2), generator=gen)
+        corrupt[:, N_POS // 2 :] = torch.randint(0, shape["d_vocab"], (BATCH, N_POS - N_POS // 2), generator=gen)
         answer = torch.randint(0, shape["d_vocab"], (BATCH,), generator=gen)
         clean, corrupt, answer = clean.to(device), corrupt.to(device), answer.to(device)
         rows = torch.arange(BATCH, device=device)
@@ -103,9 +110,13 @@ def main() -> None:
               f"{cells} patches; hc.patch is {t_tl / t_exact:.1f}x it", flush=True)  # fmt: skip
         print(f"  {'method':28s} {'time s':>8s} {'vs exact':>9s} {'vs TL':>8s} {'fwd-equiv':>10s} {'pearson':>8s} "
               f"{'spearman':>9s} {'recall@10':>10s}")  # fmt: skip
-        for label, method, verify, sample in (("atp", "atp", 0, 0), ("atp*", "atp*", 0, 0), ("ig (10 steps)", "ig", 0, 0),
-                                              (f"atp, verified {VERIFY}+{SAMPLE}", "atp", VERIFY, SAMPLE),
-                                              (f"atp*, verified {VERIFY}+{SAMPLE}", "atp*", VERIFY, SAMPLE)):
+        for label, method, verify, sample in (
+            ("atp", "atp", 0, 0),
+            ("atp*", "atp*", 0, 0),
+            ("ig (10 steps)", "ig", 0, 0),
+            (f"atp, verified {VERIFY}+{SAMPLE}", "atp", VERIFY, SAMPLE),
+            (f"atp*, verified {VERIFY}+{SAMPLE}", "atp*", VERIFY, SAMPLE),
+        ):
             t, result = timed(lambda: hc.attribute(model, **kw, estimator=method, verify=verify, sample=sample))
             c = result.compare(exact, k=10)
             pearson, spearman, recall = c["pearson"], c["spearman"], c["recall@10"]
@@ -128,8 +139,17 @@ def main() -> None:
 
         folder = Path(__file__).resolve().parents[1] / "docs" / "results" / "attribution"
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / "benchmark.json").write_text(json.dumps({"device": f"{device}, {torch.get_num_threads()} threads",
-                                                           "batch": BATCH, "n_pos": N_POS, "rows": table}, indent=1))
+        (folder / "benchmark.json").write_text(
+            json.dumps(
+                {
+                    "device": f"{device}, {torch.get_num_threads()} threads",
+                    "batch": BATCH,
+                    "n_pos": N_POS,
+                    "rows": table,
+                },
+                indent=1,
+            )
+        )
 
 
 if __name__ == "__main__":

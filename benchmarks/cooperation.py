@@ -60,8 +60,10 @@ def main() -> None:
     t_loop = best(one_call_per_reading, 1)
     print(f"torch threads {torch.get_num_threads()}")
     print(f"hc.interactions {t_int:.2f} s, hc.cooperation one reading {t_coop:.2f} s, ratio {t_coop / t_int:.2f}")
-    print(f"hc.cooperation default family (9 ablation readings x 20 threshold readings) {t_family:.2f} s; "
-          f"one call per ablation reading {t_loop:.2f} s: {t_loop / t_family:.1f}x slower")
+    print(
+        f"hc.cooperation default family (9 ablation readings x 20 threshold readings) {t_family:.2f} s; "
+        f"one call per ablation reading {t_loop:.2f} s: {t_loop / t_family:.1f}x slower"
+    )
     print(hc.cooperation(model, inputs=inputs))
     if args.gpt2:
         gpt2_shape(args.repeats)
@@ -103,8 +105,10 @@ def gpt2_shape(repeats: int) -> None:
     finally:
         TransformerBlock.forward = plain
     passes = rows[0] / (16 * 16 * SHAPE["n_layers"])
-    print(f"GPT-2-small shape, 4 heads, 16 x 16 tokens, default family: {took:.1f} s = {took / forward:.0f} forward "
-          f"passes of time (one forward {forward:.3f} s); block rows = {passes:.0f} forward passes (goal <= 150)")
+    print(
+        f"GPT-2-small shape, 4 heads, 16 x 16 tokens, default family: {took:.1f} s = {took / forward:.0f} forward "
+        f"passes of time (one forward {forward:.3f} s); block rows = {passes:.0f} forward passes (goal <= 150)"
+    )
     print(repr(result)[:300])
 
 

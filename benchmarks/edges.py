@@ -25,9 +25,9 @@ import torch
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 import headcoop as hc
-from headcoop.analysis.engine.copies import clean_corrupt, evaluate, target_run
 from headcoop.analysis.edges.exact import edge_copies, writer_outputs
 from headcoop.analysis.edges.graph import graph
+from headcoop.analysis.engine.copies import clean_corrupt, evaluate, target_run
 
 warnings.filterwarnings("ignore")
 SHAPE = dict(n_layers=12, d_model=768, d_head=64, n_heads=12, d_mlp=3072, d_vocab=50257)
@@ -54,8 +54,10 @@ def main() -> None:
         return logits[:, -1, 100].mean() - logits[:, -1, 200].mean()
 
     writers, readers, all_edges = graph(model)
-    print(f"GPT-2-small shape, random weights, {BATCH} inputs x {N_POS} tokens, {torch.get_num_threads()} torch threads: "
-          f"{len(writers)} writers, {len(readers)} readers, {len(all_edges)} edges")
+    print(
+        f"GPT-2-small shape, random weights, {BATCH} inputs x {N_POS} tokens, {torch.get_num_threads()} torch threads: "
+        f"{len(writers)} writers, {len(readers)} readers, {len(all_edges)} edges"
+    )
     with torch.no_grad():
         model(clean)
         start = time.perf_counter()
@@ -82,10 +84,14 @@ def main() -> None:
     floor_once(), eap_once()  # warm
     floor_s = min(floor_once() for _ in range(3))
     eap_s = min(eap_once() for _ in range(3))
-    print(f"EAP's floor (source forward; target forward + backward, plain TransformerLens): {floor_s:.3f} s "
-          f"= {floor_s / forward:.2f} forward-pass equivalents")
-    print(f"EAP, every edge: {eap_s:.3f} s = {eap_s / forward:.2f} forward-pass equivalents, {eap_s / floor_s:.2f}x its floor "
-          "(best of 3 each)")
+    print(
+        f"EAP's floor (source forward; target forward + backward, plain TransformerLens): {floor_s:.3f} s "
+        f"= {floor_s / forward:.2f} forward-pass equivalents"
+    )
+    print(
+        f"EAP, every edge: {eap_s:.3f} s = {eap_s / forward:.2f} forward-pass equivalents, {eap_s / floor_s:.2f}x its floor "
+        "(best of 3 each)"
+    )
     if args.eap_only:
         return
     start = time.perf_counter()
@@ -117,14 +123,20 @@ def main() -> None:
 
     per_layer = max(1, args.exact_sample // len(by_layer))
     exact_s = timed(per_layer, "stacked")
-    print(f"exact edge patching of every edge on the engine (timed on {per_layer} edges per reader layer, "
-          f"{per_layer * len(by_layer)} in all, scaled): {exact_s:.0f} s")
+    print(
+        f"exact edge patching of every edge on the engine (timed on {per_layer} edges per reader layer, "
+        f"{per_layer * len(by_layer)} in all, scaled): {exact_s:.0f} s"
+    )
     ref_per_layer = max(1, args.reference_sample // len(by_layer)) if args.reference_sample >= len(by_layer) else 1
     reference_s = timed(ref_per_layer, "reference")
-    print(f"one plain forward pass per edge (timed on {ref_per_layer} edge per reader layer, scaled): {reference_s:.0f} s")
-    print(f"ratios: verified EAP is {exact_s / verified_s:.0f}x faster than exact patching of every edge on the engine, "
-          f"{reference_s / verified_s:.0f}x faster than one pass per edge; the engine is {reference_s / exact_s:.1f}x "
-          "faster than one pass per edge")
+    print(
+        f"one plain forward pass per edge (timed on {ref_per_layer} edge per reader layer, scaled): {reference_s:.0f} s"
+    )
+    print(
+        f"ratios: verified EAP is {exact_s / verified_s:.0f}x faster than exact patching of every edge on the engine, "
+        f"{reference_s / verified_s:.0f}x faster than one pass per edge; the engine is {reference_s / exact_s:.1f}x "
+        "faster than one pass per edge"
+    )
 
 
 if __name__ == "__main__":

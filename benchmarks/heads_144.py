@@ -84,9 +84,12 @@ def shapley_run(args) -> dict:
     ends = game.values(torch.stack([torch.ones(n, dtype=torch.bool), torch.zeros(n, dtype=torch.bool)])).cpu()
     scale = abs(float(ends[0] - ends[1]))
     out["v_full"], out["v_empty"], out["scale"] = float(ends[0]), float(ends[1]), scale
-    print(f"one forward pass {out['forward_s'] * 1000:.0f} ms; one coalition on the batched game "
-          f"{out['coalition_s'] * 1000:.0f} ms ({game.method}); the obvious loop {out['loop_coalition_s'] * 1000:.0f} ms "
-          f"per coalition (max |diff| {out['loop_max_diff']:.1e}); |v(N) - v(empty)| = {scale:.4f}", flush=True)
+    print(
+        f"one forward pass {out['forward_s'] * 1000:.0f} ms; one coalition on the batched game "
+        f"{out['coalition_s'] * 1000:.0f} ms ({game.method}); the obvious loop {out['loop_coalition_s'] * 1000:.0f} ms "
+        f"per coalition (max |diff| {out['loop_max_diff']:.1e}); |v(N) - v(empty)| = {scale:.4f}",
+        flush=True,
+    )
 
     total_s = args.minutes * 60
     shapley_s = total_s * args.shapley_share
@@ -99,10 +102,13 @@ def shapley_run(args) -> dict:
     out["max_se_share"] = float(se.max()) / scale
     out["needed_coalitions"] = int(head_game.evaluated * (out["max_se_share"] / args.target) ** 2)
     out["needed_minutes"] = out["needed_coalitions"] * out["coalition_s"] / 60
-    print(f"Shapley ({args.estimator}): {out['shapley_s']:.0f} s, {head_game.evaluated:,} coalitions, largest "
-          f"standard error {out['max_se_share']:.2%} of |v(N) - v(empty)| (goal {args.target:.0%}); 2% would need "
-          f"about {out['needed_coalitions']:,} coalitions = {out['needed_minutes']:.0f} minutes at this rate; the loop: "
-          f"{head_game.evaluated * out['loop_coalition_s'] / 60:.0f} minutes for the same coalitions", flush=True)
+    print(
+        f"Shapley ({args.estimator}): {out['shapley_s']:.0f} s, {head_game.evaluated:,} coalitions, largest "
+        f"standard error {out['max_se_share']:.2%} of |v(N) - v(empty)| (goal {args.target:.0%}); 2% would need "
+        f"about {out['needed_coalitions']:,} coalitions = {out['needed_minutes']:.0f} minutes at this rate; the loop: "
+        f"{head_game.evaluated * out['loop_coalition_s'] / 60:.0f} minutes for the same coalitions",
+        flush=True,
+    )
 
     pair_game = HeadGame(game)
     left = max(total_s - out["shapley_s"], 60)
@@ -115,13 +121,18 @@ def shapley_run(args) -> dict:
     out["screen_coalitions"], out["pair_samples"] = screen, samples
     names = [f"L{lay}H{h}" for lay, h in players]
     out["top_pairs"] = [(names[i], names[j], float(inter[i, j]), float(errors[i, j])) for i, j in pairs]
-    print(f"top {args.top} pairs: {out['pairs_s']:.0f} s, {pair_game.evaluated:,} coalitions (SVARM-IQ screening "
-          f"{screen:,}, then {samples} draws per pair)", flush=True)
-    for a, b, value, err in out["top_pairs"][:args.top]:
+    print(
+        f"top {args.top} pairs: {out['pairs_s']:.0f} s, {pair_game.evaluated:,} coalitions (SVARM-IQ screening "
+        f"{screen:,}, then {samples} draws per pair)",
+        flush=True,
+    )
+    for a, b, value, err in out["top_pairs"][: args.top]:
         print(f"  {a}-{b}: {value / scale:+.3f} +- {err / scale:.3f} of |v(N) - v(empty)|")
     out["total_s"] = out["shapley_s"] + out["pairs_s"]
     out["goal_met"] = out["total_s"] <= 600 and out["max_se_share"] <= args.target
-    print(f"total {out['total_s'] / 60:.1f} minutes; goal (2% in <= 10 minutes) {'met' if out['goal_met'] else 'not met'}")
+    print(
+        f"total {out['total_s'] / 60:.1f} minutes; goal (2% in <= 10 minutes) {'met' if out['goal_met'] else 'not met'}"
+    )
     return out
 
 
@@ -162,8 +173,11 @@ def memory() -> list[dict]:
             continue
         row = json.loads(proc.stdout.strip().splitlines()[-1])
         out.append(row)
-        print(f"{case}: peak RSS {row['peak_gb']:.2f} GB (model and inputs alone {row['model_loaded_gb']:.2f} GB), "
-              f"{row['seconds']:.0f} s; {'under' if row['peak_gb'] < 4 else 'OVER'} 4 GB", flush=True)
+        print(
+            f"{case}: peak RSS {row['peak_gb']:.2f} GB (model and inputs alone {row['model_loaded_gb']:.2f} GB), "
+            f"{row['seconds']:.0f} s; {'under' if row['peak_gb'] < 4 else 'OVER'} 4 GB",
+            flush=True,
+        )
     return out
 
 
@@ -171,8 +185,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--shapley-share", type=float, default=0.6, help="share of the time for Shapley values")
-    parser.add_argument("--estimator", default="kernelshap",
-                        choices=["kernelshap", "svarm", "permutation"])
+    parser.add_argument("--estimator", default="kernelshap", choices=["kernelshap", "svarm", "permutation"])
     parser.add_argument("--target", type=float, default=0.02)
     parser.add_argument("--top", type=int, default=20)
     parser.add_argument("--memory", action="store_true")

@@ -59,8 +59,10 @@ def main() -> None:
         loop.append(float((logits[rows, batch.answer_pos].argmax(-1) == batch.answer).double().mean()))
     t_loop = (time.perf_counter() - start) / len(masks) * 2**16
     diff = (game.values(masks).cpu() - torch.tensor(loop, dtype=torch.float64)).abs().max().item()
-    print(f"loop (hc.ablate + forward per coalition): {t_loop:.1f} s for 65,536 coalitions, extrapolated from "
-          f"{len(masks)}; ratio {t_loop / t_hc:.0f}x; max |diff| of the {len(masks)} values {diff:.1e}")
+    print(
+        f"loop (hc.ablate + forward per coalition): {t_loop:.1f} s for 65,536 coalitions, extrapolated from "
+        f"{len(masks)}; ratio {t_loop / t_hc:.0f}x; max |diff| of the {len(masks)} values {diff:.1e}"
+    )
 
 
 def sampled() -> None:
@@ -92,9 +94,11 @@ def sampled() -> None:
         loop.append(float((logits[rows, answer] - logits[rows, wrong]).double().mean()))
     t_loop = (time.perf_counter() - start) / len(masks) * head_game.evaluated
     diff = (game.values(masks).cpu() - torch.tensor(loop, dtype=torch.float64)).abs().max().item()
-    print(f"sampled Shapley (shapiq KernelSHAP, 4 runs), 32 heads: {t_hc:.1f} s for {head_game.evaluated:,} coalitions, max se "
-          f"{float(se.max()) / scale:.4f} of |v(all) - v(none)|; one forward pass per coalition: {t_loop:.1f} s "
-          f"(extrapolated from {len(masks)}), ratio {t_loop / t_hc:.1f}x; max |diff| of the {len(masks)} values {diff:.1e}")
+    print(
+        f"sampled Shapley (shapiq KernelSHAP, 4 runs), 32 heads: {t_hc:.1f} s for {head_game.evaluated:,} coalitions, max se "
+        f"{float(se.max()) / scale:.4f} of |v(all) - v(none)|; one forward pass per coalition: {t_loop:.1f} s "
+        f"(extrapolated from {len(masks)}), ratio {t_loop / t_hc:.1f}x; max |diff| of the {len(masks)} values {diff:.1e}"
+    )
     print(f"coalition values: {game.method}")
 
 

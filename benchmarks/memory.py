@@ -48,8 +48,9 @@ def plain(model, tokens, metric) -> None:
 
 
 def child(case: str, prompts: int, tokens_n: int, budget_mb: float | None) -> None:
-    import headcoop as hc  # noqa: F401  (the statements use it)
     from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+    import headcoop as hc  # noqa: F401  (the statements use it)
 
     torch.manual_seed(0)
     model = HookedTransformer(HookedTransformerConfig(**SHAPE, seed=0)).eval()
@@ -78,7 +79,9 @@ def child(case: str, prompts: int, tokens_n: int, budget_mb: float | None) -> No
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--budget-mb", type=float, default=512.0, help="memory_budget_mb of the analyses (0: none given)")
+    parser.add_argument(
+        "--budget-mb", type=float, default=512.0, help="memory_budget_mb of the analyses (0: none given)"
+    )
     parser.add_argument("--prompts", type=int, default=32)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--json", type=Path, default=None)
@@ -101,8 +104,11 @@ def main() -> None:
             continue
         row = json.loads(done.stdout.strip().splitlines()[-1])
         rows.append(row)
-        print(f"{case}: peak {row['peak_mb']:,.0f} MB (model and inputs loaded: {row['loaded_mb']:,.0f} MB; the "
-              f"analysis added {row['peak_mb'] - row['loaded_mb']:,.0f} MB), {row['seconds']:.0f} s", flush=True)
+        print(
+            f"{case}: peak {row['peak_mb']:,.0f} MB (model and inputs loaded: {row['loaded_mb']:,.0f} MB; the "
+            f"analysis added {row['peak_mb'] - row['loaded_mb']:,.0f} MB), {row['seconds']:.0f} s",
+            flush=True,
+        )
     plain_row = next((r for r in rows if r["case"].startswith("plain")), None)
     for row in rows:
         if row is plain_row or plain_row is None:
@@ -110,8 +116,10 @@ def main() -> None:
         added, plain_added = row["peak_mb"] - row["loaded_mb"], plain_row["peak_mb"] - plain_row["loaded_mb"]
         goal = f"budget {budget:.0f} MB + weights {row['weights_mb']:,.0f} MB" if budget else "2x plain"
         within = added <= (budget + row["weights_mb"]) if budget else added <= 2 * plain_added
-        print(f"  {row['case']}: added {added:,.0f} MB = {added / plain_added:.2f}x the plain forward and backward's "
-              f"{plain_added:,.0f} MB; goal ({goal}): {'met' if within else 'NOT met'}")
+        print(
+            f"  {row['case']}: added {added:,.0f} MB = {added / plain_added:.2f}x the plain forward and backward's "
+            f"{plain_added:,.0f} MB; goal ({goal}): {'met' if within else 'NOT met'}"
+        )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
 

@@ -74,6 +74,7 @@ def run(n_layers: int, screen: bool, named: int, loop_pairs: int = 4) -> dict:
             def hook(z, hook=None):
                 z[:, :, head] = means[lay][None, :, head]
                 return z
+
             return hook
 
         logits = model.run_with_hooks(batch.tokens, fwd_hooks=[(f"blocks.{lay}.attn.hook_z", setter(lay, head))

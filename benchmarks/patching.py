@@ -59,9 +59,11 @@ def main() -> None:
     clean, corrupt = clean.to(model.cfg.device), corrupt.to(model.cfg.device)
     metric = lambda logits: task.metric(logits, clean)  # noqa: E731
     cfg = model.cfg
-    print(f"model: {source}: {cfg.n_layers} layer(s), {cfg.n_heads} heads, d_model {cfg.d_model}, "
-          f"d_head {cfg.d_head}; inputs [{args.batch}, {clean.tokens.shape[1]}]; device {cfg.device}; "
-          f"torch threads {torch.get_num_threads()}")
+    print(
+        f"model: {source}: {cfg.n_layers} layer(s), {cfg.n_heads} heads, d_model {cfg.d_model}, "
+        f"d_head {cfg.d_head}; inputs [{args.batch}, {clean.tokens.shape[1]}]; device {cfg.device}; "
+        f"torch threads {torch.get_num_threads()}"
+    )
 
     cases = [
         ("z, positions='each'", "z", "each", tlp.get_act_patch_attn_head_out_by_pos),
@@ -70,13 +72,20 @@ def main() -> None:
         ("q, positions='each'", "q", "each", tlp.get_act_patch_attn_head_q_by_pos),
     ]
     for label, component, positions, tl_fn in cases:
+
         def run_tl():
             _, cache = model.run_with_cache(clean.tokens)
             return tl_fn(model, corrupt.tokens, cache, metric)
 
         def run_hc():
-            return hc.patch(model, clean=clean, corrupt=corrupt, component=component, positions=positions,
-                            memory_budget_mb=args.budget_mb).values
+            return hc.patch(
+                model,
+                clean=clean,
+                corrupt=corrupt,
+                component=component,
+                positions=positions,
+                memory_budget_mb=args.budget_mb,
+            ).values
 
         t_tl, ref = best_time(run_tl, args.repeats)
         t_hc, ours = best_time(run_hc, args.repeats)
@@ -86,8 +95,10 @@ def main() -> None:
         diff = (ours - ref).abs().max().item()
         # float32 rounding grows with the metric's size (logit differences near 100 on the trained model)
         rel = ((ours - ref).abs() / ref.abs().clamp(min=1)).max().item()
-        print(f"{label:28s} patches {ours.numel():5d}  transformer_lens {t_tl:8.3f} s  headcoop {t_hc:7.3f} s  "
-              f"ratio {t_tl / t_hc:6.1f}x  max |diff| {diff:.1e} (relative {rel:.1e})")
+        print(
+            f"{label:28s} patches {ours.numel():5d}  transformer_lens {t_tl:8.3f} s  headcoop {t_hc:7.3f} s  "
+            f"ratio {t_tl / t_hc:6.1f}x  max |diff| {diff:.1e} (relative {rel:.1e})"
+        )
         if rel > 1e-5:
             raise SystemExit(f"results disagree for {label}: max |diff| {diff}, relative {rel}")
 

@@ -20,15 +20,15 @@ import warnings
 
 import torch
 import transformer_lens.patching as tlp
+from patching_bound import SHAPES as BOUND_SHAPES
+from patching_bound import sweep_ratio
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 import headcoop as hc
-from patching_bound import SHAPES as BOUND_SHAPES
-from patching_bound import sweep_ratio
 
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 tlp.tqdm = lambda iterable, *args, **kwargs: iterable  # TransformerLens's bar only slows its baseline
-from headcoop.storage.foreign import word_tokenizer
+from headcoop.storage.foreign import word_tokenizer  # noqa: E402  (after the tqdm patch above)
 
 SWEEPS = [
     ("z each", "z", "each", tlp.get_act_patch_attn_head_out_by_pos),
@@ -54,7 +54,14 @@ def shapes() -> dict:
     out = {}
     model = hc.load("count01")
     clean, corrupt = model.task.patching_inputs(n=128)
-    out["count01 (shipped, 1 layer)"] = (model, clean.tokens, corrupt.tokens, clean.answer_pos, clean.answer, clean.wrong)
+    out["count01 (shipped, 1 layer)"] = (
+        model,
+        clean.tokens,
+        corrupt.tokens,
+        clean.answer_pos,
+        clean.answer,
+        clean.wrong,
+    )
     gen = torch.Generator().manual_seed(0)
     specs = {
         "2-layer attn-only": (128, 16, dict(n_layers=2, d_model=32, d_head=8, n_heads=4, n_ctx=16, d_vocab=50,
@@ -113,6 +120,7 @@ def main() -> None:
             return (at[rows, answer] - at[rows, wrong]).mean()
 
         for label, component, positions, tl_fn in SWEEPS:
+
             def run_tl():
                 _, cache = model.run_with_cache(clean)
                 return tl_fn(model, corrupt, cache, metric)
@@ -131,8 +139,11 @@ def main() -> None:
             bound = (f"{sweep_ratio(BOUND_SHAPES[name], component):7.1f}x "
                      f"{t_tl / t_hc / sweep_ratio(BOUND_SHAPES[name], component):6.0%}") if positions == "each" \
                 else f"{'-':>8s} {'-':>6s}"  # fmt: skip
-            print(f"{name:32s} {label:13s} {ours.values.numel():7d} {t_tl:8.3f} {t_hc:8.3f} {t_tl / t_hc:6.1f}x "
-                  f"{bound}  {ours.method:11s} {rel:.1e}", flush=True)
+            print(
+                f"{name:32s} {label:13s} {ours.values.numel():7d} {t_tl:8.3f} {t_hc:8.3f} {t_tl / t_hc:6.1f}x "
+                f"{bound}  {ours.method:11s} {rel:.1e}",
+                flush=True,
+            )
             if rel > 1e-5:
                 raise SystemExit(f"results disagree for {name}, {label}: relative {rel}")
     print(f"slowest ratio: {worst:.1f}x")

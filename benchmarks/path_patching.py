@@ -29,10 +29,13 @@ def loop(model, clean, corrupt, metric):
     try:
         for a in range(model.cfg.n_layers):
             for i in range(model.cfg.n_heads):
-                delta = (src[f"blocks.{a}.attn.hook_z"][:, :, i] - tgt[f"blocks.{a}.attn.hook_z"][:, :, i]) @ model.W_O[a, i]
+                delta = (src[f"blocks.{a}.attn.hook_z"][:, :, i] - tgt[f"blocks.{a}.attn.hook_z"][:, :, i]) @ model.W_O[
+                    a, i
+                ]
                 for b in range(a + 1, model.cfg.n_layers):
                     for j in range(model.cfg.n_heads):
                         for via in "qkv":
+
                             def add(x, hook, b=b, j=j, delta=delta):
                                 x = x.clone()
                                 x[:, :, j] = tgt[f"blocks.{b}.hook_resid_pre"] + delta
@@ -44,7 +47,9 @@ def loop(model, clean, corrupt, metric):
                                 return s
 
                             hooks = [(f"blocks.{b}.hook_{via}_input", add), (f"blocks.{b}.ln1.hook_scale", scale)]
-                            out[(f"L{a}H{i}", f"L{b}H{j}", via)] = float(metric(model.run_with_hooks(corrupt, fwd_hooks=hooks)))
+                            out[(f"L{a}H{i}", f"L{b}H{j}", via)] = float(
+                                metric(model.run_with_hooks(corrupt, fwd_hooks=hooks))
+                            )
     finally:
         model.set_use_split_qkv_input(False)
     return out
@@ -77,8 +82,10 @@ def main() -> None:
     theirs = loop(model, clean, corrupt, metric)
     t_loop = time.perf_counter() - start
     diff = max(abs(ours.values[k] - v) for k, v in theirs.items())
-    print(f"{len(theirs)} edges, batch {args.batch}: hc.path_patch {t_hc:.3f} s, loop {t_loop:.3f} s, "
-          f"ratio {t_loop / t_hc:.1f}x, max |diff| {diff:.1e}")
+    print(
+        f"{len(theirs)} edges, batch {args.batch}: hc.path_patch {t_hc:.3f} s, loop {t_loop:.3f} s, "
+        f"ratio {t_loop / t_hc:.1f}x, max |diff| {diff:.1e}"
+    )
 
 
 if __name__ == "__main__":

@@ -34,8 +34,9 @@ def contexts(gpt2: bool):
         clean, corrupt = model.task.patching_inputs()
         yield name, _Context(model=model, task=model.task, source=name, examples=3, clean=clean, corrupt=corrupt)
     if gpt2:
-        from benchmarks.heads_144 import SHAPE
         from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+        from benchmarks.heads_144 import SHAPE
 
         torch.manual_seed(0)
         model = HookedTransformer(HookedTransformerConfig(**SHAPE, seed=0)).eval()
@@ -97,7 +98,9 @@ def main() -> None:
             took = time.perf_counter() - start
             ratio = took / predicted
             mark = "" if 0.5 <= ratio <= 2 else "   <- outside 2x"
-            print(f"  {what:45s} predicted {predicted:8.2f} s, measured {took:8.2f} s, measured / predicted {ratio:5.2f}{mark}")
+            print(
+                f"  {what:45s} predicted {predicted:8.2f} s, measured {took:8.2f} s, measured / predicted {ratio:5.2f}{mark}"
+            )
 
 
 if __name__ == "__main__":

@@ -55,15 +55,20 @@ def main() -> None:
     took = time.perf_counter() - start
     print(f"|v(N) - v(empty)| = {scale:.4f}; reference: {done:,} coalitions in {took:.0f} s ({took / done * 1000:.2f} ms "
           f"each), its largest standard error {float(reference_se.max()) / scale:.4f} of that")  # fmt: skip
-    print(f"{'budget':>7} {'estimator':20} {'rmse':>7} {'max err':>8} {'max se':>7} {'seconds':>8}   (shares of |v(N) - v(empty)|)")
+    print(
+        f"{'budget':>7} {'estimator':20} {'rmse':>7} {'max err':>8} {'max se':>7} {'seconds':>8}   (shares of |v(N) - v(empty)|)"
+    )
     for budget in args.budgets:
         for name in estimators.SHAPLEY_ESTIMATORS:
             start = time.perf_counter()
             phi, se = estimators.shapiq_shapley(head_game, name, budget, 4, seed=1)
             rmse = float((phi - reference).pow(2).mean().sqrt()) / scale
             worst = float((phi - reference).abs().max()) / scale
-            print(f"{budget:7d} {name:20} {rmse:7.4f} {worst:8.4f} {float(se.max()) / scale:7.4f} "
-                  f"{time.perf_counter() - start:8.0f}", flush=True)
+            print(
+                f"{budget:7d} {name:20} {rmse:7.4f} {worst:8.4f} {float(se.max()) / scale:7.4f} "
+                f"{time.perf_counter() - start:8.0f}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -68,10 +68,14 @@ def main() -> None:
     print(f"{n_runs} runs ({len(GRID['n_heads'])} shapes x {len(seeds)} seeds, {args.steps} steps, chunks of "
           f"{args.chunk}); torch {torch.__version__}, {args.workers} workers")  # fmt: skip
     print(f"serial ({args.workers} torch threads): {t_serial:6.1f} s = {n_runs / t_serial * 60:6.1f} runs/min")
-    print(f"dask, {args.workers} worker processes x 1 thread: {t_dask:6.1f} s = {n_runs / t_dask * 60:6.1f} runs/min "
-          f"(cluster start and a 5-step warm-up sweep: {t_up:.1f} s, not counted)")
-    print(f"time per run, dask / serial: {t_dask / t_serial:.2f} (1.00: no overhead; below 1: the workers "
-          f"train in parallel better than threads do)")
+    print(
+        f"dask, {args.workers} worker processes x 1 thread: {t_dask:6.1f} s = {n_runs / t_dask * 60:6.1f} runs/min "
+        f"(cluster start and a 5-step warm-up sweep: {t_up:.1f} s, not counted)"
+    )
+    print(
+        f"time per run, dask / serial: {t_dask / t_serial:.2f} (1.00: no overhead; below 1: the workers "
+        f"train in parallel better than threads do)"
+    )
     print(f"weights bit-identical: {same}")
 
 

@@ -20,8 +20,8 @@ import time
 import torch
 
 import headcoop as hc
-from headcoop.training.fast import sample_streams, train_many
 from headcoop.models.fused import fused_logits, stack_parameters
+from headcoop.training.fast import sample_streams, train_many
 from headcoop.training.loop import step_seed, train
 
 

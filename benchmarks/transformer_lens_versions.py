@@ -97,10 +97,18 @@ def run_checks() -> dict:
             b = bridge
             check(f"{shape}: hc.patch z", lambda: hc.patch(b, clean=clean, corrupt=corrupt, metric=metric))
             for comp in ("q", "k", "v", "pattern", "resid_pre", "attn_out", "mlp_out"):
-                check(f"{shape}: hc.patch {comp} by position",
-                      lambda c=comp: hc.patch(b, clean=clean, corrupt=corrupt, metric=metric, component=c, positions="each"))
-            check(f"{shape}: hc.attribute atp*",
-                  lambda: hc.attribute(b, clean=clean, corrupt=corrupt, metric=metric, estimator="atp*", verify=4, sample=4))
+                check(
+                    f"{shape}: hc.patch {comp} by position",
+                    lambda c=comp: hc.patch(
+                        b, clean=clean, corrupt=corrupt, metric=metric, component=c, positions="each"
+                    ),
+                )
+            check(
+                f"{shape}: hc.attribute atp*",
+                lambda: hc.attribute(
+                    b, clean=clean, corrupt=corrupt, metric=metric, estimator="atp*", verify=4, sample=4
+                ),
+            )
             check(f"{shape}: hc.path_patch", lambda: hc.path_patch(b, clean=clean, corrupt=corrupt, metric=metric))
             check(f"{shape}: hc.dla", lambda: hc.dla(b, clean, answer=answer, wrong=wrong))
             check(f"{shape}: hc.qk", lambda: hc.qk(b, head="L1H2"))
@@ -126,6 +134,7 @@ def run_checks() -> dict:
                   lambda: hc.report(b, out=Path(tmp) / f"{shape}.html", progress=False,
                                     task=hc.contrast(clean, corrupt, answer, wrong)))  # fmt: skip
     check("toy tasks: hc.load('count01')", lambda: hc.load("count01")(hc.Count01().sample(4).tokens))
+
     def train():
         task = hc.Count01()
         model = hc.train(task, task.model(seed=0), steps=20, log_every=10, progress=False)
@@ -151,9 +160,12 @@ def page(runs: list[dict]) -> str:
         "",
         "Written by `benchmarks/transformer_lens_versions.py --page` from one run per environment (the commands are in "
         "its docstring); every cell is what ran there, not a guess. Environments: "
-        + "; ".join(f"TransformerLens {r['transformer_lens']} (transformers {r['transformers']}, torch {r['torch']}, "
-                    f"Python {r['python']}, HookedTransformer {'present' if r['hooked_transformer'] else 'absent'})"
-                    for r in runs) + ".",  # fmt: skip
+        + "; ".join(
+            f"TransformerLens {r['transformer_lens']} (transformers {r['transformers']}, torch {r['torch']}, "
+            f"Python {r['python']}, HookedTransformer {'present' if r['hooked_transformer'] else 'absent'})"
+            for r in runs
+        )
+        + ".",  # fmt: skip
         "",
         "The models are the three Hugging Face shapes of `tests/bridge_shapes.py` (GPT-2; Llama: RMSNorm, rotary, "
         "grouped-query; GPT-NeoX: parallel attention and MLP, partial rotary), built from configs with random "
@@ -190,7 +202,10 @@ def page(runs: list[dict]) -> str:
         "--no-deps headcoop` next to TransformerLens 4.x and its other requirements.",
     ]
     counts = [(sum(c["ok"] for c in r["checks"].values()), len(r["checks"])) for r in runs]
-    lines += ["", "Passed: " + "; ".join(f"TransformerLens {v}: {ok} of {n}" for v, (ok, n) in zip(versions, counts)) + "."]
+    lines += [
+        "",
+        "Passed: " + "; ".join(f"TransformerLens {v}: {ok} of {n}" for v, (ok, n) in zip(versions, counts)) + ".",
+    ]
     return "\n".join(lines) + "\n"
 
 

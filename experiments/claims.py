@@ -24,8 +24,8 @@ default setup with the models that page studies.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -131,7 +131,11 @@ def page_tables(results: Path, names: set[str]) -> dict[str, pd.DataFrame]:
     """The page tables `names` ("<page>/<name>") from the results folder (docs/results), derived ones built;
     a table whose file is missing is left out (its readings are then "not testable here": not measured)."""
     wanted = set(names) | {n for name in names if name in DERIVED for n in DERIVED[name][0]}
-    out = {n: pd.read_csv(results / f"{n}.csv") for n in sorted(wanted) if n not in DERIVED and (results / f"{n}.csv").exists()}
+    out = {
+        n: pd.read_csv(results / f"{n}.csv")
+        for n in sorted(wanted)
+        if n not in DERIVED and (results / f"{n}.csv").exists()
+    }
     for name in names:
         if name in DERIVED and all(n in out for n in DERIVED[name][0]):
             out[name] = DERIVED[name][1](out)
@@ -197,12 +201,14 @@ def _band(others: str, floor: float = 0.95) -> Callable[[pd.DataFrame], Outcome]
         ok = int((inside >= floor).sum())
         return Outcome(f"{ok}/{len(inside)} imposed w01 in 0.1..10 with mean s_acc >= {floor:g} (min {inside.min():.3f} at "
                        f"w01 {inside.idxmin():.2g})", ok, len(inside))  # fmt: skip
+
     return measure
 
 
 def _collapse(others: str, ceiling: float = 0.75) -> Callable[[pd.DataFrame], Outcome]:
     """Imposed w01 at which attention strongly favours '0' or '1' (w01 <= 0.01 or >= 100, attention to '2' set
     to 0): the mean s_acc over the heads is below `ceiling` (the outputs no longer separate the classes)."""
+
     def measure(rows: pd.DataFrame) -> Outcome:
         rows = rows[rows.others.astype(str) == others] if "others" in rows else rows
         curve = rows.groupby("w01").s_acc.mean()
@@ -210,18 +216,29 @@ def _collapse(others: str, ceiling: float = 0.75) -> Callable[[pd.DataFrame], Ou
         if not len(extreme):
             return Outcome("no imposed w01 <= 0.01 or >= 100", untestable="no extreme w01 imposed")
         ok = int((extreme < ceiling).sum())
-        return Outcome(f"{ok}/{len(extreme)} imposed w01 <= 0.01 or >= 100 with mean s_acc < {ceiling:g} (max "
-                       f"{extreme.max():.3f} at w01 {extreme.idxmax():.2g})", ok, len(extreme))
+        return Outcome(
+            f"{ok}/{len(extreme)} imposed w01 <= 0.01 or >= 100 with mean s_acc < {ceiling:g} (max "
+            f"{extreme.max():.3f} at w01 {extreme.idxmax():.2g})",
+            ok,
+            len(extreme),
+        )
+
     return measure
 
 
 def _collapse_heads(ceiling: float = 0.75) -> Callable[[pd.DataFrame], Outcome]:
     """Trained heads whose own attention strongly favours '0' or '1' (w01 <= 0.01 or >= 100) with s_acc below
     `ceiling`; not testable where no head has such a w01."""
+
     def measure(heads: pd.DataFrame) -> Outcome:
         extreme = heads[(heads.w01 <= 0.01) | (heads.w01 >= 100)]
-        return count((extreme.s_acc < ceiling).sum(), len(extreme), f"heads with w01 <= 0.01 or >= 100 have s_acc < {ceiling:g}",
-                     None if len(extreme) else "no head's attention strongly favours '0' or '1'")
+        return count(
+            (extreme.s_acc < ceiling).sum(),
+            len(extreme),
+            f"heads with w01 <= 0.01 or >= 100 have s_acc < {ceiling:g}",
+            None if len(extreme) else "no head's attention strongly favours '0' or '1'",
+        )
+
     return measure
 
 
@@ -238,6 +255,7 @@ def _r(y: str, test: str, short: bool = True, strong: float = STRONG) -> Callabl
     """test "strong": value 1 when r >= `strong` and the interval is above 0; "value": 1 when the paper's r
     lies in the interval. short=False leaves out the models trained 10..160 steps (grid: kind
     "primary-short"; count01.md's models: group "primary-short")."""
+
     def measure(rows: pd.DataFrame) -> Outcome:
         if not short:
             rows = rows[(rows.kind if "kind" in rows else rows.group) != "primary-short"]
@@ -247,6 +265,7 @@ def _r(y: str, test: str, short: bool = True, strong: float = STRONG) -> Callabl
         r, lo, hi, n = f
         ok = (r >= strong and lo > 0) if test == "strong" else (lo <= PAPER_R <= hi)
         return Outcome(f"r = {r:.2f} ({lo:.2f}..{hi:.2f}), n = {n}", value=float(ok))
+
     return measure
 
 
@@ -254,6 +273,7 @@ def _table1(metric: str) -> Callable[[pd.DataFrame], Outcome]:
     def measure(rows: pd.DataFrame) -> Outcome:
         d = float((rows[f"isolated_{metric}"] - rows[f"joint_{metric}"]).mean())
         return Outcome(f"isolated - joint {d:+.3f} (mean over {len(rows)} heads)", value=d)
+
     return measure
 
 
@@ -261,6 +281,7 @@ def _syntax(prefix: str, drop_by: float = 0.01) -> Callable[[pd.DataFrame], Outc
     """Models whose accuracy (answer or [EOS]) drops by more than 0.01 when every head's readout is equalised;
     not testable where, with every head zeroed, [EOS] accuracy stays >= 0.99 in every model: the syntax
     then needs no head, so no aggregation of heads can matter to it."""
+
     def measure(rows: pd.DataFrame) -> Outcome:
         rows = _primary(rows)
         if f"{prefix}_answer_acc" not in rows:
@@ -271,8 +292,13 @@ def _syntax(prefix: str, drop_by: float = 0.01) -> Callable[[pd.DataFrame], Outc
         text = (f"{int(drop.sum())}/{len(rows)} models lose accuracy (equalised: answer {rows[f'{prefix}_answer_acc'].mean():.3f}, "
                 f"[EOS] {rows[f'{prefix}_eos_acc'].mean():.3f}; every head zeroed: answer {rows.zeroed_answer_acc.mean():.3f}, "
                 f"[EOS] {rows.zeroed_eos_acc.mean():.3f})")  # fmt: skip
-        return Outcome(text, int(drop.sum()), len(rows),
-                       untestable=None if carried else "[EOS] needs no head (every head zeroed: [EOS] accuracy >= 0.99)")
+        return Outcome(
+            text,
+            int(drop.sum()),
+            len(rows),
+            untestable=None if carried else "[EOS] needs no head (every head zeroed: [EOS] accuracy >= 0.99)",
+        )
+
     return measure
 
 
@@ -280,34 +306,50 @@ def _reach(solved: float = 0.99) -> Callable[[pd.DataFrame], Outcome]:
     """Runs that do NOT reach both_acc >= solved ("difficult to reach": most fail); not testable where no run
     produces the answer at all (answer accuracy < 0.05 in every run): the model then cannot represent a
     solution in this setup, so failing to reach one says nothing about gradient descent."""
+
     def measure(rows: pd.DataFrame) -> Outcome:
         rows = rows[rows.kind == "minimal"]
         missed = int((rows.both_acc < solved).sum())
         dead = bool(len(rows)) and bool((rows.answer_acc < 0.05).all())
-        return count(missed, len(rows), f"runs miss both_acc >= {solved:g} (best answer accuracy {rows.answer_acc.max():.3f})",
-                     "no run produces the answer (answer accuracy < 0.05 in every run): no solution is representable" if dead else None)
+        return count(
+            missed,
+            len(rows),
+            f"runs miss both_acc >= {solved:g} (best answer accuracy {rows.answer_acc.max():.3f})",
+            "no run produces the answer (answer accuracy < 0.05 in every run): no solution is representable"
+            if dead
+            else None,
+        )
+
     return measure
 
 
 def _reliably(solved: float = 0.99) -> Callable[[pd.DataFrame], Outcome]:
     """Primary-size runs (d_model 32, 16 heads) that reach both_acc >= solved."""
+
     def measure(rows: pd.DataFrame) -> Outcome:
         rows = _primary(rows) if "kind" in rows else rows[(rows.d_model >= 32) & (rows.n_heads >= 16)]
         return count((rows.both_acc >= solved).sum(), len(rows), f"primary-size runs reach both_acc >= {solved:g}")
+
     return measure
 
 
 def _two_tasks(drop_by: float = 0.25) -> Callable[[pd.DataFrame], Outcome]:
     """Primary models in which zeroing every head costs both the answer and [EOS] more than `drop_by` of
     accuracy: the heads carry both of the two tasks (the answer, the syntax)."""
+
     def measure(rows: pd.DataFrame) -> Outcome:
         rows = _primary(rows)
         if "zeroed_eos_acc" not in rows:
             return Outcome("not measured", untestable="not measured in this grid")
         answer = rows.model_answer_acc - rows.zeroed_answer_acc > drop_by
         eos = rows.model_eos_acc - rows.zeroed_eos_acc > drop_by
-        return count((answer & eos).sum(), len(rows), f"models lose > {drop_by:g} of both answer and [EOS] accuracy "
-                     f"with every head zeroed (answer needs the heads in {int(answer.sum())}, [EOS] in {int(eos.sum())})")
+        return count(
+            (answer & eos).sum(),
+            len(rows),
+            f"models lose > {drop_by:g} of both answer and [EOS] accuracy "
+            f"with every head zeroed (answer needs the heads in {int(answer.sum())}, [EOS] in {int(eos.sum())})",
+        )
+
     return measure
 
 
@@ -325,14 +367,19 @@ def _successful_share(floor: float) -> Callable[[pd.DataFrame], Outcome]:
     def measure(t: pd.DataFrame) -> Outcome:
         ok = int((t.s_acc >= floor).sum())
         return Outcome(f"{ok}/{len(t)} heads", value=ok / len(t) if len(t) else float("nan"))
+
     return measure
 
 
 def _unexploited(gap: float = 0.05, floor: float = 0.95) -> Callable[[pd.DataFrame], Outcome]:
     """Successful heads (s_acc >= floor) that the output layer reads worse than they separate: s_acc - l_acc > gap."""
+
     def measure(t: pd.DataFrame) -> Outcome:
         heads = _heads(t, floor)
-        return count((heads.s_acc - heads.l_acc > gap).sum(), len(heads), f"successful heads with s_acc - l_acc > {gap:g}")
+        return count(
+            (heads.s_acc - heads.l_acc > gap).sum(), len(heads), f"successful heads with s_acc - l_acc > {gap:g}"
+        )
+
     return measure
 
 
@@ -340,6 +387,7 @@ def _w01_heads(f: float, floor: float) -> Callable[[pd.DataFrame], Outcome]:
     def measure(t: pd.DataFrame) -> Outcome:
         heads = _heads(t, floor)
         return count(((heads.w01 > 1 / f) & (heads.w01 < f)).sum(), len(heads), "successful heads")
+
     return measure
 
 
@@ -347,21 +395,28 @@ def _w02_heads(cut: float, floor: float) -> Callable[[pd.DataFrame], Outcome]:
     def measure(t: pd.DataFrame) -> Outcome:
         heads = _heads(t, floor)
         return count((heads.w02 > cut).sum(), len(heads), "successful heads")
+
     return measure
 
 
 def _biased(k: float, floor: float | None) -> Callable[[pd.DataFrame], Outcome]:
     def measure(t: pd.DataFrame) -> Outcome:
         heads = _heads(t, floor)
-        return count((heads.bias_45.abs() > heads.signal_45.abs() / k).sum(), len(heads),
-                     "successful heads" if floor is not None else "heads")
+        return count(
+            (heads.bias_45.abs() > heads.signal_45.abs() / k).sum(),
+            len(heads),
+            "successful heads" if floor is not None else "heads",
+        )
+
     return measure
 
 
 def _kept(share: float = 0.9) -> Callable[[pd.DataFrame], Outcome]:
     """Primary models that keep the 4/5 order from '=' to the answer in >= `share` of the strings of each answer."""
+
     def measure(t: pd.DataFrame) -> Outcome:
         return count((_primary(t).kept_45_min >= share).sum(), len(_primary(t)), "models")
+
     return measure
 
 
@@ -373,32 +428,44 @@ def _mean_order_shipped(t: pd.DataFrame) -> Outcome:
         rows = t[t["true answer"].astype(str) == answer].set_index("position")
         at = [rows.loc[p, "mean logit 5"] > rows.loc[p, "mean logit 4"] for p in rows.index]
         kept += len(set(at)) == 1
-    return count(kept, 2, "answers keep the order of the mean '4' and '5' logits from '=' to the answer (shipped model)")
+    return count(
+        kept, 2, "answers keep the order of the mean '4' and '5' logits from '=' to the answer (shipped model)"
+    )
 
 
 def _tip(rows: pd.DataFrame) -> Outcome:
     rows = _primary(rows)
     top = int((rows.eq_answer_top.astype(bool) & rows.ans_eos_top.astype(bool)).sum())
     implied = bool(len(rows)) and bool((rows.both_acc >= 0.99).all())
-    return count(top, len(rows), "models: answer on top at '=', [EOS] on top at the answer",
-                 "implied by accuracy: every model has answer and [EOS] accuracy >= 0.99" if implied else None)
+    return count(
+        top,
+        len(rows),
+        "models: answer on top at '=', [EOS] on top at the answer",
+        "implied by accuracy: every model has answer and [EOS] accuracy >= 0.99" if implied else None,
+    )
 
 
 def _noise_outcome(quiet_sum: float, q: int, noisy_sum: float, n: int, cut: float = 3) -> Outcome:
     """quiet - noisy mean s_acc; not testable where either group of heads is empty."""
     if not q or not n:
-        return Outcome(f"{q} heads with w02 > 10, {n} with w02 < {cut:g}",
-                       untestable=f"no head with {'w02 > 10' if not q else f'w02 < {cut:g}'}: nothing to compare")
+        return Outcome(
+            f"{q} heads with w02 > 10, {n} with w02 < {cut:g}",
+            untestable=f"no head with {'w02 > 10' if not q else f'w02 < {cut:g}'}: nothing to compare",
+        )
     quiet, noisy = quiet_sum / q, noisy_sum / n
-    return Outcome(f"mean s_acc {quiet:.3f} over {q} heads with w02 > 10 against {noisy:.3f} over {n} with w02 < {cut:g}",
-                   value=quiet - noisy)
+    return Outcome(
+        f"mean s_acc {quiet:.3f} over {q} heads with w02 > 10 against {noisy:.3f} over {n} with w02 < {cut:g}",
+        value=quiet - noisy,
+    )
 
 
 def _noise_heads(cut: float = 3) -> Callable[[pd.DataFrame], Outcome]:
     """Heads that largely ignore '2' (w02 > 10) against heads that give it significant attention (w02 < cut)."""
+
     def measure(heads: pd.DataFrame) -> Outcome:
         quiet, noisy = heads[heads.w02 > 10], heads[heads.w02 < cut]
         return _noise_outcome(quiet.s_acc.sum(), len(quiet), noisy.s_acc.sum(), len(noisy), cut)
+
     return measure
 
 
@@ -412,8 +479,11 @@ def _shared_favourite(t: pd.DataFrame, shape: str, want: bool) -> Outcome:
     rows = t[t["shape"] == shape]
     shared = rows.orderings.map(_same_first) if len(rows) else pd.Series(dtype=bool)
     passed = int(shared.sum()) if want else int((~shared.astype(bool)).sum())
-    return count(passed, len(rows), "models whose heads share their first token" if want else "models whose heads "
-                 "put different tokens first")
+    return count(
+        passed,
+        len(rows),
+        "models whose heads share their first token" if want else "models whose heads put different tokens first",
+    )
 
 
 def _runs(t: pd.DataFrame, n_heads: int, d_head: int | None = None, floor: float | None = SOLVED) -> pd.DataFrame:
@@ -431,12 +501,18 @@ def _covered(column: str, floor: float = SOLVED) -> Callable[[pd.DataFrame], Out
     """(model, pair of distinct signal tokens) of solved 2-head, d_head 5 runs in which the two heads prefer
     different tokens of the pair (`pairs_covered`), and also give them more than 90% of the pair's attention
     (`pairs_covered_fully`)."""
+
     def measure(t: pd.DataFrame) -> Outcome:
         if column not in t:
             return Outcome("not measured", untestable="not measured in this table")
         rows = _runs(t, 2, 5, floor)
-        return count(rows[column].sum(), 6 * len(rows), "(model, pair of distinct signal tokens)",
-                     None if len(rows) else "no model of this shape learnt the task")
+        return count(
+            rows[column].sum(),
+            6 * len(rows),
+            "(model, pair of distinct signal tokens)",
+            None if len(rows) else "no model of this shape learnt the task",
+        )
+
     return measure
 
 
@@ -445,33 +521,49 @@ def _covered_given_reversed(t: pd.DataFrame) -> Outcome:
     of orderings prefers different tokens of every pair), so it cannot fail."""
     rows = _runs(t, 2, 5)
     rows = rows[rows.relation == "reversed"]
-    return count(rows.pairs_covered.sum() if "pairs_covered" in rows else 0, 6 * len(rows), "(model, pair)",
-                 "implied by the orderings: two exactly reversed orderings prefer different tokens of every pair")
+    return count(
+        rows.pairs_covered.sum() if "pairs_covered" in rows else 0,
+        6 * len(rows),
+        "(model, pair)",
+        "implied by the orderings: two exactly reversed orderings prefer different tokens of every pair",
+    )
 
 
 def _least_favourite(floor: float = SOLVED, d_head: int = 5) -> Callable[[pd.DataFrame], Outcome]:
     """Heads of solved 2-head runs whose own OV effect, attending to their least favourite token x (an (x, x)
     context), ranks the completion of (x, x) first (`least_favourite_alone`)."""
+
     def measure(t: pd.DataFrame) -> Outcome:
         if "least_favourite_alone" not in t:
             return Outcome("not measured", untestable="not measured in this table")
         rows = _runs(t, 2, d_head, floor)
-        return count(rows.least_favourite_alone.sum(), 2 * len(rows), "heads guess the (x, x) answer alone",
-                     None if len(rows) else "no model of this shape learnt the task")
+        return count(
+            rows.least_favourite_alone.sum(),
+            2 * len(rows),
+            "heads guess the (x, x) answer alone",
+            None if len(rows) else "no model of this shape learnt the task",
+        )
+
     return measure
 
 
 def _orthogonal(ceiling: float = 0.3, floor: float = SOLVED) -> Callable[[pd.DataFrame], Outcome]:
     """Solved runs with d_head >= 4 (room for the 4 signal tokens) whose every head stores the 4 signal tokens'
     value vectors with pairwise |cos| < ceiling (`value_cos_max`)."""
+
     def measure(t: pd.DataFrame) -> Outcome:
         if "value_cos_max" not in t:
             return Outcome("not measured", untestable="not measured in this table")
         rows = t[(t.d_head >= 4) & (t.signal_acc >= floor)]
         low = t[t.d_head <= 2]
-        return count((rows.value_cos_max < ceiling).sum(), len(rows), f"solved runs with d_head >= 4 store the signal "
-                     f"tokens with every |cos| < {ceiling:g} (median max |cos| {rows.value_cos_max.median():.2f}; at "
-                     f"d_head <= 2 {low.value_cos_max.median():.2f})")
+        return count(
+            (rows.value_cos_max < ceiling).sum(),
+            len(rows),
+            f"solved runs with d_head >= 4 store the signal "
+            f"tokens with every |cos| < {ceiling:g} (median max |cos| {rows.value_cos_max.median():.2f}; at "
+            f"d_head <= 2 {low.value_cos_max.median():.2f})",
+        )
+
     return measure
 
 
@@ -480,13 +572,16 @@ def _smallest_d_head(t: pd.DataFrame, need: str) -> dict[int, float]:
     exactly (signal_all)}, nan where no d_head does."""
     rule = {"every": lambda s: s.all(), "most": lambda s: s.mean() > 0.5, "some": lambda s: s.any()}[need]
     ok = t.groupby(["n_heads", "d_head"]).signal_all.apply(lambda s: rule(s.astype(bool)))
-    return {int(h): float(min((d for (hh, d), v in ok.items() if hh == h and v), default=float("nan")))
-            for h in sorted(t.n_heads.unique())}
+    return {
+        int(h): float(min((d for (hh, d), v in ok.items() if hh == h and v), default=float("nan")))
+        for h in sorted(t.n_heads.unique())
+    }
 
 
 def _tradeoff(need: str = "every") -> Callable[[pd.DataFrame], Outcome]:
     """Value 1 when the smallest solving d_head never rises with n_heads and falls from 1 head to the most
     heads tried: more heads need fewer dimensions per head."""
+
     def measure(t: pd.DataFrame) -> Outcome:
         smallest = _smallest_d_head(t, need)
         values = list(smallest.values())
@@ -495,6 +590,7 @@ def _tradeoff(need: str = "every") -> Callable[[pd.DataFrame], Outcome]:
         ok = all(b <= a for a, b in zip(values, values[1:])) and values[-1] < values[0]
         text = ", ".join(f"{h} heads: d_head {int(d)}" for h, d in smallest.items())
         return Outcome(f"smallest d_head at which {need} seed solves: {text}", value=float(ok))
+
     return measure
 
 
@@ -503,16 +599,22 @@ def _partly_equal(t: pd.DataFrame) -> Outcome:
     (Kendall tau >= 0: the heads agree on more pairs than they reverse)."""
     rows = t[(t.n_heads == 2) & (t.d_head >= 3)]
     low = t[(t.n_heads == 2) & (t.d_head < 3)]
-    return count((rows.relation != "partly equal").sum(), len(rows), "2-head runs with d_head >= 3 not partly equal "
-                 f"(d_head < 3: {int((low.relation == 'partly equal').sum())}/{len(low)} partly equal)")
+    return count(
+        (rows.relation != "partly equal").sum(),
+        len(rows),
+        "2-head runs with d_head >= 3 not partly equal "
+        f"(d_head < 3: {int((low.relation == 'partly equal').sum())}/{len(low)} partly equal)",
+    )
 
 
 def _contexts(passed: str, units: str) -> Callable[[pd.DataFrame], Outcome]:
     """Contexts of cooperation.md's 2-head, d_head 5 seeds (skip_pair_contexts) where column `passed` holds, of
     those counted by column `units`."""
+
     def measure(t: pd.DataFrame) -> Outcome:
         t = t[(t.d_head == 5) & t.seed.notna()]
         return count(t[passed].sum(), t[units].sum(), "contexts")
+
     return measure
 
 
@@ -521,17 +623,27 @@ def _ensemble(key: str, how: str) -> Callable[[pd.DataFrame], Outcome]:
     active heads are redundant; R3 every pair of active heads is redundant. Under the reading family a model
     whose word (R1), or most of whose active pairs (R2, R3), the readings leave undetermined cannot show
     either way: it is left out, and where every model is, the reading is not testable here."""
+
     def measure(t: pd.DataFrame) -> Outcome:
         t = t[t.how == how]
         if how == "family":
             n = len(t)
             t = t[t.mechanism != "undetermined"] if key == "R1" else t[t.conflicting <= t.active_pairs / 2]
             if not len(t):
-                return count(0, 0, "models", untestable=f"the reading family leaves all {n} models undetermined "
-                             "(the readings disagree; cooperation.md section 1 names what flips each)")
-        ok = {"R1": t.mechanism == "redundant", "R2": t.redundant_share > 0.5,
-              "R3": (t.redundant == t.active_pairs) & (t.active_pairs > 0)}[key]
+                return count(
+                    0,
+                    0,
+                    "models",
+                    untestable=f"the reading family leaves all {n} models undetermined "
+                    "(the readings disagree; cooperation.md section 1 names what flips each)",
+                )
+        ok = {
+            "R1": t.mechanism == "redundant",
+            "R2": t.redundant_share > 0.5,
+            "R3": (t.redundant == t.active_pairs) & (t.active_pairs > 0),
+        }[key]
         return count(ok.sum(), len(t), "models")
+
     return measure
 
 
@@ -555,6 +667,7 @@ def _same_function(t: pd.DataFrame) -> Outcome:
 def _superposed(which: str, how: str) -> Callable[[pd.DataFrame], Outcome]:
     """hc.cooperation's pair verdict is "superposition": for the shipped d_head 5 model (its row is the default
     call the page's answer reads: the word, and the favoured word's share of the votes), or per d_head 5 seed."""
+
     def measure(t: pd.DataFrame) -> Outcome:
         t = t[(t.d_head == 5) & (t.how == how)]
         t = t[t.seed.isna()] if which == "shipped" else t[t.seed.notna()]
@@ -569,8 +682,13 @@ def _superposed(which: str, how: str) -> Callable[[pd.DataFrame], Outcome]:
                         "of votes; a word needs 90%)"  # fmt: skip
             return Outcome(text, passed, 1, untestable=undecided if row.mechanism == "undetermined" else None)
         what = "shipped d_head 5 model" if which == "shipped" else "d_head 5 seeds"
-        return Outcome(f"{passed}/{len(t)} {what} (verdicts: "
-                       f"{', '.join(f'{n} {m}' for m, n in t.mechanism.value_counts().items())})", passed, len(t))
+        return Outcome(
+            f"{passed}/{len(t)} {what} (verdicts: "
+            f"{', '.join(f'{n} {m}' for m, n in t.mechanism.value_counts().items())})",
+            passed,
+            len(t),
+        )
+
     return measure
 
 
@@ -1018,51 +1136,80 @@ REGISTRY: tuple[ClaimEntry, ...] = (
 )  # fmt: skip
 
 # The readings of one claim that share its form but are read as another form, for contrast
-FORM_OF_READING = {("perfect", "every seed"): "universal", ("only_correct", "most qualifying pair types"): "typical",
-                   ("split", "seen at d_head 1 (existence)"): "existence",
-                   ("split", "seen at d_head 1, whole orderings (existence)"): "existence",
-                   ("superpose", "most d_head 5 seeds, reading family"): "typical",
-                   ("one_head", "every d_head >= 4 tried"): "universal", ("one_head", "every seed with d_head >= 4"): "universal",
-                   ("exploit", "most successful heads under-read"): "typical",
-                   ("least_favourite", "most heads, d_head 5"): "typical",
-                   ("orthogonal", "most solved runs with d_head >= 4"): "typical",
-                   ("split", "seen at d_head < 3, ordering level (existence)"): "existence"}
+FORM_OF_READING = {
+    ("perfect", "every seed"): "universal",
+    ("only_correct", "most qualifying pair types"): "typical",
+    ("split", "seen at d_head 1 (existence)"): "existence",
+    ("split", "seen at d_head 1, whole orderings (existence)"): "existence",
+    ("superpose", "most d_head 5 seeds, reading family"): "typical",
+    ("one_head", "every d_head >= 4 tried"): "universal",
+    ("one_head", "every seed with d_head >= 4"): "universal",
+    ("exploit", "most successful heads under-read"): "typical",
+    ("least_favourite", "most heads, d_head 5"): "typical",
+    ("orthogonal", "most solved runs with d_head >= 4"): "typical",
+    ("split", "seen at d_head < 3, ordering level (existence)"): "existence",
+}
 
 # Claims with no verdict, and why (issue 24, item 5)
 UNTESTED: tuple[tuple[str, str, str], ...] = (
-    ("Head performance on the Count01 task is primarily determined by attention patterns, with value feature "
-     "vectors playing a minor role.", "count01-paper-abstract.md",
-     "not measured: it needs an intervention that swaps value vectors between heads at fixed attention, not yet in the grid"),
-    ("Instead, we claim there is an analogous force pushing the model toward adopting a distributed "
-     "representation/head superposition", POST, "a thesis about training pressure, not a measurable property "
-     "of one model; out of reach of this grid"),
-    ("When the head attends to its “favourite” token (“2” and “1” respectively), it implicitly has no information "
-     "about the other position, and so writes roughly uniformly to the logits of all possible completions.", POST,
-     "not in the grid; skip_pair.md section 3 shows each head's OV effect per attended token, from which it could "
-     "be read (the spread of the favourite token's row), but no rule is fixed for \"roughly uniformly\""),
-    ("This seems to be a common property of attention patterns in real-model heads as well.", POST,
-     "about real models; every model here is a toy model of the two tasks"),
-    ("but potentially more complicated arrangements work in larger models", POST,
-     "a hedge (\"potentially\") with no arrangement named; skip_pair.md's 3- and 4-head runs have orderings "
-     "(runs.csv) but no rule says what an arrangement that works is"),
-    ("the output layer has not learned to exploit it (due to bias misalignment with syntactic task)", SUMMARY,
-     "the descriptive half (successful heads read below what they separate) is the row \"the model doesn't fully "
-     "exploit these successful heads individually\"; the causal half needs the same models trained without the "
-     "syntactic task ([EOS]) to compare their heads' bias and readout, and hc.Count01 has no such option and no run "
-     "here trains one"),
-    ("The split attention mechanism we stumbled upon for d_head < 3 are much harder to parse, and may rely on more "
-     "complicated context-specific solutions.", POST, "a hedge (\"may rely\") with no definition of a "
-     "context-specific solution; the split itself is the \"split attention\" row, measured pair by pair and "
-     "ordering by ordering"),
-    ("There is also the possibility that superposition is happening both in the n_head dimension and per head in "
-     "the d_head dimension.", POST, "a possibility the post names and does not test. It decides how d_head 1 is read "
-     "(skip_pair.md, definitions): hc.cooperation's word superposition is the post's \"hierarchical\" kind, across "
-     "heads, and needs each head to write several completions through a map of rank >= 2; a d_head 1 head has rank 1 "
-     "by construction, so its pairs are *not testable* for it. \"bottleneck superposition\", several tokens "
-     "per head dimension, holds at d_head 1 by counting alone (4 signal tokens through 1 dimension) and so could "
-     "not come out otherwise: no rule here tests it"),
+    (
+        "Head performance on the Count01 task is primarily determined by attention patterns, with value feature "
+        "vectors playing a minor role.",
+        "count01-paper-abstract.md",
+        "not measured: it needs an intervention that swaps value vectors between heads at fixed attention, not yet in the grid",
+    ),
+    (
+        "Instead, we claim there is an analogous force pushing the model toward adopting a distributed "
+        "representation/head superposition",
+        POST,
+        "a thesis about training pressure, not a measurable property of one model; out of reach of this grid",
+    ),
+    (
+        "When the head attends to its “favourite” token (“2” and “1” respectively), it implicitly has no information "
+        "about the other position, and so writes roughly uniformly to the logits of all possible completions.",
+        POST,
+        "not in the grid; skip_pair.md section 3 shows each head's OV effect per attended token, from which it could "
+        'be read (the spread of the favourite token\'s row), but no rule is fixed for "roughly uniformly"',
+    ),
+    (
+        "This seems to be a common property of attention patterns in real-model heads as well.",
+        POST,
+        "about real models; every model here is a toy model of the two tasks",
+    ),
+    (
+        "but potentially more complicated arrangements work in larger models",
+        POST,
+        'a hedge ("potentially") with no arrangement named; skip_pair.md\'s 3- and 4-head runs have orderings '
+        "(runs.csv) but no rule says what an arrangement that works is",
+    ),
+    (
+        "the output layer has not learned to exploit it (due to bias misalignment with syntactic task)",
+        SUMMARY,
+        "the descriptive half (successful heads read below what they separate) is the row \"the model doesn't fully "
+        'exploit these successful heads individually"; the causal half needs the same models trained without the '
+        "syntactic task ([EOS]) to compare their heads' bias and readout, and hc.Count01 has no such option and no run "
+        "here trains one",
+    ),
+    (
+        "The split attention mechanism we stumbled upon for d_head < 3 are much harder to parse, and may rely on more "
+        "complicated context-specific solutions.",
+        POST,
+        'a hedge ("may rely") with no definition of a '
+        'context-specific solution; the split itself is the "split attention" row, measured pair by pair and '
+        "ordering by ordering",
+    ),
+    (
+        "There is also the possibility that superposition is happening both in the n_head dimension and per head in "
+        "the d_head dimension.",
+        POST,
+        "a possibility the post names and does not test. It decides how d_head 1 is read "
+        "(skip_pair.md, definitions): hc.cooperation's word superposition is the post's \"hierarchical\" kind, across "
+        "heads, and needs each head to write several completions through a map of rank >= 2; a d_head 1 head has rank 1 "
+        'by construction, so its pairs are *not testable* for it. "bottleneck superposition", several tokens '
+        "per head dimension, holds at d_head 1 by counting alone (4 signal tokens through 1 dimension) and so could "
+        "not come out otherwise: no rule here tests it",
+    ),
 )
-
 
 
 # The same claims said again elsewhere in the sources (summary sections, the abstract's key results, the post's key

@@ -45,7 +45,9 @@ def same_call(results: Path) -> list[str]:
     for row in answer.itertuples():
         other = mech[mech.seed.isna() & (mech.d_head == row.d_head) & (mech.how == "family")]
         if len(other) != 1:
-            out.append(f"skip_pair_mechanisms.csv has {len(other)} family rows for the shipped d_head {row.d_head} model")
+            out.append(
+                f"skip_pair_mechanisms.csv has {len(other)} family rows for the shipped d_head {row.d_head} model"
+            )
             continue
         o = other.iloc[0]
         for column in ("mechanism", "agreement", "favoured", "favoured_share"):
@@ -124,7 +126,7 @@ def numbers_on_page(page: Path) -> list[str]:
         shown = [float(x) for x in re.findall(r"(?<![\w.])[+-]?\d+\.\d+(?:e[+-]?\d+)?", section)]  # decimals only
         shown += [float(x) / 100 for x in re.findall(r"(?<![\w.])([+-]?\d+(?:\.\d+)?)%", section)]
         for written, value, decimals in _numbers(found.group(2)):
-            tol = 0.5 * 10 ** -decimals + 1e-12
+            tol = 0.5 * 10**-decimals + 1e-12
             if not any(abs(v - value) <= tol for v in shown):
                 out.append(f"{page.name}: '{found.group(1)}' quotes {written}, which no table or text of its evidence "
                            f"section (#{found.group(3)}) holds")  # fmt: skip

@@ -1,6 +1,6 @@
 """Regenerate the checkpoints shipped in headcoop/checkpoints/ (deterministic on CPU).
 
-    python -m experiments.train_shipped [--only count01 skip-pair skip-pair-dhead1]
+python -m experiments.train_shipped [--only count01 skip-pair skip-pair-dhead1]
 """
 
 from __future__ import annotations

@@ -74,9 +74,21 @@ _LAZY = {
 }
 
 
+TL_MISSING = (
+    "headcoop needs TransformerLens, which is not installed: pip install 'transformer-lens>=3.5,<4' "
+    "(3.x runs the toy tasks; 4.x runs every analysis on a TransformerBridge)"
+)
+
+
 def __getattr__(name: str):
     if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
+        try:
+            module = importlib.import_module(_LAZY[name])
+        except ModuleNotFoundError as err:  # whichever module imported it first, the fix is named
+            if (err.name or "").split(".")[0] == "transformer_lens":
+                raise ImportError(TL_MISSING) from None
+            raise
+        value = getattr(module, name)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'headcoop' has no attribute {name!r}")

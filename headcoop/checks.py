@@ -110,7 +110,9 @@ def check_time_budget(name: str, value) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a number of seconds (0 or None: no limit), got {value!r} ({type(value).__name__})")
+        raise TypeError(
+            f"{name} must be a number of seconds (0 or None: no limit), got {value!r} ({type(value).__name__})"
+        )
     if not math.isfinite(float(value)) or value < 0:
         raise ValueError(f"{name} must be 0 (no limit) or more seconds (a finite number), got {value!r}")
     return None if value == 0 else float(value)
@@ -217,7 +219,12 @@ def has_hooks(module: nn.Module) -> bool:
 def global_hooks() -> list[str]:
     """The global module hooks of torch.nn that are set, by name."""
     glob = nn.modules.module
-    attrs = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks", "_global_backward_pre_hooks")
+    attrs = (
+        "_global_forward_hooks",
+        "_global_forward_pre_hooks",
+        "_global_backward_hooks",
+        "_global_backward_pre_hooks",
+    )
     return [f"torch.nn global {attr.strip('_')}" for attr in attrs if getattr(glob, attr, None)]
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import math
 import json
+import math
 import re
 import sys
 import warnings
@@ -318,20 +318,43 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--out", default="report.html", help="the HTML file to write (default report.html)")
     report.add_argument("--examples", type=int, default=3, help="inputs shown in the attention views (default 3)")
     report.add_argument("--no-progress", action="store_true", help="no progress bar")
-    report.add_argument("--prompts", metavar="FILE", help="JSON file of clean/corrupt prompts, answer, wrong "
-                        "(and labels): the contrast task the report uses (see headcoop.storage.foreign)")
-    report.add_argument("--tokenizer", metavar="FILE", help="tokenizer.json that encodes text prompts "
-                        "(default: the model folder's tokenizer.json)")
-    report.add_argument("--heads", nargs="+", metavar="HEAD", help="the heads the per-head sections cover, "
-                        "e.g. L0H1 L5H3 (default every head)")
-    report.add_argument("--sections", nargs="+", metavar="SECTION", help="only these sections, e.g. overview "
-                        "heads patching (default all: overview accuracy heads <the task's own> attention patching "
-                        "dla cooperation circuits)")
-    report.add_argument("--budget", type=float, default=60.0, metavar="SECONDS", help="time budget: analyses "
-                        "predicted to overrun it are left out, and the page says how to run them (default 60; 0: "
-                        "no limit)")
-    report.add_argument("--device", default=None, help="where the model runs: cpu, cuda, cuda:1 (default: where "
-                        "it loads)")
+    report.add_argument(
+        "--prompts",
+        metavar="FILE",
+        help="JSON file of clean/corrupt prompts, answer, wrong "
+        "(and labels): the contrast task the report uses (see headcoop.storage.foreign)",
+    )
+    report.add_argument(
+        "--tokenizer",
+        metavar="FILE",
+        help="tokenizer.json that encodes text prompts (default: the model folder's tokenizer.json)",
+    )
+    report.add_argument(
+        "--heads",
+        nargs="+",
+        metavar="HEAD",
+        help="the heads the per-head sections cover, e.g. L0H1 L5H3 (default every head)",
+    )
+    report.add_argument(
+        "--sections",
+        nargs="+",
+        metavar="SECTION",
+        help="only these sections, e.g. overview "
+        "heads patching (default all: overview accuracy heads <the task's own> attention patching "
+        "dla cooperation circuits)",
+    )
+    report.add_argument(
+        "--budget",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="time budget: analyses "
+        "predicted to overrun it are left out, and the page says how to run them (default 60; 0: "
+        "no limit)",
+    )
+    report.add_argument(
+        "--device", default=None, help="where the model runs: cpu, cuda, cuda:1 (default: where it loads)"
+    )
     report.set_defaults(func=cmd_report)
     return parser
 

@@ -23,15 +23,23 @@ def tokenizer():
     vocab = {f"w{i}": i for i in range(VOCAB - 1)} | {"<unk>": VOCAB - 1}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="w0", eos_token="w0", pad_token="w0")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="<unk>", bos_token="w0", eos_token="w0", pad_token="w0"
+    )
 
 
 def hf_model(shape: str, seed: int = 0):
     """A small causal LM of one of SHAPES: GPT-2 (LayerNorm, learned positions), Llama (RMSNorm, rotary,
     grouped-query: 4 query heads over 2 key/value heads, gated MLP), GPT-NeoX/Pythia (parallel attention and
     MLP, rotary on a quarter of each head)."""
-    from transformers import (GPT2Config, GPT2LMHeadModel, GPTNeoXConfig, GPTNeoXForCausalLM, LlamaConfig,
-                              LlamaForCausalLM)  # fmt: skip
+    from transformers import (
+        GPT2Config,
+        GPT2LMHeadModel,
+        GPTNeoXConfig,
+        GPTNeoXForCausalLM,
+        LlamaConfig,
+        LlamaForCausalLM,  # fmt: skip
+    )
 
     torch.manual_seed(seed)
     if shape == "gpt2":
@@ -70,7 +78,9 @@ def _more(shape: str):
     import transformers as t
 
     common = dict(vocab_size=VOCAB, bos_token_id=0, eos_token_id=0, pad_token_id=0)
-    small = dict(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4, max_position_embeddings=N_CTX)
+    small = dict(
+        num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4, max_position_embeddings=N_CTX
+    )
     if shape == "qwen2":
         return t.Qwen2ForCausalLM(t.Qwen2Config(**small, num_key_value_heads=2, **common))
     if shape == "qwen3":

@@ -13,8 +13,8 @@ for _folder in sorted(Path(__file__).parent.glob("analysis/*")):
 
 os.environ["HEADCOOP_PROGRESS"] = "0"  # no progress bars or estimates in tests (subprocesses inherit it)
 
-import pytest
-import torch
+import pytest  # noqa: E402  (after HEADCOOP_PROGRESS is set: subprocesses and imports read it)
+import torch  # noqa: E402
 
 warnings.filterwarnings("ignore", message="HookedTransformer is deprecated", category=DeprecationWarning)
 
@@ -38,6 +38,8 @@ def pytest_runtest_makereport(item, call):
     if (call.when == "call" and report.passed and item.get_closest_marker("slow") is None
             and call.duration > FAST_LIMIT_S):  # fmt: skip
         report.outcome = "failed"
-        report.longrepr = (f"{item.nodeid} took {call.duration:.1f} s, over the fast tier's {FAST_LIMIT_S:g} s "
-                           "(HEADCOOP_FAST_LIMIT_S): mark it @pytest.mark.slow or make it faster")
+        report.longrepr = (
+            f"{item.nodeid} took {call.duration:.1f} s, over the fast tier's {FAST_LIMIT_S:g} s "
+            "(HEADCOOP_FAST_LIMIT_S): mark it @pytest.mark.slow or make it faster"
+        )
     return report

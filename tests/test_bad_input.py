@@ -113,7 +113,7 @@ def test_training_settings(kwargs, error, message):
 @pytest.mark.parametrize("n, error", [(2.5, TypeError), (0, ValueError), ("8", TypeError), (10**9, ValueError)])
 def test_sample_sizes(n, error):
     for task in (hc.Count01(), hc.SkipPair()):
-        with pytest.raises(error, match="n="if n == 10**9 else "n must be"):
+        with pytest.raises(error, match="n=" if n == 10**9 else "n must be"):
             task.sample(n)
 
 
@@ -257,8 +257,25 @@ def test_train_many_is_bit_identical_at_two_threads(two_threads):
         (["train", "count01", "--lr", "inf", "--out", "{new}"], "lr must be finite"),
         (["train", "count01", "--seed", "-1", "--out", "{new}"], "seed must be in"),
         (["train", "count01", "--heads", "0", "--out", "{new}"], "--heads must be >= 1"),
-        (["train", "count01", "--lr", "1e12", "--steps", "40", "--heads", "2", "--d-model", "4", "--batch-size", "8",
-          "--out", "{new}"], "training diverged"),
+        (
+            [
+                "train",
+                "count01",
+                "--lr",
+                "1e12",
+                "--steps",
+                "40",
+                "--heads",
+                "2",
+                "--d-model",
+                "4",
+                "--batch-size",
+                "8",
+                "--out",
+                "{new}",
+            ],
+            "training diverged",
+        ),
         (["report", "count01", "--out", "{project}"], "is a folder"),
         (["report", "count01", "--out", ""], "--out is empty"),
         (["report", "count01", "--out", "{file}/r.html"], "is a file, not a folder"),
@@ -290,19 +307,29 @@ def _catalogue(model, batch):
         (lambda: hc.patch(model, layer=1.0), TypeError, "layer must be an int, got 1.0"),
         (lambda: hc.patch(model, memory_budget_mb="big"), TypeError, "memory_budget_mb must be a number"),
         (lambda: hc.patch(model, head_local="no"), TypeError, "head_local must be True or False"),
-        (lambda: hc.patch(model, clean={"a": 1}, corrupt={"a": 1}, metric=lambda x: x.mean()), TypeError,
-         "tokens must be a Batch, text"),
+        (
+            lambda: hc.patch(model, clean={"a": 1}, corrupt={"a": 1}, metric=lambda x: x.mean()),
+            TypeError,
+            "tokens must be a Batch, text",
+        ),
         (lambda: hc.train("count01", model), TypeError, "task must be a headcoop Task"),
         (lambda: hc.train(task, "count01"), TypeError, "hc.train needs a HookedTransformer, got str"),
-        (lambda: hc.train_many(task, [TINY], progress="yes", **{k: v for k, v in FAST.items() if k != "progress"}),
-         TypeError, "progress must be True, False or a tqdm bar"),
+        (
+            lambda: hc.train_many(task, [TINY], progress="yes", **{k: v for k, v in FAST.items() if k != "progress"}),
+            TypeError,
+            "progress must be True, False or a tqdm bar",
+        ),
         (lambda: hc.sweep(task, {"n_heads": [1]}, [0], "unused", poll_s=-1), ValueError, "poll_s must be > 0.0"),
         (lambda: hc.sweep(task, {"n_heads": [1]}, None, "unused"), TypeError, "seeds must be an int or a list"),
         (lambda: hc.load("count01", device="tpu"), ValueError, "unknown device 'tpu'"),
         (lambda: task.model(seed=0, device="tpu"), ValueError, "unknown device 'tpu'"),
         (lambda: task.corrupt("0121="), TypeError, "expects a Batch"),
         (lambda: hc.head_metrics(model, n=64, success_threshold=2), ValueError, "success_threshold must be <= 1.0"),
-        (lambda: hc.evaluate(hc.Count01().model(seed=0).__class__(hc.Count01().config())), ValueError, "carries no task"),
+        (
+            lambda: hc.evaluate(hc.Count01().model(seed=0).__class__(hc.Count01().config())),
+            ValueError,
+            "carries no task",
+        ),
         (lambda: hc.save("count01", "unused"), TypeError, "hc.save takes a HookedTransformer"),
     ]
 

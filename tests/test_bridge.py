@@ -108,7 +108,9 @@ def test_bridge_reference_path_and_stacked_path_agree(built, inputs, shape):
     clean, corrupt, answer, wrong = inputs
     metric = metric_of(answer, wrong)
     stacked = hc.patch(bridge, clean=clean, corrupt=corrupt, metric=metric, component="v", positions="each")
-    ref = hc.patch(bridge, clean=clean, corrupt=corrupt, metric=metric, component="v", positions="each", method="reference")
+    ref = hc.patch(
+        bridge, clean=clean, corrupt=corrupt, metric=metric, component="v", positions="each", method="reference"
+    )
     close(stacked.values, ref.values)
     assert ref.method.startswith("reference")
     with pytest.raises(ValueError, match="head-local"):

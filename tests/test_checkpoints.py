@@ -71,7 +71,10 @@ def test_damaged_weights_of_a_checkpoint_without_checksum(saved):
     del meta["weights_sha256"]
     (path / META).write_text(json.dumps(meta))
     (path / WEIGHTS).write_bytes(b"not a safetensors file")
-    with pytest.warns(UserWarning, match="no weights checksum"), pytest.raises(ValueError, match="damaged weights file"):
+    with (
+        pytest.warns(UserWarning, match="no weights checksum"),
+        pytest.raises(ValueError, match="damaged weights file"),
+    ):
         hc.load(path)
 
 
@@ -87,7 +90,10 @@ def test_config_that_does_not_match_weights(saved):
     meta = json.loads((path / META).read_text())
     meta["config"]["n_heads"] = 3
     (path / META).write_text(json.dumps(meta))
-    with pytest.raises(ValueError, match=r"do not match its config: the config says n_heads=3, but the weights' blocks.0.attn.W_Q gives 2"):
+    with pytest.raises(
+        ValueError,
+        match=r"do not match its config: the config says n_heads=3, but the weights' blocks.0.attn.W_Q gives 2",
+    ):
         hc.load(path)
 
 
@@ -152,7 +158,18 @@ def test_independent_skip_pair_contexts(name):
     model = hc.load(name)
     task = model.task
     rng = random.Random(7)
-    mapping = {(1, 1): 5, (1, 2): 9, (1, 3): 1, (1, 4): 3, (2, 2): 11, (2, 3): 6, (2, 4): 2, (3, 3): 7, (3, 4): 10, (4, 4): 4}
+    mapping = {
+        (1, 1): 5,
+        (1, 2): 9,
+        (1, 3): 1,
+        (1, 4): 3,
+        (2, 2): 11,
+        (2, 3): 6,
+        (2, 4): 2,
+        (3, 3): 7,
+        (3, 4): 10,
+        (4, 4): 4,
+    }
     rows, answers = [], []
     for (a, b), completion in mapping.items():
         for _ in range(60):

@@ -75,7 +75,9 @@ def test_biased_reads_successful_heads_where_failed_heads_pass_trivially():
     assert judge("typical", every, every.measure(heads)) == HOLDS  # 11 of 16
     assert judge("typical", successful, successful.measure(heads)) == FAILS  # 3 of 8
     assert successful.favoured and not every.favoured
-    loose = next(b for b in successful.bands if b.threshold.startswith("|bias")).at(10)  # a tenth of the signal: 3 of 8 still
+    loose = next(b for b in successful.bands if b.threshold.startswith("|bias")).at(
+        10
+    )  # a tenth of the signal: 3 of 8 still
     assert judge("typical", loose, loose.measure(heads)) == FAILS
 
 
@@ -144,7 +146,9 @@ def test_the_minimal_solution_exists_by_construction_or_by_training():
     trained = _reading("minimal", "a trained run")
     runs = pd.DataFrame(dict(kind=["minimal"] * 4 + ["primary"], both_acc=[0.2, 0.3, 0.995, 0.1, 1.0]))
     assert judge("existence", trained, trained.measure(runs)) == HOLDS
-    assert judge("existence", trained, trained.measure(runs.assign(both_acc=0.5))) == FAILS  # the primary run does not count
+    assert (
+        judge("existence", trained, trained.measure(runs.assign(both_acc=0.5))) == FAILS
+    )  # the primary run does not count
 
 
 def test_split_attention_at_the_level_of_whole_orderings():
@@ -153,11 +157,17 @@ def test_split_attention_at_the_level_of_whole_orderings():
     never5 = _reading("split", "never at d_head 5, whole orderings")
     seen1 = _reading("split", "seen at d_head 1, whole orderings (existence)")
     entry = _entry("split")
-    grid = pd.DataFrame({"shape": ["2 heads, d_head 5"] * 2 + ["2 heads, d_head 1"] * 2,
-                         "orderings": ["2>3>4>1 | 1>4>3>2", "3>2>4>1 | 1>2>4>3", "4>1>2>3 | 4>3>2>1", "1>2>3>4 | 4>3>2>1"]})
+    grid = pd.DataFrame(
+        {
+            "shape": ["2 heads, d_head 5"] * 2 + ["2 heads, d_head 1"] * 2,
+            "orderings": ["2>3>4>1 | 1>4>3>2", "3>2>4>1 | 1>2>4>3", "4>1>2>3 | 4>3>2>1", "1>2>3>4 | 4>3>2>1"],
+        }
+    )
     assert judge(claims.form_of(entry, never5), never5, never5.measure(grid)) == HOLDS
     assert judge(claims.form_of(entry, seen1), seen1, seen1.measure(grid)) == HOLDS
-    shared5 = grid.assign(orderings=["2>3>4>1 | 2>4>3>1", "3>2>4>1 | 1>2>4>3", "4>1>2>3 | 3>4>2>1", "1>2>3>4 | 4>3>2>1"])
+    shared5 = grid.assign(
+        orderings=["2>3>4>1 | 2>4>3>1", "3>2>4>1 | 1>2>4>3", "4>1>2>3 | 3>4>2>1", "1>2>3>4 | 4>3>2>1"]
+    )
     assert judge(claims.form_of(entry, never5), never5, never5.measure(shared5)) == FAILS
     assert judge(claims.form_of(entry, seen1), seen1, seen1.measure(shared5)) == FAILS
 
@@ -196,7 +206,8 @@ def test_a_page_reading_has_one_cell_and_missing_tables_are_not_testable(tmp_pat
     reading = entry.readings[0]
     mech = pd.DataFrame(dict(d_head=5, how="family", seed=[float("nan")], mechanism=["superposition"]))
     assert judge_cells({reading.table: mech}, entry, reading, ["default", "context 20"]) == {
-        ("default", PAGE): ("holds", "1/1 shipped d_head 5 model (verdicts: 1 superposition)")}
+        ("default", PAGE): ("holds", "1/1 shipped d_head 5 model (verdicts: 1 superposition)")
+    }
     assert judge_cells({}, entry, reading, ["default"])[("default", PAGE)][0] == UNTESTABLE
     # no tables at all: every reading of every claim is "not testable here", none holds or fails by default
     said = default_verdicts(tmp_path / "robustness", "skip_pair")
@@ -225,7 +236,7 @@ def test_no_two_pages_give_one_quote_two_verdicts():
     verdicts: dict[str, set] = {}
     for page in ("count01", "skip_pair", "cooperation"):
         text = (RESULTS / f"{page}.md").read_text(encoding="utf-8")
-        table = text[text.index("| section"):].split("\n\n")[0].splitlines()[2:]
+        table = text[text.index("| section") :].split("\n\n")[0].splitlines()[2:]
         for row in table:
             cells = [c.strip() for c in row.strip("|").split("|")]
             verdicts.setdefault(cells[1], set()).add(cells[-1])
@@ -277,8 +288,11 @@ def _summary_sentences() -> list[tuple[str, str]]:
             out += [(q, claims.SUMMARY) for q in re.findall(r'"([^"]+)"', line)]
     for heading in ("- Design tradeoffs:", "- Failure signatures:"):
         block = summary.split(heading, 1)[1].split("\n- ", 1)[0]
-        out += [(re.sub(r"^\*\*[^*]+\*\*: ", "", line.strip()[2:]), claims.SUMMARY)
-                for line in block.splitlines() if line.strip().startswith("- ")]
+        out += [
+            (re.sub(r"^\*\*[^*]+\*\*: ", "", line.strip()[2:]), claims.SUMMARY)
+            for line in block.splitlines()
+            if line.strip().startswith("- ")
+        ]
     abstract = (SEEDS / claims.ABSTRACT).read_text(encoding="utf-8")
     out.append((re.search(r"Our work presents evidence that ([^.]+)\.", abstract).group(1), claims.ABSTRACT))
     findings = abstract.split("Key Results — What are the main findings?", 1)[1].split("Significance", 1)[0]
@@ -303,12 +317,16 @@ def test_every_claim_of_the_summary_sections_has_a_row_or_a_reason():
     """Every sentence of the sources' summary sections (`_summary_sentences`) holds the quote of a registry row, of
     a sentence that row also judges (claims.ALSO), or of an entry of the "no rule measures this" table
     (claims.UNTESTED); a new claim sentence in the sources without one fails here."""
-    quotes = ([(e.quote, e.source) for e in claims.REGISTRY] + [(q, src) for said in claims.ALSO.values() for q, src in said]
-              + [(q, src) for q, src, _ in claims.UNTESTED])
+    quotes = (
+        [(e.quote, e.source) for e in claims.REGISTRY]
+        + [(q, src) for said in claims.ALSO.values() for q, src in said]
+        + [(q, src) for q, src, _ in claims.UNTESTED]
+    )
     sentences = _summary_sentences()
     assert len(sentences) >= 30  # the parse found the sections
-    missing = [s for s, source in sentences
-               if not any(_said(q) in s or s in _said(q) for q, src in quotes if src == source)]
+    missing = [
+        s for s, source in sentences if not any(_said(q) in s or s in _said(q) for q, src in quotes if src == source)
+    ]
     assert not missing, missing
 
 
@@ -337,8 +355,10 @@ def test_a_setup_that_flips_a_verdict_is_named_with_its_count():
     entry, reading = _entry("aggregate"), _entry("aggregate").readings[0]
     base = dict(kind="primary", steps=1000, model_answer_acc=1.0, model_eos_acc=1.0, zeroed_answer_acc=0.5,
                 uniform_whole_answer_acc=1.0, uniform_whole_eos_acc=1.0)  # fmt: skip
-    grid = pd.DataFrame([dict(base, variant="default", zeroed_eos_acc=1.0)] * 3
-                        + [dict(base, variant="heads-only readout", zeroed_eos_acc=0.0)] * 3)
+    grid = pd.DataFrame(
+        [dict(base, variant="default", zeroed_eos_acc=1.0)] * 3
+        + [dict(base, variant="heads-only readout", zeroed_eos_acc=0.0)] * 3
+    )
     said = flips({"grid": grid}, entry, reading, ["default", "heads-only readout"])
     assert len(said) == 1 and said[0].startswith("fails under heads-only readout (0/3 models lose accuracy")
 
@@ -369,7 +389,9 @@ def test_orthogonal_storage_and_the_tradeoff_can_hold_and_fail():
     assert judge("existence", some, some.measure(runs)) == HOLDS
     assert judge("existence", some, some.measure(runs.assign(value_cos_max=0.9))) == FAILS
     trade = _reading("tradeoff", "smallest d_head falls with n_heads, every seed")
-    grid = pd.DataFrame([dict(n_heads=h, d_head=d, seed=0, signal_all=d >= 5 - h) for h in (1, 2, 3, 4) for d in range(1, 7)])
+    grid = pd.DataFrame(
+        [dict(n_heads=h, d_head=d, seed=0, signal_all=d >= 5 - h) for h in (1, 2, 3, 4) for d in range(1, 7)]
+    )
     assert judge("comparison", trade, trade.measure(grid)) == HOLDS  # 1 head: d_head 4 ... 4 heads: d_head 1
     flat = grid.assign(signal_all=grid.d_head >= 2)
     assert judge("comparison", trade, trade.measure(flat)) == FAILS  # d_head 2 whatever the head count
@@ -395,4 +417,6 @@ def test_every_summary_verdict_says_what_flips_it_or_what_was_tried():
     for task in ("count01", "skip_pair"):
         for quote, said in default_verdicts(RESULTS / "robustness", task).items():
             entry = next(e for e in claims.REGISTRY if e.quote == quote)
-            assert len(re.findall(r"\[(flips: |default setup only; |no setup tried flips it; )", said)) == len(entry.readings), quote[:40]
+            assert len(re.findall(r"\[(flips: |default setup only; |no setup tried flips it; )", said)) == len(
+                entry.readings
+            ), quote[:40]

@@ -5,7 +5,6 @@ import json
 import pytest
 
 import headcoop as hc
-
 from headcoop.cli import main
 
 
@@ -18,7 +17,12 @@ def test_help_mentions_commands(capsys):
 
 def test_train_then_eval(tmp_path, capsys):
     out = tmp_path / "run"
-    assert main(["train", "count01", "--heads", "2", "--d-model", "4", "--d-head", "2", "--steps", "10", "--out", str(out)]) == 0
+    assert (
+        main(
+            ["train", "count01", "--heads", "2", "--d-model", "4", "--d-head", "2", "--steps", "10", "--out", str(out)]
+        )
+        == 0
+    )
     assert (out / "weights.safetensors").exists()
     capsys.readouterr()
     assert main(["eval", str(out), "--json"]) == 0
@@ -62,9 +66,9 @@ def test_report_checks_agree_with_the_code():
     """The command line's light copies of the report's sections and of the files that mark a model folder are
     those of the code they stand for."""
     from headcoop import cli
+    from headcoop.reporting.page import _sections
     from headcoop.storage.checkpoints import META
     from headcoop.storage.foreign import CONFIG
-    from headcoop.reporting.page import _sections
     from headcoop.studies import study_for
 
     assert (cli.META, cli.CONFIG) == (META, CONFIG)

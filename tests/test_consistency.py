@@ -114,8 +114,18 @@ def test_the_rest_of_the_answer_tables_is_reproduced_at_head():
                             progress=False)  # fmt: skip
     row = answer_row(result, model="shipped", layers=1, how="family")
     saved = pd.read_csv(RESULTS / "cooperation" / "count01_answer.csv").set_index("model").loc["shipped"]
-    for column in ("function_word", "deciding_heads", "edit_cos_min", "edit_one_direction", "same_word", "r_min",
-                   "mechanism", "agreement", "largest_matters_full_zero", "largest_matters_full_mean"):
+    for column in (
+        "function_word",
+        "deciding_heads",
+        "edit_cos_min",
+        "edit_one_direction",
+        "same_word",
+        "r_min",
+        "mechanism",
+        "agreement",
+        "largest_matters_full_zero",
+        "largest_matters_full_mean",
+    ):
         value, want = row[column], saved[column]
         if isinstance(value, str):
             assert value == want, (column, value, want)

@@ -28,7 +28,9 @@ def test_prompts_are_encoded_by_the_tokenizer(setup):
     assert task.corrupted.tokens[0].tolist() == tokenizer.encode(corrupt[0])
     assert task.clean.answer[0].item() == tokenizer.convert_tokens_to_ids(answer[0])
     assert task.decode(task.clean.tokens[0]) == clean[0]
-    assert (task.clean.answer_pos == 7).all() and torch.equal(task.corrupt(task.clean[:3]).tokens, task.corrupted.tokens[:3])
+    assert (task.clean.answer_pos == 7).all() and torch.equal(
+        task.corrupt(task.clean[:3]).tokens, task.corrupted.tokens[:3]
+    )
 
 
 def test_patch_defaults_match_transformer_lens(setup):

@@ -83,8 +83,12 @@ def reference(model, n=N, seed=SEED, l2=1e-3, test_fraction=0.25):
                 r02 = ((per[ZERO] + per[ONE]) / 2 / per[TWO])[has[ZERO] & has[ONE] & has[TWO]]
                 out.append(
                     dict(
-                        s_acc=s_acc, roc_auc=auc, l_acc=l_acc, bias_45=bias,
-                        w01=r01.log().mean().exp().item(), w02=r02.log().mean().exp().item(),
+                        s_acc=s_acc,
+                        roc_auc=auc,
+                        l_acc=l_acc,
+                        bias_45=bias,
+                        w01=r01.log().mean().exp().item(),
+                        w02=r02.log().mean().exp().item(),
                         readout_45=(a.W_O[h] @ direction).norm().item(),
                     )  # fmt: skip
                 )

@@ -22,8 +22,17 @@ def test_quick_run_writes_every_table_and_the_page(tmp_path):
         capture_output=True, text=True, timeout=1200, cwd=REPO,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    for name in ("count01_mechanisms", "count01_pairs", "count01_heads", "skip_pair_mechanisms", "skip_pair_contexts",
-                 "two_layer_mechanisms", "two_layer_heads", "two_layer_paths", "two_layer_composition"):
+    for name in (
+        "count01_mechanisms",
+        "count01_pairs",
+        "count01_heads",
+        "skip_pair_mechanisms",
+        "skip_pair_contexts",
+        "two_layer_mechanisms",
+        "two_layer_heads",
+        "two_layer_paths",
+        "two_layer_composition",
+    ):
         assert (tmp_path / "cooperation" / f"{name}.csv").exists(), name
     page = (tmp_path / "cooperation.md").read_text(encoding="utf-8")
     assert "## 1. Count01" in page and "## 3. Compete" in page and "## 4. Two layers" in page

@@ -19,7 +19,9 @@ FOLDER = REPO / "experiments" / "count01"
 RESULTS = REPO / "docs" / "results" / "count01"
 
 
-@pytest.mark.skipif(not (RESULTS / "shipped_heads.csv").exists(), reason="run python -m experiments.count01.run_all first")
+@pytest.mark.skipif(
+    not (RESULTS / "shipped_heads.csv").exists(), reason="run python -m experiments.count01.run_all first"
+)
 def test_notebook_executes_without_errors():
     nb = nbformat.read(FOLDER / "count01.ipynb", as_version=4)
     client = NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(FOLDER)}})
@@ -77,7 +79,9 @@ def test_doc_is_rendered_from_the_tables(tmp_path):
     assert written.read_text(encoding="utf-8") == (REPO / "docs" / "results" / "count01.md").read_text(encoding="utf-8")
 
 
-@pytest.mark.parametrize("options", [{}, {"positional": True}, {"readout": "heads"}, {"readout": "heads", "positional": True}])
+@pytest.mark.parametrize(
+    "options", [{}, {"positional": True}, {"readout": "heads"}, {"readout": "heads", "positional": True}]
+)
 def test_isolated_copy_starts_as_the_joint_models_head(options):
     """Table 1's one-head model computes, at initialisation, what head h contributes in the joint model plus the
     paths every forward pass has (embeddings, biases): so 'the same head' trained alone starts where it did."""

@@ -112,9 +112,14 @@ def test_registry_readings_judge_what_their_words_say():
     cells = judge_cells({"ensemble": ens}, entry["r"], value, ["default", "none"])
     assert cells[("default", "every training length")][0] == "holds"
     assert cells[("none", "every training length")][0] == "fails"
-    assert judge_cells({"ensemble": ens}, entry["r"], strong, ["default"])[("default", "every training length")][0] == "holds"
+    assert (
+        judge_cells({"ensemble": ens}, entry["r"], strong, ["default"])[("default", "every training length")][0]
+        == "holds"
+    )
     # r = 1 is not 0.72, but it is a strong correlation
-    assert judge_cells({"ensemble": ens}, entry["r"], own, ["default"])[("default", "every training length")][0] == "holds"
+    assert (
+        judge_cells({"ensemble": ens}, entry["r"], own, ["default"])[("default", "every training length")][0] == "holds"
+    )
 
     t1 = pd.DataFrame(dict(variant="default", steps=1000, seed=0, head=range(4), joint_s_acc=0.9, isolated_s_acc=0.95,
                            joint_l_acc_head=0.8, isolated_l_acc_head=[0.7, 0.9, 0.9, 0.9], joint_l_acc=0.8,
@@ -127,15 +132,26 @@ def test_registry_readings_judge_what_their_words_say():
                          "signal_acc": 1.0, "qualifying": [4, 3, 0], "only_correct": [4, 2, 0],
                          "specific_rows": [8, 8, 2], "specific_total": 8, "correct_up_both": [9, 3, 7]})  # fmt: skip
     universal, typical = entry["only_correct"].readings[:2]
-    assert judge_cells({"grid": grid}, entry["only_correct"], universal, ["default"])[("default", 3000)] == ("fails", "6/7 pair types")
+    assert judge_cells({"grid": grid}, entry["only_correct"], universal, ["default"])[("default", 3000)] == (
+        "fails",
+        "6/7 pair types",
+    )
     assert judge_cells({"grid": grid}, entry["only_correct"], typical, ["default"])[("default", 3000)][0] == "holds"
-    assert judge_cells({"grid": grid}, entry["conditional"], entry["conditional"].readings[0], ["default"])[("default", 3000)][0] == "holds"
+    assert (
+        judge_cells({"grid": grid}, entry["conditional"], entry["conditional"].readings[0], ["default"])[
+            ("default", 3000)
+        ][0]
+        == "holds"
+    )
     captions = {r.name: r for r in entry["caption"].readings}
     on_grid = captions["every pair type"]
     caption = judge_cells({"grid": grid}, entry["caption"], on_grid, ["default"])[("default", 3000)]
     assert caption == ("fails", "19/30 (model, pair type)")  # universal: 11 counterexamples
     unsolved = grid.assign(signal_acc=0.5)
-    assert judge_cells({"grid": unsolved}, entry["caption"], on_grid, ["default"])[("default", 3000)][0] == "not testable here"
+    assert (
+        judge_cells({"grid": unsolved}, entry["caption"], on_grid, ["default"])[("default", 3000)][0]
+        == "not testable here"
+    )
     # the favoured reading: every seed skip_pair.md trained (its runs table), one counterexample fails it
     from experiments.robustness.page import PAGE
 
@@ -144,7 +160,8 @@ def test_registry_readings_judge_what_their_words_say():
     runs = pd.DataFrame(dict(n_heads=2, d_head=[5, 5, 5, 1], signal_acc=[1.0, 1.0, 0.5, 1.0],
                              correct_up_both=[10, 9, 0, 0]))  # fmt: skip
     assert judge_cells({every_seed.table: runs}, entry["caption"], every_seed, ["default"]) == {
-        ("default", PAGE): ("fails", "19/20 (model, pair type)")}  # the unsolved and the d_head 1 runs left out
+        ("default", PAGE): ("fails", "19/20 (model, pair type)")
+    }  # the unsolved and the d_head 1 runs left out
     assert judge_cells({every_seed.table: runs.assign(correct_up_both=[10, 10, 0, 0])}, entry["caption"], every_seed,
                        ["default"])[("default", PAGE)][0] == "holds"  # fmt: skip
 

@@ -5,8 +5,8 @@ import torch
 from transformer_lens import HookedTransformer
 
 import headcoop as hc
-from headcoop.training.fast import sample_streams, train_many
 from headcoop.models.fused import fused_logits, stack_parameters
+from headcoop.training.fast import sample_streams, train_many
 
 TINY = dict(n_heads=4, d_model=8, d_head=2)
 CASES = {
@@ -73,7 +73,9 @@ def test_deterministic_and_attributes():
         for (name, p), q in zip(m.named_parameters(), n.parameters()):
             assert torch.equal(p, q), name
     assert a[0].task is task and not a[0].training
-    assert a[0].train_settings == dict(steps=5, batch_size=32, lr=1e-2, weight_decay=0.0, warmup=2, schedule="cosine", seed=5)
+    assert a[0].train_settings == dict(
+        steps=5, batch_size=32, lr=1e-2, weight_decay=0.0, warmup=2, schedule="cosine", seed=5
+    )
     assert a[1].train_settings["seed"] == 6
     assert [h["step"] for h in a[0].history] == [0, 4]
     assert not torch.equal(a[0].blocks[0].attn.W_Q, a[1].blocks[0].attn.W_Q)
@@ -163,9 +165,9 @@ def test_a_task_with_its_own_objective_trains_the_same_with_train_and_train_many
     class Weighted(hc.Count01):
         def row_loss(self, row_logits, batch):
             targets = batch.targets.to(row_logits.device).expand(row_logits.shape[:-1])
-            ce = torch.nn.functional.cross_entropy(
-                row_logits.flatten(0, -2), targets.flatten(), reduction="none"
-            ).view(targets.shape)  # [*copies, batch, n_loss]: answer, then [EOS]
+            ce = torch.nn.functional.cross_entropy(row_logits.flatten(0, -2), targets.flatten(), reduction="none").view(
+                targets.shape
+            )  # [*copies, batch, n_loss]: answer, then [EOS]
             return (ce * torch.tensor([3.0, 1.0], device=ce.device)).mean((-1, -2))
 
     settings = dict(steps=12, batch_size=16, lr=1e-2, warmup=2, progress=False)

@@ -64,7 +64,9 @@ def test_a_config_that_disagrees_with_its_weights_is_refused_before_building(gpt
 def test_models_without_attention_heads_or_with_an_encoder_are_named(tmp_path):
     import transformers as t
 
-    t.MambaForCausalLM(t.MambaConfig(vocab_size=96, hidden_size=32, num_hidden_layers=2)).save_pretrained(tmp_path / "mamba")
+    t.MambaForCausalLM(t.MambaConfig(vocab_size=96, hidden_size=32, num_hidden_layers=2)).save_pretrained(
+        tmp_path / "mamba"
+    )
     t.T5ForConditionalGeneration(t.T5Config(vocab_size=96, d_model=32, d_kv=8, d_ff=64, num_layers=1, num_heads=4)
                                  ).save_pretrained(tmp_path / "t5")  # fmt: skip
     with pytest.raises(ValueError, match="decoder-only transformer with attention heads; .* holds a 'mamba' model"):
@@ -109,7 +111,9 @@ def test_a_tokenizer_whose_encode_returns_a_1_by_n_tensor():
 def test_a_bridge_without_attention_heads_is_named(tmp_path):
     import transformers as t
 
-    t.MambaForCausalLM(t.MambaConfig(vocab_size=96, hidden_size=32, num_hidden_layers=2)).save_pretrained(tmp_path / "m")
+    t.MambaForCausalLM(t.MambaConfig(vocab_size=96, hidden_size=32, num_hidden_layers=2)).save_pretrained(
+        tmp_path / "m"
+    )
     from transformer_lens.model_bridge import TransformerBridge
 
     try:

@@ -32,6 +32,7 @@ LAYERS = [
     ("cli", ["headcoop.cli", "headcoop.__main__"]),
 ]
 
+
 def _modules() -> dict[str, Path]:
     out = {}
     for path in PACKAGE.rglob("*.py"):
@@ -153,15 +154,27 @@ def test_attention_arithmetic_lives_in_the_kernels():
     assert found == []
 
 
+def code_lines(node) -> int:
+    """A function's lines of code, its docstring left out (as ../shared/tools/house_rules.py counts them)."""
+    lines = node.end_lineno - node.lineno + 1
+    first = node.body[0] if node.body else None
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+        lines -= first.end_lineno - first.lineno + 1
+    return lines
+
+
 def test_long_functions_say_why():
-    long = []
+    """A function over 80 lines of code says why in a "Long:" line of its docstring; none is over 120."""
+    long, too_long = [], []
     for name, tree in TREES.items():
         for node in ast.walk(tree):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 80:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and code_lines(node) > 80:
                 doc = ast.get_docstring(node) or ""
                 if not any(line.strip().startswith("Long:") for line in doc.splitlines()):
-                    long.append(f"{name}.{node.name} ({node.end_lineno - node.lineno + 1} lines)")
-    assert long == []
+                    long.append(f"{name}.{node.name} ({code_lines(node)} lines)")
+                if code_lines(node) > 120:
+                    too_long.append(f"{name}.{node.name} ({code_lines(node)} lines)")
+    assert long == [] and too_long == []
 
 
 @pytest.mark.parametrize("rule", ["circles", "upward"])

@@ -1,8 +1,8 @@
 """headcoop in a real Jupyter kernel: importing it and training with a progress bar print no warnings, and
 a Batch's repr is short."""
 
-import pytest
 import nbformat
+import pytest
 from nbclient import NotebookClient
 
 pytestmark = pytest.mark.slow  # the slow tier: `pytest -m "not slow"` leaves it out while working

@@ -90,9 +90,11 @@ def test_as_another_user_a_read_only_file_is_refused_as_the_shell_refuses_it(tmp
     target.write_text("the user's")
     os.chmod(target, 0o644)
     # imported as root (the interpreter lives in root's folders), then the process becomes uid 65534 for good
-    code = ("import os, sys; from pathlib import Path; import headcoop.storage.owners; from headcoop.storage.folders import replace_file\n"
-            "os.setgid(65534); os.setuid(65534)\n"
-            "try:\n replace_file(Path(sys.argv[1]), 'x', 'report')\nexcept PermissionError as e:\n print('refused:', e)")
+    code = (
+        "import os, sys; from pathlib import Path; import headcoop.storage.owners; from headcoop.storage.folders import replace_file\n"
+        "os.setgid(65534); os.setuid(65534)\n"
+        "try:\n replace_file(Path(sys.argv[1]), 'x', 'report')\nexcept PermissionError as e:\n print('refused:', e)"
+    )
     shell = subprocess.run(["sh", "-c", f"echo x > {target}"], capture_output=True, text=True,
                            preexec_fn=lambda: os.setuid(65534))  # fmt: skip
     ours = subprocess.run([sys.executable, "-c", code, str(target)], capture_output=True, text=True)
@@ -247,9 +249,11 @@ def test_report_checks_out_before_importing_torch(tmp_path, kind):
         os.mkfifo(out)
     else:
         out.symlink_to(tmp_path / "nowhere")
-    code = ("import sys; from headcoop.cli import main\n"
-            f"code = main(['report', 'count01', '--out', {str(out)!r}, '--no-progress'])\n"
-            "print('torch imported' if 'torch' in sys.modules else 'torch not imported', code)")
+    code = (
+        "import sys; from headcoop.cli import main\n"
+        f"code = main(['report', 'count01', '--out', {str(out)!r}, '--no-progress'])\n"
+        "print('torch imported' if 'torch' in sys.modules else 'torch not imported', code)"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert "torch not imported 2" in done.stdout, done.stdout + done.stderr
     assert {"folder": "is a folder", "fifo": "special file", "dangling": "does not exist"}[kind] in done.stderr

@@ -28,13 +28,16 @@ def scored():
 
 def test_edges_arguments_are_bounded_and_named(scored):
     model, clean, corrupt, _ = scored
-    cases = [(dict(estimator="eap-ig", steps=10**7), ValueError, "steps must be in 1..1000"),
-             (dict(seed=-1), ValueError, "seed"), (dict(seed="1"), TypeError, "seed"),
-             (dict(memory_budget_mb=float("nan")), ValueError, "memory_budget_mb must be finite"),
-             (dict(memory_budget_mb="a"), TypeError, "memory_budget_mb"),
-             (dict(memory_budget_mb=float("inf")), ValueError, "memory_budget_mb"),
-             (dict(memory_budget_mb=0), ValueError, "memory_budget_mb must be > 0"),
-             (dict(memory_budget_mb=-1, estimator="exact"), ValueError, "memory_budget_mb must be > 0")]
+    cases = [
+        (dict(estimator="eap-ig", steps=10**7), ValueError, "steps must be in 1..1000"),
+        (dict(seed=-1), ValueError, "seed"),
+        (dict(seed="1"), TypeError, "seed"),
+        (dict(memory_budget_mb=float("nan")), ValueError, "memory_budget_mb must be finite"),
+        (dict(memory_budget_mb="a"), TypeError, "memory_budget_mb"),
+        (dict(memory_budget_mb=float("inf")), ValueError, "memory_budget_mb"),
+        (dict(memory_budget_mb=0), ValueError, "memory_budget_mb must be > 0"),
+        (dict(memory_budget_mb=-1, estimator="exact"), ValueError, "memory_budget_mb must be > 0"),
+    ]
     for kwargs, error, match in cases:
         with pytest.raises(error, match=match):
             hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, **kwargs)

@@ -15,12 +15,11 @@ import pytest
 import torch
 from transformer_lens.utilities import get_act_name
 
-from headcoop.studies import skip_pair as skip_pair_study
-from headcoop.studies.skip_pair import compare_orderings
-
 import headcoop as hc
 from headcoop.analysis.engine.inputs import head_names
 from headcoop.display.views import circuitsvis_bundle
+from headcoop.studies import skip_pair as skip_pair_study
+from headcoop.studies.skip_pair import compare_orderings
 
 report_module = importlib.import_module("headcoop.reporting.page")
 report_context = importlib.import_module("headcoop.reporting.context")
@@ -322,7 +321,10 @@ def test_count01_head_map_shows_its_reference_lines_and_separates_crowded_labels
                          index=["L0H0", "L0H1", "L0H2", "L0H3"])  # fmt: skip
     fig = head_map_figure(table)
     assert fig.layout.template.layout.shapedefaults.line.width > 0
-    assert sorted((s.type, s.x0 if s.x0 == s.x1 else s.y0) for s in fig.layout.shapes) == [("line", 1.0), ("line", 10.0)]
+    assert sorted((s.type, s.x0 if s.x0 == s.x1 else s.y0) for s in fig.layout.shapes) == [
+        ("line", 1.0),
+        ("line", 10.0),
+    ]
     assert all(s.line.width is None or s.line.width > 0 for s in fig.layout.shapes)
     positions = list(fig.data[0].textposition)
     assert len(set(positions[:3])) == 3 and positions[3] == "top center"
@@ -339,9 +341,9 @@ def test_pages_escape_what_is_not_headcoop_text():
     """The HTML template autoescapes: a task repr or table cell holding markup is shown, not run; a
     section's own Text (headcoop's trusted fragments) and a Table keep their markup."""
     import pandas as pd
+    from markupsafe import Markup
 
     from headcoop.display.pages import Code, Section, Table, Text, render, stylesheet
-    from markupsafe import Markup
 
     evil = "<script>alert(1)</script>"
     section = Section("a <b> title", (Text("<b>bold</b>"), Code(evil), Table(pd.DataFrame({"x": [evil]}))), anchor="a")
@@ -351,7 +353,7 @@ def test_pages_escape_what_is_not_headcoop_text():
     )  # fmt: skip
     assert "<script>alert(1)</script>" not in page
     assert page.count("&lt;script&gt;alert(1)&lt;/script&gt;") == 4  # <title>, <h1>, the code block, the cell
-    assert "<p class=\"note\"><b>bold</b></p>" in page and "a &lt;b&gt; title" in page
+    assert '<p class="note"><b>bold</b></p>' in page and "a &lt;b&gt; title" in page
     assert "<table" in page and "table.hc" in page  # the table and the shipped CSS
 
 
@@ -419,5 +421,5 @@ def test_warnings_go_on_the_page_by_their_numbers(pages):
     """Issue 51: where headcoop warns about a number (here the test model's clean - corrupt gap of 0.0015,
     which makes normalized patching effects read the gap), the page says so in the section that shows it."""
     text = pages["count01"][2]
-    patching = text[text.index("id='hc-sec-patching'"):text.index("id='hc-sec-dla'")]
+    patching = text[text.index("id='hc-sec-patching'") : text.index("id='hc-sec-dla'")]
     assert "<b>Warning</b>: the clean - corrupt gap is 0.00148" in patching

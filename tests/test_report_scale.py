@@ -46,7 +46,7 @@ def big(tmp_path_factory):
 
 def _section(page: str, anchor: str) -> str:
     start = page.index(f"<section id='hc-sec-{anchor}'")
-    return page[start: page.index("</section>", start)]
+    return page[start : page.index("</section>", start)]
 
 
 def test_a_task_of_fixed_prompts_is_described_from_its_prompts(big):
@@ -70,7 +70,7 @@ def test_large_vocabularies_list_each_heads_top_entries(big):
     ids = sorted(set(task.clean.tokens.flatten().tolist()) | set(task.corrupt(task.clean).tokens.flatten().tolist()))
     table = hc.ov(model, "L1H2", positional=False, tokens=ids)
     best = float(table.effects.abs().max())
-    block = circuits[circuits.index("<summary>L1H2"):]
+    block = circuits[circuits.index("<summary>L1H2") :]
     assert f"{best:.3f}" in block.replace("-", "")
 
 
@@ -136,7 +136,9 @@ def test_patch_of_chosen_heads_equals_the_full_sweep_there():
     metric = lambda logits: logits[:, -1, 4].mean() - logits[:, -1, 7].mean()  # noqa: E731
     full = hc.patch(model, clean=clean, corrupt=corrupt, metric=metric, positions="each")
     some = hc.patch(model, clean=clean, corrupt=corrupt, metric=metric, positions="each", heads=["L0H2", (1, 1)])
-    assert torch.equal(some.values[0, :, 2], full.values[0, :, 2]) and torch.equal(some.values[1, :, 1], full.values[1, :, 1])
+    assert torch.equal(some.values[0, :, 2], full.values[0, :, 2]) and torch.equal(
+        some.values[1, :, 1], full.values[1, :, 1]
+    )
     assert int(some.values.isnan().sum()) == some.values.numel() - 2 * some.values.shape[1]
     with pytest.raises(ValueError, match="heads= or head/layer"):
         hc.patch(model, clean=clean, corrupt=corrupt, metric=metric, heads=["L0H2"], head=1)
@@ -167,7 +169,10 @@ def test_the_command_line_takes_heads_sections_and_budget(tmp_path, capsys):
                  "heads", "--budget", "0"]) == 0  # fmt: skip
     page = out.read_text(encoding="utf-8")
     assert re.findall(r"<section id='hc-sec-([^']+)'", page) == ["overview", "heads"] and "no time budget" in page
-    assert main(["report", "skip-pair", "--out", str(out), "--no-progress", "--sections", "overview", "--budget", "45"]) == 0
+    assert (
+        main(["report", "skip-pair", "--out", str(out), "--no-progress", "--sections", "overview", "--budget", "45"])
+        == 0
+    )
     page = out.read_text(encoding="utf-8")  # the budget as given, and what went before the report (issue 51: "52 s")
     assert re.search(r"time budget 45 s(, \d+ s of it spent before the report began \(imports, loading\))?\)", page)
     assert main(["report", "skip-pair", "--out", str(out), "--no-progress", "--sections", "nope"]) == 2
@@ -235,7 +240,10 @@ def test_too_many_heads_for_cooperation_get_the_top_heads_by_patching_as_a_stand
     clean, corrupt = task.patching_inputs()
     exact = hc.patch(model, clean=clean, corrupt=corrupt, metric=report_context.task_score(task, clean), progress=False)
     size = (exact.to_dataframe().set_index(["layer", "head"])["value"] - exact.corrupt_value).abs()
-    top = [f"L{lay}H{h}" for lay, h in size.sort_values(ascending=False, kind="stable").index[:report_cooperation.STAND_IN_HEADS]]
+    top = [
+        f"L{lay}H{h}"
+        for lay, h in size.sort_values(ascending=False, kind="stable").index[: report_cooperation.STAND_IN_HEADS]
+    ]
     cooperation = page["cooperation"]
     assert "too many pairs for hc.cooperation" in cooperation and "Standing in" in cooperation
     assert f"heads={top!r}" in cooperation.replace("&#39;", "'")

@@ -5,8 +5,8 @@ import dataclasses
 import importlib
 import json
 import os
-import re
 import pkgutil
+import re
 
 import numpy as np
 import pandas as pd
@@ -113,7 +113,9 @@ def _same(a, b, where: str) -> None:
 
 
 def test_every_result_class_round_trips(results, tmp_path):
-    assert {name.split(" ")[0] for name in results} == _result_classes(), "every Result subclass needs a round trip here"
+    assert {name.split(" ")[0] for name in results} == _result_classes(), (
+        "every Result subclass needs a round trip here"
+    )
     for name, result in results.items():
         folder = result.save(tmp_path / name.replace(" ", "_").replace("=", "").replace("(", "").replace(")", ""))
         back = hc.load_result(folder)
@@ -245,8 +247,13 @@ def _tampered(results, tmp_path, name, change):
 def test_loading_builds_only_headcoops_result_classes_from_inside_the_folder(results, tmp_path):
     """Issue 47, item 5: a class found by an explicit registry, never by a lookup path (TransformerLens's config
     reseeds every generator when built); tables only from the folder itself; tampered files name the field."""
-    for name in ("headcoop.storage.checkpoints:HookedTransformerConfig", "headcoop.analysis:attribution.pd.NamedAgg",
-                 "headcoop.storage.results:Result.__init_subclass__", "os:system", 3):
+    for name in (
+        "headcoop.storage.checkpoints:HookedTransformerConfig",
+        "headcoop.analysis:attribution.pd.NamedAgg",
+        "headcoop.storage.results:Result.__init_subclass__",
+        "os:system",
+        3,
+    ):
         folder = _tampered(results, tmp_path, f"class-{abs(hash(str(name)))}",
                            lambda meta: meta["value"].__setitem__("__dataclass__", name))  # fmt: skip
         with pytest.raises(ValueError, match="refusing"):
@@ -278,7 +285,9 @@ def test_loading_builds_only_headcoops_result_classes_from_inside_the_folder(res
         folder = results["Preferences"].save(tmp_path / f"deep-{depth}")
         meta = json.loads((folder / "result.json").read_text())
         deep = '{"__tuple__": [' * depth + "1" + "]}" * depth
-        (folder / "result.json").write_text(f'{{"format": "{meta["format"]}", "version": {meta["version"]}, "value": {deep}}}')
+        (folder / "result.json").write_text(
+            f'{{"format": "{meta["format"]}", "version": {meta["version"]}, "value": {deep}}}'
+        )
         with pytest.raises(ValueError, match="too deeply|damaged"):
             hc.load_result(folder)
 

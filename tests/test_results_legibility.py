@@ -44,7 +44,9 @@ def test_a_long_verdict_is_cut_at_a_clause_and_given_in_full_below():
     below = claims_in_full([claim, short])
     assert len(below) == 1 and full in below[0] and "62% redundant" in below[0]  # the short claim needs no detail
     cut = shorten(full)
-    assert len(cut) <= CELL_LIMIT and cut.endswith("(in full below the table)") and full.startswith(cut.split(" ...")[0])
+    assert (
+        len(cut) <= CELL_LIMIT and cut.endswith("(in full below the table)") and full.startswith(cut.split(" ...")[0])
+    )
     assert shorten("fits") == "fits"
 
 
@@ -81,4 +83,6 @@ def test_anchor_follows_githubs_rule():
     from headcoop.display.pages import anchor
 
     assert anchor("1. Count01: a pseudo-ensemble, or heads?") == "#1-count01-a-pseudo-ensemble-or-heads"
-    assert anchor("3. Compete: which heads push against the answer?") == "#3-compete-which-heads-push-against-the-answer"
+    assert (
+        anchor("3. Compete: which heads push against the answer?") == "#3-compete-which-heads-push-against-the-answer"
+    )

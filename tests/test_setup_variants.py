@@ -86,7 +86,7 @@ def test_skip_pair_loss_at_every_position():
               if not n.endswith("b_K"))  # fmt: skip
     assert gap < 1e-4
     with torch.no_grad():  # the earlier positions learnt the uniform-over-noise target
-        early = trained(task.sample(256, seed=5).tokens)[:, :-1].softmax(-1)[..., NOISE[0]:].sum(-1)
+        early = trained(task.sample(256, seed=5).tokens)[:, :-1].softmax(-1)[..., NOISE[0] :].sum(-1)
     assert early.mean() > 0.9
     assert hc.SkipPair().to_dict()["params"].keys() == {"seq_len", "signal_fraction", "mapping"}
     with pytest.raises(ValueError, match="unknown loss_positions 'every'"):

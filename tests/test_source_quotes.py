@@ -67,8 +67,26 @@ def test_every_quoted_phrase_on_the_pages_is_verbatim(page):
 
 SOURCE_LINE = re.compile(r"^\*\*(Paper|Post)\*\*")
 # words a line giving the source's words may use beside its quotes: who says it, where, and the joints
-ATTRIBUTION = {"paper", "post", "the", "summary", "abstract", "title", "section", "quoted", "by", "its", "answer", "and",
-               "of", "in", "table", "1", "6.2", "6.1"}
+ATTRIBUTION = {
+    "paper",
+    "post",
+    "the",
+    "summary",
+    "abstract",
+    "title",
+    "section",
+    "quoted",
+    "by",
+    "its",
+    "answer",
+    "and",
+    "of",
+    "in",
+    "table",
+    "1",
+    "6.2",
+    "6.1",
+}
 
 
 @pytest.mark.parametrize("page", sorted(p.name for p in RESULTS.glob("*.md")))
@@ -80,4 +98,6 @@ def test_source_lines_quote_and_do_not_paraphrase(page):
     for line in lines:
         rest = re.sub(r"`[^`\n]*`", "", QUOTED.sub(" ", line))
         words = [w for w in re.findall(r"[a-z0-9][\w.']*", rest.lower()) if w not in ATTRIBUTION]
-        assert QUOTED.search(line) and not words, f"{page}: paraphrase beside the source's name: {words} in {line[:120]}"
+        assert QUOTED.search(line) and not words, (
+            f"{page}: paraphrase beside the source's name: {words} in {line[:120]}"
+        )

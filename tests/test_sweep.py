@@ -12,9 +12,9 @@ import torch
 import headcoop as hc
 import headcoop.training.chunk_locks as claims_module
 import headcoop.training.sweeps as sweep_module
+from headcoop.cli import build_parser
 from headcoop.storage import checkpoints
 from headcoop.storage.checkpoints import META, WEIGHTS
-from headcoop.cli import build_parser
 from headcoop.training.sweeps import expand_grid, run_name, sweep
 
 FAST = dict(steps=3, batch_size=16, warmup=1, progress=False)
@@ -236,8 +236,17 @@ def test_a_killed_sweeps_claims_are_taken_over(tmp_path):
     assert proc.returncode == -9
     claims = sorted(p.name for p in (out / claims_module.CLAIMS).iterdir())
     assert len(claims) == 1  # the killed sweep held the claim of the run it was training next
-    table = sweep(hc.Count01(max_len=6), {"n_heads": [1, 2], "d_model": [4], "d_head": [1, 2]}, [0, 1], out,
-                  steps=20, batch_size=16, warmup=1, chunk=1, progress=False)
+    table = sweep(
+        hc.Count01(max_len=6),
+        {"n_heads": [1, 2], "d_model": [4], "d_head": [1, 2]},
+        [0, 1],
+        out,
+        steps=20,
+        batch_size=16,
+        warmup=1,
+        chunk=1,
+        progress=False,
+    )
     assert list(table["status"]).count("finished before") == 1 and list(table["status"]).count("trained") == 7
     assert not (out / claims_module.CLAIMS).exists()
 

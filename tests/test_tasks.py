@@ -109,8 +109,12 @@ def test_count01_config_and_model():
 
 @pytest.mark.parametrize(
     "kwargs, error, message",
-    [(dict(n_heads=0), ValueError, "n_heads must be >= 1, got 0"), (dict(d_model=-1), ValueError, "d_model must be >= 1"),
-     (dict(d_head=1.5), TypeError, "d_head must be an int, got 1.5"), (dict(n_heads=True), TypeError, "n_heads must be an int")],
+    [
+        (dict(n_heads=0), ValueError, "n_heads must be >= 1, got 0"),
+        (dict(d_model=-1), ValueError, "d_model must be >= 1"),
+        (dict(d_head=1.5), TypeError, "d_head must be an int, got 1.5"),
+        (dict(n_heads=True), TypeError, "n_heads must be an int"),
+    ],
 )
 def test_count01_bad_config(kwargs, error, message):
     with pytest.raises(error, match=message):
@@ -222,9 +226,7 @@ def test_metric_is_mean_logit_difference():
     model = task.model(seed=0)
     batch = task.sample(16, seed=0, signal_fraction=1.0)
     logits = model(batch.tokens)
-    by_hand = torch.stack(
-        [logits[i, -1, batch.answer[i]] - logits[i, -1, batch.wrong[i]] for i in range(16)]
-    ).mean()
+    by_hand = torch.stack([logits[i, -1, batch.answer[i]] - logits[i, -1, batch.wrong[i]] for i in range(16)]).mean()
     assert torch.allclose(task.metric(logits, batch), by_hand)
 
 

@@ -43,7 +43,9 @@ def test_configure_sets_threads_and_a_wait_unless_the_user_did(clean_env):
     set_here = threads.configure_process()
     assert int(os.environ["OMP_NUM_THREADS"]) == int(set_here["OMP_NUM_THREADS"]) >= 1
     busy = int(set_here["OMP_NUM_THREADS"]) < threads.cores()
-    assert set_here.get("OMP_WAIT_POLICY" if busy else "GOMP_SPINCOUNT") == ("PASSIVE" if busy else threads.QUIET_SPINCOUNT)
+    assert set_here.get("OMP_WAIT_POLICY" if busy else "GOMP_SPINCOUNT") == (
+        "PASSIVE" if busy else threads.QUIET_SPINCOUNT
+    )
     for name in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT"):
         clean_env.delenv(name, raising=False)
     clean_env.setenv("OMP_NUM_THREADS", "1")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-BODY = '''
+BODY = """
 import time
 
 import pytest
@@ -31,7 +31,7 @@ def test_long_in_the_slow_tier():
 
 def test_short_in_the_fast_tier():
     pass
-'''
+"""
 
 
 def test_a_fast_tier_test_over_the_limit_fails_and_a_slow_one_does_not(tmp_path):

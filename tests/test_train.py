@@ -35,7 +35,9 @@ def test_loss_ignores_everything_but_loss_positions():
     assert torch.allclose(task.loss(logits, batch), task.loss(noisy, batch))
 
 
-@pytest.mark.parametrize("kwargs, match", [(dict(steps=0), "steps"), (dict(batch_size=-2), "batch_size"), (dict(lr=0), "lr")])
+@pytest.mark.parametrize(
+    "kwargs, match", [(dict(steps=0), "steps"), (dict(batch_size=-2), "batch_size"), (dict(lr=0), "lr")]
+)
 def test_bad_training_arguments(kwargs, match):
     task = hc.Count01()
     with pytest.raises(ValueError, match=match):

@@ -73,6 +73,7 @@ def brute_force_game(model, tokens, metric, reference):
 
 def shapley_and_sii(values, n):
     """Shapley values [n] and Shapley interaction indices {(i, j)} from v over all 2^n coalitions."""
+
     def v(members):
         return values[tuple(k in members for k in range(n))]
 
@@ -114,7 +115,9 @@ def test_every_analysis_on_a_bridge_honours_a_users_hook(built, shape, point):
                 want = canonical_edge(twin, clean, corrupt, metric, (0, 1), (1, 2), via)
                 assert value == pytest.approx(want, abs=1e-4, rel=1e-4), via
             assert point in result.method
-            baseline = hc.path_patch(bridge, clean=clean, corrupt=clean, metric=metric, senders=["L0H1"], receivers=["L1H2"])
+            baseline = hc.path_patch(
+                bridge, clean=clean, corrupt=clean, metric=metric, senders=["L0H1"], receivers=["L1H2"]
+            )
             hooked = float(metric(bridge(clean)))
             for key, value in baseline.values.items():
                 assert value == pytest.approx(hooked, abs=1e-4, rel=1e-4), key

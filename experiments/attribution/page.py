@@ -19,7 +19,9 @@ DEFAULT_OUT = Path(__file__).resolve().parents[2] / "docs" / "results"
 
 def _summary(acc: pd.DataFrame) -> pd.DataFrame:
     """Per (model, component): each method's Pearson r and recall@10 side by side."""
-    wide = acc.pivot_table(index=["model", "component"], columns="method", values=["pearson", "recall_at_10"], sort=False)
+    wide = acc.pivot_table(
+        index=["model", "component"], columns="method", values=["pearson", "recall_at_10"], sort=False
+    )
     wide.columns = [f"{m} {'r' if v == 'pearson' else 'recall@10'}" for v, m in wide.columns]
     order = [f"{m} {k}" for k in ("r", "recall@10") for m in ("atp", "atp*", "atp* (QK fix only)", "ig")]
     return wide[[c for c in order if c in wide.columns]].reset_index()
@@ -79,11 +81,20 @@ def build(out: Path = DEFAULT_OUT) -> Path:
         "",
         "## Accuracy per model and component",
         "",
-        *((["![Attribution estimates against exact patching](attribution/estimate_vs_exact.png)", ""]
-           if (folder / "estimate_vs_exact.png").exists() else [])
-          + ["*Every cell's estimate against its exact effect, for the components z and resid_pre* ([interactive: "
-             "estimate_vs_exact.html](attribution/estimate_vs_exact.html); points in `estimates.csv`)", ""]
-          if (folder / "estimate_vs_exact.html").exists() else []),
+        *(
+            (
+                ["![Attribution estimates against exact patching](attribution/estimate_vs_exact.png)", ""]
+                if (folder / "estimate_vs_exact.png").exists()
+                else []
+            )
+            + [
+                "*Every cell's estimate against its exact effect, for the components z and resid_pre* ([interactive: "
+                "estimate_vs_exact.html](attribution/estimate_vs_exact.html); points in `estimates.csv`)",
+                "",
+            ]
+            if (folder / "estimate_vs_exact.html").exists()
+            else []
+        ),
         Table(_summary(acc), 3).markdown(),
         "",
         "## Per component, over the models",

@@ -28,8 +28,12 @@ from headcoop.analysis.vocabulary import head_name, layer_name
 
 DEFAULT_OUT = Path(__file__).resolve().parents[2] / "docs" / "results"
 # label -> hc.attribute arguments
-METHODS = {"atp": dict(estimator="atp"), "atp*": dict(estimator="atp*"), "atp* (QK fix only)": dict(estimator="atp*", graddrop=False),
-           "ig": dict(estimator="ig")}
+METHODS = {
+    "atp": dict(estimator="atp"),
+    "atp*": dict(estimator="atp*"),
+    "atp* (QK fix only)": dict(estimator="atp*", graddrop=False),
+    "ig": dict(estimator="ig"),
+}
 SHAPES = {
     "gelu-2l-like (LN, MLPs)": dict(n_layers=2, d_model=64, d_head=16, n_heads=4, d_mlp=256, attn_only=False,
                                     normalization_type="LN"),
@@ -74,7 +78,7 @@ def models(n: int, quick: bool):
         model = random_model(0, **shape)
         clean = torch.randint(0, VOCAB, (n, N_POS), generator=gen)
         corrupt = clean.clone()
-        corrupt[:, N_POS // 2:] = torch.randint(0, VOCAB, (n, N_POS - N_POS // 2), generator=gen)
+        corrupt[:, N_POS // 2 :] = torch.randint(0, VOCAB, (n, N_POS - N_POS // 2), generator=gen)
         answer = torch.randint(0, VOCAB, (n,), generator=gen)
 
         def metric(logits, answer=answer):
@@ -133,7 +137,9 @@ def main(out: Path, n: int, quick: bool) -> dict:
     start = time.time()
     rows, misses, points = [], [], []
     for name, (model, clean, corrupt, metric) in models(n, quick).items():
-        components = ["z", "q", "k", "v", "pattern", "resid_pre", "attn_out"] + ([] if model.cfg.attn_only else ["mlp_out"])
+        components = ["z", "q", "k", "v", "pattern", "resid_pre", "attn_out"] + (
+            [] if model.cfg.attn_only else ["mlp_out"]
+        )
         for component in components:
             exact = hc.patch(model, clean=clean, corrupt=corrupt, metric=metric, component=component, positions="each")
             spread = float((exact.values - exact.corrupt_value).abs().max())

@@ -37,7 +37,9 @@ def count01(answer: pd.DataFrame, link: str) -> Answer:
     same = one[one.same_word == SAME]
     others = one[one.same_word != SAME]
     if "function_word" in answer:
-        return Answer("The Count01 paper asks", f'"{PSEUDO_ENSEMBLE}".', _by_edits(one, two, shipped) + _quiet(one, shipped), link)
+        return Answer(
+            "The Count01 paper asks", f'"{PSEUDO_ENSEMBLE}".', _by_edits(one, two, shipped) + _quiet(one, shipped), link
+        )
     text = (f"A pseudo-ensemble, measured directly (no ablation), in {len(same)} of {len(one)} one-layer models: in the "
             f"shipped model the {int(shipped.active_heads)} heads that push the answer correlate per input at r >= "
             f"{shipped.r_min:.3f}, {shipped.one_direction:.1%} of their push on one direction"
@@ -73,8 +75,10 @@ def _by_edits(one: pd.DataFrame, two: pd.DataFrame, shipped) -> str:
                  f"{split.r_min.min():.2f}) while the edits separate their functions (|cos| down to "
                  f"{split.edit_cos_min.min():.2f})")  # fmt: skip
     if len(two):
-        text += (f". The {len(two)} two-layer models: {counts(two)} (|cos| >= {two.edit_cos_min.min():.2f}; decided on "
-                 f"the heads active on both their direct push and their total effect, {', '.join(str(int(x)) for x in two.deciding_heads)} heads)")
+        text += (
+            f". The {len(two)} two-layer models: {counts(two)} (|cos| >= {two.edit_cos_min.min():.2f}; decided on "
+            f"the heads active on both their direct push and their total effect, {', '.join(str(int(x)) for x in two.deciding_heads)} heads)"
+        )
     return text + (f". On the task's inputs alone the pushes correlate as one in {int((one.same_word == SAME).sum())} of "
                    f"{len(one)} one-layer models. ")  # fmt: skip
 
@@ -82,15 +86,19 @@ def _by_edits(one: pd.DataFrame, two: pd.DataFrame, shipped) -> str:
 def _quiet(one: pd.DataFrame, shipped) -> str:
     """Whether ablation can ask the question: the kinds under which no pair matters on `min_share` or more of
     the inputs in the full model, with the largest share any pair reaches (the threshold named, not an absolute)."""
-    quiet = [h for h in ("zero", "mean") if f"pairs_matter_full_{h}" in one and (one[f"pairs_matter_full_{h}"] == 0).all()]
+    quiet = [
+        h for h in ("zero", "mean") if f"pairs_matter_full_{h}" in one and (one[f"pairs_matter_full_{h}"] == 0).all()
+    ]
     if not quiet:
         return ""
     floor = float(one.min_share.iloc[0]) if "min_share" in one else 0.1
     largest = [c for c in (f"largest_matters_full_{h}" for h in quiet) if c in one]
-    most = (f"; the largest share any pair reaches: {one[largest].max().max():.1%}" if largest else "")
-    return (f"Ablation cannot ask it: under {' and '.join(quiet)} ablation no pair changes the answer on "
-            f"{floor:.0%} or more of the inputs of the full model in any of them{most} (shipped margin >= "
-            f"{_margin(shipped.summary)} logits).")
+    most = f"; the largest share any pair reaches: {one[largest].max().max():.1%}" if largest else ""
+    return (
+        f"Ablation cannot ask it: under {' and '.join(quiet)} ablation no pair changes the answer on "
+        f"{floor:.0%} or more of the inputs of the full model in any of them{most} (shipped margin >= "
+        f"{_margin(shipped.summary)} logits)."
+    )
 
 
 def _margin(summary: str) -> str:
@@ -109,16 +117,22 @@ def compete(summary: pd.DataFrame, two_layer: pd.DataFrame, table1: pd.DataFrame
     competing = int(one.heads_competes.sum())
     two = ", ".join(f"{int(r.heads_competes)}/{int(r.heads_supports + r.heads_competes + r.heads_inactive + r.heads_undetermined)}"
                     for r in two_layer.itertuples())  # fmt: skip
-    text = (("Cooperate at inference: no head" if competing == 0 else f"{competing} heads") + " of the one-layer models "
-            "pushes against the answer beyond a tenth of its fair share with 95% confidence (the role threshold; "
-            f"{competing} of {heads} heads over the reading family; two layers: {two}"
-            + ("; the earlier instrument's tables" if legacy else "") + ")"
-            + _below_threshold(head_table) + ".")
+    text = (
+        ("Cooperate at inference: no head" if competing == 0 else f"{competing} heads") + " of the one-layer models "
+        "pushes against the answer beyond a tenth of its fair share with 95% confidence (the role threshold; "
+        f"{competing} of {heads} heads over the reading family; two layers: {two}"
+        + ("; the earlier instrument's tables" if legacy else "")
+        + ")"
+        + _below_threshold(head_table)
+        + "."
+    )
     if table1 is not None:
         t = table1.set_index("metric")
         s_d, l_d = float(t.loc["s_acc", "isolated_minus_joint"]), float(t.loc["l_acc_head", "isolated_minus_joint"])
-        text += (f" Whether they compete in training is mixed: trained alone minus together, s_acc {s_d:+.3f} but the "
-                 f"head's own push {l_d:+.3f} (the paper's Table 1).")
+        text += (
+            f" Whether they compete in training is mixed: trained alone minus together, s_acc {s_d:+.3f} but the "
+            f"head's own push {l_d:+.3f} (the paper's Table 1)."
+        )
     return Answer("The Count01 paper's title asks", f'"{TITLE}"', text, link)
 
 
@@ -142,9 +156,11 @@ def _holds(row) -> str:
 def _defining(row) -> str:
     """The post's defining property on one pair: the share of the inputs that can show it where each head's
     writes are conditional, and how many of the inputs where the pair matters can show it."""
-    return (f"each head's writes depend on a token it does not attend to on {row.conditional_a:.0%} / "
-            f"{row.conditional_b:.0%} of the inputs that can show it ({row.shown_a:.0%} / {row.shown_b:.0%} of the "
-            "inputs where the pair matters)")
+    return (
+        f"each head's writes depend on a token it does not attend to on {row.conditional_a:.0%} / "
+        f"{row.conditional_b:.0%} of the inputs that can show it ({row.shown_a:.0%} / {row.shown_b:.0%} of the "
+        "inputs where the pair matters)"
+    )
 
 
 def _below_threshold(heads: pd.DataFrame | None) -> str:
@@ -153,8 +169,12 @@ def _below_threshold(heads: pd.DataFrame | None) -> str:
         return ""
     one = heads[heads.how == "family"] if "how" in heads else heads
     negative = one[one.direct_effect < 0]
-    return (f"; {len(negative)} of {len(one)} heads have a negative direct effect, each within that threshold or "
-            f"its interval" if len(negative) else "")
+    return (
+        f"; {len(negative)} of {len(one)} heads have a negative direct effect, each within that threshold or "
+        f"its interval"
+        if len(negative)
+        else ""
+    )
 
 
 def skip_pair(answer: pd.DataFrame, link: str) -> Answer:

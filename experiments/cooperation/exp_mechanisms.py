@@ -10,8 +10,8 @@ import torch
 
 import headcoop as hc
 from experiments.cooperation.common import Settings
-from experiments.shared import write_table
 from experiments.cooperation.measures import WRITES_TO
+from experiments.shared import write_table
 from headcoop.analysis.mechanisms.cooperation import MECHANISMS, ROLES
 from headcoop.analysis.mechanisms.words import Reading, vote
 
@@ -39,7 +39,9 @@ def summary_row(result, **labels) -> dict:
     counts = pairs.mechanism.value_counts()
     roles = pd.Series(result.roles).value_counts()
     weight = pairs.matters.clip(lower=1e-12)
-    evidence = {f"inputs_{c}": float((pairs[c] * weight).sum() / weight.sum()) for c in ("or", "and", "a_only", "b_only")}
+    evidence = {
+        f"inputs_{c}": float((pairs[c] * weight).sum() / weight.sum()) for c in ("or", "and", "a_only", "b_only")
+    }
     competing = [h for h, r in result.roles.items() if r == "competes"]
     return dict(**labels, mechanism=result.mechanism, agreement=result.agreement, flips=result.flips,
                 by_ablation=result.by_ablation, readings=len(result.readings), v_full=result.v_full,
@@ -96,7 +98,11 @@ def answer_row(result, **labels) -> dict:
     pairs = result.pairs
     w0, w1 = (active[c] for c in ("weight[0]", "weight[1]")) if "weight[0]" in same else (None, None)
     opposite = bool(((w0 * w1) < 0).all()) if w0 is not None else False
-    ratio = float((w0.abs() / w1.abs()).clip(lower=1e-12).apply(lambda x: max(x, 1 / x)).max()) if w0 is not None else float("nan")
+    ratio = (
+        float((w0.abs() / w1.abs()).clip(lower=1e-12).apply(lambda x: max(x, 1 / x)).max())
+        if w0 is not None
+        else float("nan")
+    )
     numbers = result.same_numbers
     fn = result.function_numbers or {}
     measure = fn.get("total", fn.get("direct", {}))  # the stricter measure where later layers read the heads
@@ -181,7 +187,9 @@ def _skip_pair_models(s: Settings) -> list[tuple[str, int, int | None, object]]:
     trained = hc.train_many(task, items, seeds=seeds, steps=s.skip_pair_steps, warmup=100 if not s.quick else 2,
                             progress=False, **s.recipe)  # fmt: skip
     models = [(f"{name} (shipped)", d, None, hc.load(name)) for d, name in shapes]
-    return models + [(f"d_head {item['d_head']}", item["d_head"], seed, m) for item, seed, m in zip(items, seeds, trained)]
+    return models + [
+        (f"d_head {item['d_head']}", item["d_head"], seed, m) for item, seed, m in zip(items, seeds, trained)
+    ]
 
 
 def skip_pair_mechanisms(s: Settings) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -219,7 +227,9 @@ def skip_pair_mechanisms(s: Settings) -> tuple[pd.DataFrame, pd.DataFrame]:
                 writes[reading_name] = hc.superposed_writes(dla[:, 0], dla[:, 1], batch.answer, reading=reading,
                                                             outputs=completions if outputs == "completions" else None)  # fmt: skip
             centered = dla[..., completions] - dla[..., completions].mean(-1, keepdim=True)  # [batch, head, 10]
-            at_answer = centered.gather(-1, torch.searchsorted(completions, batch.answer)[:, None, None].expand(-1, 2, 1))[..., 0]
+            at_answer = centered.gather(
+                -1, torch.searchsorted(completions, batch.answer)[:, None, None].expand(-1, 2, 1)
+            )[..., 0]
             answer_up = (at_answer > 0).all(-1)  # both heads push the answer above their mean over completions
             for t, type_name in enumerate(pair_names):
                 here = batch.labels == t
@@ -231,8 +241,10 @@ def skip_pair_mechanisms(s: Settings) -> tuple[pd.DataFrame, pd.DataFrame]:
                     row[f"several | {reading_name}"] = int((several & here).sum())
                     row[f"only_correct | {reading_name}"] = int((superposed & here).sum())
                 per_type.append(row)
-    return (write_table(pd.DataFrame(rows), s.out, "skip_pair_mechanisms"),
-            write_table(pd.DataFrame(per_type), s.out, "skip_pair_contexts"))
+    return (
+        write_table(pd.DataFrame(rows), s.out, "skip_pair_mechanisms"),
+        write_table(pd.DataFrame(per_type), s.out, "skip_pair_contexts"),
+    )
 
 
 def two_layer_mechanisms(s: Settings) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -248,7 +260,9 @@ def two_layer_mechanisms(s: Settings) -> tuple[pd.DataFrame, pd.DataFrame]:
         backup = result.backup.copy()
         backup.insert(0, "seed", seed)
         backups.append(backup)
-        rows.append(summary_row(result, model=f"two-layer seed {seed}", answer_acc=task.evaluate(model, n=2048)["answer_acc"]))
+        rows.append(
+            summary_row(result, model=f"two-layer seed {seed}", answer_acc=task.evaluate(model, n=2048)["answer_acc"])
+        )
         pairs = result.pairs
         layer = lambda col: pairs[col].str[1].astype(int)  # noqa: E731
         for (la, lb), part in pairs.groupby([layer("head_a"), layer("head_b")]):
@@ -258,8 +272,10 @@ def two_layer_mechanisms(s: Settings) -> tuple[pd.DataFrame, pd.DataFrame]:
         table.insert(0, "seed", seed)
         heads.append(table)
     write_table(pd.concat(backups, ignore_index=True), s.out, "two_layer_backup")
-    return (write_table(pd.DataFrame(rows), s.out, "two_layer_mechanisms"),
-            write_table(pd.concat(heads, ignore_index=True), s.out, "two_layer_heads"))
+    return (
+        write_table(pd.DataFrame(rows), s.out, "two_layer_mechanisms"),
+        write_table(pd.concat(heads, ignore_index=True), s.out, "two_layer_heads"),
+    )
 
 
 def two_layer_paths(s: Settings) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -63,7 +63,9 @@ def count01_pairs(out: Path = OUT, n: int = 512, seed: int = 3) -> dict:
     (colour) and the share of the votes its most common word has (the cell's text), on 512 fixed strings."""
     model, task = hc.load("count01"), hc.Count01()
     pairs = hc.cooperation(model, inputs=task.sample(n, seed=seed), max_exact=2).pairs
-    heads = sorted(set(pairs.head_a) | set(pairs.head_b), key=lambda h: (int(h[1:h.index("H")]), int(h[h.index("H") + 1:])))
+    heads = sorted(
+        set(pairs.head_a) | set(pairs.head_b), key=lambda h: (int(h[1 : h.index("H")]), int(h[h.index("H") + 1 :]))
+    )
     index = {h: i for i, h in enumerate(heads)}
     words = [w for w in WORD_ORDER if w in set(pairs.mechanism)]
     code = np.full((len(heads), len(heads)), np.nan)
@@ -73,7 +75,18 @@ def count01_pairs(out: Path = OUT, n: int = 512, seed: int = 3) -> dict:
         for a, b in ((i, j), (j, i)):
             code[a, b] = words.index(row.mechanism)
             text[a, b] = f"{row.agreement:.0%}"
-    palette = ["#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#d62728", "#7f7f7f", "#bcbd22", "#cccccc", "#17becf"]
+    palette = [
+        "#1f77b4",
+        "#2ca02c",
+        "#ff7f0e",
+        "#9467bd",
+        "#8c564b",
+        "#d62728",
+        "#7f7f7f",
+        "#bcbd22",
+        "#cccccc",
+        "#17becf",
+    ]
     scale = []
     for k, _ in enumerate(words):  # a stepped colour scale: one flat band per word
         lo, hi = k / len(words), (k + 1) / len(words)
@@ -116,7 +129,9 @@ def skip_pair_words(out: Path = OUT, draws: int = 4) -> dict:
     for w in WORD_ORDER:
         if any(shares[w]):
             fig.add_trace(go.Bar(name=w, x=labels, y=shares[w]))
-    fig.add_hline(y=0.9, line_dash="dot", annotation_text="a word needs 90% of the votes", annotation_position="bottom left")
+    fig.add_hline(
+        y=0.9, line_dash="dot", annotation_text="a word needs 90% of the votes", annotation_position="bottom left"
+    )
     fig.update_layout(template=TEMPLATE, barmode="stack", yaxis_title="share of the kind's readings", yaxis_range=[0, 1],
                       title="SkipPair checkpoints: the pair's word under each reading, per ablation kind<br><sup>"
                       "accuracy on the task's mechanism inputs; every reference draw and threshold reading of the "

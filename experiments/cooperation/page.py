@@ -18,7 +18,16 @@ import pandas as pd
 from experiments.cooperation import answers
 from experiments.cooperation.measures import WRITES_TO, active_pairs
 from experiments.cooperation.quotes import (
-    DISTRIBUTE, FINDING, INTERFERE, LEAST_FAVOURITE, ONE_HEAD, ONLY_CORRECT, QUESTION, SUPERPOSE, TABLE1, TITLE,
+    DISTRIBUTE,
+    FINDING,
+    INTERFERE,
+    LEAST_FAVOURITE,
+    ONE_HEAD,
+    ONLY_CORRECT,
+    QUESTION,
+    SUPERPOSE,
+    TABLE1,
+    TITLE,
 )
 from experiments.robustness.page import REGISTRY_SAYS, default_verdicts, short_verdicts, with_registry
 from headcoop.analysis.mechanisms.cooperation import MECHANISMS
@@ -62,11 +71,16 @@ def _count01_signature(acc: pd.DataFrame, ensemble: pd.DataFrame | None) -> tupl
     fam = acc[(acc.how == "family") & acc.model.str.startswith("seed ")].copy()
     fam["seed"] = fam.model.str.removeprefix("seed ").astype(int)
     joined = fam[["seed", "mechanism", "agreement", "flips", "redundant", "inactive"]].merge(
-        primary.rename(columns={"answer_acc": "count01_answer_acc"}), on="seed", how="left")
-    return (Text("Beside it, the paper's own measure (count01.md, `count01/ensemble_models.csv`, the primary models of "
-                 "the same seeds trained by the Count01 reproduction: each head's separability s_acc, mean, largest "
-                 "and weighted): a high s_acc for every head is what \"all solving the same subtask\" predicts."),
-            Table(joined, digits=3))
+        primary.rename(columns={"answer_acc": "count01_answer_acc"}), on="seed", how="left"
+    )
+    return (
+        Text(
+            "Beside it, the paper's own measure (count01.md, `count01/ensemble_models.csv`, the primary models of "
+            "the same seeds trained by the Count01 reproduction: each head's separability s_acc, mean, largest "
+            'and weighted): a high s_acc for every head is what "all solving the same subtask" predicts.'
+        ),
+        Table(joined, digits=3),
+    )
 
 
 def answer_blocks(answer: pd.DataFrame | None) -> tuple:
@@ -119,7 +133,9 @@ def section_count01(summary: pd.DataFrame, pairs: pd.DataFrame, heads: pd.DataFr
                      "(division or superposition)", form="existence", key="alt"),
     ])  # fmt: skip
     for how in HOWS:
-        reading[f"models, {how}" + ("" if how == "family" else " ablation")] = [_share(r[how][k], n) for k in reading.key]
+        reading[f"models, {how}" + ("" if how == "family" else " ablation")] = [
+            _share(r[how][k], n) for k in reading.key
+        ]
     reading = reading.drop(columns="key")
 
     claim = Claim("1", FINDING,
@@ -155,46 +171,72 @@ def section_count01(summary: pd.DataFrame, pairs: pd.DataFrame, heads: pd.DataFr
         "are needed their effects add by construction (*not testable*); the redundancy lives in the "
         "thresholded decision (accuracy)."
     )  # fmt: skip
-    cols = ["model", "answer_acc", "how", "mechanism", "agreement", "flips", *MECHS, "heads_inactive",
-            "heads_undetermined", "inputs_or", "inputs_and", "inputs_a_only", "inputs_b_only", "net_sum_verdict"]
+    cols = [
+        "model",
+        "answer_acc",
+        "how",
+        "mechanism",
+        "agreement",
+        "flips",
+        *MECHS,
+        "heads_inactive",
+        "heads_undetermined",
+        "inputs_or",
+        "inputs_and",
+        "inputs_a_only",
+        "inputs_b_only",
+        "net_sum_verdict",
+    ]
     shipped = pairs[(pairs.model == "shipped") & (pairs.how == "family")]
     example = pd.concat([shipped[shipped.mechanism != "undetermined"].head(3),
                          shipped[shipped.mechanism == "undetermined"].drop_duplicates("flips_under").head(3)])[
         ["head_a", "head_b", "mechanism", "agreement", "primary_word", "by_ablation", "flips_under", "matters", "or",
          "and", "a_only", "b_only", "interaction"]]  # fmt: skip
-    return Section(answers.EVIDENCE["count01"], (
-        Text(f"**Paper** (abstract): \"{QUESTION}\"; its answer: \"{FINDING}\"."),
-        *answer_blocks(answer),
-        Text("**Here**: the shipped model and the primary configuration (16 heads) trained over seeds with the "
-             f"Count01 reproduction's recipe; `hc.cooperation` on {int(mean.pairs.iloc[0])} pairs per model, 512 fresh "
-             "strings (fixed), accuracy per input, under zero ablation alone, mean ablation alone (4 reference "
-             "draws) and the default reading family (zero, mean, resample and answer-aligned mean ablation, 4 "
-             "reference draws each, every threshold at half and twice its default) (`count01_mechanisms.csv`, "
-             "every pair in `count01_pairs.csv`, every head in `count01_heads.csv`). A word stands where 90% of "
-             "the readings agree; `agreement` is the share giving the most common word, `flips` the most common "
-             "other word and the readings where it holds least. `inputs_*`: over the pairs and inputs where a pair "
-             "matters (both heads on answer right, both off answer wrong), the share where either head alone "
-             "answers (or), only both do (and), only one does (a_only, b_only), in the first draw of mean "
-             "ablation."),
-        Table(acc[cols], digits=3),
-        Text("The pair words of pairs of active heads (a head is *inactive* when neither its total nor its "
-             "isolated effect on the accuracy, nor on its margin, exceeds a tenth of its fair share of the heads' "
-             "absolute effects with a 95% interval that excludes 0):"),
-        Table(active, digits=3),
-        Text("The paper's question read four ways, side by side (accuracy; zero, mean, the family):"),
-        Table(reading),
-        *_count01_signature(acc, ensemble),
-        Text("Examples from the shipped model (the family), with each ablation's word and what flips it:"),
-        Table(example, digits=3),
-        Text("**Reading**: " + text),
-    ), claims=(claim,))
+    return Section(
+        answers.EVIDENCE["count01"],
+        (
+            Text(f'**Paper** (abstract): "{QUESTION}"; its answer: "{FINDING}".'),
+            *answer_blocks(answer),
+            Text(
+                "**Here**: the shipped model and the primary configuration (16 heads) trained over seeds with the "
+                f"Count01 reproduction's recipe; `hc.cooperation` on {int(mean.pairs.iloc[0])} pairs per model, 512 fresh "
+                "strings (fixed), accuracy per input, under zero ablation alone, mean ablation alone (4 reference "
+                "draws) and the default reading family (zero, mean, resample and answer-aligned mean ablation, 4 "
+                "reference draws each, every threshold at half and twice its default) (`count01_mechanisms.csv`, "
+                "every pair in `count01_pairs.csv`, every head in `count01_heads.csv`). A word stands where 90% of "
+                "the readings agree; `agreement` is the share giving the most common word, `flips` the most common "
+                "other word and the readings where it holds least. `inputs_*`: over the pairs and inputs where a pair "
+                "matters (both heads on answer right, both off answer wrong), the share where either head alone "
+                "answers (or), only both do (and), only one does (a_only, b_only), in the first draw of mean "
+                "ablation."
+            ),
+            Table(acc[cols], digits=3),
+            Text(
+                "The pair words of pairs of active heads (a head is *inactive* when neither its total nor its "
+                "isolated effect on the accuracy, nor on its margin, exceeds a tenth of its fair share of the heads' "
+                "absolute effects with a 95% interval that excludes 0):"
+            ),
+            Table(active, digits=3),
+            Text("The paper's question read four ways, side by side (accuracy; zero, mean, the family):"),
+            Table(reading),
+            *_count01_signature(acc, ensemble),
+            Text("Examples from the shipped model (the family), with each ablation's word and what flips it:"),
+            Table(example, digits=3),
+            Text("**Reading**: " + text),
+        ),
+        claims=(claim,),
+    )
 
 
 def _one_class(draws: pd.DataFrame) -> int:
     """Draws whose head-free accuracy under the aligned mean equals the batch's share of '5' or of '4' (within
     half a string of 512), as answering one class for every string would give."""
     share = draws.batch_says_5
-    return int((((draws.aligned_answer_acc - share).abs() < 1e-3) | ((draws.aligned_answer_acc - (1 - share)).abs() < 1e-3)).sum())
+    return int(
+        (
+            ((draws.aligned_answer_acc - share).abs() < 1e-3) | ((draws.aligned_answer_acc - (1 - share)).abs() < 1e-3)
+        ).sum()
+    )
 
 
 def _empty_note(acc: pd.DataFrame, draws: pd.DataFrame | None = None) -> str:
@@ -202,19 +244,31 @@ def _empty_note(acc: pd.DataFrame, draws: pd.DataFrame | None = None) -> str:
     shipped = acc[acc.model == "shipped"].set_index("how")
     if "v_empty" not in shipped or not len(shipped):
         return ""
-    parts = ", ".join(f"{shipped.loc[h, 'v_empty']:.0%} under {h}" + ("" if h == "family" else " ablation")
-                      for h in ("zero", "mean") if h in shipped.index)
-    spread = (f"; over {len(draws)} reference draws of `hc.ablate`'s mean the head-free model is right on "
-              f"{draws.answer_acc.min():.0%}-{draws.answer_acc.max():.0%} and answers '4' on {draws.says_4.min():.0%}-"
-              f"{draws.says_4.max():.0%}, so one draw can test mostly one class, as zero ablation does"
-              + (f"; under hc.cooperation's aligned mean it is right on {draws.aligned_answer_acc.min():.1%}-"
-                 f"{draws.aligned_answer_acc.max():.1%}, exactly the batch's share of '5' ({draws.batch_says_5.iloc[0]:.1%}) "
-                 f"or of '4' in {_one_class(draws)} of {len(draws)} draws, as one answer for every string gives"
-                 if "aligned_answer_acc" in draws else "")
-              + " (`count01/ablation_all_draws.csv`)" if draws is not None else "")
-    return (f"With every head ablated the shipped model is still right on {parts} (the first draw of the reference "
-            f"for mean{spread}): a pair can matter, and *either alone answers* be tested, only on the other inputs; under zero "
-            "ablation those are the strings the head-free model gets wrong. ")
+    parts = ", ".join(
+        f"{shipped.loc[h, 'v_empty']:.0%} under {h}" + ("" if h == "family" else " ablation")
+        for h in ("zero", "mean")
+        if h in shipped.index
+    )
+    spread = (
+        f"; over {len(draws)} reference draws of `hc.ablate`'s mean the head-free model is right on "
+        f"{draws.answer_acc.min():.0%}-{draws.answer_acc.max():.0%} and answers '4' on {draws.says_4.min():.0%}-"
+        f"{draws.says_4.max():.0%}, so one draw can test mostly one class, as zero ablation does"
+        + (
+            f"; under hc.cooperation's aligned mean it is right on {draws.aligned_answer_acc.min():.1%}-"
+            f"{draws.aligned_answer_acc.max():.1%}, exactly the batch's share of '5' ({draws.batch_says_5.iloc[0]:.1%}) "
+            f"or of '4' in {_one_class(draws)} of {len(draws)} draws, as one answer for every string gives"
+            if "aligned_answer_acc" in draws
+            else ""
+        )
+        + " (`count01/ablation_all_draws.csv`)"
+        if draws is not None
+        else ""
+    )
+    return (
+        f"With every head ablated the shipped model is still right on {parts} (the first draw of the reference "
+        f"for mean{spread}): a pair can matter, and *either alone answers* be tested, only on the other inputs; under zero "
+        "ablation those are the strings the head-free model gets wrong. "
+    )
 
 
 def _context_shares(part: pd.DataFrame) -> dict:
@@ -237,15 +291,29 @@ def _skip_pair_signature(mech: pd.DataFrame, shipped_measures: pd.DataFrame | No
     if shipped_measures is None:
         return ()
     words = mech[mech.seed.isna() & (mech.how == "family")][["d_head", "mechanism", "agreement", "by_ablation"]]
-    cols = ["d_head", "order_h0", "order_h1", "relation", "top_differ", "correct_up_both", "specific_rows",
-            "specific_total", "split_max", "signal_acc"]
+    cols = [
+        "d_head",
+        "order_h0",
+        "order_h1",
+        "relation",
+        "top_differ",
+        "correct_up_both",
+        "specific_rows",
+        "specific_total",
+        "split_max",
+        "signal_acc",
+    ]
     joined = shipped_measures[shipped_measures.n_heads == 2][cols].merge(words, on="d_head", how="left")
-    return (Text("The post's own signature measures of the shipped models (skip_pair.md, `skip_pair/shipped.csv`: "
-                 "the heads' preference orderings and whether they are reversed, whether their first choices "
-                 "differ, the pair types whose answer both heads push above their mean (of 10), the (head, token) "
-                 "OV rows that put exactly the completions consistent with the ordering on top, the largest split "
-                 "of attention) beside hc.cooperation's word:"),
-            Table(joined, digits=3))
+    return (
+        Text(
+            "The post's own signature measures of the shipped models (skip_pair.md, `skip_pair/shipped.csv`: "
+            "the heads' preference orderings and whether they are reversed, whether their first choices "
+            "differ, the pair types whose answer both heads push above their mean (of 10), the (head, token) "
+            "OV rows that put exactly the completions consistent with the ordering on top, the largest split "
+            "of attention) beside hc.cooperation's word:"
+        ),
+        Table(joined, digits=3),
+    )
 
 
 def section_skip_pair(mech: pd.DataFrame, ctx: pd.DataFrame, shipped_measures: pd.DataFrame | None = None,
@@ -267,8 +335,12 @@ def section_skip_pair(mech: pd.DataFrame, ctx: pd.DataFrame, shipped_measures: p
                                       "or", "and", "a_only", "b_only", "multi", "only_answer", "distributed", "rank_a",
                                       "rank_b"]]  # fmt: skip
     c = ctx[ctx.seed.notna()]
-    per_type = pd.DataFrame([dict(d_head=d_head, pair_type=str(pair_type), **_context_shares(part))
-                             for (d_head, pair_type), part in c.groupby(["d_head", "pair_type"])])
+    per_type = pd.DataFrame(
+        [
+            dict(d_head=d_head, pair_type=str(pair_type), **_context_shares(part))
+            for (d_head, pair_type), part in c.groupby(["d_head", "pair_type"])
+        ]
+    )
     by_d = pd.DataFrame([dict(d_head=d_head, **_context_shares(part)) for d_head, part in c.groupby("d_head")])
     by_d = by_d.set_index("d_head")
     short = {col: col.replace(" | ", " (").split(",")[0] + ")" for col in by_d.columns if " | " in col}
@@ -320,40 +392,61 @@ def section_skip_pair(mech: pd.DataFrame, ctx: pd.DataFrame, shipped_measures: p
         + "; ".join(f"{by_d.loc[5, f'only correct | {r}']:.0%} at d_head 5 and {by_d.loc[1, f'only correct | {r}']:.0%} "
                     f"at d_head 1 reading *{r}*" for r in READINGS) + "."
     )  # fmt: skip
-    return Section(answers.EVIDENCE["skip_pair"], (
-        Text(f"**Post**: \"{INTERFERE}\"; \"{ONLY_CORRECT}\"; \"{DISTRIBUTE}\"; \"{SUPERPOSE}\"; \"{LEAST_FAVOURITE}\"; "
-             f"\"{ONE_HEAD}\""),
-        *_answer_numbers(answer),
-        Text("**Here**: two-head models with d_head 5 and d_head 1, trained over seeds with the SkipPair "
-             "reproduction's recipe, and the shipped checkpoints; `hc.cooperation` on 512 signal contexts (the "
-             "default call's inputs; the post's claims are about them), accuracy per context, under the reading family (zero and mean ablation "
-             "alone beside) (`skip_pair_mechanisms.csv`). `median_or` .. `median_b_only`: medians over seeds of the "
-             "shares of the contexts where the pair matters; `median_multi`: of all contexts, both heads write to at "
-             "least 2 completions consistent with their source; `median_only_answer`: of those, the answer is the "
-             "only completion both push up; `median_distributed`: the heads attend to different tokens; "
-             "`rank_1_heads`: heads whose map from attended token to writes has rank 1."),
-        Table(verbs, digits=3),
-        Table(shipped, digits=3),
-        *((Text("The shipped checkpoints were trained with the seeds' recipe at seeds " + " and ".join(
-            f"{int(r.train_seed)} (d_head {int(r.d_head)})" for r in shipped_measures.itertuples() if r.n_heads == 2)
-            + " (`skip_pair/shipped.csv`, `train_seed`): their rows repeat those seeds' models and are not further "
-            "evidence; the counts over seeds above include them once."),)
-          if shipped_measures is not None and "train_seed" in shipped_measures else ()),
-        *_skip_pair_signature(mech, shipped_measures),
-        Text("**Superposition evidence per context**, all seeds pooled (`skip_pair_contexts.csv`). A head *writes "
-             "to* an output, by reading: hc.cooperation's (its DLA above a tenth of its largest on the context, "
-             "counting only completions consistent with the token it attends to), *positive* (its raw DLA over the "
-             "10 completions is above 0, as the post's figure shows contributions), *centered* (above its mean over "
-             "the completions) or *half_answer* (the earlier instrument's: its DLA minus its mean over the "
-             "vocabulary is at least half of that on the answer). "
-             "`several`: share of the contexts where both heads write to at least 2 outputs; `only correct`: of "
-             "those, the share where the answer is the only output both write to. `answer_up_both`: both heads' "
-             "centered DLA on the answer is above 0. By width:"),
-        Table(by_d_shown, digits=3),
-        Text("Per pair type (shares of that type's contexts):"),
-        Table(per_type, digits=2),
-        Text("**Reading**: " + reading),
-    ), claims=claims)
+    return Section(
+        answers.EVIDENCE["skip_pair"],
+        (
+            Text(
+                f'**Post**: "{INTERFERE}"; "{ONLY_CORRECT}"; "{DISTRIBUTE}"; "{SUPERPOSE}"; "{LEAST_FAVOURITE}"; '
+                f'"{ONE_HEAD}"'
+            ),
+            *_answer_numbers(answer),
+            Text(
+                "**Here**: two-head models with d_head 5 and d_head 1, trained over seeds with the SkipPair "
+                "reproduction's recipe, and the shipped checkpoints; `hc.cooperation` on 512 signal contexts (the "
+                "default call's inputs; the post's claims are about them), accuracy per context, under the reading family (zero and mean ablation "
+                "alone beside) (`skip_pair_mechanisms.csv`). `median_or` .. `median_b_only`: medians over seeds of the "
+                "shares of the contexts where the pair matters; `median_multi`: of all contexts, both heads write to at "
+                "least 2 completions consistent with their source; `median_only_answer`: of those, the answer is the "
+                "only completion both push up; `median_distributed`: the heads attend to different tokens; "
+                "`rank_1_heads`: heads whose map from attended token to writes has rank 1."
+            ),
+            Table(verbs, digits=3),
+            Table(shipped, digits=3),
+            *(
+                (
+                    Text(
+                        "The shipped checkpoints were trained with the seeds' recipe at seeds "
+                        + " and ".join(
+                            f"{int(r.train_seed)} (d_head {int(r.d_head)})"
+                            for r in shipped_measures.itertuples()
+                            if r.n_heads == 2
+                        )
+                        + " (`skip_pair/shipped.csv`, `train_seed`): their rows repeat those seeds' models and are not further "
+                        "evidence; the counts over seeds above include them once."
+                    ),
+                )
+                if shipped_measures is not None and "train_seed" in shipped_measures
+                else ()
+            ),
+            *_skip_pair_signature(mech, shipped_measures),
+            Text(
+                "**Superposition evidence per context**, all seeds pooled (`skip_pair_contexts.csv`). A head *writes "
+                "to* an output, by reading: hc.cooperation's (its DLA above a tenth of its largest on the context, "
+                "counting only completions consistent with the token it attends to), *positive* (its raw DLA over the "
+                "10 completions is above 0, as the post's figure shows contributions), *centered* (above its mean over "
+                "the completions) or *half_answer* (the earlier instrument's: its DLA minus its mean over the "
+                "vocabulary is at least half of that on the answer). "
+                "`several`: share of the contexts where both heads write to at least 2 outputs; `only correct`: of "
+                "those, the share where the answer is the only output both write to. `answer_up_both`: both heads' "
+                "centered DLA on the answer is above 0. By width:"
+            ),
+            Table(by_d_shown, digits=3),
+            Text("Per pair type (shares of that type's contexts):"),
+            Table(per_type, digits=2),
+            Text("**Reading**: " + reading),
+        ),
+        claims=claims,
+    )
 
 
 ANSWER_COLUMNS = ["model", "mechanism", "agreement", "favoured", "favoured_share", "vote_zero", "vote_mean",
@@ -365,15 +458,19 @@ def _answer_numbers(answer: pd.DataFrame | None) -> tuple:
     """The numbers the page's SkipPair answer quotes, as a table (`skip_pair_answer.csv`, the default call)."""
     if answer is None:
         return ()
-    return (Text("**The answer's numbers** (`skip_pair_answer.csv`: the default `hc.cooperation` call on the shipped "
-                 "checkpoints; the answer at the top of the page is built from this table). `agreement`: the share of "
-                 "votes of the most common word; `favoured`: the most common word other than *undetermined* and "
-                 "`favoured_share` its votes; `vote_<kind>`: its share of that kind's seeing readings (the family's "
-                 "vote is the mean over the kinds that see the pair); `knife_edge`: a group of readings whose removal "
-                 "alone changes the word; `conditional_a/b`: the post's defining property, among the inputs that can "
-                 "show it, `shown_a/b` their share of the inputs where the pair matters; `only_answer`: the "
-                 "interference sentence, among the inputs where both write several (`multi`)."),
-            Table(answer[[c for c in ANSWER_COLUMNS if c in answer]], digits=4))
+    return (
+        Text(
+            "**The answer's numbers** (`skip_pair_answer.csv`: the default `hc.cooperation` call on the shipped "
+            "checkpoints; the answer at the top of the page is built from this table). `agreement`: the share of "
+            "votes of the most common word; `favoured`: the most common word other than *undetermined* and "
+            "`favoured_share` its votes; `vote_<kind>`: its share of that kind's seeing readings (the family's "
+            "vote is the mean over the kinds that see the pair); `knife_edge`: a group of readings whose removal "
+            "alone changes the word; `conditional_a/b`: the post's defining property, among the inputs that can "
+            "show it, `shown_a/b` their share of the inputs where the pair matters; `only_answer`: the "
+            "interference sentence, among the inputs where both write several (`multi`)."
+        ),
+        Table(answer[[c for c in ANSWER_COLUMNS if c in answer]], digits=4),
+    )
 
 
 def _shipped_word(mech: pd.DataFrame, d_head: int) -> str:
@@ -388,7 +485,9 @@ def _shipped_word(mech: pd.DataFrame, d_head: int) -> str:
     return f"{word} ({row.favoured_share:.0%} of votes; a word needs 90%)"
 
 
-def section_compete(summary: pd.DataFrame, heads: pd.DataFrame, two_layer: pd.DataFrame, table1: pd.DataFrame | None) -> Section:
+def section_compete(
+    summary: pd.DataFrame, heads: pd.DataFrame, two_layer: pd.DataFrame, table1: pd.DataFrame | None
+) -> Section:
     acc = summary[(summary.metric == "accuracy")]
     rows = []
     for how, part in acc.groupby("how", sort=False):
@@ -404,20 +503,24 @@ def section_compete(summary: pd.DataFrame, heads: pd.DataFrame, two_layer: pd.Da
     h = heads[heads.how == "family"]
     negative_direct = int((h.direct_effect < 0).sum())
     blocks = [
-        Text(f"**Paper** (title): \"{TITLE}\"."),
-        Text(f"The summary of the paper (`seeds/count01-paper-summary.md`, not the paper's words): \"{TABLE1}\"."),
-        Text("Neither source defines *compete*. Three readings, side by side: (a) at inference a head's total "
-             "effect on the metric opposes the answer (hc.cooperation's role \"competes\": its total effect on the "
-             "accuracy, else its isolated effect, else the same on the margin, is below minus a tenth of its fair "
-             "share of the heads' absolute effects, with a 95% interval below 0; a word only where 90% of the "
-             "reading family agrees), and a pair with one such head is \"competition\"; (b) a head's direct effect "
-             "is negative at all (any size; a head can feed a later head while its direct effect is negative); (c) "
-             "in training, heads trained together end worse than the same heads trained alone (the paper's Table "
-             "1)."),
+        Text(f'**Paper** (title): "{TITLE}".'),
+        Text(f'The summary of the paper (`seeds/count01-paper-summary.md`, not the paper\'s words): "{TABLE1}".'),
+        Text(
+            "Neither source defines *compete*. Three readings, side by side: (a) at inference a head's total "
+            'effect on the metric opposes the answer (hc.cooperation\'s role "competes": its total effect on the '
+            "accuracy, else its isolated effect, else the same on the margin, is below minus a tenth of its fair "
+            "share of the heads' absolute effects, with a 95% interval below 0; a word only where 90% of the "
+            'reading family agrees), and a pair with one such head is "competition"; (b) a head\'s direct effect '
+            "is negative at all (any size; a head can feed a later head while its direct effect is negative); (c) "
+            "in training, heads trained together end worse than the same heads trained alone (the paper's Table "
+            "1)."
+        ),
         Table(counts),
-        Text(f"(b): {negative_direct} of {len(h)} heads of the one-layer Count01 models have a negative mean direct "
-             f"effect, the most negative {h.direct_effect.min():.3f} against the largest positive "
-             f"{h.direct_effect.max():.3f}."),
+        Text(
+            f"(b): {negative_direct} of {len(h)} heads of the one-layer Count01 models have a negative mean direct "
+            f"effect, the most negative {h.direct_effect.min():.3f} against the largest positive "
+            f"{h.direct_effect.max():.3f}."
+        ),
     ]
     one = counts[counts.models == "Count01, one layer"]
     fam_one = one[one.how == "family"]
@@ -432,12 +535,18 @@ def section_compete(summary: pd.DataFrame, heads: pd.DataFrame, two_layer: pd.Da
                            "sign: by separability the jointly trained heads are better, by the head's own push the "
                            "isolated ones are."))  # fmt: skip
         measured += f"; (c) Table 1, isolated - joint: s_acc {s_d:+.3f}, l_acc {l_d:+.3f}"
-    blocks.append(Text(
-        "**Reading**: over the reading family, no head of the one-layer Count01 models pushes against the answer "
-        "beyond a tenth of its fair share" if int(fam_one.competing_heads.iloc[0]) == 0 else
-        f"**Reading**: over the reading family, {int(fam_one.competing_heads.iloc[0])} heads of the one-layer models "
-        "push against the answer"))
-    listed = "; ".join(f"{r.model}: {r.competing}" for _, r in two_layer.iterrows() if isinstance(r.competing, str) and r.competing)
+    blocks.append(
+        Text(
+            "**Reading**: over the reading family, no head of the one-layer Count01 models pushes against the answer "
+            "beyond a tenth of its fair share"
+            if int(fam_one.competing_heads.iloc[0]) == 0
+            else f"**Reading**: over the reading family, {int(fam_one.competing_heads.iloc[0])} heads of the one-layer models "
+            "push against the answer"
+        )
+    )
+    listed = "; ".join(
+        f"{r.model}: {r.competing}" for _, r in two_layer.iterrows() if isinstance(r.competing, str) and r.competing
+    )
     blocks[-1] = Text(blocks[-1].text + (f"; in the two-layer models these heads do ({listed}), and a pair with one "
                       "of them is named competition where the family agrees" if listed else "; nor in the two-layer models") +
                       ". Whether heads *compete in training* (reading c) depends on the metric: the two of Table 1 "
@@ -446,8 +555,7 @@ def section_compete(summary: pd.DataFrame, heads: pd.DataFrame, two_layer: pd.Da
     verdict = "a question, so no verdict; the answer here: " + (
         "(a) no competition at inference in one layer" if one_n == 0 else f"(a) {one_n} competing heads in one layer") + \
         "; (c) mixed (the Table 1 metrics disagree in sign)"  # fmt: skip
-    return Section(answers.EVIDENCE["compete"], tuple(blocks),
-                   claims=(Claim("3", TITLE, measured, verdict),))
+    return Section(answers.EVIDENCE["compete"], tuple(blocks), claims=(Claim("3", TITLE, measured, verdict),))
 
 
 def _matters_little(mech: pd.DataFrame) -> int:
@@ -457,22 +565,28 @@ def _matters_little(mech: pd.DataFrame) -> int:
     return sum(int(n) for text in mech.reasons for n in re.findall(r"(\d+) x the pair matters on", text))
 
 
-def section_two_layer(mech: pd.DataFrame, heads: pd.DataFrame, paths: pd.DataFrame, comp: pd.DataFrame,
-                      backup: pd.DataFrame | None = None) -> Section:
+def section_two_layer(
+    mech: pd.DataFrame, heads: pd.DataFrame, paths: pd.DataFrame, comp: pd.DataFrame, backup: pd.DataFrame | None = None
+) -> Section:
     edges = paths[paths.via != "direct"].copy()
     mode = {"q": "Q", "k": "K", "v": "V"}
     edges["mode"] = edges.via.map(mode)
     joined = edges.merge(comp, on=["seed", "sender", "receiver", "mode"])
     joined["effect"] = joined.normalized.abs()
     corr = joined.groupby("via")[["effect", "score"]].corr(method="spearman").xs("effect", level=1)["score"]
-    top = joined.sort_values("effect", ascending=False).groupby("seed").head(5)[
-        ["seed", "sender", "receiver", "via", "normalized", "score"]]
+    top = (
+        joined.sort_values("effect", ascending=False)
+        .groupby("seed")
+        .head(5)[["seed", "sender", "receiver", "via", "normalized", "score"]]
+    )
     direct = paths[paths.via == "direct"].sort_values("normalized", key=abs, ascending=False).groupby("seed").head(3)
     direct = direct.sort_values(["seed", "normalized"], ascending=[True, False])[["seed", "sender", "normalized"]]
     cols = ["model", "answer_acc", "mechanism", "agreement", "flips"] + MECHS + [
         "heads_supports", "heads_competes", "heads_inactive", "heads_undetermined", "competing", "L0-L0", "L0-L1",
         "L1-L1", "reasons"]  # fmt: skip
-    backs = heads[heads.backs_up.fillna("") != ""][["seed", "head", "role", "direct_effect", "total_effect", "self_repair", "backs_up"]]
+    backs = heads[heads.backs_up.fillna("") != ""][
+        ["seed", "head", "role", "direct_effect", "total_effect", "self_repair", "backs_up"]
+    ]
     if backup is not None and len(backup):
         norm_heavy = backup[(backup.norm_compensation.abs() > backup.own_compensation.abs())]
         backup_text = (f" Of the {len(backup)} (earlier head, later head, ablation) rows, "
@@ -480,36 +594,52 @@ def section_two_layer(mech: pd.DataFrame, heads: pd.DataFrame, paths: pd.DataFra
                        "moves the later head's direct effect more than its own output does (`two_layer_backup.csv`).")  # fmt: skip
     else:
         backup_text = ""
-    return Section("4. Two layers: mechanisms, backup and paths", (
-        Text("**Here**: two-layer Count01 models (16 heads per layer, the primary width) trained over seeds; "
-             "`hc.cooperation` over all 32 heads (496 pairs; accuracy, the reading family with 2 reference draws "
-             "per ablation, for time; the Shapley interaction index is not computed above 16 heads) "
-             "(`two_layer_mechanisms.csv`, heads in `two_layer_heads.csv`). `L0-L1`: the words of pairs with one "
-             "head in each layer (composition is possible only there)."),
-        Table(mech[[c for c in cols if c in mech.columns]], digits=3),
-        Text(f"**Reading**: {int(mech.undetermined.sum())} of {int(mech.pairs.sum())} pairs are undetermined, "
-             f"{_matters_little(mech)} of them because the pair matters on fewer than 10% of the inputs both with the other 30 heads present (removing "
-             "two of 32 heads rarely flips the answer) and with them ablated (two heads alone rarely give it); "
-             f"{int(mech.competition.sum())} are competition, {int(mech.composition.sum())} composition, "
-             f"{int(mech.redundant.sum())} redundant, {int(mech.division.sum())} a division, "
-             f"{int(mech.superposition.sum())} superposition, {int(mech.inactive.sum())} hold an inactive head. "
-             "Pairs of two heads cannot describe a 32-head model that answers only with many heads at once; a "
-             "word on larger groups is beyond this instrument."),
-        Text("Heads that back another up (when the other is ablated, this head's own output change, the final "
-             "norm's rescaling split off, restores at least half of the other's direct effect or half of the "
-             "answers it loses; McGrath et al. 2023, Rushing & Nanda 2024) and their self-repair (direct minus "
-             "total effect):" + backup_text if len(backs) else "No head backs up another (no head's own output "
-             "change restores half of an ablated head's direct effect or of its lost answers)." + backup_text),
-        *((Table(backs, digits=3),) if len(backs) else ()),
-        Text("`hc.path_patch` of every layer-0 -> layer-1 edge through q, k and v (share of the clean-corrupt gap "
-             "restored, `normalized`), beside the weights-only composition score of the same pair "
-             "(`two_layer_paths.csv`, `two_layer_composition.csv`). The five strongest edges per seed:"),
-        Table(top, digits=3),
-        Text("Spearman correlation, over all edges, between |path-patching effect| and the composition score: "
-             + ", ".join(f"via {v}: {c:.2f}" for v, c in corr.items()) + ". The three strongest direct paths "
-             "(a head of either layer straight to the logits) per seed:"),
-        Table(direct, digits=3),
-    ))
+    return Section(
+        "4. Two layers: mechanisms, backup and paths",
+        (
+            Text(
+                "**Here**: two-layer Count01 models (16 heads per layer, the primary width) trained over seeds; "
+                "`hc.cooperation` over all 32 heads (496 pairs; accuracy, the reading family with 2 reference draws "
+                "per ablation, for time; the Shapley interaction index is not computed above 16 heads) "
+                "(`two_layer_mechanisms.csv`, heads in `two_layer_heads.csv`). `L0-L1`: the words of pairs with one "
+                "head in each layer (composition is possible only there)."
+            ),
+            Table(mech[[c for c in cols if c in mech.columns]], digits=3),
+            Text(
+                f"**Reading**: {int(mech.undetermined.sum())} of {int(mech.pairs.sum())} pairs are undetermined, "
+                f"{_matters_little(mech)} of them because the pair matters on fewer than 10% of the inputs both with the other 30 heads present (removing "
+                "two of 32 heads rarely flips the answer) and with them ablated (two heads alone rarely give it); "
+                f"{int(mech.competition.sum())} are competition, {int(mech.composition.sum())} composition, "
+                f"{int(mech.redundant.sum())} redundant, {int(mech.division.sum())} a division, "
+                f"{int(mech.superposition.sum())} superposition, {int(mech.inactive.sum())} hold an inactive head. "
+                "Pairs of two heads cannot describe a 32-head model that answers only with many heads at once; a "
+                "word on larger groups is beyond this instrument."
+            ),
+            Text(
+                "Heads that back another up (when the other is ablated, this head's own output change, the final "
+                "norm's rescaling split off, restores at least half of the other's direct effect or half of the "
+                "answers it loses; McGrath et al. 2023, Rushing & Nanda 2024) and their self-repair (direct minus "
+                "total effect):" + backup_text
+                if len(backs)
+                else "No head backs up another (no head's own output "
+                "change restores half of an ablated head's direct effect or of its lost answers)." + backup_text
+            ),
+            *((Table(backs, digits=3),) if len(backs) else ()),
+            Text(
+                "`hc.path_patch` of every layer-0 -> layer-1 edge through q, k and v (share of the clean-corrupt gap "
+                "restored, `normalized`), beside the weights-only composition score of the same pair "
+                "(`two_layer_paths.csv`, `two_layer_composition.csv`). The five strongest edges per seed:"
+            ),
+            Table(top, digits=3),
+            Text(
+                "Spearman correlation, over all edges, between |path-patching effect| and the composition score: "
+                + ", ".join(f"via {v}: {c:.2f}" for v, c in corr.items())
+                + ". The three strongest direct paths "
+                "(a head of either layer straight to the logits) per seed:"
+            ),
+            Table(direct, digits=3),
+        ),
+    )
 
 
 def build(out: Path = Path(__file__).resolve().parents[2] / "docs" / "results") -> Path:
@@ -528,15 +658,27 @@ def build(out: Path = Path(__file__).resolve().parents[2] / "docs" / "results") 
                 section_compete(summary, heads, two_layer, table1),
                 section_two_layer(two_layer, read("two_layer_heads"), read("two_layer_paths"), read("two_layer_composition"),
                                   read("two_layer_backup") if (tables / "two_layer_backup.csv").exists() else None)]  # fmt: skip
-    figures = [(0, "count01_same", "The same-computation evidence (shipped Count01): every head's direct push on "
-                "logit('5') - logit('4') against the string's evidence, and the active heads' pairwise r"),
-               (0, "count01_pairs", "The word of every pair of the shipped Count01 model's heads, with the share of "
-                "votes of its most common reading (the default call)"),
-               (1, "skip_pair_words", "The SkipPair checkpoints' pair word under every reading, per ablation kind")]
+    figures = [
+        (
+            0,
+            "count01_same",
+            "The same-computation evidence (shipped Count01): every head's direct push on "
+            "logit('5') - logit('4') against the string's evidence, and the active heads' pairwise r",
+        ),
+        (
+            0,
+            "count01_pairs",
+            "The word of every pair of the shipped Count01 model's heads, with the share of "
+            "votes of its most common reading (the default call)",
+        ),
+        (1, "skip_pair_words", "The SkipPair checkpoints' pair word under every reading, per ablation kind"),
+    ]
     for i, name, caption in reversed(figures):  # each inserted after the section's first two blocks, in order
         if (tables / f"{name}.html").exists():  # drawn by `python -m experiments.cooperation.figures`
             figure = FigureFile(name, caption, folder="cooperation", png=(tables / f"{name}.png").exists())
-            sections[i] = dataclasses.replace(sections[i], blocks=(*sections[i].blocks[:2], figure, *sections[i].blocks[2:]))
+            sections[i] = dataclasses.replace(
+                sections[i], blocks=(*sections[i].blocks[:2], figure, *sections[i].blocks[2:])
+            )
     verdicts = {**default_verdicts(out / "robustness", "count01"), **default_verdicts(out / "robustness", "skip_pair")}
     short = {**short_verdicts(out / "robustness", "count01"), **short_verdicts(out / "robustness", "skip_pair")}
     claims = with_registry([c for part in sections for c in part.claims], verdicts, short)

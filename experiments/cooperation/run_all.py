@@ -16,11 +16,17 @@ from experiments import cli
 
 
 def main(argv=None) -> int:
-    args = cli.parse(cli.parser(__doc__, cli.RESULTS, png_help="accepted for symmetry with the other experiments (this page has no figures)"), argv)
+    args = cli.parse(
+        cli.parser(
+            __doc__, cli.RESULTS, png_help="accepted for symmetry with the other experiments (this page has no figures)"
+        ),
+        argv,
+    )
+    import torch
+
     from experiments.cooperation import exp_mechanisms, page  # (after parsing: --help imports no torch)
     from experiments.cooperation.common import DEFAULT_OUT, Settings
     from experiments.shared import setup
-    import torch
 
     setup()
     from experiments.consistency import record, started

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-
 import numpy as np
 import pandas as pd
 import plotly.express as px
@@ -11,9 +10,9 @@ import torch
 
 import headcoop as hc
 from experiments.count01.common import PRIMARY, Settings, save_figure, write_table
-from headcoop.training.loop import loss_drop
-from headcoop.tasks.count01 import BOS, EOS, EQ, FIVE, FOUR, ONE, TWO, ZERO
 from headcoop.display.plot import TEMPLATE
+from headcoop.tasks.count01 import BOS, EOS, EQ, FIVE, FOUR, ONE, TWO, ZERO
+from headcoop.training.loop import loss_drop
 
 HEAD_PARAMS = ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V")
 
@@ -80,8 +79,10 @@ def isolation_heads(task: hc.Count01, seed: int, recipe: dict, n_metrics: int, n
 def isolation(s: Settings) -> pd.DataFrame:
     """Table 1: each head of a primary-configuration model, trained with the others (joint) and alone."""
     task = hc.Count01()
-    rows = pd.concat([isolation_heads(task, seed, s.recipe(s.isolation_steps), s.n_metrics, s.n_eval)
-                      for seed in s.isolation_seeds], ignore_index=True)
+    rows = pd.concat(
+        [isolation_heads(task, seed, s.recipe(s.isolation_steps), s.n_metrics, s.n_eval) for seed in s.isolation_seeds],
+        ignore_index=True,
+    )
     heads = write_table(rows, s.out, "table1_heads")
     table = []
     for metric in ("s_acc", "l_acc_head", "l_acc", "roc_auc"):

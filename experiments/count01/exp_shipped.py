@@ -248,9 +248,13 @@ def ablation(s: Settings) -> pd.DataFrame:
     for label in ("zero", "mean", "scale x2"):
         part = per_head[per_head.intervention == label]
         fig.add_trace(go.Bar(name=label, x=part["head"], y=part.answer_acc))
-    fig.update_layout(template=TEMPLATE, barmode="group", yaxis_range=[0.5, 1.01],
-                      title="Answer accuracy with one head ablated or scaled (shipped model)",
-                      yaxis_title="answer accuracy")
+    fig.update_layout(
+        template=TEMPLATE,
+        barmode="group",
+        yaxis_range=[0.5, 1.01],
+        title="Answer accuracy with one head ablated or scaled (shipped model)",
+        yaxis_title="answer accuracy",
+    )
     save_figure(fig, s.out, "ablation_heads")
     fig = go.Figure()
     for order_name in cumulative.order.unique():
@@ -258,7 +262,11 @@ def ablation(s: Settings) -> pd.DataFrame:
         fig.add_trace(go.Scatter(x=part.ablated, y=part.answer_acc, mode="lines+markers", name=f"answer, {order_name}"))
         fig.add_trace(go.Scatter(x=part.ablated, y=part.eos_acc, mode="lines", line=dict(dash="dot"),
                                  name=f"[EOS], {order_name}"))  # fmt: skip
-    fig.update_layout(template=TEMPLATE, title="Mean-ablating heads one after another (ordered by readout norm)",
-                      xaxis_title="heads mean-ablated", yaxis_title="accuracy")
+    fig.update_layout(
+        template=TEMPLATE,
+        title="Mean-ablating heads one after another (ordered by readout norm)",
+        xaxis_title="heads mean-ablated",
+        yaxis_title="accuracy",
+    )
     save_figure(fig, s.out, "ablation_cumulative")
     return aggregation

@@ -160,7 +160,10 @@ def ensemble(s: Settings, sweep_models: list, primary_models: list) -> pd.DataFr
         hover_data=["d_model", "n_heads", "steps", "seed"],
         title="Model accuracy against the output-layer-weighted mean head s_acc",
     )  # fmt: skip
-    fig.update_layout(template=TEMPLATE, xaxis_title="sum_h ||W_O[h](W_U[5]-W_U[4])|| s_acc_h / sum_h ||...||",
-                      yaxis_title="model answer accuracy")
+    fig.update_layout(
+        template=TEMPLATE,
+        xaxis_title="sum_h ||W_O[h](W_U[5]-W_U[4])|| s_acc_h / sum_h ||...||",
+        yaxis_title="model answer accuracy",
+    )
     save_figure(fig, s.out, "ensemble_correlation")
     return corr_df

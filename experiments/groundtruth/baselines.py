@@ -52,7 +52,9 @@ def weight_norm(model) -> dict[str, float]:
         for h in range(model.cfg.n_heads):
             out[f"L{layer}H{h}"] = float(torch.linalg.matrix_norm(model.W_V[layer, h] @ model.W_O[layer, h]))
         if not model.cfg.attn_only:
-            out[f"MLP{layer}"] = float(torch.linalg.matrix_norm(model.W_in[layer]) * torch.linalg.matrix_norm(model.W_out[layer]))
+            out[f"MLP{layer}"] = float(
+                torch.linalg.matrix_norm(model.W_in[layer]) * torch.linalg.matrix_norm(model.W_out[layer])
+            )
     return out
 
 

@@ -27,8 +27,10 @@ def load(name: str):
     if not folder.exists():
         folder = GATED / f"{name}.unpassed"
     if not folder.exists():
-        raise FileNotFoundError(f"no model of {name!r} in {GATED} (neither {name} nor {name}.unpassed); train it with "
-                                f"python -m experiments.groundtruth.{'induction' if name == 'induction' else 'siit --programs ' + name}")
+        raise FileNotFoundError(
+            f"no model of {name!r} in {GATED} (neither {name} nor {name}.unpassed); train it with "
+            f"python -m experiments.groundtruth.{'induction' if name == 'induction' else 'siit --programs ' + name}"
+        )
     model = hc.load(folder)
     model.eval()
     spec = dict(model.checkpoint_meta["groundtruth"])
@@ -111,8 +113,10 @@ def why_unshown(spec: dict, edge: tuple) -> str:
     where it does not (then the inputs are to blame)."""
     labels = read_labels(spec, edge)
     if edge[0] == "pos_embed" or all(x in CONSTANT or x.startswith("indices:") for x in labels):
-        return ("it carries only " + ", ".join(labels) + ": the same in every input of one shape (a constant, the "
-                "BOS marker at position 0, or a position), so an interchange cannot move it; zero ablation does")
+        return (
+            "it carries only " + ", ".join(labels) + ": the same in every input of one shape (a constant, the "
+            "BOS marker at position 0, or a position), so an interchange cannot move it; zero ablation does"
+        )
     return ""
 
 

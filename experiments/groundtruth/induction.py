@@ -55,7 +55,7 @@ def periods(tokens: torch.Tensor) -> torch.Tensor:
     """[batch]: each sequence's repeated segment length L (0 where none repeats; the shortest that does)."""
     out = torch.zeros(len(tokens), dtype=torch.long)
     for length in range(HALF, SHORTEST - 1, -1):
-        match = (tokens[:, 1 + length:1 + 2 * length] == tokens[:, 1:1 + length]).all(1)
+        match = (tokens[:, 1 + length : 1 + 2 * length] == tokens[:, 1 : 1 + length]).all(1)
         out[match] = length
     return out
 
@@ -80,9 +80,9 @@ def model(seed: int = SEED):
 
 def scores(m, n: int = 512, seed: int = 1) -> dict:
     """The literature's checks on held-out repeated sequences: each head's previous-token score (mean attention
-    to the position before), prefix-matching score (attention from a second-half token to the position after its
-    earlier occurrences, summed over them: the segment repeats to the end, so a token has one to six earlier
-copies), the induction head's copying score, and the accuracy where the repeat fixes the next token."""
+        to the position before), prefix-matching score (attention from a second-half token to the position after its
+        earlier occurrences, summed over them: the segment repeats to the end, so a token has one to six earlier
+    copies), the induction head's copying score, and the accuracy where the repeat fixes the next token."""
     gen = torch.Generator().manual_seed(seed)
     tokens = sequences(n, gen)
     with torch.no_grad():
@@ -92,7 +92,9 @@ copies), the induction head's copying score, and the accuracy where the repeat f
     where = determined(tokens)  # [batch, pos]: queries inside the repeat
     q, k = torch.arange(tokens.shape[1])[:, None], torch.arange(tokens.shape[1])[None, :]
     length = periods(tokens).clamp(min=1)[:, None, None]
-    after_copy = (k <= q) & (k >= 2) & ((q - k + 1) % length == 0)  # [batch, q, k]: k follows an earlier copy of q's token
+    after_copy = (
+        (k <= q) & (k >= 2) & ((q - k + 1) % length == 0)
+    )  # [batch, q, k]: k follows an earlier copy of q's token
     for layer in range(m.cfg.n_layers):
         pattern = cache[f"blocks.{layer}.attn.hook_pattern"]  # [batch, head, q, k]
         for h in range(m.cfg.n_heads):
@@ -130,13 +132,16 @@ def ablations(m, n: int = 1024, seed: int = 5) -> dict:
     for layer in range(m.cfg.n_layers):
         mean = cache[f"blocks.{layer}.attn.hook_z"].mean(0)  # [pos, head, d_head]
         for h in range(m.cfg.n_heads):
+
             def replace(z, hook, h=h, mean=mean):
                 z[:, :, h] = mean[:, h]
                 return z
 
             out[f"L{layer}H{h}"] = accuracy([(f"blocks.{layer}.attn.hook_z", replace)])
     last = m.cfg.n_layers - 1
-    out[f"layer {last}"] = accuracy([(f"blocks.{last}.attn.hook_z", lambda z, hook: cache[hook.name].mean(0).expand_as(z))])
+    out[f"layer {last}"] = accuracy(
+        [(f"blocks.{last}.attn.hook_z", lambda z, hook: cache[hook.name].mean(0).expand_as(z))]
+    )
     return out
 
 

@@ -101,7 +101,10 @@ def dense_lines(folder: Path) -> list[str]:
     met = judged[judged.bar]
     missed = judged[~judged.bar]
     failed = checks[~checks.passed.astype(bool)]
-    short = "; ".join(f"{r.model}: weight product {r.weight_product:.3f}, best ({r.best}) {r.best_auc:.3f}" for r in missed.itertuples())
+    short = "; ".join(
+        f"{r.model}: weight product {r.weight_product:.3f}, best ({r.best}) {r.best_auc:.3f}"
+        for r in missed.itertuples()
+    )
     failed_line = ("" if failed.empty else " The truth does not hold on " + "; ".join(
         f"{r.model} (failed: {r.failed})" for r in failed.itertuples()) + ": there the truth is the program's or the "
         "literature's, not the model's, so its AUCs below are shown but judge no method.")  # fmt: skip
@@ -111,11 +114,15 @@ def dense_lines(folder: Path) -> list[str]:
         f"**The answer first.** The truth holds on {len(held)} of {len(checks)} dense models trained here "
         f"({', '.join(held) or 'none'}): each passed its own gate (section 1). On those, the best method on the true "
         f"edges the inputs can show is **{winner}** (mean AUC {mean_auc.get(winner, float('nan')):.3f}; best on "
-        + ", ".join(f"{count} of {len(judged)} models for {method}" for method, count in wins.items()) + "), "
+        + ", ".join(f"{count} of {len(judged)} models for {method}" for method, count in wins.items())
+        + "), "
         f"and the data-free weight product scores {judged.weight_product.min():.3f}-{judged.weight_product.max():.3f} "
         "(random: about 0.5; on Tracr's compiled models it scores 1.000). The bench's bar (the weight product below "
         f"0.7 while the best method is above 0.9, both on the shown edges) holds on {len(met)} of {len(judged)} "
-        "models whose truth holds" + (f"; not on {short} (`why_not` in the table says why, measured)." if len(missed) else ".") + failed_line + " A method's "
+        "models whose truth holds"
+        + (f"; not on {short} (`why_not` in the table says why, measured)." if len(missed) else ".")
+        + failed_line
+        + " A method's "
         "circuit moves with the reading: section 5 gives each circuit's faithfulness over 4 ablations x 3 input "
         "draws, not one number.",
         "",
@@ -172,8 +179,9 @@ def dense_lines(folder: Path) -> list[str]:
     return lines + measured_lines(folder, edges, nodes, unshown, stability)
 
 
-def measured_lines(folder: Path, edges: pd.DataFrame, nodes: pd.DataFrame, unshown: pd.DataFrame,
-                   stability: pd.DataFrame) -> list[str]:
+def measured_lines(
+    folder: Path, edges: pd.DataFrame, nodes: pd.DataFrame, unshown: pd.DataFrame, stability: pd.DataFrame
+) -> list[str]:
     """Sections 2-5: edge AUCs beside the data-free scores, the shown true edges, node AUCs, faithfulness and
     stability over readings."""
     designed = edges[edges.contrast == "designed"]
@@ -212,7 +220,9 @@ def measured_lines(folder: Path, edges: pd.DataFrame, nodes: pd.DataFrame, unsho
         "The same at one length (clean and corrupt inputs both at the full length, the Tracr bench's contrast), "
         "against the shown true edges:",
         "",
-        Table(_wide(edges[edges.contrast == "same length"], "model", "auc_shown_edges", METHODS + BASELINES)).markdown(),
+        Table(
+            _wide(edges[edges.contrast == "same length"], "model", "auc_shown_edges", METHODS + BASELINES)
+        ).markdown(),
         "",
         "Every row, with the counts, the random score's 5-95% range and each method's time (`dense_edges.csv`):",
         "",
@@ -230,8 +240,11 @@ def measured_lines(folder: Path, edges: pd.DataFrame, nodes: pd.DataFrame, unsho
         "input of one shape writes alike: Tracr's constant `one` direction, the BOS marker at position 0, or a "
         "position (`indices:*`, the positional embedding). A patch needs clean and corrupt inputs of one shape, so "
         "no contrast can move them; zero ablation does (section 5 runs every circuit under it too). "
-        + (f"{len(blamed)} more are unshown for no such reason: {', '.join(f'{r.model} {r.writer}->{r.reader} ({r.via})' for r in blamed.itertuples())}."
-           if len(blamed) else "None is unshown for any other reason."),
+        + (
+            f"{len(blamed)} more are unshown for no such reason: {', '.join(f'{r.model} {r.writer}->{r.reader} ({r.via})' for r in blamed.itertuples())}."
+            if len(blamed)
+            else "None is unshown for any other reason."
+        ),
         "",
         Table(unshown[unshown.contrast == "designed"].drop(columns=["contrast"])).markdown(),
         "",
@@ -241,14 +254,20 @@ def measured_lines(folder: Path, edges: pd.DataFrame, nodes: pd.DataFrame, unsho
         "(`hc.patch`), AtP and AtP* (`hc.attribute`), and the data-free weight norm (a head's |W_V W_O|, an MLP's "
         "|W_in| |W_out|) and random score. NaN: every component is true (hist has no non-aligned node).",
         "",
-        Table(_wide(nodes, "model", "auc_nodes", ("exact edges", "eap", "eap-ig", "exact node patching", "atp", "atp*",
-                                                  "weight norm", "random"))).markdown(),  # fmt: skip
+        Table(
+            _wide(
+                nodes,
+                "model",
+                "auc_nodes",
+                ("exact edges", "eap", "eap-ig", "exact node patching", "atp", "atp*", "weight norm", "random"),
+            )
+        ).markdown(),  # fmt: skip
         "",
         "## 5. Faithfulness and stability over readings",
         "",
         "A circuit's faithfulness depends on what an edge outside the circuit carries. Each reading is one ablation "
         "(corrupt, mean, zero, resample) and one input draw (3 draws of the designed contrast, seeds 0-2); "
-        "`hc.circuit_stability` recomputes a method's edge scores under the reading (`hc.edges(direction=\"noise\", "
+        '`hc.circuit_stability` recomputes a method\'s edge scores under the reading (`hc.edges(direction="noise", '
         "how=...)`), takes the top k (k = the true edges) and runs `hc.faithfulness` under the same reading. "
         "`circuit = true`: the true circuit over the same readings. Ranges per ablation are over the draws; "
         "`always_selected`: edges in every reading's circuit (`always_true` of them true); `true_mean_share`: the "
@@ -258,8 +277,11 @@ def measured_lines(folder: Path, edges: pd.DataFrame, nodes: pd.DataFrame, unsho
         "",
         gap_line,
         "",
-        *figure_lines(folder, "dense_stability", "Faithfulness of each method's top edges over the readings: median and "
-                 "min-max band (`dense_bands.csv`)"),
+        *figure_lines(
+            folder,
+            "dense_stability",
+            "Faithfulness of each method's top edges over the readings: median and min-max band (`dense_bands.csv`)",
+        ),
     ]
 
 

@@ -57,7 +57,7 @@ def load_state(folder: Path, model, optimizer, generators: dict) -> dict | None:
         tensors = load_file(str(folder / TENSORS))
     except Exception as err:  # safetensors' own error type, JSON's, the file system's
         raise ValueError(f"the training state in {folder} is damaged ({err}); delete the folder to start over") from err
-    model.load_state_dict({k[len("model/"):]: v for k, v in tensors.items() if k.startswith("model/")})
+    model.load_state_dict({k[len("model/") :]: v for k, v in tensors.items() if k.startswith("model/")})
     state: dict = {}
     for key, value in tensors.items():
         if key.startswith("opt/"):

@@ -42,8 +42,14 @@ def edge_rows(name, model, spec, contrast, n, results=None) -> list[dict]:
     keys = list(wp)
     is_true = np.array([k in truth for k in keys])
     keep = np.array([k in seen or k not in truth for k in keys])
-    base = dict(model=name, contrast=contrast, edges=len(keys), true_edges=len(truth), shown_true_edges=len(seen),
-                shown_by_zero=len(shown(spec, clean, None, how="zero")))
+    base = dict(
+        model=name,
+        contrast=contrast,
+        edges=len(keys),
+        true_edges=len(truth),
+        shown_true_edges=len(seen),
+        shown_by_zero=len(shown(spec, clean, None, how="zero")),
+    )
     unshown = [dict(model=name, contrast=contrast, writer=e[0], reader=e[1], via=e[2],
                     carries=", ".join(read_labels(spec, e)), why=why_unshown(spec, e) or "not shown by these inputs")
                for e in sorted(truth - seen)]  # fmt: skip
@@ -128,7 +134,7 @@ def stability_rows(name, model, spec, n) -> tuple[list[dict], list[dict], list[d
                      faithfulness_median=float(np.median(faith)), faithfulness_max=max(faith),
                      worst=f"{ABLATIONS[int(np.argmin(faith)) // DRAWS]}, draw {int(np.argmin(faith)) % DRAWS}"))  # fmt: skip
     for how_i, how in enumerate(ABLATIONS):
-        part = faith[how_i * DRAWS:(how_i + 1) * DRAWS]
+        part = faith[how_i * DRAWS : (how_i + 1) * DRAWS]
         rows[-1][f"true_{how}"] = f"{min(part):.3f}-{max(part):.3f}"
     for method in EDGE_METHODS:
         s = hc.circuit_stability(model, k=len(truth), estimator=method, draws=draws, progress=False)

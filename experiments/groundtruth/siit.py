@@ -78,7 +78,8 @@ def node_hook_name(node: str) -> tuple[str, int | None]:
 
 def components(cfg) -> list[str]:
     return [f"L{lay}H{h}" for lay in range(cfg.n_layers) for h in range(cfg.n_heads)] + [
-        f"MLP{lay}" for lay in range(cfg.n_layers)]
+        f"MLP{lay}" for lay in range(cfg.n_layers)
+    ]
 
 
 def run(model, tokens, nodes: dict | None = None, extra: list | None = None) -> torch.Tensor:
@@ -99,7 +100,9 @@ def run(model, tokens, nodes: dict | None = None, extra: list | None = None) -> 
     return model.run_with_hooks(tokens, fwd_hooks=hooks) if hooks else model(tokens)
 
 
-def activations(model, tokens, nodes: list[str], extra: list | None = None, grad: bool = False) -> dict[str, torch.Tensor]:
+def activations(
+    model, tokens, nodes: list[str], extra: list | None = None, grad: bool = False
+) -> dict[str, torch.Tensor]:
     """Each node's activation (a head's z, an MLP's output) on `tokens`; with `grad`, still attached to the
     run's graph (the source run trains too: issue 63), else detached."""
     store = {}
@@ -137,7 +140,11 @@ def draw(info: dict, n: int, gen: torch.Generator, lengths: torch.Tensor | None 
         lengths = torch.where(torch.rand(n, generator=gen) < 0.5, top, torch.randint(1, top + 1, (n,), generator=gen))
     if info["program"] in UNIQUE:
         order = torch.rand(n, len(ids), generator=gen).argsort(-1)
-        body = torch.cat([ids[order], ids[order[:, :1]].expand(n, full - len(ids))], 1)[:, :full] if full > len(ids) else ids[order][:, :full]
+        body = (
+            torch.cat([ids[order], ids[order[:, :1]].expand(n, full - len(ids))], 1)[:, :full]
+            if full > len(ids)
+            else ids[order][:, :full]
+        )
     else:
         body = ids[torch.randint(len(ids), (n, full), generator=gen)]
     if balanced and info["program"] == "shuffle_dyck":  # a share of the rows balanced up to their length
@@ -417,7 +424,9 @@ def gate(low, high, info: dict, aligned: list[str], others: list[str], false_edg
         out["task_accuracy"] = float(hits.float().mean())
         per_node = {}
         for node in aligned:
-            source, target, changed, share = choose_sources(high, info, base, lengths, node, recipe.candidates or 1, gen)
+            source, target, changed, share = choose_sources(
+                high, info, base, lengths, node, recipe.candidates or 1, gen
+            )
             both = mask & token_mask(source, info)
             value = activations(low, source, [node])[node]
             _, hit = loss_and_hits(run(low, base, {node: value}), target, both, info["numerical"])
@@ -438,8 +447,12 @@ def gate(low, high, info: dict, aligned: list[str], others: list[str], false_edg
     norms = writer_norms(low, base, mask)
     out["writer_ratio_max"] = max(norms.values())
     out["writer_max"] = max(norms, key=norms.get)
-    checks = [out["task_accuracy"] >= GATE["task"], out["writer_ratio_max"] <= GATE["writer_ratio"],
-              out.get("strict_accuracy", 1.0) >= GATE["strict"], out.get("circuit_accuracy", 1.0) >= GATE["circuit"]]
+    checks = [
+        out["task_accuracy"] >= GATE["task"],
+        out["writer_ratio_max"] <= GATE["writer_ratio"],
+        out.get("strict_accuracy", 1.0) >= GATE["strict"],
+        out.get("circuit_accuracy", 1.0) >= GATE["circuit"],
+    ]
     for row in per_node.values():  # NaN (no pair of that kind) does not fail a node
         checks.append(not row["changed"] < GATE["changed"])
         checks.append(not row["unchanged"] < GATE["unchanged"])
@@ -447,14 +460,25 @@ def gate(low, high, info: dict, aligned: list[str], others: list[str], false_edg
     return out
 
 
-def step_losses(low, high, info: dict, recipe: Recipe, state: dict, aligned: list[str], others: list[str],
-                false_edges: list, iit_nodes: int, gen: torch.Generator, pick: torch.Generator) -> tuple[dict, tuple]:
+def step_losses(
+    low,
+    high,
+    info: dict,
+    recipe: Recipe,
+    state: dict,
+    aligned: list[str],
+    others: list[str],
+    false_edges: list,
+    iit_nodes: int,
+    gen: torch.Generator,
+    pick: torch.Generator,
+) -> tuple[dict, tuple]:
     """One training step's data and losses: ({"task", "iit"[, "strict"]}: functions computing each loss, each
     its own forward pass; (base, mask) for the writer norms). Draws from `gen` and `pick` in a fixed order and
     updates the nodes' changing shares in `state` (a resumed run draws the same)."""
     base, lengths = draw(info, recipe.batch, gen, balanced=recipe.balanced)
     mask = token_mask(base, info)
-    nodes = [aligned[int(i)] for i in torch.randperm(len(aligned), generator=pick)[:iit_nodes or len(aligned)]]
+    nodes = [aligned[int(i)] for i in torch.randperm(len(aligned), generator=pick)[: iit_nodes or len(aligned)]]
     pad = info["encoding"]["compiler_pad"]
     with torch.no_grad():
         high_base = run(high, base, extra=pad_mask_hooks(base, pad, high.cfg.n_layers))
@@ -571,7 +595,10 @@ def train(name: str, recipe: Recipe, out: Path = GATED, seed: int = SEED, iit_no
             state["history"].append(dict(step=step, **{k: round(float(v.detach()), 5) for k, v in losses.items()},
                                          iit_mean=round(state["iit_mean"], 5), writer_max=top,
                                          writer_ratio=round(norms[top], 2)))  # fmt: skip
-            log(f"[siit] {name} step {step}: " + " ".join(f"{k} {v}" for k, v in state["history"][-1].items() if k != "step"))
+            log(
+                f"[siit] {name} step {step}: "
+                + " ".join(f"{k} {v}" for k, v in state["history"][-1].items() if k != "step")
+            )
         if state["step"] % recipe.gate_every == 0:
             low.eval()
             checked = gate(low, high, info, aligned, others, false_edges, recipe)
@@ -599,23 +626,45 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--programs", nargs="*", default=list(PROGRAMS))
     parser.add_argument("--max-steps", type=int, default=Recipe.max_steps, help="stop here if the gate has not passed")
-    parser.add_argument("--iit-nodes", type=int, default=None,
-                        help=f"aligned nodes intervened on per batch (default: per program, IIT_NODES_OF, else {IIT_NODES}; 0: all)")
+    parser.add_argument(
+        "--iit-nodes",
+        type=int,
+        default=None,
+        help=f"aligned nodes intervened on per batch (default: per program, IIT_NODES_OF, else {IIT_NODES}; 0: all)",
+    )
     parser.add_argument("--lr", type=float, default=Recipe.lr)
     parser.add_argument("--norm", choices=["LN", "none"], default="LN", help="the dense model's norm")
-    parser.add_argument("--detach-source", action="store_true", help="the committed models' recipe: no gradient through the source run")
+    parser.add_argument(
+        "--detach-source", action="store_true", help="the committed models' recipe: no gradient through the source run"
+    )
     parser.add_argument("--soft-targets", action="store_true", help="soft targets for the interchange loss")
-    parser.add_argument("--candidates", type=int, default=Recipe.candidates, help="sources drawn per base (0: one as drawn)")
+    parser.add_argument(
+        "--candidates", type=int, default=Recipe.candidates, help="sources drawn per base (0: one as drawn)"
+    )
     parser.add_argument("--no-edge-strict", action="store_true")
     parser.add_argument("--joint-step", action="store_true", help="one optimizer step for the summed losses")
-    parser.add_argument("--lr-halflife", type=int, default=0, help="halve the learning rate every this many steps "
-                        "(0: constant; xproportion's numerical output oscillated at a constant 1e-3)")
-    parser.add_argument("--raise-below", type=float, default=Recipe.raise_below,
-                        help="edge strictness's weight rises once the interchange loss's running mean is below this "
-                        "(shuffle_dyck's plateaued at 0.16-0.18 over steps 1,000-2,000, so its edge weight never rose)")
+    parser.add_argument(
+        "--lr-halflife",
+        type=int,
+        default=0,
+        help="halve the learning rate every this many steps "
+        "(0: constant; xproportion's numerical output oscillated at a constant 1e-3)",
+    )
+    parser.add_argument(
+        "--raise-below",
+        type=float,
+        default=Recipe.raise_below,
+        help="edge strictness's weight rises once the interchange loss's running mean is below this "
+        "(shuffle_dyck's plateaued at 0.16-0.18 over steps 1,000-2,000, so its edge weight never rose)",
+    )
     parser.add_argument("--checkpoint-s", type=float, default=Recipe.checkpoint_s, help="seconds between saved states")
-    parser.add_argument("--out", type=Path, default=GATED, help="where the models and unfinished runs go (default "
-                        "experiments/groundtruth/gated: the page's models in checkpoints/ stay until it is regenerated)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=GATED,
+        help="where the models and unfinished runs go (default "
+        "experiments/groundtruth/gated: the page's models in checkpoints/ stay until it is regenerated)",
+    )
     args = parser.parse_args(argv)
     import shutil
 

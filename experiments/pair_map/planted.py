@@ -64,9 +64,9 @@ def _neurons(model: HookedTransformer, layer: int, first: int, read: torch.Tenso
     mlp = model.blocks[layer].mlp
     names = len(read)
     with torch.no_grad():
-        mlp.W_in[:, first:first + names] = read.T
-        mlp.b_in[first:first + names] = bias
-        mlp.W_out[first:first + names] = sign * write
+        mlp.W_in[:, first : first + names] = read.T
+        mlp.b_in[first : first + names] = bias
+        mlp.W_out[first : first + names] = sign * write
 
 
 def build(n_layers: int = 12, n_heads: int = 12, d_model: int = 768, d_head: int = 64, d_mlp: int = 3072,
@@ -85,12 +85,12 @@ def build(n_layers: int = 12, n_heads: int = 12, d_model: int = 768, d_head: int
     model.planted_names = names
     gen = torch.Generator().manual_seed(seed + 1)
     basis, _ = torch.linalg.qr(torch.randn(d_model, FAMILIES * names + 1, generator=gen))
-    name_dir, u, r, q, mu, nu = (basis[:, f * names:(f + 1) * names].T for f in range(FAMILIES))
+    name_dir, u, r, q, mu, nu = (basis[:, f * names : (f + 1) * names].T for f in range(FAMILIES))
     pos_tag = basis[:, -1]
     with torch.no_grad():
-        model.W_E[1:1 + names] = name_dir
+        model.W_E[1 : 1 + names] = name_dir
         model.W_pos[1] += pos_tag
-        model.W_U[:, 1 + names:1 + 2 * names] = u.T
+        model.W_U[:, 1 + names : 1 + 2 * names] = u.T
     _head(model, "L4H0", name_dir, 2 * C * r, pos_tag)
     _head(model, "L4H5", name_dir, 2 * C * r, pos_tag)
     _neurons(model, 5, 0, r, u, bias=0.0)  # clip(t, 0, c) = relu(t) - relu(t - c)

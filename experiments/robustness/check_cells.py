@@ -17,7 +17,13 @@ import torch
 
 import headcoop as hc
 from experiments.robustness.common import (
-    COUNT01_VARIANTS, DEFAULT_OUT, MINIMAL, PRIMARY, SKIP_PAIR_SHAPES, SKIP_PAIR_VARIANTS, Settings,
+    COUNT01_VARIANTS,
+    DEFAULT_OUT,
+    MINIMAL,
+    PRIMARY,
+    SKIP_PAIR_SHAPES,
+    SKIP_PAIR_VARIANTS,
+    Settings,
 )
 from experiments.shared import setup
 from headcoop.tasks.skip_pair import PAIRS

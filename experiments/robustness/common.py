@@ -7,8 +7,6 @@ from pathlib import Path
 
 import numpy as np
 
-
-
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = REPO / "docs" / "results"
 
@@ -40,7 +38,10 @@ class Settings:
 
     out: Path = DEFAULT_OUT / "robustness"
     quick: bool = False
-    count01_steps: tuple = (300, 1000)  # short, and the Count01 page's full recipe (the loss's last-tenth drop is a column)
+    count01_steps: tuple = (
+        300,
+        1000,
+    )  # short, and the Count01 page's full recipe (the loss's last-tenth drop is a column)
     skip_pair_steps: tuple = (1000, 3000)  # short, and the SkipPair page's full recipe
     seeds: tuple = (0, 1, 2)
     skip_pair_seeds: tuple = (0, 1, 2, 3)

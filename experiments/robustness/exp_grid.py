@@ -10,19 +10,32 @@ import pandas as pd
 import torch
 
 import headcoop as hc
-from experiments.robustness.common import (
-    COUNT01_VARIANTS, MINIMAL, PRIMARY, SKIP_PAIR_SHAPES, SKIP_PAIR_VARIANTS, Settings,
-)
 from experiments.count01.exp_models import isolation_heads
 from experiments.count01.exp_shipped import intervention_rows, logit_orders
 from experiments.count01.exp_training import ensemble_measures
-from experiments.skip_pair.exp_dynamics import LEARNT, SPLIT, interference  # the thresholds of skip_pair.md
+from experiments.robustness.common import (
+    COUNT01_VARIANTS,
+    MINIMAL,
+    PRIMARY,
+    SKIP_PAIR_SHAPES,
+    SKIP_PAIR_VARIANTS,
+    Settings,
+)
 from experiments.shared import write_table
+from experiments.skip_pair.exp_dynamics import LEARNT, SPLIT, interference  # the thresholds of skip_pair.md
 from experiments.skip_pair.exp_runs import (
-    correct_up_both, covered_pairs, least_favourite_alone, specificity, value_cos_max,
+    correct_up_both,
+    covered_pairs,
+    least_favourite_alone,
+    specificity,
+    value_cos_max,
 )
 from headcoop.studies.skip_pair import (
-    compare_orderings, conditional_contributions, pair_contributions, preferences, split_attention,
+    compare_orderings,
+    conditional_contributions,
+    pair_contributions,
+    preferences,
+    split_attention,
 )
 from headcoop.tasks.count01 import EOS, FIVE, FOUR
 from headcoop.training.loop import loss_drop
@@ -53,8 +66,10 @@ def _mean_order(model, task: hc.Count01, n: int) -> dict:
     kept = []
     for answer in ("4", "5"):
         at = means[means["true answer"] == answer].set_index("position")
-        kept.append((at.loc["'='", "mean logit 5"] > at.loc["'='", "mean logit 4"])
-                    == (at.loc["answer", "mean logit 5"] > at.loc["answer", "mean logit 4"]))
+        kept.append(
+            (at.loc["'='", "mean logit 5"] > at.loc["'='", "mean logit 4"])
+            == (at.loc["answer", "mean logit 5"] > at.loc["answer", "mean logit 4"])
+        )
     return dict(mean_order_kept=bool(all(kept)))
 
 
@@ -68,7 +83,10 @@ def _syntax(model, task: hc.Count01, n: int, reference) -> dict:
 
     def score(prefix: str) -> dict:
         correct = task.correct(model(batch.tokens), batch)
-        return {f"{prefix}_answer_acc": correct[:, 0].float().mean().item(), f"{prefix}_eos_acc": correct[:, 1].float().mean().item()}
+        return {
+            f"{prefix}_answer_acc": correct[:, 0].float().mean().item(),
+            f"{prefix}_eos_acc": correct[:, 1].float().mean().item(),
+        }
 
     def scaled(norms: torch.Tensor, prefix: str) -> dict:
         factors = (norms.mean() / norms.clamp(min=1e-12)).tolist()
@@ -139,8 +157,10 @@ def count01_grid(s: Settings, variant: str, part: int | str | None = None) -> di
             ensemble.append(dict(variant=variant, steps=steps, kind=kind, seed=seed,
                                  **ensemble_measures(task, model, s.n_metrics, s.n_eval)))  # fmt: skip
         print(f"  count01 {variant}, {steps} steps: done", flush=True)
-    for steps in (s.early_steps if part in (None, "early") else ()):
-        for model, seed in zip(_train(task, [PRIMARY] * len(s.early_seeds), list(s.early_seeds), steps, s), s.early_seeds):
+    for steps in s.early_steps if part in (None, "early") else ():
+        for model, seed in zip(
+            _train(task, [PRIMARY] * len(s.early_seeds), list(s.early_seeds), steps, s), s.early_seeds
+        ):
             ensemble.append(dict(variant=variant, steps=steps, kind="primary-short", seed=seed,
                                  **ensemble_measures(task, model, s.n_metrics, s.n_eval)))  # fmt: skip
     out = {"count01_ensemble": pd.DataFrame(ensemble)}
@@ -160,7 +180,9 @@ def count01_table1(s: Settings, variant: str) -> dict[str, pd.DataFrame]:
     for steps in s.table1_steps:
         recipe = dict(s.recipe, steps=steps, warmup=s.warmup(steps), progress=False)
         for seed in s.table1_seeds:
-            frames.append(isolation_heads(task, seed, recipe, s.n_metrics, s.n_eval).assign(variant=variant, steps=steps))
+            frames.append(
+                isolation_heads(task, seed, recipe, s.n_metrics, s.n_eval).assign(variant=variant, steps=steps)
+            )
         print(f"  count01 Table 1 {variant}, {steps} steps: done", flush=True)
     return {"count01_table1": pd.concat(frames, ignore_index=True)}
 
@@ -221,7 +243,9 @@ def jobs(s: Settings) -> list[tuple]:
     so the last jobs to start are short ones and the workers finish together."""
     out = [("count01_grid", v, i) for v in COUNT01_VARIANTS for i in range(len(s.count01_steps))]
     out += [("count01_grid", v, "early") for v in COUNT01_VARIANTS]
-    out += [("count01_table1", v, None) for v in COUNT01_VARIANTS] + [("skip_pair_grid", v, None) for v in SKIP_PAIR_VARIANTS]
+    out += [("count01_table1", v, None) for v in COUNT01_VARIANTS] + [
+        ("skip_pair_grid", v, None) for v in SKIP_PAIR_VARIANTS
+    ]
 
     def expected(job) -> tuple:  # a rough cost order: long strings, then longer training, then the rest
         name, variant, part = job
@@ -258,4 +282,3 @@ def write_tables(parts: list[dict[str, pd.DataFrame]], s: Settings) -> list[str]
                                    int(f.steps.min()) if "steps" in f else 0))  # fmt: skip
         write_table(pd.concat(frames, ignore_index=True), s.out, name)
     return sorted(joined)
-

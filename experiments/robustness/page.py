@@ -17,7 +17,19 @@ from pathlib import Path
 import pandas as pd
 
 from experiments.claims import (
-    ALSO, FAILS, HOLDS, PAGE, UNTESTABLE, UNTESTED, ClaimEntry, Outcome, Reading, entries, form_of, judge, page_tables,
+    ALSO,
+    FAILS,
+    HOLDS,
+    PAGE,
+    UNTESTABLE,
+    UNTESTED,
+    ClaimEntry,
+    Outcome,
+    Reading,
+    entries,
+    form_of,
+    judge,
+    page_tables,
 )
 from experiments.cooperation import answers
 from experiments.robustness.common import COUNT01_VARIANTS, DEFAULT_OUT, SKIP_PAIR_VARIANTS, Settings
@@ -46,9 +58,14 @@ def judge_cells(tables: dict[str, pd.DataFrame], entry: ClaimEntry, reading: Rea
     form = form_of(entry, reading)
     if reading.on_page:
         table = tables.get(reading.table)
-        out = (reading.measure(table) if table is not None else
-               Outcome("not measured", untestable=f"{reading.table}.csv not found (run that page's run_all)"))
-        return {("default", PAGE): (judge(form, reading, out), out.text + (f"; {out.untestable}" if out.untestable else ""))}
+        out = (
+            reading.measure(table)
+            if table is not None
+            else Outcome("not measured", untestable=f"{reading.table}.csv not found (run that page's run_all)")
+        )
+        return {
+            ("default", PAGE): (judge(form, reading, out), out.text + (f"; {out.untestable}" if out.untestable else ""))
+        }
     if reading.table not in tables:
         return {(v, ALL_LENGTHS): (UNTESTABLE, "not measured: no robustness grid tables") for v in variants}
     table = tables[reading.table]
@@ -64,7 +81,7 @@ def judge_cells(tables: dict[str, pd.DataFrame], entry: ClaimEntry, reading: Rea
 
 
 def verdict(cells: dict, steps: list) -> str:
-    """"holds under X; fails under Y; not testable under Z", naming a training length only where the
+    """ "holds under X; fails under Y; not testable under Z", naming a training length only where the
     lengths of a setup disagree."""
     if steps == [PAGE]:  # one cell: the default setup, measured on a task page's own models
         return f"{next(iter(cells.values()))[0]} (default setup only)"
@@ -76,7 +93,9 @@ def verdict(cells: dict, steps: list) -> str:
         for kind in parts:
             here = [n for n in steps if said[n] == kind]
             if here:
-                parts[kind].append(variant if len(here) == len(steps) else f"{variant} ({', '.join(map(str, here))} steps)")
+                parts[kind].append(
+                    variant if len(here) == len(steps) else f"{variant} ({', '.join(map(str, here))} steps)"
+                )
     if not parts[FAILS] and not parts[UNTESTABLE]:
         return "holds under every setup tried"
     if not parts[HOLDS] and not parts[UNTESTABLE]:
@@ -113,8 +132,10 @@ def flips(tables: dict[str, pd.DataFrame], entry: ClaimEntry, reading: Reading, 
     for variant in variants[1:]:
         here = [(said, text) for (v, _), (said, text) in cells.items() if v == variant]
         if here and {said for said, _ in here} != default:
-            out.append(f"{' / '.join(dict.fromkeys(said for said, _ in here))} under {variant} "
-                       f"({'; '.join(dict.fromkeys(_short(text) for _, text in here))})")
+            out.append(
+                f"{' / '.join(dict.fromkeys(said for said, _ in here))} under {variant} "
+                f"({'; '.join(dict.fromkeys(_short(text) for _, text in here))})"
+            )
     for band in reading.bands:
         for value in band.others:
             at = {said for said, _ in judge_cells(tables, entry, band.at(value), ["default"]).values()}
@@ -129,15 +150,16 @@ def tried(reading: Reading, flipped: list[str]) -> str:
         return "flips: " + "; ".join(flipped)
     setups = "default setup only" if reading.on_page else "no setup tried flips it"
     if reading.bands:
-        return f"{setups}; " + "; ".join(f"no {b.threshold} in {', '.join(f'{v:g}' for v in b.others)} flips it"
-                                         for b in reading.bands)
+        return f"{setups}; " + "; ".join(
+            f"no {b.threshold} in {', '.join(f'{v:g}' for v in b.others)} flips it" for b in reading.bands
+        )
     return f"{setups}; threshold not banded: {reading.fixed}" if reading.fixed else f"{setups}; no threshold"
 
 
 def _section(number: str, title: str, tables: dict[str, pd.DataFrame], task: str, variants) -> Section:
     blocks, claims = [], []
     for entry in entries(task):
-        also = "; ".join(f"\"{quote}\" ({SOURCES[source]})" for quote, source in ALSO.get(entry.key, ()))
+        also = "; ".join(f'"{quote}" ({SOURCES[source]})' for quote, source in ALSO.get(entry.key, ()))
         blocks.append(Text(f"**\"{entry.quote}\"** ({SOURCES[entry.source]}). Logical form: **{entry.form}** "
                            f"({FORM_WORDS[entry.form]})." + (f" {entry.note}" if entry.note else "")
                            + (f" Said again, and judged by this row: {also}." if also else "")))  # fmt: skip
@@ -148,7 +170,10 @@ def _section(number: str, title: str, tables: dict[str, pd.DataFrame], task: str
             name = reading.name + (" (favoured)" if reading.favoured else "")
             form = form_of(entry, reading)
             for variant in [v for v in variants if (v, steps[0]) in cells]:
-                row = {"reading": name, "setup": variant + (f" ({reading.table.split('/')[0]}.md)" if reading.on_page else "")}
+                row = {
+                    "reading": name,
+                    "setup": variant + (f" ({reading.table.split('/')[0]}.md)" if reading.on_page else ""),
+                }
                 for n in steps:
                     said, text = cells[(variant, n)]
                     row[n if n == ALL_LENGTHS else f"{n} steps"] = f"{said} ({text})"
@@ -157,9 +182,12 @@ def _section(number: str, title: str, tables: dict[str, pd.DataFrame], task: str
             held = sum(v == HOLDS for v, _ in cells.values())
             untestable = sum(v == UNTESTABLE for v, _ in cells.values())
             band = band_text(tables, entry, reading, variants)
-            lines.append(f"- *{name}*{'' if form == entry.form else f' (read as {form})'}: {reading.rule}. "
-                         + (f"Favoured because {reading.favoured}. " if reading.favoured else "") + f"Verdict: {said}."
-                         + (f" {band}" if band else ""))
+            lines.append(
+                f"- *{name}*{'' if form == entry.form else f' (read as {form})'}: {reading.rule}. "
+                + (f"Favoured because {reading.favoured}. " if reading.favoured else "")
+                + f"Verdict: {said}."
+                + (f" {band}" if band else "")
+            )
             claims.append(Claim(number, entry.quote,
                                 f"{name}: holds in {held} of {len(cells)} cells"
                                 + (f", {untestable} not testable" if untestable else ""), said))  # fmt: skip
@@ -167,11 +195,18 @@ def _section(number: str, title: str, tables: dict[str, pd.DataFrame], task: str
     return Section(title, tuple(blocks), claims=tuple(claims))
 
 
-SOURCES = {"count01-paper-summary.md": "the summary of the paper", "count01-paper-abstract.md": "the paper's abstract",
-           "ov-coherent-skip-pair-post.md": "the post"}
-FORM_WORDS = {"existence": "holds when at least one unit passes", "universal": "holds when every unit passes",
-              "typical": "holds when more than half of the units pass",
-              "comparison": "holds by the reading's test on one number", "correlation": "holds by the reading's test on r"}
+SOURCES = {
+    "count01-paper-summary.md": "the summary of the paper",
+    "count01-paper-abstract.md": "the paper's abstract",
+    "ov-coherent-skip-pair-post.md": "the post",
+}
+FORM_WORDS = {
+    "existence": "holds when at least one unit passes",
+    "universal": "holds when every unit passes",
+    "typical": "holds when more than half of the units pass",
+    "comparison": "holds by the reading's test on one number",
+    "correlation": "holds by the reading's test on r",
+}
 
 
 def load(folder: Path, task: str, strict: bool = True) -> dict[str, pd.DataFrame]:
@@ -242,7 +277,11 @@ def short_verdicts(folder: Path, task: str) -> dict[str, str]:
         if flips_at:
             sentence += f", flips under {', '.join(flips_at)}"
         else:
-            sentence += ", default setup only" if main["tried"].startswith("default setup only") else ", no setup tried flips it"
+            sentence += (
+                ", default setup only"
+                if main["tried"].startswith("default setup only")
+                else ", no setup tried flips it"
+            )
         others = Counter(p["said"] for p in parts if p is not main)
         if others:
             sentence += "; the other readings: " + ", ".join(f"{said} {n}" for said, n in others.most_common())
@@ -265,8 +304,10 @@ def registry_rows(folder: Path, task: str, shown: list[Claim]) -> list[Claim]:
             continue
         reading = next((r for r in entry.readings if r.favoured), entry.readings[0])
         cells = judge_cells(tables, entry, reading, ["default"])
-        text = "; ".join(text if n in (PAGE, ALL_LENGTHS) or len(cells) == 1 else f"{n} steps: {text}"
-                         for (_, n), (_, text) in cells.items())
+        text = "; ".join(
+            text if n in (PAGE, ALL_LENGTHS) or len(cells) == 1 else f"{n} steps: {text}"
+            for (_, n), (_, text) in cells.items()
+        )
         rows.append(Claim("robustness.md", entry.quote, f"{reading.name}: {text}", REGISTRY_SAYS))
     return rows
 
@@ -289,8 +330,10 @@ def with_registry(claims: list[Claim], verdicts: dict[str, str], short: dict[str
 def _untested() -> Section:
     """Claims with no verdict, and why (the registry's UNTESTED)."""
     frame = pd.DataFrame([{"claim": q, "source": src, "why no verdict": why} for q, src, why in UNTESTED])
-    return Section("3. Claims with no verdict here", (
-        Text("Claims of the sources that no rule here measures, each with the reason:"), Table(frame)))
+    return Section(
+        "3. Claims with no verdict here",
+        (Text("Claims of the sources that no rule here measures, each with the reason:"), Table(frame)),
+    )
 
 
 def build(out: Path = DEFAULT_OUT) -> Path:

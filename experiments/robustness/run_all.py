@@ -20,7 +20,6 @@ import os
 import time
 from concurrent.futures import ProcessPoolExecutor
 
-
 from experiments import cli
 
 
@@ -36,12 +35,23 @@ def _run(job: tuple, s) -> tuple[dict, float]:
 
 
 def main(argv=None) -> int:
-    parser = cli.parser(__doc__, cli.RESULTS, png_help="accepted for symmetry with the other experiments (this page has no figures)")
+    parser = cli.parser(
+        __doc__, cli.RESULTS, png_help="accepted for symmetry with the other experiments (this page has no figures)"
+    )
     parser.add_argument("--workers", type=int, default=2, help="local worker processes (default 2)")
-    parser.add_argument("--only", nargs="+", choices=("count01_grid", "count01_table1", "skip_pair_grid"), default=None,
-                        help="run only these jobs and rewrite only their tables (timing.json is left as it is)")
-    parser.add_argument("--scheduler", default=None, help="a running Dask scheduler's address (tcp://host:8786) to "
-                        "send the jobs to instead; its workers must run from this repository's root")
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        choices=("count01_grid", "count01_table1", "skip_pair_grid"),
+        default=None,
+        help="run only these jobs and rewrite only their tables (timing.json is left as it is)",
+    )
+    parser.add_argument(
+        "--scheduler",
+        default=None,
+        help="a running Dask scheduler's address (tcp://host:8786) to "
+        "send the jobs to instead; its workers must run from this repository's root",
+    )
     args = cli.parse(parser, argv)
     from tqdm.auto import tqdm  # (after parsing: --help imports no torch)
 
@@ -60,7 +70,9 @@ def main(argv=None) -> int:
         if args.scheduler:
             executor = as_executor(stack.enter_context(hc.dask_client(scheduler=args.scheduler)))
         else:
-            executor = stack.enter_context(ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("spawn")))
+            executor = stack.enter_context(
+                ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("spawn"))
+            )
         jobs = [job for job in exp_grid.jobs(s) if args.only is None or job[0] in args.only]
         for job, result, error in tqdm(each_result(executor, functools.partial(_run, s=s), jobs), total=len(jobs),
                                        desc="robustness grid", unit="job"):  # fmt: skip

@@ -11,7 +11,12 @@ import plotly.graph_objects as go
 import headcoop as hc
 from headcoop.display.plot import save_figure
 from headcoop.studies.skip_pair_figures import (
-    capacity_figure, conditional_figure, pair_figure, qk_figure, relation_figure, split_figure,
+    capacity_figure,
+    conditional_figure,
+    pair_figure,
+    qk_figure,
+    relation_figure,
+    split_figure,
 )  # fmt: skip
 
 SHIPPED = ("skip-pair", "skip-pair-dhead1")

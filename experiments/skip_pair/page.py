@@ -14,10 +14,17 @@ from pathlib import Path
 import pandas as pd
 
 import headcoop as hc
+from experiments.cooperation import answers
+from experiments.robustness.page import (
+    REGISTRY_SAYS,
+    across_setups,
+    default_verdicts,
+    registry_rows,
+    short_verdicts,
+    with_registry,
+)
 from experiments.skip_pair.exp_runs import SPLIT_THRESHOLD
 from experiments.skip_pair.quotes import QUOTES
-from experiments.cooperation import answers
-from experiments.robustness.page import REGISTRY_SAYS, across_setups, default_verdicts, registry_rows, short_verdicts, with_registry
 from headcoop.display.pages import Claim, Details, FigureFile, Section, Table, Text, render
 from headcoop.studies.skip_pair import ORDERING_KINDS
 from headcoop.tasks.skip_pair import NOISE, PAIRS
@@ -26,7 +33,6 @@ HERE = Path(__file__).resolve().parent
 PAIR_KEYS = [f"{a}{b}" for a, b in PAIRS]
 # the section of this page that holds the evidence for each claim, in the order of claim_verdicts
 CLAIM_SECTIONS = ("1", "1", "2", "2", "5", "3", "3", "4", "3")
-
 
 
 def _cell(value) -> str:
@@ -149,9 +155,17 @@ def _across(robustness: Path | None) -> list[Section]:
 
 
 def write(
-    out: Path, runs: pd.DataFrame, long_runs: pd.DataFrame, shipped: pd.DataFrame, typical: pd.DataFrame,
-    timing: dict, setup: dict, png: bool = True, robustness: Path | None = None,
-    dynamics: pd.DataFrame | None = None, interference: pd.DataFrame | None = None,
+    out: Path,
+    runs: pd.DataFrame,
+    long_runs: pd.DataFrame,
+    shipped: pd.DataFrame,
+    typical: pd.DataFrame,
+    timing: dict,
+    setup: dict,
+    png: bool = True,
+    robustness: Path | None = None,
+    dynamics: pd.DataFrame | None = None,
+    interference: pd.DataFrame | None = None,
 ) -> Path:
     """Write OUT/skip_pair.md from the tables; returns its path. png: the figures were exported as PNG
     (run_all --no-png: link the interactive HTML only). robustness: the folder of the robustness grid's
@@ -173,9 +187,11 @@ def write(
     large_text = f"{int(one_large['sum'].sum())}/{int(one_large['count'].sum())}"
     # The post claims sufficiency ("can be solved with one head, as long as d_head >= 4"), nothing about
     # smaller heads: the verdict is about d_head >= 4; what smaller heads did is reported beside it.
-    one_head_seen = (f"one head with d_head >= 4 solved it in {large_text} seeds"
-                     + (", and in every d_head >= 4 tried" if not if_fails else ", not in every d_head >= 4 tried")
-                     + ("; smaller heads sometimes did too (the post does not say they cannot)" if only_if_fails else ""))
+    one_head_seen = (
+        f"one head with d_head >= 4 solved it in {large_text} seeds"
+        + (", and in every d_head >= 4 tried" if not if_fails else ", not in every d_head >= 4 tried")
+        + ("; smaller heads sometimes did too (the post does not say they cannot)" if only_if_fails else "")
+    )
     long_one = long_runs.groupby("d_head").signal_all.agg(["sum", "count"])
     long_text = ", ".join(f"d_head {d}: {int(r['sum'])}/{int(r['count'])}" for d, r in long_one.iterrows())
     long_steps = timing.get("long_steps")
@@ -215,84 +231,125 @@ def write(
         return FigureFile(name, caption, folder="skip_pair", png=png)
 
     section("The task as we read it")
-    w(f"- **Vocabulary**: {task.d_vocab} tokens `0..11`: `0` is the read-off token, `1..4` signal, `5..11` noise. "
-      "The post says d_model = 11 with \"sequences of integers in the range [0, 11]\"; that range holds 12 integers, and with one-hot "
-      f"embeddings d_model = d_vocab, so our models have d_model = {task.d_vocab}.")
-    w(f"- **Context length**: {task.seq_len} tokens including the read-off token (the post does not give it): "
-      f"{task.seq_len - 1} context positions, then `0`.")
-    w(f"- **Signal example** (fraction {task.signal_fraction} of training batches): {task.seq_len - 1 - 2} noise "
-      "tokens uniform over 5..11, two positions (uniform among the context positions) holding signal tokens drawn "
-      "independently and uniformly from 1..4 (so repeats such as {3,3} occur), then `0`; the target is "
-      "mapping[{a, b}].")
-    w(f"- **Noise example**: all {task.seq_len} tokens uniform over 5..11 (no read-off token), target uniform over "
-      f"5..11, so the best possible loss is ln {len(NOISE)}.")
-    w("- **Mapping** (an injection from the 10 unordered pairs; it contains the post's examples {1,4} -> 3 and "
-      "{3,3} -> 7, the rest is our arbitrary choice):\n")
+    w(
+        f"- **Vocabulary**: {task.d_vocab} tokens `0..11`: `0` is the read-off token, `1..4` signal, `5..11` noise. "
+        'The post says d_model = 11 with "sequences of integers in the range [0, 11]"; that range holds 12 integers, and with one-hot '
+        f"embeddings d_model = d_vocab, so our models have d_model = {task.d_vocab}."
+    )
+    w(
+        f"- **Context length**: {task.seq_len} tokens including the read-off token (the post does not give it): "
+        f"{task.seq_len - 1} context positions, then `0`."
+    )
+    w(
+        f"- **Signal example** (fraction {task.signal_fraction} of training batches): {task.seq_len - 1 - 2} noise "
+        "tokens uniform over 5..11, two positions (uniform among the context positions) holding signal tokens drawn "
+        "independently and uniformly from 1..4 (so repeats such as {3,3} occur), then `0`; the target is "
+        "mapping[{a, b}]."
+    )
+    w(
+        f"- **Noise example**: all {task.seq_len} tokens uniform over 5..11 (no read-off token), target uniform over "
+        f"5..11, so the best possible loss is ln {len(NOISE)}."
+    )
+    w(
+        "- **Mapping** (an injection from the 10 unordered pairs; it contains the post's examples {1,4} -> 3 and "
+        "{3,3} -> 7, the rest is our arbitrary choice):\n"
+    )
     w(mapping_table)
-    w("- **Model**: one attention-only layer, no LayerNorm, one-hot embedding and unembedding (identity, frozen), "
-      "unembedding bias frozen at 0, positional embedding frozen at 0 (attention sees token identity only), "
-      "attention scores divided by sqrt(d_head) (TransformerLens default), all biases b_Q, b_K, b_V, b_O trained.")
+    w(
+        "- **Model**: one attention-only layer, no LayerNorm, one-hot embedding and unembedding (identity, frozen), "
+        "unembedding bias frozen at 0, positional embedding frozen at 0 (attention sees token identity only), "
+        "attention scores divided by sqrt(d_head) (TransformerLens default), all biases b_Q, b_K, b_V, b_O trained."
+    )
     r = timing["recipe"]
-    w(f"- **Training** (`hc.train_many`, the shipped models' recipe): AdamW (betas 0.9, 0.98), {r['steps']} steps, "
-      f"batch {r['batch_size']}, peak lr {r['lr']}, {r['warmup']} warm-up steps then cosine decay to lr/10, "
-      f"weight decay {r['weight_decay']}; cross-entropy at the last position only; fresh samples every step. "
-      "Seed k initialises model k and drives its data.")
-    w("- **Evaluation is exact, not sampled**: with no positional embedding the read-off position sees its "
-      "context as a multiset, so we enumerate every distinct input (10 pairs x 1,716 noise multisets for signal; "
-      "7 query tokens x 5,005 multisets for noise) with its probability "
-      "(`headcoop.studies.skip_pair.exact_evaluate`). "
-      "*Accuracy of a pair type* = probability that the argmax at `0` is the pair's completion; "
-      "*100%* = right on every signal input; *signal accuracy* = mean over the 10 pair types (as "
-      "`hc.evaluate`); *noise loss* = expected cross-entropy on noise examples.\n")
-    w("- **Which superposition, and how d_head 1 is read** (the post names two kinds and defines neither beyond a "
-      "sentence): \"In contrast with the “hierarchical” superposition presented above, we can call the latter type "
-      "“bottleneck superposition”\", the latter being superposition \"per head in the d_head dimension\". Here the "
-      "word *superposition* (`hc.cooperation`, the registry's rows) is the hierarchical kind only: across heads, each "
-      "head writing several completions consistent with the token it attends to through a map of rank >= 2. A d_head "
-      "1 head has rank 1 by construction, so a d_head 1 pair is *not testable* for it, never \"superposition\" by "
-      "default; the bottleneck kind (4 signal tokens through 1 dimension) holds at d_head 1 by counting alone and has "
-      "no test here (robustness.md, claims with no verdict).\n")
+    w(
+        f"- **Training** (`hc.train_many`, the shipped models' recipe): AdamW (betas 0.9, 0.98), {r['steps']} steps, "
+        f"batch {r['batch_size']}, peak lr {r['lr']}, {r['warmup']} warm-up steps then cosine decay to lr/10, "
+        f"weight decay {r['weight_decay']}; cross-entropy at the last position only; fresh samples every step. "
+        "Seed k initialises model k and drives its data."
+    )
+    w(
+        "- **Evaluation is exact, not sampled**: with no positional embedding the read-off position sees its "
+        "context as a multiset, so we enumerate every distinct input (10 pairs x 1,716 noise multisets for signal; "
+        "7 query tokens x 5,005 multisets for noise) with its probability "
+        "(`headcoop.studies.skip_pair.exact_evaluate`). "
+        "*Accuracy of a pair type* = probability that the argmax at `0` is the pair's completion; "
+        "*100%* = right on every signal input; *signal accuracy* = mean over the 10 pair types (as "
+        "`hc.evaluate`); *noise loss* = expected cross-entropy on noise examples.\n"
+    )
+    w(
+        "- **Which superposition, and how d_head 1 is read** (the post names two kinds and defines neither beyond a "
+        'sentence): "In contrast with the “hierarchical” superposition presented above, we can call the latter type '
+        '“bottleneck superposition”", the latter being superposition "per head in the d_head dimension". Here the '
+        "word *superposition* (`hc.cooperation`, the registry's rows) is the hierarchical kind only: across heads, each "
+        "head writing several completions consistent with the token it attends to through a map of rank >= 2. A d_head "
+        '1 head has rank 1 by construction, so a d_head 1 pair is *not testable* for it, never "superposition" by '
+        "default; the bottleneck kind (4 signal tokens through 1 dimension) holds at d_head 1 by counting alone and has "
+        "no test here (robustness.md, claims with no verdict).\n"
+    )
 
     n5, n1 = len(main5), len(main1)
     split_dyn = split_during_training(dynamics) if dynamics is not None else None
     claims = [
-        (QUOTES["perfect"],
-         f"{frac(int(main5.signal_all.sum()), n5)} seeds right on every signal input; mean signal accuracy "
-         f"{main5.signal_acc.mean():.4f}; {noise_line(main5)}"),
-        (QUOTES["dhead1"],
-         f"{frac(int(main1.signal_all.sum()), n1)} seeds right on every signal input; mean signal accuracy "
-         f"{main1.signal_acc.mean():.4f}; {noise_line(main1)}"),
-        (QUOTES["strict"],
-         f"d_head 5: {frac(int((main5.split_heads == 0).sum()), n5)} seeds have both heads strict (every pair of "
-         f"signal tokens gets at most {SPLIT_THRESHOLD:.0%} / at least {1 - SPLIT_THRESHOLD:.0%} of the pair's "
-         f"attention); d_head 1: {frac(int((main1.split_heads == 0).sum()), n1)}"),
-        (QUOTES["reversed"],
-         f"d_head 5: {relation_text(main5)}; d_head 1: {relation_text(main1)}"),
-        (QUOTES["split"],
-         f"2-head models, d_head < 3: {split_text(two_small)}; d_head >= 3: {split_text(two_large)} "
-         f"(split = the less-attended of two signal tokens gets > {SPLIT_THRESHOLD:.0%} of the two's attention)"
-         + ("; during training (section 5): " + "; ".join(f"d_head {r['d_head']}: {r['split while learnt']}/"
-                                                          f"{r['models']} models split while learnt"
-                                                          for _, r in split_dyn.iterrows())
-            if split_dyn is not None else "")),
-        (QUOTES["conditional"],
-         f"(head, attended token) rows whose top OV completions are exactly the consistent set: d_head 5 "
-         f"{spec(main5)}, d_head 1 {spec(main1)}"),
-        (QUOTES["only_correct"],
-         f"pair types whose completion is the only one pushed up by both heads, per seed: d_head 5 "
-         f"{cons(main5, 'constructive_centered')} (centered), {cons(main5, 'constructive_raw')} (raw > 0); "
-         f"d_head 1 {cons(main1, 'constructive_centered')} (centered)"
-         + (f"; where both heads write to several outputs (raw, section 3): d_head 5 "
-            f"{int(interference[interference.d_head == 5].only_correct.sum())}/"
-            f"{int(interference[interference.d_head == 5].qualifying.sum())} pair types"
-            if interference is not None else "")),
-        (QUOTES["one_head"],
-         f"1-head seeds right on every signal input: {one_text} ({timing['recipe']['steps']} steps); trained "
-         f"{long_steps} steps: {long_text} (section 4)"),
-        (QUOTES["caption"],
-         f"pair types whose completion is pushed up (centered) by both heads, per seed: d_head 5 "
-         f"{cons(main5, 'correct_up_both')}; pair types that only the sum of the heads gets right (neither head's "
-         f"own top completion is right): d_head 5 {cons(main5, 'needs_both')}, d_head 1 {cons(main1, 'needs_both')}"),
+        (
+            QUOTES["perfect"],
+            f"{frac(int(main5.signal_all.sum()), n5)} seeds right on every signal input; mean signal accuracy "
+            f"{main5.signal_acc.mean():.4f}; {noise_line(main5)}",
+        ),
+        (
+            QUOTES["dhead1"],
+            f"{frac(int(main1.signal_all.sum()), n1)} seeds right on every signal input; mean signal accuracy "
+            f"{main1.signal_acc.mean():.4f}; {noise_line(main1)}",
+        ),
+        (
+            QUOTES["strict"],
+            f"d_head 5: {frac(int((main5.split_heads == 0).sum()), n5)} seeds have both heads strict (every pair of "
+            f"signal tokens gets at most {SPLIT_THRESHOLD:.0%} / at least {1 - SPLIT_THRESHOLD:.0%} of the pair's "
+            f"attention); d_head 1: {frac(int((main1.split_heads == 0).sum()), n1)}",
+        ),
+        (QUOTES["reversed"], f"d_head 5: {relation_text(main5)}; d_head 1: {relation_text(main1)}"),
+        (
+            QUOTES["split"],
+            f"2-head models, d_head < 3: {split_text(two_small)}; d_head >= 3: {split_text(two_large)} "
+            f"(split = the less-attended of two signal tokens gets > {SPLIT_THRESHOLD:.0%} of the two's attention)"
+            + (
+                "; during training (section 5): "
+                + "; ".join(
+                    f"d_head {r['d_head']}: {r['split while learnt']}/{r['models']} models split while learnt"
+                    for _, r in split_dyn.iterrows()
+                )
+                if split_dyn is not None
+                else ""
+            ),
+        ),
+        (
+            QUOTES["conditional"],
+            f"(head, attended token) rows whose top OV completions are exactly the consistent set: d_head 5 "
+            f"{spec(main5)}, d_head 1 {spec(main1)}",
+        ),
+        (
+            QUOTES["only_correct"],
+            f"pair types whose completion is the only one pushed up by both heads, per seed: d_head 5 "
+            f"{cons(main5, 'constructive_centered')} (centered), {cons(main5, 'constructive_raw')} (raw > 0); "
+            f"d_head 1 {cons(main1, 'constructive_centered')} (centered)"
+            + (
+                f"; where both heads write to several outputs (raw, section 3): d_head 5 "
+                f"{int(interference[interference.d_head == 5].only_correct.sum())}/"
+                f"{int(interference[interference.d_head == 5].qualifying.sum())} pair types"
+                if interference is not None
+                else ""
+            ),
+        ),
+        (
+            QUOTES["one_head"],
+            f"1-head seeds right on every signal input: {one_text} ({timing['recipe']['steps']} steps); trained "
+            f"{long_steps} steps: {long_text} (section 4)",
+        ),
+        (
+            QUOTES["caption"],
+            f"pair types whose completion is pushed up (centered) by both heads, per seed: d_head 5 "
+            f"{cons(main5, 'correct_up_both')}; pair types that only the sum of the heads gets right (neither head's "
+            f"own top completion is right): d_head 5 {cons(main5, 'needs_both')}, d_head 1 {cons(main1, 'needs_both')}",
+        ),
     ]
     records = [Claim(where, c, m, REGISTRY_SAYS) for where, (c, m) in zip(CLAIM_SECTIONS, claims)]
 
@@ -302,15 +359,17 @@ def write(
         w(table(pair_table(runs, 2, 5 if "5" in name else 1)))
 
     section("2. Preference orderings")
-    w("A head's *preference ordering* lists the signal tokens 1..4 by its pre-softmax QK score from the read-off "
-      "token `0` (`hc.qk(model, head).scores[0, 1:5]`), most preferred first. Two heads' orderings are "
-      "*equal* (same permutation), *reversed* (one is the exact reverse of the other, Kendall tau = -1; this is "
-      "the only relation under which, for every pair of distinct signal tokens, each head attends to a different "
-      "one), *partly reversed* (neither, Kendall tau < 0), or *partly equal* (neither, tau >= 0). A head is "
-      f"*splitting* a pair {{a, b}} of distinct signal tokens when min(p_a, p_b)/(p_a + p_b) > {SPLIT_THRESHOLD} "
-      "at the read-off (section 5); a head with no split pair has a strict ordering in the sense that, of any two "
-      f"signal tokens present, the preferred one takes at least {1 - SPLIT_THRESHOLD:.0%} of the two's "
-      "attention.\n")
+    w(
+        "A head's *preference ordering* lists the signal tokens 1..4 by its pre-softmax QK score from the read-off "
+        "token `0` (`hc.qk(model, head).scores[0, 1:5]`), most preferred first. Two heads' orderings are "
+        "*equal* (same permutation), *reversed* (one is the exact reverse of the other, Kendall tau = -1; this is "
+        "the only relation under which, for every pair of distinct signal tokens, each head attends to a different "
+        "one), *partly reversed* (neither, Kendall tau < 0), or *partly equal* (neither, tau >= 0). A head is "
+        f"*splitting* a pair {{a, b}} of distinct signal tokens when min(p_a, p_b)/(p_a + p_b) > {SPLIT_THRESHOLD} "
+        "at the read-off (section 5); a head with no split pair has a strict ordering in the sense that, of any two "
+        f"signal tokens present, the preferred one takes at least {1 - SPLIT_THRESHOLD:.0%} of the two's "
+        "attention.\n"
+    )
     w(f"- 2 heads, d_head 5: {relation_text(main5)}.")
     w(f"- 2 heads, d_head 1: {relation_text(main1)}.")
     by_d = two_all.groupby("d_head")
@@ -323,97 +382,132 @@ def write(
         w(Details(f"Per seed, {name}", (table(ordering_table(rows)),)))
 
     section("3. Conditional logit contributions and constructive interference")
-    w("*Conditional contribution*: the direct effect on the logits of a head attending fully to signal token t, "
-      "`hc.ov(model, head).effects[t]`, read at the 10 completions (columns ordered by pair). Rows are sorted by "
-      "the head's preference; ■ marks the completions *consistent* with the ordering: pairs {t, x} where x is t "
-      "or ranked below t (a higher-ranked x would have drawn the head's attention). For the k-th favourite "
-      "token there are 5 - k of them. *OV matches ordering* counts the (head, token) rows whose 5 - k largest "
-      "effects are exactly the consistent completions.\n")
-    w("*Pushed up*: for a pair type P, a head's contribution to each completion is its direct logit attribution "
-      "(`hc.dla`, the head's `z @ W_O @ W_U` at the read-off) averaged exactly over all contexts of type P. The "
-      "head *pushes up* a completion when that mean exceeds the head's mean over the 10 completions (*centered*; "
-      "softmax ignores a shift common to all logits), or, in the *raw* variant, when it exceeds 0. "
-      "*Constructive* pair types: those whose own completion is the only completion pushed up by both heads.\n")
+    w(
+        "*Conditional contribution*: the direct effect on the logits of a head attending fully to signal token t, "
+        "`hc.ov(model, head).effects[t]`, read at the 10 completions (columns ordered by pair). Rows are sorted by "
+        "the head's preference; ■ marks the completions *consistent* with the ordering: pairs {t, x} where x is t "
+        "or ranked below t (a higher-ranked x would have drawn the head's attention). For the k-th favourite "
+        "token there are 5 - k of them. *OV matches ordering* counts the (head, token) rows whose 5 - k largest "
+        "effects are exactly the consistent completions.\n"
+    )
+    w(
+        "*Pushed up*: for a pair type P, a head's contribution to each completion is its direct logit attribution "
+        "(`hc.dla`, the head's `z @ W_O @ W_U` at the read-off) averaged exactly over all contexts of type P. The "
+        "head *pushes up* a completion when that mean exceeds the head's mean over the 10 completions (*centered*; "
+        "softmax ignores a shift common to all logits), or, in the *raw* variant, when it exceeds 0. "
+        "*Constructive* pair types: those whose own completion is the only completion pushed up by both heads.\n"
+    )
     for name in sp.index:
         row = sp.loc[name]
-        w(f"**{name}** (H0 {row.order_h0}, H1 {row.order_h1}: {row.relation}; OV matches ordering in "
-          f"{int(row.specific_rows)}/{int(row.specific_total)} rows; constructive pair types "
-          f"{int(row.constructive_centered)}/10 centered, {int(row.constructive_raw)}/10 raw; correct completion "
-          f"pushed up by both heads in {int(row.correct_up_both)}/10):\n")
+        w(
+            f"**{name}** (H0 {row.order_h0}, H1 {row.order_h1}: {row.relation}; OV matches ordering in "
+            f"{int(row.specific_rows)}/{int(row.specific_total)} rows; constructive pair types "
+            f"{int(row.constructive_centered)}/10 centered, {int(row.constructive_raw)}/10 raw; correct completion "
+            f"pushed up by both heads in {int(row.correct_up_both)}/10):\n"
+        )
         w(figure(f"conditional_contributions_{name}", f"conditional contributions {name}"))
         w(figure(f"pair_contributions_{name}", f"pair contributions {name}"))
-    w("Across seeds (2 heads): constructive pair types (centered) per seed "
-      f"d_head 5 {cons(main5, 'constructive_centered')}, d_head 1 {cons(main1, 'constructive_centered')}; raw: "
-      f"d_head 5 {cons(main5, 'constructive_raw')}, d_head 1 {cons(main1, 'constructive_raw')}. "
-      f"Correct completion pushed up (centered) by both heads: d_head 5 {cons(main5, 'correct_up_both')}, "
-      f"d_head 1 {cons(main1, 'correct_up_both')}. OV matches ordering: d_head 5 {spec(main5)} rows, "
-      f"d_head 1 {spec(main1)} rows.\n")
+    w(
+        "Across seeds (2 heads): constructive pair types (centered) per seed "
+        f"d_head 5 {cons(main5, 'constructive_centered')}, d_head 1 {cons(main1, 'constructive_centered')}; raw: "
+        f"d_head 5 {cons(main5, 'constructive_raw')}, d_head 1 {cons(main1, 'constructive_raw')}. "
+        f"Correct completion pushed up (centered) by both heads: d_head 5 {cons(main5, 'correct_up_both')}, "
+        f"d_head 1 {cons(main1, 'correct_up_both')}. OV matches ordering: d_head 5 {spec(main5)} rows, "
+        f"d_head 1 {spec(main1)} rows.\n"
+    )
     if interference is not None:
-        w("**As the post states it**: \"In contexts where both heads write to multiple outputs, they will only "
-          "constructively interfere on the correct token.\" With *raw* contributions (as the post's figure shows), "
-          "a pair type qualifies when each head pushes at least two completions above zero; of those, we count the "
-          "ones whose correct completion is the only one both heads push above zero (2-head models of section 5's "
-          f"training runs, seeds {interference.seed.min()}..{interference.seed.max()}, `interference.csv`):\n")
-        w(table(interference.groupby("d_head")[["qualifying", "only_correct", "only_correct_all_pairs"]].sum()
-                .reset_index()))
+        w(
+            '**As the post states it**: "In contexts where both heads write to multiple outputs, they will only '
+            "constructively interfere on the correct token.\" With *raw* contributions (as the post's figure shows), "
+            "a pair type qualifies when each head pushes at least two completions above zero; of those, we count the "
+            "ones whose correct completion is the only one both heads push above zero (2-head models of section 5's "
+            f"training runs, seeds {interference.seed.min()}..{interference.seed.max()}, `interference.csv`):\n"
+        )
+        w(
+            table(
+                interference.groupby("d_head")[["qualifying", "only_correct", "only_correct_all_pairs"]]
+                .sum()
+                .reset_index()
+            )
+        )
     section("4. Capacity map")
-    w(f"n_heads 1..4 x d_head 1..6, seeds {grid_seeds[0]}..{grid_seeds[-1]} per cell (the 2-head d_head 1 and 5 "
-      "cells also hold the extra seeds). Fraction of seeds right on every signal input:\n")
+    w(
+        f"n_heads 1..4 x d_head 1..6, seeds {grid_seeds[0]}..{grid_seeds[-1]} per cell (the 2-head d_head 1 and 5 "
+        "cells also hold the extra seeds). Fraction of seeds right on every signal input:\n"
+    )
     w(table(cap_solved))
     w("Mean signal accuracy (mean over pair types, exact):\n")
     w(table(cap_acc))
     w(figure("capacity_map", "capacity map"))
-    w(f"One head, {timing['recipe']['steps']} steps: {one_text}. One head, d_head "
-      f"{long_runs.d_head.min()}..{long_runs.d_head.max()}, trained {long_steps} steps "
-      f"(same recipe otherwise, seeds {long_runs.seed.min()}..{long_runs.seed.max()}): {long_text}; mean signal "
-      f"accuracy " + ", ".join(f"d_head {d} {g.signal_acc.mean():.3f}" for d, g in long_runs.groupby("d_head"))
-      + f". The post's sufficiency claim (\"{QUOTES['one_head']}\"): {one_head_seen} (its verdict, in the claims "
-      "table above, is the claim registry's). The post states "
-      "no converse, so heads with d_head < 4 that solve it do not contradict it.\n")
+    w(
+        f"One head, {timing['recipe']['steps']} steps: {one_text}. One head, d_head "
+        f"{long_runs.d_head.min()}..{long_runs.d_head.max()}, trained {long_steps} steps "
+        f"(same recipe otherwise, seeds {long_runs.seed.min()}..{long_runs.seed.max()}): {long_text}; mean signal "
+        f"accuracy "
+        + ", ".join(f"d_head {d} {g.signal_acc.mean():.3f}" for d, g in long_runs.groupby("d_head"))
+        + f'. The post\'s sufficiency claim ("{QUOTES["one_head"]}"): {one_head_seen} (its verdict, in the claims '
+        "table above, is the claim registry's). The post states "
+        "no converse, so heads with d_head < 4 that solve it do not contradict it.\n"
+    )
 
     section("5. Split attention")
-    w("*Split*: for a head and two distinct signal tokens a, b in the context, min(p_a, p_b) / (p_a + p_b) of its "
-      "attention at the read-off: 0 when it attends to one of them only, 0.5 when evenly. With one a and one b "
-      "present, p_a / p_b = exp(s_a - s_b) whatever the noise tokens, so split = sigmoid(-|s_a - s_b|) from the "
-      "QK scores (`headcoop.studies.skip_pair.split_attention`, checked against the model's attention pattern in the "
-      f"tests). A head *splits* when some pair's split exceeds {SPLIT_THRESHOLD}; *max split* is the largest "
-      "value over a model's heads and the 6 pairs.\n")
+    w(
+        "*Split*: for a head and two distinct signal tokens a, b in the context, min(p_a, p_b) / (p_a + p_b) of its "
+        "attention at the read-off: 0 when it attends to one of them only, 0.5 when evenly. With one a and one b "
+        "present, p_a / p_b = exp(s_a - s_b) whatever the noise tokens, so split = sigmoid(-|s_a - s_b|) from the "
+        "QK scores (`headcoop.studies.skip_pair.split_attention`, checked against the model's attention pattern in the "
+        f"tests). A head *splits* when some pair's split exceeds {SPLIT_THRESHOLD}; *max split* is the largest "
+        "value over a model's heads and the 6 pairs.\n"
+    )
     w(table(splits))
     one_big = runs[(runs.n_heads == 1) & (runs.d_head >= 4)]
     w(f"- 2-head models: d_head < 3: {split_text(two_small)}; d_head >= 3: {split_text(two_large)}.")
     if len(one_big):
-        w(f"- 1-head models with d_head >= 4 split {one_big.split_pairs.mean():.2f} of the 6 pairs on average and "
-          f"{frac(int((one_big.signal_all == 1.0).sum()), len(one_big))} of them are right on every signal input"
-          + (": a lone head that solves the task attends to both signal tokens at once rather than following a "
-             "preference hierarchy, as the post's “once a head has enough dimensions to store every "
-             "\"interesting\" token orthogonally” would allow." if one_big.split_pairs.mean() > 5 else ".")
-          + (f" Its value vectors for the 4 signal tokens are distinct but not orthogonal: the largest |cos| between "
-             f"two of them is {one_big.value_cos_max.median():.2f} at the median ({one_big.value_cos_max.min():.2f}.."
-             f"{one_big.value_cos_max.max():.2f}; robustness.md's row on \"stored orthogonally\")."
-             if "value_cos_max" in one_big else ""))
+        w(
+            f"- 1-head models with d_head >= 4 split {one_big.split_pairs.mean():.2f} of the 6 pairs on average and "
+            f"{frac(int((one_big.signal_all == 1.0).sum()), len(one_big))} of them are right on every signal input"
+            + (
+                ": a lone head that solves the task attends to both signal tokens at once rather than following a "
+                "preference hierarchy, as the post's “once a head has enough dimensions to store every "
+                '"interesting" token orthogonally” would allow.'
+                if one_big.split_pairs.mean() > 5
+                else "."
+            )
+            + (
+                f" Its value vectors for the 4 signal tokens are distinct but not orthogonal: the largest |cos| between "
+                f"two of them is {one_big.value_cos_max.median():.2f} at the median ({one_big.value_cos_max.min():.2f}.."
+                f'{one_big.value_cos_max.max():.2f}; robustness.md\'s row on "stored orthogonally").'
+                if "value_cos_max" in one_big
+                else ""
+            )
+        )
     w("")
     w(figure("split_attention", "split attention"))
     if dynamics is not None:
         steps = sorted(dynamics.step.unique())
-        w("**During training, as the post describes it** (a model-level scheme in which \"the heads would attend to "
-          "the same tokens to varying degree\"): 2-head models of every d_head, one run each per seed, measured at "
-          f"checkpoints every {steps[0]} steps (`hc.train_many(..., on_checkpoint=...)`, `dynamics.csv`). A pair "
-          f"{{a, b}} is *split by the model* at a checkpoint when both heads give the less-attended of a and b more "
-          f"than {SPLIT_THRESHOLD:.0%} of the two's attention; a checkpoint counts once the model has learnt the "
-          "task there (sampled signal accuracy >= 0.9), since at initialisation every head attends almost "
-          "uniformly.\n")
+        w(
+            '**During training, as the post describes it** (a model-level scheme in which "the heads would attend to '
+            'the same tokens to varying degree"): 2-head models of every d_head, one run each per seed, measured at '
+            f"checkpoints every {steps[0]} steps (`hc.train_many(..., on_checkpoint=...)`, `dynamics.csv`). A pair "
+            f"{{a, b}} is *split by the model* at a checkpoint when both heads give the less-attended of a and b more "
+            f"than {SPLIT_THRESHOLD:.0%} of the two's attention; a checkpoint counts once the model has learnt the "
+            "task there (sampled signal accuracy >= 0.9), since at initialisation every head attends almost "
+            "uniformly.\n"
+        )
         w(table(split_dyn))
 
     section("6. Shipped checkpoints")
     for name in typ.index:
         row, s = typ.loc[name], sp.loc[name]
         same = int(s.seed) == int(row.typical_seed) and int(s.train_seed) == int(row.typical_seed)
-        w(f"- `hc.load(\"{name}\")` (2 heads, d_head {int(row.d_head)}): typical seed {int(row.typical_seed)}: "
-          f"{row.why}. The checkpoint is trained by `experiments/train_shipped.py` (`hc.train`, same recipe) "
-          f"with model seed {int(s.seed)} and data seed {s.train_seed}"
-          + (" (the typical seed)." if same else " -- NOT the typical seed; update RECIPES and regenerate.")
-          + f" Measured from its weights: H0 {s.order_h0}, H1 {s.order_h1} ({s.relation}); signal accuracy "
-          f"{s.signal_acc:.4f}, 100%: {'yes' if s.signal_all == 1.0 else 'no'}; noise loss {s.noise_loss:.4f}.")
+        w(
+            f'- `hc.load("{name}")` (2 heads, d_head {int(row.d_head)}): typical seed {int(row.typical_seed)}: '
+            f"{row.why}. The checkpoint is trained by `experiments/train_shipped.py` (`hc.train`, same recipe) "
+            f"with model seed {int(s.seed)} and data seed {s.train_seed}"
+            + (" (the typical seed)." if same else " -- NOT the typical seed; update RECIPES and regenerate.")
+            + f" Measured from its weights: H0 {s.order_h0}, H1 {s.order_h1} ({s.relation}); signal accuracy "
+            f"{s.signal_acc:.4f}, 100%: {'yes' if s.signal_all == 1.0 else 'no'}; noise loss {s.noise_loss:.4f}."
+        )
     w("")
     cols = ["name", "seed", "order_h0", "scores_h0", "order_h1", "scores_h1", "relation", "signal_acc", "signal_all",
             "noise_loss", "constructive_centered", "specific_rows"]  # fmt: skip
@@ -422,12 +516,14 @@ def write(
     w(figure("qk_scores", "QK scores"))
 
     section("Regeneration")
-    w(f"`python -m experiments.skip_pair.run_all` trained and measured {timing['n_models']} models in "
-      f"{timing['train_and_measure_s']} s and had written every table and figure after {timing['total_s']} s "
-      f"with {timing['threads']} torch thread(s), on a machine with {timing.get('cores', '?')} CPU cores "
-      f"(1-minute load average {timing.get('load_start', '?')} at the start, {timing.get('load_end', '?')} when "
-      "training ended; other jobs on the machine raise it and the times with it). Figures are written as HTML "
-      "(plotly.js from its CDN) and PNG (when kaleido can export).\n")
+    w(
+        f"`python -m experiments.skip_pair.run_all` trained and measured {timing['n_models']} models in "
+        f"{timing['train_and_measure_s']} s and had written every table and figure after {timing['total_s']} s "
+        f"with {timing['threads']} torch thread(s), on a machine with {timing.get('cores', '?')} CPU cores "
+        f"(1-minute load average {timing.get('load_start', '?')} at the start, {timing.get('load_end', '?')} when "
+        "training ended; other jobs on the machine raise it and the times with it). Figures are written as HTML "
+        "(plotly.js from its CDN) and PNG (when kaleido can export).\n"
+    )
     grid = robustness if robustness is not None else out / "robustness"
     page = render(
         "page.md.j2", HERE,

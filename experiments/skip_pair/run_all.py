@@ -17,8 +17,8 @@ import json
 import os
 import time
 
-
 from experiments import cli
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = cli.parser(__doc__, cli.RESULTS, png_help="write HTML figures only (skip kaleido)")
@@ -78,14 +78,27 @@ def main(argv: list[str] | None = None) -> int:
         cores=os.cpu_count(), load_start=round(load_start, 2), load_end=round(os.getloadavg()[0], 2),
     )  # fmt: skip
     timing["total_s"] = timing["doc_total_s"] = round(time.time() - start, 1)  # the doc states the time so far
-    page.write(out, table, long_table, shipped, typical, timing, grid, png=not args.no_png, robustness=out / "robustness",
-               dynamics=dynamics, interference=interference)
+    page.write(
+        out,
+        table,
+        long_table,
+        shipped,
+        typical,
+        timing,
+        grid,
+        png=not args.no_png,
+        robustness=out / "robustness",
+        dynamics=dynamics,
+        interference=interference,
+    )
     timing["total_s"] = round(time.time() - start, 1)
     (tables / "timing.json").write_text(json.dumps(timing, indent=1))
     if not args.quick:  # the commit this run started at (`experiments.consistency`)
         record(tables, start_at)
-    print(f"{timing['n_models']} models; trained and measured in {timing['train_and_measure_s']} s; "
-          f"total {timing['total_s']} s")
+    print(
+        f"{timing['n_models']} models; trained and measured in {timing['train_and_measure_s']} s; "
+        f"total {timing['total_s']} s"
+    )
     print(f"wrote {out / 'skip_pair.md'} and {tables}/")
     return 0
 

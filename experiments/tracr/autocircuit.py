@@ -25,7 +25,8 @@ def _package() -> Path | None:
 
 
 def version() -> str | None:
-    from importlib.metadata import PackageNotFoundError, version as v
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as v
 
     try:
         return v("auto-circuit")

@@ -71,12 +71,24 @@ def convert(assembled, label: str, numerical: bool):
     for lay in range(mc.num_layers):
         pre = f"transformer/layer_{lay}"
         for mine, theirs in (("Q", "query"), ("K", "key"), ("V", "value")):
-            sd[f"blocks.{lay}.attn.W_{mine}"] = einops.rearrange(p[f"{pre}/attn/{theirs}"]["w"], "d (h k) -> h d k", h=mc.num_heads)
-            sd[f"blocks.{lay}.attn.b_{mine}"] = einops.rearrange(p[f"{pre}/attn/{theirs}"]["b"], "(h k) -> h k", h=mc.num_heads)
-        sd[f"blocks.{lay}.attn.W_O"] = einops.rearrange(p[f"{pre}/attn/linear"]["w"], "(h k) d -> h k d", h=mc.num_heads)
+            sd[f"blocks.{lay}.attn.W_{mine}"] = einops.rearrange(
+                p[f"{pre}/attn/{theirs}"]["w"], "d (h k) -> h d k", h=mc.num_heads
+            )
+            sd[f"blocks.{lay}.attn.b_{mine}"] = einops.rearrange(
+                p[f"{pre}/attn/{theirs}"]["b"], "(h k) -> h k", h=mc.num_heads
+            )
+        sd[f"blocks.{lay}.attn.W_O"] = einops.rearrange(
+            p[f"{pre}/attn/linear"]["w"], "(h k) d -> h k d", h=mc.num_heads
+        )
         sd[f"blocks.{lay}.attn.b_O"] = p[f"{pre}/attn/linear"]["b"]
-        sd[f"blocks.{lay}.mlp.W_in"], sd[f"blocks.{lay}.mlp.b_in"] = p[f"{pre}/mlp/linear_1"]["w"], p[f"{pre}/mlp/linear_1"]["b"]
-        sd[f"blocks.{lay}.mlp.W_out"], sd[f"blocks.{lay}.mlp.b_out"] = p[f"{pre}/mlp/linear_2"]["w"], p[f"{pre}/mlp/linear_2"]["b"]
+        sd[f"blocks.{lay}.mlp.W_in"], sd[f"blocks.{lay}.mlp.b_in"] = (
+            p[f"{pre}/mlp/linear_1"]["w"],
+            p[f"{pre}/mlp/linear_1"]["b"],
+        )
+        sd[f"blocks.{lay}.mlp.W_out"], sd[f"blocks.{lay}.mlp.b_out"] = (
+            p[f"{pre}/mlp/linear_2"]["w"],
+            p[f"{pre}/mlp/linear_2"]["b"],
+        )
     W_U = np.zeros((len(labels), len(out_labels)), dtype=np.float32)
     for j, name in enumerate(out_labels):
         W_U[labels.index(name), j] = 1.0

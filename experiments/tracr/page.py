@@ -24,14 +24,18 @@ def _faithfulness_text(edges: pd.DataFrame) -> str:
     for program, rows in edges.groupby("program", sort=False):
         spread = rows.recovered_faithfulness.max() - rows.recovered_faithfulness.min()
         if spread > 0.5:
-            shown = ", ".join(f"{r.method} {r.recovered_faithfulness:.3f} ({r.recovered_true} true edges)" for _, r in rows.iterrows())
+            shown = ", ".join(
+                f"{r.method} {r.recovered_faithfulness:.3f} ({r.recovered_true} true edges)" for _, r in rows.iterrows()
+            )
             parts.append(f"{program}: {shown}")
     if not parts:
         return "Every method's recovered circuit is about as faithful as the others' on every program."
-    return ("Faithfulness is not additive over edges: circuits of one size picked by different scores can differ "
-            "sharply although the scores rank the true edges alike. " + "; ".join(parts) + ". An edge's score "
-            "patches it alone, every other edge at the corrupt run's values; an edge that matters only together "
-            "with others scores low alone.")
+    return (
+        "Faithfulness is not additive over edges: circuits of one size picked by different scores can differ "
+        "sharply although the scores rank the true edges alike. " + "; ".join(parts) + ". An edge's score "
+        "patches it alone, every other edge at the corrupt run's values; an edge that matters only together "
+        "with others scores low alone."
+    )
 
 
 def _reference_section(folder: Path) -> list:
@@ -39,9 +43,12 @@ def _reference_section(folder: Path) -> list:
     head = ["## 5. auto-circuit's reference circuits", ""]
     path = folder / "auto_circuit.csv"
     if not path.exists():
-        return head + ["Not scored: auto-circuit was not installed when `run_all` ran (`pip install --no-deps "
-                       "auto-circuit==1.0.1`; `experiments/tracr/autocircuit.py` reads its circuits from the installed "
-                       "package).", ""]
+        return head + [
+            "Not scored: auto-circuit was not installed when `run_all` ran (`pip install --no-deps "
+            "auto-circuit==1.0.1`; `experiments/tracr/autocircuit.py` reads its circuits from the installed "
+            "package).",
+            "",
+        ]
     table = pd.read_csv(path)
     return head + [
         f"Read at bench time from the installed auto-circuit {table.auto_circuit.iloc[0]} "
@@ -102,18 +109,41 @@ def sanity_lines(folder: Path) -> list[str]:
         "",
         "Node AUC (NaN: nothing to rank):",
         "",
-        Table(_wide(nodes, "auc_nodes", ("exact edges", "eap", "eap-ig", "exact node patching", "atp", "atp*",
-                                         "weight norm", "random"))).markdown(),  # fmt: skip
+        Table(
+            _wide(
+                nodes,
+                "auc_nodes",
+                ("exact edges", "eap", "eap-ig", "exact node patching", "atp", "atp*", "weight norm", "random"),
+            )
+        ).markdown(),  # fmt: skip
         "",
         "Faithfulness of each method's top edges (as many as the true edges; corrupt ablation) and MIB's CPR / CMD:",
         "",
-        Table(runs[["program", "method", "true_edges", "recovered_true", "recovered_faithfulness", "cpr", "cmd",
-                    "random_cpr"]]).markdown(),
+        Table(
+            runs[
+                [
+                    "program",
+                    "method",
+                    "true_edges",
+                    "recovered_true",
+                    "recovered_faithfulness",
+                    "cpr",
+                    "cmd",
+                    "random_cpr",
+                ]
+            ]
+        ).markdown(),
         "",
         _faithfulness_text(runs),
         "",
-        *figure_lines(folder, "roc_edges", "Each method's ROC curve against the true edges, per program (`curves.csv`)"),
-        *figure_lines(folder, "faithfulness_curves", "Faithfulness of each method's top-scored edges against the share "
-                 "of edges kept, with three random circuits' mean (`curves.csv`)"),
+        *figure_lines(
+            folder, "roc_edges", "Each method's ROC curve against the true edges, per program (`curves.csv`)"
+        ),
+        *figure_lines(
+            folder,
+            "faithfulness_curves",
+            "Faithfulness of each method's top-scored edges against the share "
+            "of edges kept, with three random circuits' mean (`curves.csv`)",
+        ),
         *[line.replace("## 5. ", "### ") for line in _reference_section(folder)],
     ]

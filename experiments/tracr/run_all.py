@@ -97,8 +97,10 @@ def baseline_rows(model, base: dict, true_edges: set, shown_edges: set) -> list[
     is_true = np.array([k in true_edges for k in keys])
     keep = np.array([k in shown_edges or k not in true_edges for k in keys])
     s = np.array([wp[k] for k in keys])
-    return [dict(base, method="weight product", auc_edges=auc(is_true, s), auc_shown_edges=auc(is_true[keep], s[keep])),
-            dict(base, method="random", auc_edges=random_auc(is_true)[0], auc_shown_edges=random_auc(is_true[keep])[0])]
+    return [
+        dict(base, method="weight product", auc_edges=auc(is_true, s), auc_shown_edges=auc(is_true[keep], s[keep])),
+        dict(base, method="random", auc_edges=random_auc(is_true)[0], auc_shown_edges=random_auc(is_true[keep])[0]),
+    ]
 
 
 def run_program(name: str, n: int) -> tuple[list[dict], list[dict], dict, list[dict]]:
@@ -126,7 +128,9 @@ def run_program(name: str, n: int) -> tuple[list[dict], list[dict], dict, list[d
         is_true = [e in true_edges for e in key]
         keep = [e in shown_edges or e not in true_edges for e in key]  # drop true edges these inputs cannot show
         recovered = hc.circuit(result, k=len(true_edges))
-        faith = hc.faithfulness(model, recovered, clean=clean, corrupt=corrupt, metric=metric).frame.faithfulness.iloc[0]
+        faith = hc.faithfulness(model, recovered, clean=clean, corrupt=corrupt, metric=metric).frame.faithfulness.iloc[
+            0
+        ]
         curve = hc.faithfulness(model, result, clean=clean, corrupt=corrupt, metric=metric, random=3)
         rows.append(dict(program=name, method=method, edges=len(frame), true_edges=len(true_edges),
                          shown_true_edges=len(shown_edges), auc_edges=auc(is_true, frame.score),
@@ -201,8 +205,11 @@ def draw_curves(curves: pd.DataFrame, out: Path) -> list[str]:
                                          line=dict(color="grey", dash="dot"), legendgroup="random", showlegend=j == 0), 1, j + 1)  # fmt: skip
             fig.update_xaxes(title_text=xt, row=1, col=j + 1)
         fig.update_yaxes(title_text=yt, row=1, col=1)
-        title = ("ROC of |edge score| against the true edges (Tracr programs)" if kind == "roc" else
-                 "Faithfulness of the top-scored edges against the share kept (Tracr programs)")
+        title = (
+            "ROC of |edge score| against the true edges (Tracr programs)"
+            if kind == "roc"
+            else "Faithfulness of the top-scored edges against the share kept (Tracr programs)"
+        )
         fig.update_layout(template=TEMPLATE, title=title, height=380)
         written += save_figure(fig, out, name, width=1500, height=380)
     return written
@@ -225,12 +232,19 @@ def score_reference_circuits(n: int) -> pd.DataFrame | None:
         clean, corrupt = inputs(info, n=n)
         metric = metric_for(model, info, clean)
         truth = {tuple(e) for e in info["truth"]["edges"]}
-        scores = {m: hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, estimator=m).to_dataframe() for m in EDGE_METHODS}
+        scores = {
+            m: hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, estimator=m).to_dataframe()
+            for m in EDGE_METHODS
+        }
         for function, edges in named.items():
             ref = set(edges)
             how = "zero" if "acdc" in function else "resample"
-            faith = hc.faithfulness(model, hc.circuit(sorted(ref)), clean=clean, corrupt=corrupt, metric=metric, how=how)
-            ours = hc.faithfulness(model, hc.circuit(sorted(truth)), clean=clean, corrupt=corrupt, metric=metric, how=how)
+            faith = hc.faithfulness(
+                model, hc.circuit(sorted(ref)), clean=clean, corrupt=corrupt, metric=metric, how=how
+            )
+            ours = hc.faithfulness(
+                model, hc.circuit(sorted(truth)), clean=clean, corrupt=corrupt, metric=metric, how=how
+            )
             row = dict(program=program, circuit=function, auto_circuit=autocircuit.version(), edges=len(ref),
                        in_our_truth=len(ref & truth), ablation=how, faithfulness=float(faith.frame.faithfulness.iloc[0]),
                        our_truth_faithfulness=float(ours.frame.faithfulness.iloc[0]))  # fmt: skip
@@ -248,8 +262,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     import warnings
 
-    from experiments.shared import setup
     from experiments.groundtruth import page  # circuits.md: the dense bench's page, with the Tracr section
+    from experiments.shared import setup
     from experiments.tracr.common import NAMES
 
     setup()
@@ -275,8 +289,10 @@ def main(argv=None) -> int:
         frame.to_csv(out / f"{name}.csv", index=False)
     pd.DataFrame(curves).to_csv(out / "curves.csv", index=False)
     draw_curves(pd.DataFrame(curves), out)
-    (out / "timing.json").write_text(json.dumps(dict(total_s=round(time.perf_counter() - started, 1),
-                                                     cores=os.cpu_count(), inputs=args.n), indent=1) + "\n")
+    (out / "timing.json").write_text(
+        json.dumps(dict(total_s=round(time.perf_counter() - started, 1), cores=os.cpu_count(), inputs=args.n), indent=1)
+        + "\n"
+    )
     print(f"[circuits] doc: {page.build(args.out)}")
     return 0
 

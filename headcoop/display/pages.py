@@ -98,9 +98,7 @@ class Table:
         align = ["right" if pd.api.types.is_numeric_dtype(self.frame[c]) else "left" for c in self.frame.columns]
         if self.index:
             align.insert(0, "left")
-        return self.formatted().to_markdown(
-            index=self.index, tablefmt="pipe", disable_numparse=True, colalign=align
-        )
+        return self.formatted().to_markdown(index=self.index, tablefmt="pipe", disable_numparse=True, colalign=align)
 
     def html(self) -> Markup:
         """An HTML table (class `hc`); cells escaped."""
@@ -222,7 +220,7 @@ def claims_in_full(claims: Sequence[Claim]) -> list[str]:
         verdict = c.detail or c.verdict
         if verdict == c.verdict and shorten(c.measured) == c.measured and shorten(c.verdict) == c.verdict:
             continue
-        out.append(f"- **{c.section}, \"{c.source}\"**: measured: {c.measured}. Every reading: {verdict}")
+        out.append(f'- **{c.section}, "{c.source}"**: measured: {c.measured}. Every reading: {verdict}')
     return out
 
 

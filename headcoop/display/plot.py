@@ -39,7 +39,11 @@ class Displayed:
 
         frame = self.to_dataframe()
         shown = frame.head(self.display_rows).to_html(float_format=lambda v: f"{v:.4g}", max_cols=12)
-        more = f"<p>{len(frame)} rows; <code>.to_dataframe()</code> has them all</p>" if len(frame) > self.display_rows else ""
+        more = (
+            f"<p>{len(frame)} rows; <code>.to_dataframe()</code> has them all</p>"
+            if len(frame) > self.display_rows
+            else ""
+        )
         return f"<div><pre>{html.escape(repr(self))}</pre>{shown}{more}</div>"
 
     def _ipython_display_(self) -> None:

@@ -18,9 +18,9 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
-import inspect
 import importlib
 import importlib.util
+import inspect
 import os
 import sys
 import warnings
@@ -36,7 +36,19 @@ else:
         warnings.filterwarnings("ignore", message="IProgress not found")
         importlib.import_module("tqdm.auto")
 
-__all__ = ["tqdm", "set_progress", "progress_enabled", "task", "advance", "expect", "set_total", "estimate", "with_progress", "DELAY_S", "LONG_S"]
+__all__ = [
+    "tqdm",
+    "set_progress",
+    "progress_enabled",
+    "task",
+    "advance",
+    "expect",
+    "set_total",
+    "estimate",
+    "with_progress",
+    "DELAY_S",
+    "LONG_S",
+]
 
 DELAY_S = 2.0  # a bar shows once its call has run this long
 LONG_S = 120.0  # a call predicted to run longer than this prints a one-line estimate first

@@ -14,9 +14,8 @@ is simply not a Bridge.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import weakref
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -69,7 +68,7 @@ def require_model(model, what: str = "this function"):
 
 
 def kind_label(model) -> str:
-    """"HookedTransformer" or "TransformerBridge (<architecture>)", for a result's repr."""
+    """ "HookedTransformer" or "TransformerBridge (<architecture>)", for a result's repr."""
     if not is_bridge(model):
         return type(model).__name__
     arch = getattr(model.cfg, "architecture", None) or type(getattr(model, "original_model", model)).__name__
@@ -90,7 +89,9 @@ def user_hooks(model: nn.Module) -> list[str]:
     names: dict[int, list[str]] = {}
     for name, point in model.hook_dict.items():  # one hook point has several names: prefer the TransformerLens one
         names.setdefault(id(point), []).append(name)
-    canonical = {key: min(found, key=lambda n: (n.endswith((".hook_in", ".hook_out")), len(n))) for key, found in names.items()}
+    canonical = {
+        key: min(found, key=lambda n: (n.endswith((".hook_in", ".hook_out")), len(n))) for key, found in names.items()
+    }
     shortest: dict[int, str] = {}  # a wrapped module sits under two paths (the Bridge's and the Hugging Face model's)
     for name, module in model.named_modules(remove_duplicate=False):
         if id(module) not in shortest or len(name) < len(shortest[id(module)]):
@@ -119,9 +120,11 @@ MODEL_HOOKS = ("transformer_lens.", "transformers.utils.output_capturing")
 
 def _users(hooks: dict) -> list:
     """The hooks of one dictionary that the model's own libraries did not install (`MODEL_HOOKS`)."""
+
     def owner(fn) -> str:
         fn = getattr(fn, "func", fn)  # functools.partial
         return getattr(fn, "__module__", None) or type(fn).__module__ or ""
+
     return [fn for fn in hooks.values() if not owner(fn).startswith(MODEL_HOOKS)]
 
 
@@ -157,7 +160,6 @@ def check_folder(folder) -> dict:
     import json
     import re
 
-
     folder = Path(folder)
     try:
         config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
@@ -167,7 +169,9 @@ def check_folder(folder) -> dict:
     archs = config.get("architectures") or []
     if model_type in NOT_DECODERS or config.get("is_encoder_decoder") or not any(k in config for k in (
             "num_attention_heads", "n_head", "num_heads", "n_heads")):  # fmt: skip
-        raise ValueError(f"{DECODER_ONLY}; {folder} holds a {model_type!r} model ({', '.join(map(str, archs)) or 'no architectures listed'})")
+        raise ValueError(
+            f"{DECODER_ONLY}; {folder} holds a {model_type!r} model ({', '.join(map(str, archs)) or 'no architectures listed'})"
+        )
     layers = next((config[k] for k in _LAYER_KEYS if k in config), None)
     width = next((config[k] for k in _WIDTH_KEYS if k in config), None)
     for name, value in (("number of layers", layers), ("width", width)):
@@ -178,7 +182,9 @@ def check_folder(folder) -> dict:
         shapes.update(weight_shapes(file))
     if not shapes:
         return config  # weights in another format: transformers checks them while loading
-    found = {int(m.group(1)) for name in shapes for m in [re.search(r"\.(?:layers|h|layer|blocks)\.(\d+)\.", name)] if m}
+    found = {
+        int(m.group(1)) for name in shapes for m in [re.search(r"\.(?:layers|h|layer|blocks)\.(\d+)\.", name)] if m
+    }
     if layers is not None and found and layers != max(found) + 1:
         raise ValueError(f"{folder / 'config.json'} says {layers} layers, but the weights hold {max(found) + 1} "
                          "(counted from the tensor names); the config does not describe these weights")  # fmt: skip
@@ -193,7 +199,6 @@ def _first_mismatch(folder: Path) -> str | None:
     """The first tensor whose shape in the folder's safetensors headers differs from what its config.json builds
     (the model built on the meta device: no memory), as "NAME: weights [..], config [..]"; None if none found."""
     from transformers import AutoConfig, AutoModelForCausalLM
-
 
     try:
         config = AutoConfig.from_pretrained(str(folder), local_files_only=True)
@@ -219,9 +224,11 @@ def _check_pickled_weights(folder: Path) -> None:
         try:
             torch.load(file, map_location="meta", weights_only=True)
         except Exception as err:  # noqa: BLE001 - torch's unpickling errors have no common type
-            raise ValueError(f"refusing {file}: it is not a plain file of tensors (loading it with weights_only=True "
-                             f"failed: {' '.join(str(err).split())[:160]}); nothing in it was run. Save the model "
-                             "with save_pretrained(..., safe_serialization=True) to get model.safetensors") from None
+            raise ValueError(
+                f"refusing {file}: it is not a plain file of tensors (loading it with weights_only=True "
+                f"failed: {' '.join(str(err).split())[:160]}); nothing in it was run. Save the model "
+                "with save_pretrained(..., safe_serialization=True) to get model.safetensors"
+            ) from None
 
 
 def load_folder(folder, device: str | torch.device | None = None):

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
+
 from headcoop.models.tl import HookedTransformer, HookedTransformerConfig
 
 Params = dict[str, Tensor]
@@ -219,7 +220,9 @@ def fused_logits(
             resid = resid + _attend(resid, resid, causal, params, 0, scales[0])
         else:
             every = positions.expand_as(tokens)
-            resid = _first_layer_by_token(params, tokens, every, scales[0]).transpose(1, 2).unflatten(1, every.shape[1:])
+            resid = (
+                _first_layer_by_token(params, tokens, every, scales[0]).transpose(1, 2).unflatten(1, every.shape[1:])
+            )
         for layer in range(1, cfg.n_layers - 1):
             resid = resid + _attend(resid, resid, causal, params, layer, scales[layer])
         resid_q = (positions == loss_pos[..., None]).to(W_E.dtype) @ resid  # [K, B, n_loss, d_model]

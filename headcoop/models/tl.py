@@ -15,8 +15,9 @@ try:
 except ModuleNotFoundError as err:
     if err.name != "transformer_lens":
         raise
-    raise ImportError("headcoop needs TransformerLens, which is not installed: pip install 'transformer-lens>=3.5,<4' "
-                      "(3.x runs the toy tasks; 4.x runs every analysis on a TransformerBridge)") from None  # fmt: skip
+    from headcoop import TL_MISSING
+
+    raise ImportError(TL_MISSING) from None
 
 try:
     from transformer_lens import HookedTransformer, HookedTransformerConfig

@@ -54,12 +54,15 @@ class Budget:
     def note(self, what: str) -> Text:
         """The page's words for an analysis left out."""
         _, predicted, how, left = next(row for row in self.left_out if row[0] == what)
-        return Text(Markup(
-            "<p class=\"note\"><b>Left out to stay within the report's budget:</b> {} (predicted {:.0f} s on this "
-            "machine; {:.0f} s of the {:.0f} s budget were left). Run it with <code>{}</code> (after <code>{}</code>), "
-            "or give the report a larger budget (<code>--budget</code>, <code>hc.report(budget_s=...)</code>) or "
-            "fewer heads (<code>--heads</code>).</p>"
-        ).format(what, predicted, max(0.0, left), self.limit_s or 0, how, self.setup), note=False)
+        return Text(
+            Markup(
+                '<p class="note"><b>Left out to stay within the report\'s budget:</b> {} (predicted {:.0f} s on this '
+                "machine; {:.0f} s of the {:.0f} s budget were left). Run it with <code>{}</code> (after <code>{}</code>), "
+                "or give the report a larger budget (<code>--budget</code>, <code>hc.report(budget_s=...)</code>) or "
+                "fewer heads (<code>--heads</code>).</p>"
+            ).format(what, predicted, max(0.0, left), self.limit_s or 0, how, self.setup),
+            note=False,
+        )
 
 
 def forward_seconds(model: HookedTransformer, tokens: Tensor) -> float:

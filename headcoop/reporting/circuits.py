@@ -79,15 +79,18 @@ def _circuit_tops(ctx: Context) -> list:
     model = ctx.model
     ids = sorted(set(ctx.clean.tokens.flatten().tolist()) | set(ctx.corrupt.tokens.flatten().tolist()))
     positional = model.cfg.positional_embedding_type not in ("", None) and model.cfg.positional_embedding_type != "none"
-    blocks = [page_note(
-        f"This model's tables are too large to draw ({model.cfg.d_vocab} tokens"
-        + (", and positions" if positional else "") + f", {len(ctx.heads)} heads): each head lists its "
-        f"{TOP_ENTRIES} largest QK scores and OV effects (by size) over the {len(ids)} tokens of the report's "
-        "prompts" + (", positions left out (token-only tables)" if positional else "") + ". The full table of "
-        "a head: <code>hc.ov(model, \"L0H0\", positional=False, tokens=ids).to_dataframe()</code> (and "
-        "<code>hc.qk</code>), with <code>ids</code> the token ids you want as rows; every row of the "
-        "vocabulary when it fits in memory (<code>tokens=None</code>)."
-    )]
+    blocks = [
+        page_note(
+            f"This model's tables are too large to draw ({model.cfg.d_vocab} tokens"
+            + (", and positions" if positional else "")
+            + f", {len(ctx.heads)} heads): each head lists its "
+            f"{TOP_ENTRIES} largest QK scores and OV effects (by size) over the {len(ids)} tokens of the report's "
+            "prompts" + (", positions left out (token-only tables)" if positional else "") + ". The full table of "
+            'a head: <code>hc.ov(model, "L0H0", positional=False, tokens=ids).to_dataframe()</code> (and '
+            "<code>hc.qk</code>), with <code>ids</code> the token ids you want as rows; every row of the "
+            "vocabulary when it fits in memory (<code>tokens=None</code>)."
+        )
+    ]
     order, by = ctx.ranked_heads()  # the heads the page names first: those patching ranks highest
     if by:
         blocks.append(page_note(f"Heads in order of their effect by {by} (the patching section's), largest first."))

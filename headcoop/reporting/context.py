@@ -99,17 +99,22 @@ class Context:
         """hc.patch of the covered heads' z on the clean / corrupt batches (denoising); where that does not
         fit the budget and positions="all", AtP* estimates of it verified on 12 top and 12 sampled heads
         (an AttributionResult); None when neither fits (the exact map of every position: see patch_each)."""
+
         def compute():
             call = f"hc.patch(model, clean, corrupt{self.heads_arg})"
             if self.budget.afford(EXACT_PATCH, self.patch_cost(), call):
                 return hc.patch(self.model, clean=self.clean, corrupt=self.corrupt, metric=self.metric,
                                 positions=positions, heads=None if self.all_heads else self.heads, progress=False)  # fmt: skip
-            atp = gradient_cost(self.model) + 1.1 * 24 * max(depth(self.model, lay) for lay, _ in self.heads)  # 24 heads
+            atp = gradient_cost(self.model) + 1.1 * 24 * max(
+                depth(self.model, lay) for lay, _ in self.heads
+            )  # 24 heads
             if positions != "all" or not self.budget.afford(
-                    ESTIMATED_PATCH, atp, "hc.attribute(model, clean, corrupt, positions='all', estimator='atp*')"):
+                ESTIMATED_PATCH, atp, "hc.attribute(model, clean, corrupt, positions='all', estimator='atp*')"
+            ):
                 return None
             return hc.attribute(self.model, clean=self.clean, corrupt=self.corrupt, metric=self.metric, positions="all",
                                 estimator="atp*", verify=12, sample=12, progress=False)  # fmt: skip
+
         return self.once(f"patch-{positions}", compute)
 
     def patch_each(self, threshold_s: float):
@@ -117,17 +122,21 @@ class Context:
         `threshold_s` or the budget's remainder, AtP* estimates verified on their top 20 cells and 20 sampled
         ones; None when even those do not fit. Returns (PatchResult or AttributionResult or None, predicted
         exact s)."""
+
         def compute():
             n_pos = self.clean.tokens.shape[1]
             predicted = self.patch_cost(n_pos) * self.budget.forward_s
             if predicted <= min(threshold_s, self.budget.remaining()):
                 return self.patch("each"), predicted
-            atp = gradient_cost(self.model) + 1.1 * 40 * max(depth(self.model, lay) for lay, _ in self.heads)  # 40 cells
+            atp = gradient_cost(self.model) + 1.1 * 40 * max(
+                depth(self.model, lay) for lay, _ in self.heads
+            )  # 40 cells
             if not self.budget.afford(EACH_PATCH, atp, "hc.attribute(model, clean, corrupt, estimator='atp*')"):
                 return None, predicted
             estimate = hc.attribute(self.model, clean=self.clean, corrupt=self.corrupt, metric=self.metric,
                                     estimator="atp*", verify=20, sample=20, progress=False)  # fmt: skip
             return estimate, predicted
+
         return self.once(f"patch-each-{threshold_s}", compute)
 
     def ranked_heads(self) -> tuple[list[tuple[int, int]], str]:

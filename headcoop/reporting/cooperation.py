@@ -27,7 +27,9 @@ STAND_IN_HEADS = 4  # above that, cooperation of this many heads, those with the
 def section_cooperation(ctx: Context) -> tuple:
     """The mechanism of every pair of covered heads and each head's role (hc.cooperation), then Shapley values
     and pairwise interactions on accuracy (hc.interactions) where they are exact and fit the budget, then
-    head-to-head path patching and composition scores. One overall verdict: hc.cooperation's."""
+    head-to-head path patching and composition scores. One overall verdict: hc.cooperation's.
+    Long: the words, the pair map or its stand-in, Shapley values and the path views share one budget and fill
+    one list of blocks in page order."""
     from headcoop.analysis.games.interactions import MAX_EXACT, interactions
     from headcoop.analysis.mechanisms.cooperation import MECHANISMS, cooperation
 
@@ -58,7 +60,9 @@ def section_cooperation(ctx: Context) -> tuple:
         return (page_note(note + f" <b>Standing in</b>: the {len(top)} heads with the largest effect by {by} (the "
                       f"patching section's), {', '.join(names)}: <code>hc.cooperation(model, inputs=clean, "
                       f"heads={names!r})</code>."), *section_cooperation(ctx.narrowed(top)))  # fmt: skip
-    elif not ctx.budget.afford(what, cost(draws), f"hc.cooperation(model, inputs=clean, metric='accuracy', draws=1{ctx.heads_arg})"):
+    elif not ctx.budget.afford(
+        what, cost(draws), f"hc.cooperation(model, inputs=clean, metric='accuracy', draws=1{ctx.heads_arg})"
+    ):
         blocks.append(ctx.budget.note(what))
     else:
         coop = cooperation(model, inputs=ctx.clean, heads=heads, metric="accuracy", reference=ctx.clean,
@@ -78,7 +82,7 @@ def section_cooperation(ctx: Context) -> tuple:
                 "attends to depends on the tokens it does not attend to; both write several completions and meet "
                 "only on the answer; sources distributed), <b>redundant</b> (either alone answers), <b>division</b> "
                 "(one head alone on each input), <b>conjunction</b> (both needed: the Count01 paper's \"only solve "
-                "the original task in conjunction\"), <b>not testable</b> (a continuous metric additive over the "
+                'the original task in conjunction"), <b>not testable</b> (a continuous metric additive over the '
                 "two heads by construction), <b>competition</b> (one head's total effect opposes the answer) and "
                 "<b>composition</b> (one head's effect runs through a later one); the model-level <b>same "
                 "computation</b> axis reads the heads' per-input pushes without ablation. Each word is computed "
@@ -91,15 +95,39 @@ def section_cooperation(ctx: Context) -> tuple:
                 f"{html.escape(coop.method)}."
             ),
             Figure(coop.plot(), height=520),
-            page_note("Each head's <b>role</b> (supports / competes / inactive: the sign of its total effect on the "
-                  "accuracy, else of its isolated effect, else of the margin's, with a 95% interval that excludes "
-                  "0), the share of readings that agree, whether its support is direct or through later heads, "
-                  "and the heads whose answers it restores when they are ablated (<code>backs_up</code>):"),
+            page_note(
+                "Each head's <b>role</b> (supports / competes / inactive: the sign of its total effect on the "
+                "accuracy, else of its isolated effect, else of the margin's, with a 95% interval that excludes "
+                "0), the share of readings that agree, whether its support is direct or through later heads, "
+                "and the heads whose answers it restores when they are ablated (<code>backs_up</code>):"
+            ),
             page_table(roles, index=False, digits=4),
-            page_note(f"Pairs, {len(shown)} of {len(coop.pairs)}, with the share of readings that agree and what flips "
-                  "the word:"),
-            page_table(shown[["head_a", "head_b", "mechanism", "agreement", "flips_under", "reason", "matters", "or", "and",
-                          "a_only", "b_only", "multi", "only_answer", "interaction"]], index=False, digits=3),  # fmt: skip
+            page_note(
+                f"Pairs, {len(shown)} of {len(coop.pairs)}, with the share of readings that agree and what flips "
+                "the word:"
+            ),
+            page_table(
+                shown[
+                    [
+                        "head_a",
+                        "head_b",
+                        "mechanism",
+                        "agreement",
+                        "flips_under",
+                        "reason",
+                        "matters",
+                        "or",
+                        "and",
+                        "a_only",
+                        "b_only",
+                        "multi",
+                        "only_answer",
+                        "interaction",
+                    ]
+                ],
+                index=False,
+                digits=3,
+            ),  # fmt: skip
         ]
     return (*blocks, *_shapley(ctx, heads, MAX_EXACT, interactions), *_head_to_head(ctx))
 
@@ -184,7 +212,9 @@ def _shapley_forwards(ctx: Context) -> float:
     def compute() -> float:
         k = len(ctx.heads)
         masks = all_masks(k)  # and the ablation interaction's 1 + k + k (k - 1) / 2 coalitions, on the same path
-        extra = masks[torch.randint(0, len(masks), (1 + k + k * (k - 1) // 2,), generator=torch.Generator().manual_seed(0))]
+        extra = masks[
+            torch.randint(0, len(masks), (1 + k + k * (k - 1) // 2,), generator=torch.Generator().manual_seed(0))
+        ]
         return game_seconds(_game(ctx), torch.cat([masks, extra]), ctx.budget.forward_s) / ctx.budget.forward_s + 3
 
     return ctx.once("shapley-forwards", compute)  # the cooperation and Shapley sections both ask
@@ -238,7 +268,9 @@ def _shapley(ctx: Context, heads, max_exact: int, interactions: Callable) -> tup
         return (page_note(f"Shapley values: exact up to {max_exact} heads (<code>hc.interactions</code>' "
                       f"<code>max_exact</code>; 2^{max_exact} coalitions), and this report covers {k}. "
                       "<code>hc.interactions(model, estimator=\"kernelshap\")</code> estimates them with standard errors."),)  # fmt: skip
-    if not ctx.budget.afford(what, _shapley_forwards(ctx), f"hc.interactions(model, tokens=clean, metric='accuracy'{ctx.heads_arg})"):
+    if not ctx.budget.afford(
+        what, _shapley_forwards(ctx), f"hc.interactions(model, tokens=clean, metric='accuracy'{ctx.heads_arg})"
+    ):
         return (ctx.budget.note(what),)
     result = interactions(ctx.model, ctx.clean, heads=heads, metric="accuracy", how="mean", reference=ctx.clean.tokens,
                           progress=False)  # fmt: skip
@@ -254,7 +286,8 @@ def _shapley(ctx: Context, heads, max_exact: int, interactions: Callable) -> tup
             "average, positive when the pair is worth more than its parts on average (a division of labour and "
             "superposition both can give it), within 5% of |v(all) &minus; v(none)|: independent. It names no "
             "mechanism on its own; the section's verdict above reads it with the other axes. Signs of the pairs: "
-            + html.escape(", ".join(f"{n} {word}" for word, n in signs.items())) + f" ({html.escape(result.method)})."
+            + html.escape(", ".join(f"{n} {word}" for word, n in signs.items()))
+            + f" ({html.escape(result.method)})."
         ),
         Figure(result.plot(title="Shapley values and pairwise interactions (accuracy)"), height=460),
         page_note(f"The {len(pairs)} strongest pairs of {len(result.to_dataframe())}:"),

@@ -116,7 +116,10 @@ def _resolve(model_or_name) -> tuple[HookedTransformer, str]:
         from headcoop.storage.checkpoints import SHIPPED
         from headcoop.storage.foreign import CONFIG
 
-        if not (isinstance(model_or_name, str) and model_or_name in SHIPPED) and (Path(model_or_name) / CONFIG).is_file():
+        if (
+            not (isinstance(model_or_name, str) and model_or_name in SHIPPED)
+            and (Path(model_or_name) / CONFIG).is_file()
+        ):
             from headcoop.storage.foreign import load_model
 
             return load_model(model_or_name), str(model_or_name)  # a plain TransformerLens export
@@ -132,8 +135,15 @@ BUDGET_S = 60.0  # the report's default time budget in seconds
 
 
 def report_sections(
-    model: HookedTransformer, source: str = "", examples: int = 3, progress: bool = True, task: Task | None = None,
-    exact_limit_s: float = 60.0, heads=None, sections=None, budget_s: float | None = None,
+    model: HookedTransformer,
+    source: str = "",
+    examples: int = 3,
+    progress: bool = True,
+    task: Task | None = None,
+    exact_limit_s: float = 60.0,
+    heads=None,
+    sections=None,
+    budget_s: float | None = None,
     started: float | None = None,
 ) -> list[Section]:
     """Every section of the report as data (headcoop.display.pages.Section): what `report` renders. `task`
@@ -210,9 +220,17 @@ def _check_sections(sections, known: list[str]) -> set[str]:
 
 
 def report(
-    model_or_name, out: str | os.PathLike = "report.html", examples: int = 3, progress: bool = True,
-    task: Task | None = None, exact_limit_s: float = 60.0, heads=None, sections=None,
-    budget_s: float | None = BUDGET_S, device: str | None = None, started: float | None = None,
+    model_or_name,
+    out: str | os.PathLike = "report.html",
+    examples: int = 3,
+    progress: bool = True,
+    task: Task | None = None,
+    exact_limit_s: float = 60.0,
+    heads=None,
+    sections=None,
+    budget_s: float | None = BUDGET_S,
+    device: str | None = None,
+    started: float | None = None,
 ) -> Path:
     """Write one self-contained HTML page on what every head of a model does; returns its path.
 
@@ -263,13 +281,17 @@ def report(
                                started=called)  # fmt: skip
     elapsed = time.perf_counter() - start
     calls = [b.script for s in sections for b in s.blocks if isinstance(b, Html) and b.script]
-    budget = "no time budget" if budget_s is None else f"time budget {budget_s:.0f} s" + (
-        f", {before_s:.0f} s of it spent before the report began (imports, loading)" if before_s >= 0.5 else "")
+    budget = (
+        "no time budget"
+        if budget_s is None
+        else f"time budget {budget_s:.0f} s"
+        + (f", {before_s:.0f} s of it spent before the report began (imports, loading)" if before_s >= 0.5 else "")
+    )
     page = render(
         "report.html.j2",
         title=f"headcoop report: {source}" + ("" if model.cfg.model_name in source else f" ({model.cfg.model_name})"),
         note=f"headcoop {hc.__version__}; built in {elapsed:.1f} s on {model_device(model)} ({budget}). Works offline: "
-             "every script is inlined.",
+        "every script is inlined.",
         sections=sections,
         css=Markup(stylesheet()),
         plotlyjs=Markup(plotly.offline.get_plotlyjs()),

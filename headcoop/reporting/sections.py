@@ -56,14 +56,22 @@ def section_overview(ctx: Context) -> tuple:
         shown = ", ".join(f"{i}: {t}" for i, t in enumerate(task.vocab))
         blocks.append(Text(Markup("<p><b>Vocabulary</b> (id: token): {}</p>").format(shown), note=False))
     else:
-        differs = "" if task.d_vocab == cfg.d_vocab else f" (the model's unembedding has {cfg.d_vocab}: the task's tokenizer or vocabulary counts {task.d_vocab - cfg.d_vocab:+d})"
+        differs = (
+            ""
+            if task.d_vocab == cfg.d_vocab
+            else f" (the model's unembedding has {cfg.d_vocab}: the task's tokenizer or vocabulary counts {task.d_vocab - cfg.d_vocab:+d})"
+        )
         blocks.append(Text(Markup("<p><b>Vocabulary</b>: {} tokens{}.</p>").format(task.d_vocab, differs), note=False))
     where = "fixed prompts (the same every run)" if task.fixed_inputs else "inputs drawn from the task (seed 0)"
     blocks += [
-        Text(Markup("<p><b>Inputs</b>: every analysis below reads the same {} {}, {}; the corrupt "
-                    "prompt of each differs from its clean prompt where the task says, and the metric compares "
-                    "the answer's logit with the alternative's at the answer position.</p>"
-                    ).format(len(ctx.clean), where, _lengths(ctx.clean)), note=False),  # fmt: skip
+        Text(
+            Markup(
+                "<p><b>Inputs</b>: every analysis below reads the same {} {}, {}; the corrupt "
+                "prompt of each differs from its clean prompt where the task says, and the metric compares "
+                "the answer's logit with the alternative's at the answer position.</p>"
+            ).format(len(ctx.clean), where, _lengths(ctx.clean)),
+            note=False,
+        ),  # fmt: skip
         page_table(_examples(ctx, 4), index=False),
         Text("<h3>Configuration</h3>", note=False),
         page_table(config),
@@ -134,9 +142,13 @@ def section_heads(ctx: Context) -> tuple:
             "<b>patch effect</b>: share of the clean &minus; corrupt gap in mean logit difference (right answer "
             "minus the alternative) restored by patching the head's output <code>z</code> from the clean run into "
             f"the corrupt run (<code>hc.patch</code> on {len(ctx.clean)} inputs; 1: the head alone restores it)."
-            + (f" <b>Estimated</b>: exact patching of every head did not fit the budget, so these are AtP* estimates "
-               f"(<code>hc.attribute</code>, positions='all'); {int(patched.verified.sum())} heads were patched "
-               "exactly (the patching section compares them)." if estimated else "")
+            + (
+                f" <b>Estimated</b>: exact patching of every head did not fit the budget, so these are AtP* estimates "
+                f"(<code>hc.attribute</code>, positions='all'); {int(patched.verified.sum())} heads were patched "
+                "exactly (the patching section compares them)."
+                if estimated
+                else ""
+            )
         )
     notes.append(
         "<b>DLA logit diff</b>: the head's direct contribution to logit(answer) &minus; logit(alternative) at "
@@ -200,9 +212,11 @@ def section_patching(ctx: Context) -> tuple:
     blocks = [ctx.budget.note(w) for w in (EXACT_PATCH, ESTIMATED_PATCH) if ctx.budget.was_left_out(w)]
     if isinstance(heads, hc.AttributionResult):
         blocks += [
-            page_note("AtP* estimates of patching each head's clean output <code>z</code> into the corrupt run at all "
-                  f"positions at once (<code>hc.attribute</code>): {int(heads.top.sum())} top heads and "
-                  f"{int(heads.sampled.sum())} sampled ones patched exactly; the scatter compares them."),
+            page_note(
+                "AtP* estimates of patching each head's clean output <code>z</code> into the corrupt run at all "
+                f"positions at once (<code>hc.attribute</code>): {int(heads.top.sum())} top heads and "
+                f"{int(heads.sampled.sum())} sampled ones patched exactly; the scatter compares them."
+            ),
             Figure(heads.plot(kind="map"), height=300 + 40 * n_layers),
             Figure(heads.plot(kind="scatter"), height=420),
         ]
@@ -214,7 +228,9 @@ def section_patching(ctx: Context) -> tuple:
                 f"the share of the clean &minus; corrupt gap restored (clean mean logit diff {heads.clean_value:.3f}, "
                 f"corrupt {heads.corrupt_value:.3f})" + ("." if ctx.all_heads else "; heads not covered are blank.")
             ),
-            Figure(heads.plot(normalized=gap, title="head patching: all positions (exact)"), height=300 + 40 * n_layers),
+            Figure(
+                heads.plot(normalized=gap, title="head patching: all positions (exact)"), height=300 + 40 * n_layers
+            ),
         ]
     if each is None:
         blocks.append(ctx.budget.note(EACH_PATCH))
@@ -223,18 +239,22 @@ def section_patching(ctx: Context) -> tuple:
         why = (f"more than {ctx.exact_limit_s:.0f} s" if predicted > ctx.exact_limit_s
                else "more than the report's budget had left")  # fmt: skip
         blocks += [
-            page_note(f"Patching one position at a time would take about {predicted:.0f} s exactly ({why}, predicted "
-                  f"from one timed forward pass), so the map below shows AtP* "
-                  f"<b>estimates</b> (<code>hc.attribute</code>): {int(each.top.sum())} top cells and "
-                  f"{int(each.sampled.sum())} sampled ones were patched exactly; an estimated {m.get('estimate', 0):.3g} "
-                  f"(95% interval {m.get('low', 0):.3g}..{m.get('high', 0):.3g}) cells outside the top exceed the top's "
-                  "smallest exact effect. The scatter compares the verified estimates with their exact values."),
+            page_note(
+                f"Patching one position at a time would take about {predicted:.0f} s exactly ({why}, predicted "
+                f"from one timed forward pass), so the map below shows AtP* "
+                f"<b>estimates</b> (<code>hc.attribute</code>): {int(each.top.sum())} top cells and "
+                f"{int(each.sampled.sum())} sampled ones were patched exactly; an estimated {m.get('estimate', 0):.3g} "
+                f"(95% interval {m.get('low', 0):.3g}..{m.get('high', 0):.3g}) cells outside the top exceed the top's "
+                "smallest exact effect. The scatter compares the verified estimates with their exact values."
+            ),
             Figure(each.plot(kind="map"), height=height),
             Figure(each.plot(kind="scatter"), height=420),
         ]
     else:
         gap = each.clean_value != each.corrupt_value
-        blocks.append(Figure(each.plot(normalized=gap, title="head patching: one position at a time (exact)"), height=height))
+        blocks.append(
+            Figure(each.plot(normalized=gap, title="head patching: one position at a time (exact)"), height=height)
+        )
     return tuple(blocks)
 
 

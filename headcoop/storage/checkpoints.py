@@ -25,9 +25,9 @@ from typing import Any
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
-from headcoop.models.tl import HookedTransformer, HookedTransformerConfig, require_hooked_transformer
 
 from headcoop.checks import check_device, check_finite, weight_shapes
+from headcoop.models.tl import HookedTransformer, HookedTransformerConfig, require_hooked_transformer
 from headcoop.storage.folders import exchange
 from headcoop.storage.owners import pid_alive, this_owner
 from headcoop.tasks import task_from_dict
@@ -497,12 +497,16 @@ def check_config_fields(config: dict[str, Any], where: str) -> None:
             continue
         if kind.removeprefix("Optional[").rstrip("]") == "int":
             if isinstance(value, bool) or not isinstance(value, int):
-                raise ValueError(f"{where}: config field {key!r} must be an int, got {value!r} ({type(value).__name__})")
+                raise ValueError(
+                    f"{where}: config field {key!r} must be an int, got {value!r} ({type(value).__name__})"
+                )
             if value < -1:  # (-1 is TransformerLens's "derive it", as in d_vocab_out)
                 raise ValueError(f"{where}: config field {key!r} must be >= -1, got {value!r}")
         elif kind in ("float", "Optional[float]", "Union[float, int]", "Optional[Union[float, int]]"):
             if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ValueError(f"{where}: config field {key!r} must be a number, got {value!r} ({type(value).__name__})")
+                raise ValueError(
+                    f"{where}: config field {key!r} must be a number, got {value!r} ({type(value).__name__})"
+                )
             if not math.isfinite(value):
                 raise ValueError(f"{where}: config field {key!r} must be finite, got {value!r}")
         elif kind == "bool" and not isinstance(value, bool):
@@ -516,6 +520,7 @@ def check_config_shapes(config: dict[str, Any], shapes: dict[str, tuple[int, ...
     (`shapes`: parameter name -> shape, as the weights file's header gives them): the number of layers,
     d_model, d_vocab, d_vocab_out, n_ctx, n_heads and d_head. A config of n_layers 10^6 or d_vocab 10^9
     beside small weights would otherwise hang or try to allocate tens of GB."""
+
     def need(field: str, actual: int, source: str) -> None:
         if config.get(field) != actual:
             raise ValueError(f"{where}: the weights do not match its config: the config says {field}="

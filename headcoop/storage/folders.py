@@ -49,13 +49,16 @@ def replace_file(path: Path, text: str, what: str) -> Path:
     from headcoop.storage.owners import parse_pid, pid_alive
 
     for stale in path.parent.glob(f".{path.name}.*.partial"):  # what killed writers left
-        pid = parse_pid(stale.name[len(path.name) + 2: -len(".partial")])
+        pid = parse_pid(stale.name[len(path.name) + 2 : -len(".partial")])
         if pid is not None and pid != os.getpid() and not pid_alive(pid) and stale.is_file() and not stale.is_symlink():
             stale.unlink(missing_ok=True)
     old = path.stat() if path.exists() else None
     if old is not None and not os.access(path, os.W_OK):
-        raise PermissionError(errno.EACCES, f"{what}: cannot write {str(path)!r}: Permission denied (the file is "
-                              "read-only for this user; headcoop replaces only what the shell would let you overwrite)")
+        raise PermissionError(
+            errno.EACCES,
+            f"{what}: cannot write {str(path)!r}: Permission denied (the file is "
+            "read-only for this user; headcoop replaces only what the shell would let you overwrite)",
+        )
     partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
     try:
         partial.write_text(text, encoding="utf-8")

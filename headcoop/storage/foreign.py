@@ -29,10 +29,10 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
-from headcoop.models.tl import HookedTransformer, HookedTransformerConfig
 
-from headcoop.storage.checkpoints import DTYPES, META, check_config_fields, check_config_shapes, config_to_dict
 from headcoop.checks import check_out_folder
+from headcoop.models.tl import HookedTransformer, HookedTransformerConfig
+from headcoop.storage.checkpoints import DTYPES, META, check_config_fields, check_config_shapes, config_to_dict
 from headcoop.tasks.base import build_model
 from headcoop.tasks.contrast import Contrast
 
@@ -102,7 +102,9 @@ def load_model(folder: str | os.PathLike) -> HookedTransformer:
     try:
         missing, unexpected = model.load_state_dict(state, strict=False)
     except RuntimeError as err:  # shapes that do not fit the config
-        raise ValueError(f"the weights in {folder} do not match its config: {str(err).splitlines()[-1].strip()}") from None
+        raise ValueError(
+            f"the weights in {folder} do not match its config: {str(err).splitlines()[-1].strip()}"
+        ) from None
     missing = [k for k in missing if k in dict(model.named_parameters())]  # buffers are rebuilt from the config
     if missing or unexpected:
         raise ValueError(f"the weights in {folder} do not match its config: missing {missing}, unexpected {unexpected}")
@@ -150,7 +152,9 @@ def word_tokenizer(words: list[str], pad: str | None = None):
     twice = sorted(w for w, k in Counter(words).items() if k > 1)
     spaced = [w for w in words if not w or len(w.split()) != 1 or w != w.strip()]
     if twice or spaced:
-        raise ValueError(f"words must be distinct and hold no whitespace: repeated {twice[:5]}, with spaces {spaced[:5]}")
+        raise ValueError(
+            f"words must be distinct and hold no whitespace: repeated {twice[:5]}, with spaces {spaced[:5]}"
+        )
     pad = words[0] if pad is None else pad
     if pad not in words:
         raise ValueError(f"pad {pad!r} is not one of the words")
@@ -174,7 +178,9 @@ def load_tokenizer(path: str | os.PathLike):
     try:  # the model's unknown token named, so that a word the tokenizer does not know is caught, not encoded
         return PreTrainedTokenizerFast(tokenizer_file=str(path), **({"unk_token": unk} if isinstance(unk, str) else {}))
     except Exception as err:  # noqa: BLE001 - the tokenizers library raises a bare Exception
-        raise ValueError(f"{str(path)!r} is not a Hugging Face tokenizer.json ({' '.join(str(err).split())[:120]})") from None
+        raise ValueError(
+            f"{str(path)!r} is not a Hugging Face tokenizer.json ({' '.join(str(err).split())[:120]})"
+        ) from None
 
 
 def read_prompts(path: str | os.PathLike, tokenizer=None) -> Contrast:
@@ -184,8 +190,10 @@ def read_prompts(path: str | os.PathLike, tokenizer=None) -> Contrast:
         spec = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         raise ValueError(f"cannot read the prompts file {path}: {err}") from None
-    shape = ('a JSON object of lists, one entry per prompt: {"clean": [...], "corrupt": [...], "answer": [...], '
-             '"wrong": [...]} (and optionally "labels"); prompts are texts or lists of token ids')
+    shape = (
+        'a JSON object of lists, one entry per prompt: {"clean": [...], "corrupt": [...], "answer": [...], '
+        '"wrong": [...]} (and optionally "labels"); prompts are texts or lists of token ids'
+    )
     if not isinstance(spec, dict):
         raise ValueError(f"the prompts file {path} holds {json.dumps(spec)[:40]}; it must hold {shape}")
     missing = [k for k in ("clean", "corrupt", "answer", "wrong") if k not in spec]

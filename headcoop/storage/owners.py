@@ -12,7 +12,6 @@ import socket
 import time
 from pathlib import Path
 
-
 PID_MAX = 2**31 - 1  # pid_t's range: a number beyond it (or below 1) is no pid at all
 
 

@@ -34,9 +34,9 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformer_lens import FactoredMatrix
 
+from headcoop.display.plot import Displayed
 from headcoop.storage.folders import exchange
 from headcoop.storage.owners import parse_pid, pid_alive, this_owner
-from headcoop.display.plot import Displayed
 
 FORMAT = "headcoop-result"
 VERSION = 1
@@ -50,13 +50,22 @@ REGISTRY: dict[str, type] = {}
 # The modules that define result classes, imported (and nothing else) when a file names a class not yet
 # registered; tests/test_results.py checks the list against the package.
 RESULT_MODULES = (
-    "headcoop.analysis.nodes.patching", "headcoop.analysis.nodes.attribution", "headcoop.analysis.nodes.dla",
-    "headcoop.analysis.nodes.probes", "headcoop.analysis.weights.qkov", "headcoop.analysis.weights.composition",
-    "headcoop.analysis.edges.path_patching", "headcoop.analysis.edges.scores", "headcoop.analysis.edges.faithfulness",
+    "headcoop.analysis.nodes.patching",
+    "headcoop.analysis.nodes.attribution",
+    "headcoop.analysis.nodes.dla",
+    "headcoop.analysis.nodes.probes",
+    "headcoop.analysis.weights.qkov",
+    "headcoop.analysis.weights.composition",
+    "headcoop.analysis.edges.path_patching",
+    "headcoop.analysis.edges.scores",
+    "headcoop.analysis.edges.faithfulness",
     "headcoop.analysis.edges.stability",
-    "headcoop.analysis.edges.ablation", "headcoop.analysis.games.interactions", "headcoop.analysis.mechanisms.result",
+    "headcoop.analysis.edges.ablation",
+    "headcoop.analysis.games.interactions",
+    "headcoop.analysis.mechanisms.result",
     "headcoop.analysis.pairs.result",
-    "headcoop.studies.count01", "headcoop.studies.skip_pair",
+    "headcoop.studies.count01",
+    "headcoop.studies.skip_pair",
 )
 
 
@@ -95,7 +104,9 @@ def save_result(result, path: str | os.PathLike) -> Path:
         path.is_symlink()  # a name too long, or one with a NUL, is refused here by the system
     except (OSError, ValueError) as err:
         reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
-        raise OSError(getattr(err, "errno", None) or errno.EINVAL, f"cannot save a result to {str(path)!r}: {reason}") from None
+        raise OSError(
+            getattr(err, "errno", None) or errno.EINVAL, f"cannot save a result to {str(path)!r}: {reason}"
+        ) from None
     clean_leftovers(path)
     replacing = _check_target(path)
     writer = _Writer()
@@ -106,8 +117,10 @@ def save_result(result, path: str | os.PathLike) -> Path:
         staging.mkdir(parents=True)
     except (OSError, ValueError) as err:  # a read-only folder, a path under a file, a name too long or with NUL
         reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
-        raise OSError(getattr(err, "errno", None) or errno.EINVAL,
-                      f"cannot save a result to {str(path)!r}: {reason} (in {str(path.parent)!r})") from None
+        raise OSError(
+            getattr(err, "errno", None) or errno.EINVAL,
+            f"cannot save a result to {str(path)!r}: {reason} (in {str(path.parent)!r})",
+        ) from None
     try:
         (staging / MARKER).write_text(this_owner())
         _step("staged")
@@ -227,9 +240,13 @@ def load_result(path: str | os.PathLike):
     except (ValueError, RecursionError) as err:
         raise ValueError(f"{meta_file} is damaged: {err}") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise ValueError(f"{meta_file} is not a headcoop result (its format is {meta.get('format') if isinstance(meta, dict) else meta!r})")
+        raise ValueError(
+            f"{meta_file} is not a headcoop result (its format is {meta.get('format') if isinstance(meta, dict) else meta!r})"
+        )
     if meta.get("version") != VERSION:
-        raise ValueError(f"{path} was saved in result format {meta.get('version')}; this headcoop reads format {VERSION}")
+        raise ValueError(
+            f"{path} was saved in result format {meta.get('version')}; this headcoop reads format {VERSION}"
+        )
     if "value" not in meta:
         raise ValueError(f"{meta_file} has no 'value' field: the folder is damaged")
     if (path / TENSORS).is_file() and not os.access(path / TENSORS, os.R_OK):
@@ -241,10 +258,14 @@ def load_result(path: str | os.PathLike):
     try:
         return _Reader(path, tensors).decode(meta["value"])
     except RecursionError:
-        raise ValueError(f"{meta_file} nests its values too deeply to be a headcoop result: the folder is damaged") from None
+        raise ValueError(
+            f"{meta_file} nests its values too deeply to be a headcoop result: the folder is damaged"
+        ) from None
     except (TypeError, KeyError, IndexError, AttributeError) as err:  # a value of the wrong kind somewhere in the file
-        raise ValueError(f"{meta_file} is damaged: a value it holds is not what its field takes ({type(err).__name__}: "
-                         f"{str(err)[:160]})") from None
+        raise ValueError(
+            f"{meta_file} is damaged: a value it holds is not what its field takes ({type(err).__name__}: "
+            f"{str(err)[:160]})"
+        ) from None
 
 
 def _check_target(path: Path) -> bool:
@@ -313,14 +334,18 @@ class _Writer:
             return [self.encode(v, where) for v in value]
         if isinstance(value, (set, frozenset)):
             items = sorted(value, key=repr)
-            return {"__frozenset__" if isinstance(value, frozenset) else "__set__": [self.encode(v, where) for v in items]}
+            return {
+                "__frozenset__" if isinstance(value, frozenset) else "__set__": [self.encode(v, where) for v in items]
+            }
         if isinstance(value, dict):
             return {"__dict__": [[self.encode(k, where), self.encode(v, where)] for k, v in value.items()]}
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
             cls = type(value)
             if not cls.__module__.startswith("headcoop."):
                 raise TypeError(f"{where}: {cls.__name__} is not a headcoop class, so it cannot be saved")
-            fields = {f.name: self.encode(getattr(value, f.name), f"{where}.{f.name}") for f in dataclasses.fields(value)}
+            fields = {
+                f.name: self.encode(getattr(value, f.name), f"{where}.{f.name}") for f in dataclasses.fields(value)
+            }
             return {"__dataclass__": f"{cls.__module__}:{cls.__qualname__}", "fields": fields}
         raise TypeError(f"{where}: a {type(value).__name__} cannot be saved as a result (tensors, tables, numbers, "
                         "strings and containers of them can)")  # fmt: skip
@@ -332,7 +357,9 @@ class _Reader:
 
     def tensor(self, key: str) -> torch.Tensor:
         if key not in self.tensors:
-            raise ValueError(f"{self.folder / TENSORS} lacks the tensor {key!r} that {META} names: the folder is damaged")
+            raise ValueError(
+                f"{self.folder / TENSORS} lacks the tensor {key!r} that {META} names: the folder is damaged"
+            )
         return self.tensors[key]
 
     def decode(self, value):

@@ -7,8 +7,8 @@ import dataclasses
 from typing import Any, ClassVar
 
 import pandas as pd
-from headcoop.models.tl import HookedTransformer
 
+from headcoop.models.tl import HookedTransformer
 from headcoop.tasks.base import Task
 
 

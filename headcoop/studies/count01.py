@@ -47,17 +47,17 @@ import pandas as pd
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
-from headcoop.models.tl import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
-from headcoop.analysis.weights.qkov import qk
-from headcoop.checks import check_float, check_int
-from headcoop.studies.base import Study, StudySection
 from headcoop.analysis.engine.inputs import require_task
 from headcoop.analysis.nodes.dla import dla
 from headcoop.analysis.nodes.probes import probe
-from headcoop.tasks.base import Task
+from headcoop.analysis.weights.qkov import qk
+from headcoop.checks import check_float, check_int
+from headcoop.models.tl import HookedTransformer
 from headcoop.storage.results import Result
+from headcoop.studies.base import Study, StudySection
+from headcoop.tasks.base import Task
 from headcoop.tasks.count01 import EQ, FIVE, FOUR, ONE, TWO, ZERO, Count01
 
 COLUMNS = [
@@ -206,13 +206,23 @@ def head_metrics(
             w01_qk = w02_qk = float("nan")
         records.append(
             dict(
-                name=name, layer=layer, head=head,
-                s_acc=fit.acc[i].item(), l_acc=l_acc[i].item(), roc_auc=fit.roc_auc[i].item(),
-                w01=float(w01[layer][head]), w02=float(w02[layer][head]),
-                bias_45=((mean5[i] + mean4[i]) / 2).item(), train_acc=fit.train_acc[i].item(),
-                l_acc_head=l_acc_head[i].item(), signal_45=(mean5[i] - mean4[i]).item(),
-                push_std_45=push[:, i].std(unbiased=False).item(), readout_45=(W_O @ readout_dir).norm().item(),
-                w01_qk=w01_qk, w02_qk=w02_qk, successful=bool(fit.acc[i].item() >= success_threshold),
+                name=name,
+                layer=layer,
+                head=head,
+                s_acc=fit.acc[i].item(),
+                l_acc=l_acc[i].item(),
+                roc_auc=fit.roc_auc[i].item(),
+                w01=float(w01[layer][head]),
+                w02=float(w02[layer][head]),
+                bias_45=((mean5[i] + mean4[i]) / 2).item(),
+                train_acc=fit.train_acc[i].item(),
+                l_acc_head=l_acc_head[i].item(),
+                signal_45=(mean5[i] - mean4[i]).item(),
+                push_std_45=push[:, i].std(unbiased=False).item(),
+                readout_45=(W_O @ readout_dir).norm().item(),
+                w01_qk=w01_qk,
+                w02_qk=w02_qk,
+                successful=bool(fit.acc[i].item() >= success_threshold),
             )  # fmt: skip
         )
     table = pd.DataFrame.from_records(records, columns=COLUMNS)
@@ -312,5 +322,7 @@ def map_agreement(table: pd.DataFrame) -> str:
     above = int((good["w02"] > 10).sum())
     verdict = ("matches the picture" if near == above == len(good) else
                "<b>does not match the picture</b> for the heads counted short of it")  # fmt: skip
-    return (f"<b>This model</b> {verdict}: of its {len(good)} successful heads (s_acc &ge; 0.95), {near} have "
-            f"w01 within a factor 2 of 1 and {above} have w02 &gt; 10 (median w02 {float(good['w02'].median()):.3g}).")
+    return (
+        f"<b>This model</b> {verdict}: of its {len(good)} successful heads (s_acc &ge; 0.95), {near} have "
+        f"w01 within a factor 2 of 1 and {above} have w02 &gt; 10 (median w02 {float(good['w02'].median()):.3g})."
+    )

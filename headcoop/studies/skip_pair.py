@@ -25,13 +25,20 @@ import pandas as pd
 import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
-from headcoop.models.tl import HookedTransformer
 
-from headcoop.analysis.weights.qkov import ov, qk
-from headcoop.analysis.engine.inputs import check_choice, check_head, check_layer, head_names, model_device, require_task
+from headcoop.analysis.engine.inputs import (
+    check_choice,
+    check_head,
+    check_layer,
+    head_names,
+    model_device,
+    require_task,
+)
 from headcoop.analysis.nodes.dla import dla
+from headcoop.analysis.weights.qkov import ov, qk
 from headcoop.checks import check_int, installed_hooks
 from headcoop.models.fused import check_supported, fused_logits, stack_parameters
+from headcoop.models.tl import HookedTransformer
 from headcoop.storage.results import Result
 from headcoop.studies.base import Study, StudySection
 from headcoop.tasks.skip_pair import NOISE, PAIRS, READ_OFF, SIGNAL, SkipPair
@@ -410,7 +417,9 @@ class SkipPairStudy(Study):
 
     def head_columns(self, model, task):
         column = preferences(model).to_dataframe()[["ordering"]].rename(columns={"ordering": "preference (QK from 0)"})
-        return column, ["<b>preference</b>: signal tokens 1..4 ordered by the head's QK score from the read-off token 0."]
+        return column, [
+            "<b>preference</b>: signal tokens 1..4 ordered by the head's QK score from the read-off token 0."
+        ]
 
     def section(self, anchor, model, task, head_table):
         if anchor != "preferences":

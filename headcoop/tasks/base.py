@@ -15,10 +15,10 @@ from typing import Any, ClassVar
 import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
-from headcoop.models.bridge import require_model
-from headcoop.models.tl import HookedTransformer, HookedTransformerConfig
 
 from headcoop.checks import check_device, check_finite, check_int, check_seed
+from headcoop.models.bridge import require_model
+from headcoop.models.tl import HookedTransformer, HookedTransformerConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,7 +80,9 @@ class Batch:
         and `labels` are -1 (no classes)."""
         tokens = torch.as_tensor(tokens)
         if tokens.ndim != 2 or tokens.dtype.is_floating_point:
-            raise ValueError(f"tokens must be [batch, pos] integer ids, got shape {tuple(tokens.shape)} ({tokens.dtype})")
+            raise ValueError(
+                f"tokens must be [batch, pos] integer ids, got shape {tuple(tokens.shape)} ({tokens.dtype})"
+            )
         n, width = tokens.shape
         pos = torch.full((n,), width - 1) if answer_pos is None else torch.as_tensor(answer_pos).expand(n).clone()
         if pos.dtype.is_floating_point or ((pos < 0) | (pos >= width)).any():
@@ -91,7 +93,9 @@ class Batch:
             if value.dtype == torch.bool:
                 raise TypeError(f"{name} must be integer token ids, got booleans {value.tolist()}")
             if value.ndim != 1 or len(value) != n or value.dtype.is_floating_point:
-                raise ValueError(f"{name} must be [{n}] integer token ids (one per input), got shape {tuple(value.shape)}")
+                raise ValueError(
+                    f"{name} must be [{n}] integer token ids (one per input), got shape {tuple(value.shape)}"
+                )
             if bool((value < 0).any()):
                 raise ValueError(f"{name} holds negative token ids: {value[value < 0].tolist()[:5]}")
             fields[name] = value.long()
@@ -255,9 +259,7 @@ class Task(ABC):
         if not isinstance(batch, Batch):
             raise TypeError(f"{self.name} expects a Batch (from task.sample), got {type(batch).__name__}")
         if batch.tokens.ndim != 2 or batch.tokens.shape[1] != self.n_ctx:
-            raise ValueError(
-                f"{self.name} batches have shape [batch, {self.n_ctx}], got {tuple(batch.tokens.shape)}"
-            )
+            raise ValueError(f"{self.name} batches have shape [batch, {self.n_ctx}], got {tuple(batch.tokens.shape)}")
         return batch
 
     def check_ready(self, model: HookedTransformer, what: str) -> HookedTransformer:
@@ -295,7 +297,9 @@ class Task(ABC):
         """logit(answer) - logit(wrong) at the answer position, per example (and per leading copy axis)."""
         rows = torch.arange(len(batch), device=logits.device)
         at_answer = logits[..., rows, batch.answer_pos.to(logits.device), :]  # [*copies, batch, vocab]
-        return at_answer[..., rows, batch.answer.to(logits.device)] - at_answer[..., rows, batch.wrong.to(logits.device)]
+        return (
+            at_answer[..., rows, batch.answer.to(logits.device)] - at_answer[..., rows, batch.wrong.to(logits.device)]
+        )
 
     def metric(self, logits: Float[Tensor, "*copies batch pos vocab"], batch: Batch) -> Float[Tensor, "*copies"]:
         """The default patching metric: mean logit difference, right answer minus the alternative.

@@ -85,9 +85,9 @@ import torch
 from torch import Tensor
 
 from headcoop.checks import check_float, check_seed
+from headcoop.models.tl import HookedTransformer, HookedTransformerConfig
 from headcoop.tasks.base import Batch, check_sample_size, generator
 from headcoop.tasks.planted import HandWeightedTask
-from headcoop.models.tl import HookedTransformer, HookedTransformerConfig
 
 Bench = Literal["post", "rank1", "and-junk", "and-suppress", "feeder", "induction", "partial-backup", "ln-2l",
                 "unequal", "uneven", "cancel", "four", "mlp", "unconditional", "mix80", "mix50", "split-helper",
@@ -113,17 +113,23 @@ TRUTH = {
     "ln-2l": ({("L0H0", "L1H0"): "conjunction"}, {"L0H0": "supports", "L1H0": "supports"}),
     "unequal": ({("L0H0", "L0H1"): "redundant"}, {"L0H0": "supports", "L0H1": "supports"}),
     "uneven": ({("L0H0", "L0H1"): "division"}, {"L0H0": "supports", "L0H1": "supports"}),
-    "cancel": ({("L0H1", "L0H2"): "competition", ("L0H0", "L0H2"): "competition"},
-               {"L0H0": "supports", "L0H1": "supports", "L0H2": "competes", "L0H3": "inactive"}),
-    "four": ({("L0H0", "L0H1"): "superposition", ("L0H2", "L0H3"): "inactive"},
-             {"L0H0": "supports", "L0H1": "supports", "L0H2": "inactive", "L0H3": "inactive"}),
+    "cancel": (
+        {("L0H1", "L0H2"): "competition", ("L0H0", "L0H2"): "competition"},
+        {"L0H0": "supports", "L0H1": "supports", "L0H2": "competes", "L0H3": "inactive"},
+    ),
+    "four": (
+        {("L0H0", "L0H1"): "superposition", ("L0H2", "L0H3"): "inactive"},
+        {"L0H0": "supports", "L0H1": "supports", "L0H2": "inactive", "L0H3": "inactive"},
+    ),
     "mlp": ({("L0H0", "L0H1"): "redundant"}, {"L0H0": "supports", "L0H1": "supports"}),
     "unconditional": ({("L0H0", "L0H1"): "conjunction"}, {"L0H0": "supports", "L0H1": "supports"}),
     "mix80": ({("L0H0", "L0H1"): "redundant"}, {"L0H0": "supports", "L0H1": "supports"}),
     "mix50": ({("L0H0", "L0H1"): "mixture"}, {"L0H0": "supports", "L0H1": "supports"}),
     "split-helper": ({("L0H0", "L0H1"): "undetermined"}, {"L0H0": "supports", "L0H1": "supports"}),
-    "feeders": ({("L0H0", "L0H1"): "redundant"}, {"L0H0": "supports", "L0H1": "supports", "L1H0": "supports",
-                                                   "L1H1": "inactive"}),
+    "feeders": (
+        {("L0H0", "L0H1"): "redundant"},
+        {"L0H0": "supports", "L0H1": "supports", "L1H0": "supports", "L1H1": "inactive"},
+    ),
     "flat": ({("L0H0", "L0H1"): "competition"}, {"L0H0": "supports", "L0H1": "competes"}),
     "count-subtasks": ({("L0H0", "L0H1"): "division"}, {"L0H0": "supports", "L0H1": "supports"}),
     "count-ensemble": ({("L0H0", "L0H1"): "redundant"}, {"L0H0": "supports", "L0H1": "supports"}),
@@ -133,8 +139,10 @@ TRUTH = {
     "mix57": ({("L0H0", "L0H1"): "mixture"}, {"L0H0": "supports", "L0H1": "supports"}),
     "dominant": ({("L0H0", "L0H1"): "undetermined"}, {"L0H0": "supports", "L0H1": "supports"}),
     "count-firstdigit": ({("L0H0", "L0H1"): "redundant"}, {"L0H0": "supports", "L0H1": "supports"}),
-    "count-2l": ({("L0H0", "L0H1"): "redundant", ("L0H0", "L1H0"): "composition"}, {"L0H0": "supports", "L0H1": "supports", "L1H0": "supports",
-                                                   "L1H1": "inactive"}),
+    "count-2l": (
+        {("L0H0", "L0H1"): "redundant", ("L0H0", "L1H0"): "composition"},
+        {"L0H0": "supports", "L0H1": "supports", "L1H0": "supports", "L1H1": "inactive"},
+    ),
 }
 # where the logit difference reads a model differently from accuracy: a continuous metric sees the two
 # heads' logit effects add (0.59 and 0.41 of the pair's), which no 0/1 reading of redundancy shows; in one
@@ -159,16 +167,22 @@ LOGIT_DIFF_ROLES = {"and-suppress": {"L0H1": "inactive"},
                     # b = a, and there it adds to the answer
                     "hurt": {"L0H1": "supports"}}  # fmt: skip
 # the same-computation axis (the Count01 paper's "all solving the same subtask"), where the truth is known
-SAME = {"count-subtasks": "different subtasks", "count-ensemble": "same computation (pseudo-ensemble)",
-        "count-unequal": "same computation (pseudo-ensemble)",
-        # the near-miss: on its inputs the first digit is the majority digit, so the pushes co-vary as one
-        "count-firstdigit": "same computation (pseudo-ensemble)"}
+SAME = {
+    "count-subtasks": "different subtasks",
+    "count-ensemble": "same computation (pseudo-ensemble)",
+    "count-unequal": "same computation (pseudo-ensemble)",
+    # the near-miss: on its inputs the first digit is the majority digit, so the pushes co-vary as one
+    "count-firstdigit": "same computation (pseudo-ensemble)",
+}
 # the same function by counterfactual edits (`hc.cooperation(...).function_word`), checked in the tests by
 # editing each input token with plain hooks
-FUNCTION = {"count-subtasks": "different functions", "count-ensemble": "same function (pseudo-ensemble)",
-            "count-unequal": "same function (pseudo-ensemble)",
-            "count-firstdigit": "different functions that agree on the task's inputs",
-            "count-2l": "same function (pseudo-ensemble)"}
+FUNCTION = {
+    "count-subtasks": "different functions",
+    "count-ensemble": "same function (pseudo-ensemble)",
+    "count-unequal": "same function (pseudo-ensemble)",
+    "count-firstdigit": "different functions that agree on the task's inputs",
+    "count-2l": "same function (pseudo-ensemble)",
+}
 MODEL_WORD = {"post": "superposition", "four": "superposition", "feeder": "composition", "induction": "composition",
               "partial-backup": "redundant", "ln-2l": "conjunction", "unequal": "redundant", "uneven": "division",
               "rank1": "conjunction", "and-junk": "conjunction", "and-suppress": "conjunction",
@@ -238,7 +252,9 @@ class BenchTask(HandWeightedTask):
                 answer = torch.tensor([self.index["c11"] + pair_index[(int(a), int(b))] for a, b in zip(lo, hi)])
             else:
                 if self.which == "mix57":  # a0 / a1 (either head alone) on 57% of inputs, a2 / a3 (both needed) on 43%
-                    x = torch.multinomial(torch.tensor([0.285, 0.285, 0.215, 0.215]), n, replacement=True, generator=gen)
+                    x = torch.multinomial(
+                        torch.tensor([0.285, 0.285, 0.215, 0.215]), n, replacement=True, generator=gen
+                    )
                 first, second = x, K + y
                 answer = self.index["o0"] + self._answer_of(x, y)
             if self.which in MIXED:  # a share of plain copy inputs [a_i, b_i, =] -> o_i
@@ -306,7 +322,7 @@ class _W:
             for p in model.parameters():
                 p.zero_()
             model.embed.W_E[:, : self.V] = torch.eye(self.V)
-            model.pos_embed.W_pos[:, self.V: self.V + task.n_ctx] = torch.eye(task.n_ctx)
+            model.pos_embed.W_pos[:, self.V : self.V + task.n_ctx] = torch.eye(task.n_ctx)
             first_out = task.index["o0"] if "o0" in task.index else task.index["4"] if "4" in task.index else 0
             out = torch.arange(first_out, self.V)
             model.unembed.W_U[out, out] = 1.0

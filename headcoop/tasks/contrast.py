@@ -27,10 +27,10 @@ from typing import Any
 import torch
 from jaxtyping import Int
 from torch import Tensor
-from headcoop.models.bridge import require_model
-from headcoop.models.tl import HookedTransformer, HookedTransformerConfig
 
 from headcoop.checks import check_int, check_seed
+from headcoop.models.bridge import require_model
+from headcoop.models.tl import HookedTransformer, HookedTransformerConfig
 from headcoop.tasks.base import Batch, Task, check_ids
 
 
@@ -50,7 +50,9 @@ class Contrast(Task):
         corrupt_ids, corrupt_len = self._prompts(corrupt, "corrupt")
         n = len(clean_ids)
         if len(corrupt_ids) != n:
-            raise ValueError(f"clean has {n} prompts but corrupt has {len(corrupt_ids)}; pass one corrupt prompt per clean one")
+            raise ValueError(
+                f"clean has {n} prompts but corrupt has {len(corrupt_ids)}; pass one corrupt prompt per clean one"
+            )
         width = max(max(clean_len), max(corrupt_len))
         if clean_len != corrupt_len:
             raise ValueError(
@@ -106,8 +108,12 @@ class Contrast(Task):
                 ids = ids["input_ids"]
             if isinstance(ids, (list, tuple)) and len(ids) == 1 and isinstance(ids[0], (list, tuple)):
                 ids = ids[0]  # a [1, n] tensor (return_tensors="pt"): one prompt
-            if not isinstance(ids, (list, tuple)) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
-                raise ValueError(f"{what}: the tokenizer's encode({text!r}) returned {ids!r:.80}, not a list of token ids")
+            if not isinstance(ids, (list, tuple)) or not all(
+                isinstance(i, int) and not isinstance(i, bool) for i in ids
+            ):
+                raise ValueError(
+                    f"{what}: the tokenizer's encode({text!r}) returned {ids!r:.80}, not a list of token ids"
+                )
             ids = list(ids)
             unk, unk_text = getattr(tok, "unk_token_id", None), getattr(tok, "unk_token", None)
             if unk is not None and unk in ids and (unk_text is None or unk_text not in text):
@@ -131,8 +137,10 @@ class Contrast(Task):
             raise ValueError(f"{what} must hold at least one non-empty prompt, got an empty list")
         if isinstance(prompts, Sequence) and prompts and all(isinstance(p, str) for p in prompts):
             rows = [torch.tensor(self._encode_text(p, what), dtype=torch.long) for p in prompts]
-        elif isinstance(prompts, Sequence) and prompts and all(
-            isinstance(p, Sequence) and not isinstance(p, (str, bytes)) for p in prompts
+        elif (
+            isinstance(prompts, Sequence)
+            and prompts
+            and all(isinstance(p, Sequence) and not isinstance(p, (str, bytes)) for p in prompts)
         ):  # a list of token-id lists, maybe of different lengths: each row on its own
             rows = [check_ids(p, 2**62, f"{what} prompt {i}") for i, p in enumerate(prompts)]
             bad = next((i for i, r in enumerate(rows) if r.ndim != 1), None)
@@ -155,7 +163,9 @@ class Contrast(Task):
             for text in texts:
                 encoded = self._encode_text(text, what)
                 if len(encoded) != 1:
-                    raise ValueError(f"{what} {text!r} encodes to {len(encoded)} tokens {encoded}; it must be one token")
+                    raise ValueError(
+                        f"{what} {text!r} encodes to {len(encoded)} tokens {encoded}; it must be one token"
+                    )
                 ids.append(encoded[0])
             value = ids
         ids = check_ids(value, 2**62, what)
@@ -302,6 +312,8 @@ def _token_strings(vocab) -> list[str]:
             raise ValueError(f"vocab lists these tokens more than once: {twice[:8]}; each token string needs one id")
         bad = [t for t in vocab if not t or t != t.strip() or len(t.split()) != 1]
         if bad:
-            raise ValueError(f"vocab tokens must be non-empty words without spaces (texts are split on spaces), got {bad[:4]}")
+            raise ValueError(
+                f"vocab tokens must be non-empty words without spaces (texts are split on spaces), got {bad[:4]}"
+            )
         return list(vocab)
     raise TypeError(f"vocab must be a tokenizer (encode/decode) or a list of token strings, got {type(vocab).__name__}")

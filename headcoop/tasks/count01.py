@@ -11,9 +11,9 @@ from typing import Any, Literal, get_args
 import torch
 from jaxtyping import Int
 from torch import Tensor
-from headcoop.models.tl import HookedTransformer, HookedTransformerConfig
 
 from headcoop.checks import check_bool, check_choice, check_device, check_int
+from headcoop.models.tl import HookedTransformer, HookedTransformerConfig
 from headcoop.tasks.base import Batch, Task, check_ids, check_sample_size, generator, hold_entries
 
 ZERO, ONE, TWO, EQ, FOUR, FIVE, EOS, BOS = range(8)
@@ -52,7 +52,9 @@ class Count01(Task):
         self.readout = check_choice("readout", readout, READOUTS)
 
     def params(self) -> dict[str, Any]:
-        out = dict(min_len=self.min_len, max_len=self.max_len, include_ties=self.include_ties, positional=self.positional)
+        out = dict(
+            min_len=self.min_len, max_len=self.max_len, include_ties=self.include_ties, positional=self.positional
+        )
         if self.readout != "residual":  # (checkpoints of the default setup keep their task JSON)
             out["readout"] = self.readout
         return out
@@ -219,7 +221,10 @@ class Count01(Task):
             return {}
         cfg = model.cfg
         head_dims = torch.arange(cfg.d_model) >= cfg.d_model - cfg.n_heads * cfg.d_head  # [d_model]
-        held = {"embed.W_E": head_dims.expand(cfg.d_vocab, -1), "unembed.W_U": (~head_dims)[:, None].expand(-1, cfg.d_vocab_out)}
+        held = {
+            "embed.W_E": head_dims.expand(cfg.d_vocab, -1),
+            "unembed.W_U": (~head_dims)[:, None].expand(-1, cfg.d_vocab_out),
+        }
         if self.positional:
             held["pos_embed.W_pos"] = head_dims.expand(cfg.n_ctx, -1)
         for layer in range(cfg.n_layers):

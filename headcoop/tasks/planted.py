@@ -43,8 +43,8 @@ from typing import Any, Literal, get_args
 import torch
 from jaxtyping import Int
 from torch import Tensor
-from headcoop.models.tl import HookedTransformer, HookedTransformerConfig
 
+from headcoop.models.tl import HookedTransformer, HookedTransformerConfig
 from headcoop.tasks.base import Batch, Task, check_sample_size, generator
 
 Planted = Literal["redundant", "division", "superposition", "competition", "independent", "independent-2l",

@@ -15,9 +15,9 @@ import torch
 import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
-from headcoop.models.tl import HookedTransformer, HookedTransformerConfig
 
 from headcoop.checks import check_choice, check_device, check_float, check_int
+from headcoop.models.tl import HookedTransformer, HookedTransformerConfig
 from headcoop.tasks.base import Batch, Task, check_sample_size, generator
 
 READ_OFF = 0
@@ -83,8 +83,9 @@ class SkipPair(Task):
         for key, value in mapping.items():
             try:
                 parts = key.replace("{", "").replace("}", "").split(",") if isinstance(key, str) else list(key)
-                pair = tuple(sorted(check_int("a mapping key's token", t) if not isinstance(t, str) else int(t)
-                                    for t in parts))
+                pair = tuple(
+                    sorted(check_int("a mapping key's token", t) if not isinstance(t, str) else int(t) for t in parts)
+                )
             except (TypeError, ValueError):
                 raise ValueError(f"mapping key {key!r} is not a pair of signal tokens 1..4") from None
             if pair not in PAIRS:
@@ -136,8 +137,10 @@ class SkipPair(Task):
     ) -> Batch:
         """`n` examples; `signal_fraction` overrides the task's, `pair` fixes the signal pair."""
         n = check_sample_size(n, self.n_ctx)
-        fraction = self.signal_fraction if signal_fraction is None else check_float(
-            "signal_fraction", signal_fraction, 0.0, 1.0
+        fraction = (
+            self.signal_fraction
+            if signal_fraction is None
+            else check_float("signal_fraction", signal_fraction, 0.0, 1.0)
         )
         if pair is not None:
             if tuple(sorted(pair)) not in PAIRS:
@@ -228,7 +231,9 @@ class SkipPair(Task):
         return clean, self.corrupt(clean)
 
     # --- scoring ---------------------------------------------------------------------
-    def row_loss(self, row_logits: Float[Tensor, "*copies batch n_loss vocab"], batch: Batch) -> Float[Tensor, "*copies"]:
+    def row_loss(
+        self, row_logits: Float[Tensor, "*copies batch n_loss vocab"], batch: Batch
+    ) -> Float[Tensor, "*copies"]:
         """Cross-entropy at the loss positions; with loss_positions "all", positions whose target is
         UNIFORM_NOISE are scored against the uniform distribution over 5..11 (class docstring)."""
         if self.loss_positions == "read_off":
@@ -267,11 +272,18 @@ class SkipPair(Task):
 
     # --- models ----------------------------------------------------------------------
     def config(
-        self, n_heads: int = 2, d_head: int = 5, n_layers: int = 1, device: str | None = None, d_model: int | None = None
+        self,
+        n_heads: int = 2,
+        d_head: int = 5,
+        n_layers: int = 1,
+        device: str | None = None,
+        d_model: int | None = None,
     ) -> HookedTransformerConfig:
         """One attention-only layer, no LayerNorm, d_model = d_vocab = 12 (one-hot residual stream)."""
         if d_model is not None and d_model != self.d_vocab:
-            raise ValueError(f"SkipPair models have one-hot embeddings, so d_model must be {self.d_vocab}, got {d_model}")
+            raise ValueError(
+                f"SkipPair models have one-hot embeddings, so d_model must be {self.d_vocab}, got {d_model}"
+            )
         for key, value in dict(n_heads=n_heads, d_head=d_head, n_layers=n_layers).items():
             check_int(key, value, 1)
         device = check_device(device)

@@ -12,24 +12,28 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import io
 import inspect
+import io
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 from jaxtyping import Int
 from torch import Tensor
-from headcoop.display.progress import tqdm
-from headcoop.models.tl import HookedTransformer, HookedTransformerConfig
 
 from headcoop.checks import check_finite, check_int, check_seed, usable_device
+from headcoop.display.progress import tqdm
 from headcoop.models.fused import attn_scales, check_supported, fused_logits, stack_parameters
+from headcoop.models.tl import HookedTransformer, HookedTransformerConfig
 from headcoop.tasks.base import Task, build_model, check_sample_size, hold_entries
 from headcoop.training.loop import (
-    TrainConfig, deterministic, make_optimizer, mark_trained, step_seed, trainable_parameters,
+    TrainConfig,
+    deterministic,
+    make_optimizer,
+    mark_trained,
+    step_seed,
+    trainable_parameters,
 )
-
 
 # --- data ------------------------------------------------------------------------------
 
@@ -68,6 +72,7 @@ def sample_streams(task: Task, batch_size: int, seeds: Sequence[int]) -> Streams
         loss_pos=torch.stack([b.loss_pos for b in batches]),
         targets=torch.stack([b.targets for b in batches]),
     )
+
 
 # --- models and groups -----------------------------------------------------------------
 

@@ -9,10 +9,10 @@ from collections.abc import Iterator
 from typing import Any, Literal
 
 import torch
-from headcoop.display.progress import tqdm
-from headcoop.models.tl import HookedTransformer
 
 from headcoop.checks import check_finite, check_float, check_int, check_seed
+from headcoop.display.progress import tqdm
+from headcoop.models.tl import HookedTransformer
 from headcoop.tasks.base import Task, check_sample_size
 
 
@@ -75,7 +75,9 @@ class TrainConfig:
             raise TypeError(f"training settings must be a dict, got {type(settings).__name__}")
         unknown = sorted(set(settings) - {f.name for f in dataclasses.fields(cls)})
         if unknown:
-            raise ValueError(f"unknown training settings {unknown}; valid ones are {[f.name for f in dataclasses.fields(cls)]}")
+            raise ValueError(
+                f"unknown training settings {unknown}; valid ones are {[f.name for f in dataclasses.fields(cls)]}"
+            )
         return cls(**settings)
 
     @classmethod
@@ -107,7 +109,9 @@ def trainable_parameters(model: HookedTransformer) -> list[torch.Tensor]:
     """The parameters training updates; ValueError when there are none."""
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
-        raise ValueError(f"model {model.cfg.model_name!r} has no trainable parameters (every one has requires_grad False)")
+        raise ValueError(
+            f"model {model.cfg.model_name!r} has no trainable parameters (every one has requires_grad False)"
+        )
     return params
 
 
@@ -134,7 +138,10 @@ def deterministic(device: torch.device) -> Iterator[None]:
     if torch.device(device).type != "cpu":
         yield
         return
-    before, warn_only = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    before, warn_only = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+    )
     torch.use_deterministic_algorithms(True)
     try:
         yield

@@ -20,14 +20,14 @@ from typing import Any, NamedTuple
 
 import pandas as pd
 import torch
-from headcoop.display.progress import tqdm
 
-from headcoop.storage.checkpoints import check_save_target, clean_leftovers, load, read_meta, save
 from headcoop.checks import check_float, check_int, check_out_folder, check_seed, usable_device
+from headcoop.display.progress import tqdm
+from headcoop.storage.checkpoints import check_save_target, clean_leftovers, load, read_meta, save
+from headcoop.tasks.base import Task, check_sample_size
 from headcoop.training.chunk_locks import Claims
 from headcoop.training.executors import as_executor, chunk_size, each_result, lost_worker, renewed
 from headcoop.training.fast import model_settings, train_many
-from headcoop.tasks.base import Task, check_sample_size
 from headcoop.training.loop import TrainConfig
 
 Grid = Mapping[str, Sequence[Any]] | Sequence[Mapping[str, Any]]
@@ -200,8 +200,11 @@ def sweep(
         _wait_for_others(work, pending, poll_s)
     except OSError as err:
         if err.errno == errno.ENOSPC:
-            raise OSError(errno.ENOSPC, f"sweep stopped: no space left on the device for {out}; finished runs "
-                                        "are kept, free space and run the same sweep again to resume") from None
+            raise OSError(
+                errno.ENOSPC,
+                f"sweep stopped: no space left on the device for {out}; finished runs "
+                "are kept, free space and run the same sweep again to resume",
+            ) from None
         raise
     finally:
         claims.release_all()

@@ -12,8 +12,8 @@ from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 import headcoop as hc
 from experiments.pair_map import planted
-from headcoop.display import progress
 from headcoop.analysis.pairs.compute import interaction_of
+from headcoop.display import progress
 
 
 def random_model(n_layers: int = 3, n_heads: int = 4, seed: int = 0, d_model: int = 64) -> tuple:

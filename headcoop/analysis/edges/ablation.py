@@ -18,10 +18,10 @@ import plotly.graph_objects as go
 import torch
 from transformer_lens.utilities import get_act_name
 
-from headcoop.analysis.engine.ablation import describe_ablation, replacement
-from headcoop.analysis.engine.inputs import as_tokens, parse_heads
-from headcoop.analysis.engine.copies import Score, route, target_run
 from headcoop.analysis.edges.path_patching import check_path_model, path_copies
+from headcoop.analysis.engine.ablation import describe_ablation, replacement
+from headcoop.analysis.engine.copies import Score, route, target_run
+from headcoop.analysis.engine.inputs import as_tokens, parse_heads
 from headcoop.analysis.vocabulary import head_name
 from headcoop.storage.results import Result
 
@@ -43,8 +43,10 @@ class EdgeAblationResult(Result):
 
     def __repr__(self) -> str:
         n = self.frame.groupby(["sender", "receiver", "via"]).ngroups
-        return (f"EdgeAblationResult({n} edges x {self.frame.reference.nunique()} references, unablated "
-                f"{float(self.frame.unablated.iloc[0]):.4g}; {self.ablation}; {DEFINITION}; {self.method})")
+        return (
+            f"EdgeAblationResult({n} edges x {self.frame.reference.nunique()} references, unablated "
+            f"{float(self.frame.unablated.iloc[0]):.4g}; {self.ablation}; {DEFINITION}; {self.method})"
+        )
 
     def plot(self) -> go.Figure:
         """The metric per edge under each reference, beside the unablated run."""

@@ -30,9 +30,9 @@ import torch
 from torch import Tensor
 from transformer_lens.utilities import get_act_name
 
+from headcoop.analysis.edges.graph import ATTN_READERS, Reader, Writer, has_mlp, qkv_weights
 from headcoop.analysis.engine.copies import Copies, Target
 from headcoop.analysis.engine.norms import frozen_norm
-from headcoop.analysis.edges.graph import ATTN_READERS, Reader, Writer, has_mlp, qkv_weights
 from headcoop.models.tl import HookedTransformer
 
 Key = Hashable  # what a copy changes: a writer (hc.edges), a sender (hc.path_patch), (sender, reference), ...
@@ -151,6 +151,7 @@ def edge_copies(model: HookedTransformer, edges: list[tuple[Key, Reader]], delta
                     else:
                         act[c, :, :, head] = value.to(act)
                 return act.view(n * batch, *act.shape[2:])
+
             return hook
 
         return [(name, setting(entries)) for name, entries in sites.items()]
@@ -195,7 +196,9 @@ def step_one(model: HookedTransformer, target: Target, writer: Writer, value: Te
     wanted.append(get_act_name("resid_post", n_layers - 1))
     captured: dict[str, Tensor] = {}
     for name in wanted:
-        hooks.append((name, lambda x, hook, name=name: captured.__setitem__(name, x.detach().clone())))  # a Bridge's hook.name is its own
+        hooks.append(
+            (name, lambda x, hook, name=name: captured.__setitem__(name, x.detach().clone()))
+        )  # a Bridge's hook.name is its own
     model.run_with_hooks(target.tokens, fwd_hooks=hooks)
     return captured
 
@@ -233,7 +236,10 @@ def step_two(model: HookedTransformer, target: Target, resid: dict[str, Tensor],
         x[:, :, head] = read[name].to(x)
         return x
 
-    sets = [(name, lambda x, hook, name=name, head=head: receive(x, name, head)) for name, head in reader_sites(model, reader)]
+    sets = [
+        (name, lambda x, hook, name=name, head=head: receive(x, name, head))
+        for name, head in reader_sites(model, reader)
+    ]
     return model.run_with_hooks(target.tokens, fwd_hooks=sets)
 
 
@@ -273,5 +279,15 @@ def prepended(model: HookedTransformer, hooks: list[tuple[str, Callable]]):
                 point.fwd_hooks.remove(handle)
 
 
-__all__ = ["edge_copies", "reader_input", "step_one", "step_two", "writer_activation", "writer_outputs",
-           "source_replacement", "split_inputs", "prepended", "reader_sites"]
+__all__ = [
+    "edge_copies",
+    "reader_input",
+    "step_one",
+    "step_two",
+    "writer_activation",
+    "writer_outputs",
+    "source_replacement",
+    "split_inputs",
+    "prepended",
+    "reader_sites",
+]

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import dataclasses
 
-
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
@@ -37,19 +36,27 @@ import torch
 from torch import Tensor
 from transformer_lens.utilities import get_act_name
 
-from headcoop.display.progress import with_progress
-from headcoop.analysis.engine.inputs import as_tokens, check_choice, require_model
-from headcoop.analysis.engine.copies import Copies, Target, clean_corrupt, route, target_run
-from headcoop.analysis.edges.graph import (
-    Reader, Writer, check_edge_model, graph, has_mlp, kv_kind, qkv_weights, reader_name, writer_name,
-)  # fmt: skip
 from headcoop.analysis.edges.exact import split_inputs, writer_outputs
+from headcoop.analysis.edges.graph import (
+    Reader,
+    Writer,
+    check_edge_model,
+    graph,
+    has_mlp,
+    kv_kind,
+    qkv_weights,
+    reader_name,
+    writer_name,
+)  # fmt: skip
 from headcoop.analysis.edges.scores import EdgeResult
 from headcoop.analysis.engine.ablation import describe_ablation, replacement, shifted_order
+from headcoop.analysis.engine.copies import Copies, Target, clean_corrupt, route, target_run
+from headcoop.analysis.engine.inputs import as_tokens, check_choice, require_model
 from headcoop.analysis.vocabulary import ABLATIONS, Ablation
-from headcoop.checks import check_finite, check_float, check_int, check_seed, check_memory_budget
-from headcoop.storage.results import Result
+from headcoop.checks import check_finite, check_float, check_int, check_memory_budget, check_seed
+from headcoop.display.progress import with_progress
 from headcoop.models.tl import HookedTransformer
+from headcoop.storage.results import Result
 
 EdgeName = tuple[str, str, str]  # (writer, reader, via): ("L0H1", "L1H2", "q"), ("MLP0", "logits", "direct")
 
@@ -102,7 +109,9 @@ def circuit(edges: EdgeResult | list, k: int | None = None, threshold: float | N
 
 
 # --- the ablated run ------------------------------------------------------------------------------------
-def _reference_outputs(model, writers: list[Writer], ref_cache, how: str, batch: int, n_pos: int) -> dict[Writer, Tensor]:
+def _reference_outputs(
+    model, writers: list[Writer], ref_cache, how: str, batch: int, n_pos: int
+) -> dict[Writer, Tensor]:
     """Each writer's output in the reference [batch, pos, d_model], by the one ablation (`replacement`) from its
     outputs on the reference inputs; resample pairs input i with reference input i - 1 (`shifted_order`)."""
     outs = writer_outputs(model, ref_cache, writers)
@@ -177,7 +186,11 @@ def circuit_copies(model: HookedTransformer, target: Target, masks: Tensor, writ
                 removed = drop((kind, layer, h, via))
                 if isinstance(removed, int):
                     continue
-                inp = norm(block.ln1, state[("resid_pre", layer)] - removed) if hasattr(block, "ln1") else state[("resid_pre", layer)] - removed
+                inp = (
+                    norm(block.ln1, state[("resid_pre", layer)] - removed)
+                    if hasattr(block, "ln1")
+                    else state[("resid_pre", layer)] - removed
+                )
                 pos_embed = target.extras.get("shortformer_pos_embed")
                 if via in ("q", "k") and pos_embed is not None:
                     inp = inp + pos_embed
@@ -212,8 +225,9 @@ def circuit_copies(model: HookedTransformer, target: Target, masks: Tensor, writ
                 hooks.append((get_act_name("resid_mid", lay), lambda x, hook, lay=lay: capture_mid(x, hook, lay)))
                 hooks.append((f"blocks.{lay}.mlp.hook_pre", lambda x, hook, lay=lay: set_mlp(x, hook, lay, "pre")))
                 if cfg.gated_mlp:
-                    hooks.append((f"blocks.{lay}.mlp.hook_pre_linear",
-                                  lambda x, hook, lay=lay: set_mlp(x, hook, lay, "linear")))
+                    hooks.append(
+                        (f"blocks.{lay}.mlp.hook_pre_linear", lambda x, hook, lay=lay: set_mlp(x, hook, lay, "linear"))
+                    )
                 hooks.append((get_act_name("mlp_out", lay), lambda x, hook, lay=lay: capture_mlp(x, hook, lay)))
         hooks.append((get_act_name("resid_post", n_layers - 1), set_final))
         return [(name, quiet(fn)) for name, fn in hooks]
@@ -403,20 +417,27 @@ def faithfulness(
             raise ValueError(f"the EdgeResult is not of this model's graph ({len(frame)} edges against this model's "
                              f"{len(index)}, or other names): compute it with hc.edges on this model")  # fmt: skip
         value = frame.exact.where(frame.exact.notna(), frame.score).abs()
-        ranked = [index[(r.writer, r.reader, r.via)] for _, r in frame.loc[value.sort_values(ascending=False, kind="stable").index].iterrows()]
+        ranked = [
+            index[(r.writer, r.reader, r.via)]
+            for _, r in frame.loc[value.sort_values(ascending=False, kind="stable").index].iterrows()
+        ]
         if len(ranked) != len(names):
             raise ValueError("the EdgeResult is not of this model's graph: compute it with hc.edges on this model")
         if sizes is not None:
             if isinstance(sizes, (str, bytes)) or not isinstance(sizes, (list, tuple, range)):
                 raise TypeError(f"sizes must be a list of edge counts, got {sizes!r}")
             sizes = [check_int(f"sizes[{i}]", s, 0) for i, s in enumerate(sizes)]
-        sizes_used = sorted({0, len(names), *(sizes if sizes is not None else [2**i for i in range(int(np.log2(len(names))) + 1)])})
+        sizes_used = sorted(
+            {0, len(names), *(sizes if sizes is not None else [2**i for i in range(int(np.log2(len(names))) + 1)])}
+        )
         bad = [s for s in sizes_used if not 0 <= s <= len(names)]
         if bad:
             raise ValueError(f"sizes must lie in 0..{len(names)} (the graph's edges), got {bad}")
         circuits = [ranked[:s] for s in sizes_used]
     else:
-        raise TypeError(f"faithfulness takes a Circuit (hc.circuit) or an EdgeResult (hc.edges), got {type(circuit_or_edges).__name__}")
+        raise TypeError(
+            f"faithfulness takes a Circuit (hc.circuit) or an EdgeResult (hc.edges), got {type(circuit_or_edges).__name__}"
+        )
     rng = np.random.default_rng(seed)
     randoms = [[rng.choice(len(names), size=s, replace=False).tolist() for _ in range(random)] for s in sizes_used]
     all_circuits = [[], list(range(len(names)))] + circuits + [c for per in randoms for c in per]
@@ -436,7 +457,7 @@ def faithfulness(
         span = 0.0
     faith = (values - empty) / span if span != 0 else np.full_like(values, np.nan)
     k = len(circuits)
-    rand = faith[2 + k:].reshape(len(sizes_used), random) if random else np.full((len(sizes_used), 0), np.nan)
+    rand = faith[2 + k :].reshape(len(sizes_used), random) if random else np.full((len(sizes_used), 0), np.nan)
     table = pd.DataFrame(dict(edges=sizes_used, fraction=np.array(sizes_used) / len(names), metric=values[2:2 + k],
                               faithfulness=faith[2:2 + k],
                               random_mean=rand.mean(1) if random else np.nan, random_std=rand.std(1) if random else np.nan))  # fmt: skip

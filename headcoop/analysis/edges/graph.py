@@ -17,7 +17,9 @@ ATTN_READERS = ("head", "kv")  # a head's q/k/v input; "kv": the k or v input of
 
 # --- the graph ------------------------------------------------------------------------------------------
 def writer_name(w: Writer) -> str:
-    return {"embed": "embed", "pos_embed": "pos_embed"}.get(w[0]) or (head_name(w[1], w[2]) if w[0] == "head" else f"MLP{w[1]}")
+    return {"embed": "embed", "pos_embed": "pos_embed"}.get(w[0]) or (
+        head_name(w[1], w[2]) if w[0] == "head" else f"MLP{w[1]}"
+    )
 
 
 def reader_name(r: Reader) -> tuple[str, str]:
@@ -85,7 +87,9 @@ def qkv_weights(model, layer: int, via: str, index: int) -> tuple[Tensor, Tensor
     kv = grouped(model) and via in ("k", "v")
     if is_bridge(model):
         at = index * (model.cfg.n_heads // n_kv(model)) if kv else index
-        return head_weight(attn, f"W_{via.upper()}", model.cfg)[at], head_weight(attn, f"b_{via.upper()}", model.cfg)[at]
+        return head_weight(attn, f"W_{via.upper()}", model.cfg)[at], head_weight(attn, f"b_{via.upper()}", model.cfg)[
+            at
+        ]
     prefix = "_" if kv else ""
     return getattr(attn, f"{prefix}W_{via.upper()}")[index], getattr(attn, f"{prefix}b_{via.upper()}")[index]
 
@@ -94,6 +98,8 @@ def check_edge_model(model: HookedTransformer) -> None:
     """The model shapes `hc.edges` supports; a clear error for the others."""
     cfg = model.cfg
     if cfg.parallel_attn_mlp:
-        raise ValueError("hc.edges needs sequential blocks (attention, then the MLP); this model has parallel_attn_mlp=True")
+        raise ValueError(
+            "hc.edges needs sequential blocks (attention, then the MLP); this model has parallel_attn_mlp=True"
+        )
     if has_mlp(model) and cfg.act_fn in ("solu_ln",):
         raise ValueError("hc.edges does not support SoLU-LN MLPs (their hook_pre is not the MLP's only input)")

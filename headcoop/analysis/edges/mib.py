@@ -18,8 +18,8 @@ import numpy as np
 
 from headcoop.analysis.edges.graph import graph, reader_name, writer_name
 from headcoop.analysis.edges.scores import EdgeResult
-from headcoop.storage.owners import parse_pid, pid_alive
 from headcoop.paths import check_out_file
+from headcoop.storage.owners import parse_pid, pid_alive
 
 
 def _node(name: str) -> str:
@@ -43,8 +43,10 @@ def mib_graph(edges: EdgeResult, circuit=None, model=None) -> dict:
                          f"{type(model).__name__}: pass model=, the HookedTransformer hc.edges ran on")  # fmt: skip
     kv = model.cfg.n_key_value_heads
     if kv is not None and kv != model.cfg.n_heads:
-        raise ValueError("MIB's graph format names one q, k and v input per head; this grouped-query model shares "
-                         f"k and v inputs ({kv} key/value heads for {model.cfg.n_heads} query heads): no export")
+        raise ValueError(
+            "MIB's graph format names one q, k and v input per head; this grouped-query model shares "
+            f"k and v inputs ({kv} key/value heads for {model.cfg.n_heads} query heads): no export"
+        )
     frame = edges.to_dataframe()
     mine = set(zip(frame.writer, frame.reader, frame.via))
     if mine != {(writer_name(w), *reader_name(r)) for w, r in graph(model)[2]}:
@@ -119,7 +121,9 @@ def export_mib(edges: EdgeResult, path: str | os.PathLike, model, circuit=None, 
         os.replace(tmp, path)
     except PermissionError as err:
         Path(tmp).unlink(missing_ok=True)
-        raise PermissionError(err.errno, f"cannot write {str(path)!r}: {err.strerror} in {str(path.parent)!r}") from None
+        raise PermissionError(
+            err.errno, f"cannot write {str(path)!r}: {err.strerror} in {str(path.parent)!r}"
+        ) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -27,19 +27,19 @@ import pandas as pd
 import plotly.graph_objects as go
 import torch
 from torch import Tensor
-from headcoop.display.progress import with_progress
-from headcoop.models.tl import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
+from headcoop.analysis.edges.exact import edge_copies
+from headcoop.analysis.edges.scores import CANONICAL
 from headcoop.analysis.engine import kernels
+from headcoop.analysis.engine.copies import Copies, Rows, Target, clean_corrupt, route, target_run
 from headcoop.analysis.engine.inputs import check_choice, parse_heads, require_model
 from headcoop.analysis.engine.norms import frozen_norm
 from headcoop.analysis.vocabulary import DIRECTIONS, PATH_METHODS, VIAS, Direction, PathMethod, Via, head_name
-from headcoop.analysis.engine.copies import Copies, Rows, Target, clean_corrupt, route, target_run
-from headcoop.analysis.edges.exact import edge_copies
-from headcoop.analysis.edges.scores import CANONICAL
-from headcoop.models.bridge import is_bridge
 from headcoop.checks import check_finite
+from headcoop.display.progress import with_progress
+from headcoop.models.bridge import is_bridge
+from headcoop.models.tl import HookedTransformer
 from headcoop.storage.results import Result
 
 
@@ -190,7 +190,9 @@ def path_patch(
     check_choice("method", method, PATH_METHODS)
     via = (via,) if isinstance(via, str) else tuple(via)
     if not via:
-        raise ValueError('via is empty: give one or more of "q", "k", "v" (each sender\'s direct path needs direct=True)')
+        raise ValueError(
+            'via is empty: give one or more of "q", "k", "v" (each sender\'s direct path needs direct=True)'
+        )
     for v in via:
         check_choice("via", v, VIAS)
     cfg = model.cfg
@@ -198,7 +200,9 @@ def path_patch(
     senders = all_heads if senders is None else parse_heads(model, senders)
     receivers = all_heads if receivers is None else parse_heads(model, receivers)
     clean_tokens, corrupt_tokens, score = clean_corrupt(model, clean, corrupt, metric)
-    source_tokens, target_tokens = (clean_tokens, corrupt_tokens) if direction == "denoise" else (corrupt_tokens, clean_tokens)
+    source_tokens, target_tokens = (
+        (clean_tokens, corrupt_tokens) if direction == "denoise" else (corrupt_tokens, clean_tokens)
+    )
     names = {get_act_name("z", lay) for lay in {lay for lay, _ in senders}}
     source_logits, source_cache = model.run_with_cache(source_tokens, names_filter=lambda n: n in names)
     if method == "stacked" and not _stacked_supported(model):
@@ -236,8 +240,6 @@ def path_patch(
     out = {(head_name(*s), r if r == "logits" else head_name(*r), v): x for (s, r, v), x in zip(edges, values)}
     return PathPatchResult(values=out, clean_value=clean_value, corrupt_value=corrupt_value, direction=direction,
                            assumptions=_assumptions(cfg), method=chosen.label)  # fmt: skip
-
-
 
 
 def _receiver_only(model: HookedTransformer) -> bool:

@@ -35,23 +35,36 @@ import torch
 from torch import Tensor
 from transformer_lens.utilities import get_act_name
 
-from headcoop.models.bridge import is_bridge
-from headcoop.display.progress import advance, with_progress
-from headcoop.analysis.engine.verification import miss_bound, pick, wide_bound
-from headcoop.analysis.engine.inputs import check_choice, require_model
-from headcoop.analysis.engine.copies import chunks, clean_corrupt, gradient_part_size, route, target_run
-from headcoop.analysis.engine.norms import norm_kind, norm_weights
-from headcoop.analysis.engine.ablation import describe_ablation, replacement, shifted_order
-from headcoop.analysis.vocabulary import ABLATIONS, DIRECTIONS, EDGE_ESTIMATORS, Ablation, Direction, EdgeEstimator
 from headcoop.analysis.edges.exact import edge_copies, prepended, reader_sites, writer_outputs
 from headcoop.analysis.edges.graph import (
-    ATTN_READERS, Reader, Writer, check_edge_model, graph, qkv_weights, reader_name, writer_name,
+    ATTN_READERS,
+    Reader,
+    Writer,
+    check_edge_model,
+    graph,
+    qkv_weights,
+    reader_name,
+    writer_name,
 )  # fmt: skip
+from headcoop.analysis.engine.ablation import describe_ablation, replacement, shifted_order
+from headcoop.analysis.engine.copies import chunks, clean_corrupt, gradient_part_size, route, target_run
+from headcoop.analysis.engine.inputs import check_choice, require_model
+from headcoop.analysis.engine.norms import norm_kind, norm_weights
+from headcoop.analysis.engine.verification import miss_bound, pick, wide_bound
+from headcoop.analysis.vocabulary import ABLATIONS, DIRECTIONS, EDGE_ESTIMATORS, Ablation, Direction, EdgeEstimator
 from headcoop.checks import (
-    check_finite, check_int, check_memory_budget, check_metric_value, check_seed, check_steps,
+    check_finite,
+    check_int,
+    check_memory_budget,
+    check_metric_value,
+    check_seed,
+    check_steps,
 )  # fmt: skip
-from headcoop.storage.results import Result
+from headcoop.display.progress import advance, with_progress
+from headcoop.models.bridge import is_bridge
 from headcoop.models.tl import HookedTransformer
+from headcoop.storage.results import Result
+
 
 def _final_kind(model) -> str | None:
     """The final norm's kind (None: no final norm), whose hook_normalized is x / scale before its weight."""
@@ -107,7 +120,9 @@ def _reader_grads(model: HookedTransformer, tokens: Tensor, score, readers: list
     if through_hooks:
         hooks.append((lambda n: n.endswith(("hook_resid_pre", "hook_resid_mid", "hook_pos_embed")), remember))
     if record is not None:
-        hooks.append((lambda n: n in record[0], lambda act, hook: record[1].__setitem__(hook.name, act.detach()) or act))
+        hooks.append(
+            (lambda n: n in record[0], lambda act, hook: record[1].__setitem__(hook.name, act.detach()) or act)
+        )
     if embeds is not None:
         hooks.append(("hook_embed", lambda act, hook: embeds[0].to(act)))
         if embeds[1] is not None:
@@ -141,7 +156,7 @@ def _reader_groups(readers: list[Reader]) -> list[list[Reader]]:
     groups: list[list[Reader]] = []
     for _, same in itertools.groupby(readers, key=lambda r: None if r[0] == "logits" else r[1]):
         same = list(same)
-        groups += [same[i:i + FOLD_GROUP] for i in range(0, len(same), FOLD_GROUP)]
+        groups += [same[i : i + FOLD_GROUP] for i in range(0, len(same), FOLD_GROUP)]
     return groups
 
 
@@ -168,13 +183,17 @@ def _residual_grads(model: HookedTransformer, readers: list[Reader], grads: dict
         if r[0] in ATTN_READERS:
             W = qkv_weights(model, lay, r[3], r[2])[0]
             g = grads[get_act_name(r[3], lay)][:, :, r[2]] @ W.T
-            out[r] = norm_transpose(getattr(model.blocks[lay], "ln1", None), g, seen.get(f"blocks.{lay}.ln1.hook_scale"))
+            out[r] = norm_transpose(
+                getattr(model.blocks[lay], "ln1", None), g, seen.get(f"blocks.{lay}.ln1.hook_scale")
+            )
         elif r[0] == "mlp":
             mlp = model.blocks[lay].mlp
             g = grads[f"blocks.{lay}.mlp.hook_pre"] @ (mlp.W_gate if cfg.gated_mlp else mlp.W_in).T
             if cfg.gated_mlp:
                 g = g + grads[f"blocks.{lay}.mlp.hook_pre_linear"] @ mlp.W_in.T
-            out[r] = norm_transpose(getattr(model.blocks[lay], "ln2", None), g, seen.get(f"blocks.{lay}.ln2.hook_scale"))
+            out[r] = norm_transpose(
+                getattr(model.blocks[lay], "ln2", None), g, seen.get(f"blocks.{lay}.ln2.hook_scale")
+            )
         else:
             g = grads[_final_site(model)]
             if _final_kind(model) and is_bridge(model):
@@ -186,8 +205,9 @@ def _residual_grads(model: HookedTransformer, readers: list[Reader], grads: dict
     return {r: g.detach() for r, g in out.items()}
 
 
-def _local_vjps(model: HookedTransformer, readers: list[Reader], grads: dict[str, Tensor],
-                seen: dict[str, Tensor]) -> dict[Reader, Tensor]:
+def _local_vjps(
+    model: HookedTransformer, readers: list[Reader], grads: dict[str, Tensor], seen: dict[str, Tensor]
+) -> dict[Reader, Tensor]:
     """The head and MLP readers' residual-input gradients by autograd across every hook on the way from the
     residual stream to the reader's activation: per layer, one pass of that block alone (`start_at_layer`)
     from the run's resid_pre (and resid_mid, for its MLP) as leaves, the block's norm scales held at the run's
@@ -207,7 +227,9 @@ def _local_vjps(model: HookedTransformer, readers: list[Reader], grads: dict[str
             hooks.append((name, lambda a, hook, name=name: acts.__setitem__(name, a) or a))
         pos = seen.get("hook_pos_embed") if model.cfg.positional_embedding_type == "shortformer" else None
         with torch.enable_grad():
-            model.run_with_hooks(x, start_at_layer=lay, stop_at_layer=lay + 1, shortformer_pos_embed=pos, fwd_hooks=hooks)
+            model.run_with_hooks(
+                x, start_at_layer=lay, stop_at_layer=lay + 1, shortformer_pos_embed=pos, fwd_hooks=hooks
+            )
             for r in here:
                 sites = reader_sites(model, r)
                 outs = [acts[n] if h is None else acts[n][:, :, h] for n, h in sites]
@@ -225,8 +247,17 @@ def _check_differentiable(value) -> None:
                          "estimator='exact' for it")  # fmt: skip
 
 
-def _integrated_grads(model, tokens: Tensor, score, readers: list[Reader], source_cache, target_cache,
-                      steps: int, gradients=None, fold=None) -> dict[Reader, Tensor]:
+def _integrated_grads(
+    model,
+    tokens: Tensor,
+    score,
+    readers: list[Reader],
+    source_cache,
+    target_cache,
+    steps: int,
+    gradients=None,
+    fold=None,
+) -> dict[Reader, Tensor]:
     """EAP-IG's gradients: each reader's, averaged over `steps` runs whose token and positional embeddings move
     from the target's to the source's (alpha = 1/steps .. 1). fold: as `_reader_grads`' (each step's gradients,
     divided by `steps`, folded in; the returned dict is then empty)."""
@@ -427,15 +458,24 @@ class EdgeResult(Result):
     def __repr__(self) -> str:
         top = self.ranked().head(3)
         shown = "; ".join(f"{r.writer}->{r.reader} ({r.via}) {r.score:+.3g}" for _, r in top.iterrows())
-        miss = (f"; missed: {self.missed['above']}/{self.missed['sampled']} sampled above the top's smallest "
+        miss = (
+            (
+                f"; missed: {self.missed['above']}/{self.missed['sampled']} sampled above the top's smallest "
                 f"|exact|: {self.missed['estimate']:.3g} ({self.missed['low']:.3g}..{self.missed['high']:.3g}) of the "
-                f"{self.missed['rest']} others)") if self.missed else ""
+                f"{self.missed['rest']} others)"
+            )
+            if self.missed
+            else ""
+        )
         said = f"; assumes {'; '.join(self.assumptions)}" if self.assumptions else ""
         checked = ""
         if self.estimator != "exact":  # what exact patching has checked of the estimate (issue 51)
             top, sampled = int(self.frame["top"].sum()), int(self.frame["sampled"].sum())
-            checked = ("; unverified: no edge patched exactly (pass verify=k and sample=s to check the estimate)"
-                       if not (top or sampled) else f"; verified: {top} top and {sampled} sampled edges patched exactly")
+            checked = (
+                "; unverified: no edge patched exactly (pass verify=k and sample=s to check the estimate)"
+                if not (top or sampled)
+                else f"; verified: {top} top and {sampled} sampled edges patched exactly"
+            )
             checked += wide_bound(self.missed, top, "edges")
         how = f"; edge carries {self.ablation}" if self.ablation and not self.ablation.startswith("corrupt") else ""
         return (f"EdgeResult({len(self.frame)} edges, {self.estimator}, {self.direction}, clean={self.clean_value:.4g}, "
@@ -491,11 +531,17 @@ def _assumptions(model, estimator: str, hooks: tuple[str, ...]) -> tuple[str, ..
     """What the scores assume, in words: frozen norm scales; for an estimate under hooks on the residual stream
     between writers and readers, that it carries each writer's change to its readers unchanged (the exact
     patches, verified ones included, carry it through those hooks)."""
-    said = ["each reader's norm scale and the final norm's frozen at the target run's"] if model.cfg.normalization_type else []
+    said = (
+        ["each reader's norm scale and the final norm's frozen at the target run's"]
+        if model.cfg.normalization_type
+        else []
+    )
     between = [h for h in hooks if h.endswith(RESIDUAL_HOOKS)]
     if estimator != "exact" and between:
-        said.append(f"the gradients are taken across every hook, but each writer's change reaches its readers "
-                    f"without the residual-stream hooks at {', '.join(between[:3])} (the exact patches pass through them)")
+        said.append(
+            f"the gradients are taken across every hook, but each writer's change reaches its readers "
+            f"without the residual-stream hooks at {', '.join(between[:3])} (the exact patches pass through them)"
+        )
     return tuple(said)
 
 
@@ -554,7 +600,9 @@ def edges(
     seed, memory_budget_mb = check_seed(seed), check_memory_budget(memory_budget_mb)
     writers, readers, all_edges = graph(model)
     clean_tokens, corrupt_tokens, score = clean_corrupt(model, clean, corrupt, metric)
-    source_tokens, target_tokens = (clean_tokens, corrupt_tokens) if direction == "denoise" else (corrupt_tokens, clean_tokens)
+    source_tokens, target_tokens = (
+        (clean_tokens, corrupt_tokens) if direction == "denoise" else (corrupt_tokens, clean_tokens)
+    )
     chosen = route(model, "auto", "stacked", "stacked copies from the reader's layer", "edge", reference=CANONICAL)
     gradients = _gradient_pass(model, estimator, chosen.hooks)
     ordered = sorted(all_edges, key=lambda e: model.cfg.n_layers if e[1][0] == "logits" else e[1][1])
@@ -576,15 +624,22 @@ def edges(
 
     def exact(sub: list) -> Tensor:
         if target is None:
-            return _exact_in_parts(model, chosen, sub, writers, score, source_cache, target_tokens, size, memory_budget_mb)
-        return chosen.evaluate(target, edge_copies(model, sub, deltas, target, source_cache), memory_budget_mb) - target.value
+            return _exact_in_parts(
+                model, chosen, sub, writers, score, source_cache, target_tokens, size, memory_budget_mb
+            )
+        return (
+            chosen.evaluate(target, edge_copies(model, sub, deltas, target, source_cache), memory_budget_mb)
+            - target.value
+        )
 
     scores = exact(ordered) if estimator == "exact" else folded.scores()
     if not bool(torch.isfinite(scores).all()):
         raise ValueError(f"hc.edges' {estimator} scores hold NaN or inf (the model's logits or the metric's gradient "
                          "overflow on these inputs): check the metric and the inputs, or use a float64 model")  # fmt: skip
     passes = {"exact": float(len(ordered)), "eap": 3.0 + bool(verify or sample), "eap-ig": 1.0 + 3.0 * steps}[estimator]
-    frame = pd.DataFrame([dict(writer=writer_name(w), reader=reader_name(r)[0], via=reader_name(r)[1]) for w, r in ordered])
+    frame = pd.DataFrame(
+        [dict(writer=writer_name(w), reader=reader_name(r)[0], via=reader_name(r)[1]) for w, r in ordered]
+    )
     frame["score"] = scores.detach().double().cpu().numpy()
     frame["exact"] = frame["score"] if estimator == "exact" else np.nan
     frame["top"] = frame["sampled"] = False
@@ -593,7 +648,9 @@ def edges(
         started = time.perf_counter()
         missed, patched = _verify(frame, ordered, verify, sample, seed, exact)
         verify_s, passes = time.perf_counter() - started, passes + patched
-    clean_value, corrupt_value = (source_value, target_value) if direction == "denoise" else (target_value, source_value)
+    clean_value, corrupt_value = (
+        (source_value, target_value) if direction == "denoise" else (target_value, source_value)
+    )
     return EdgeResult(frame=frame, clean_value=clean_value, corrupt_value=corrupt_value, target_value=target_value,
                       direction=direction, estimator=estimator, method=chosen.label, missed=missed,
                       cost=dict(passes=passes, estimate_s=estimate_s, verification_s=verify_s, parts=-(-n // size)),

@@ -27,8 +27,8 @@ from headcoop.analysis.engine.inputs import as_tokens, check_choice, require_mod
 from headcoop.analysis.vocabulary import ABLATIONS, EDGE_ESTIMATORS, EdgeEstimator
 from headcoop.checks import check_int, check_seed
 from headcoop.display.progress import done, expect, with_progress
-from headcoop.storage.results import Result
 from headcoop.models.tl import HookedTransformer
+from headcoop.storage.results import Result
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
@@ -191,8 +191,12 @@ def circuit_stability(
             if len(readings) == 1:  # every reading runs alike: the bar's total from the first, so it stops growing
                 expect(done() * len(inputs) * len(hows))
     n = len(readings)
-    table = pd.DataFrame([dict(writer=w, reader=r, via=v, selected=s, share=s / n) for (w, r, v), s in selected.items()])
-    table = table.sort_values(["share", "writer", "reader", "via"], ascending=[False, True, True, True], ignore_index=True)
+    table = pd.DataFrame(
+        [dict(writer=w, reader=r, via=v, selected=s, share=s / n) for (w, r, v), s in selected.items()]
+    )
+    table = table.sort_values(
+        ["share", "writer", "reader", "via"], ascending=[False, True, True, True], ignore_index=True
+    )
     always = {tuple(e) for e in table[table.share == 1.0][["writer", "reader", "via"]].itertuples(index=False)}
     for r in readings:
         r["not_in_every_reading"] = len(r.pop("circuit").edges - always)

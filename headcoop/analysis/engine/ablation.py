@@ -12,22 +12,19 @@ the block ends, also on an exception.
 
 from __future__ import annotations
 
-import math
-
 import contextlib
+import math
 from collections.abc import Callable, Iterator
 
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
-from headcoop.models.tl import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
 from headcoop.analysis.engine.inputs import as_tokens, check_choice, parse_heads, require_task
 from headcoop.analysis.vocabulary import HOWS, How
+from headcoop.models.tl import HookedTransformer
 from headcoop.tasks.base import generator
-
-
 
 
 @contextlib.contextmanager
@@ -63,6 +60,7 @@ def z_hooks(values: dict) -> list[tuple[str, Callable]]:
                 if lay == layer:
                     z[:, :, head] = value[:, : z.shape[1]].to(device=z.device, dtype=z.dtype)
             return z
+
         return hook
 
     return [(get_act_name("z", lay), hook_for(lay)) for lay in sorted({lay for lay, _ in values})]
@@ -90,7 +88,9 @@ def shifted_order(n_ref: int) -> Int[Tensor, " ref"]:
     reference is the paired corrupt batch (`hc.faithfulness`), no example takes its own pair. ValueError for a
     single reference example (it would take itself)."""
     if n_ref < 2:
-        raise ValueError(f"resample needs at least 2 reference inputs (one input would take its own values); got {n_ref}")
+        raise ValueError(
+            f"resample needs at least 2 reference inputs (one input would take its own values); got {n_ref}"
+        )
     return torch.arange(n_ref).roll(1)
 
 
@@ -115,7 +115,9 @@ def replacement(ref: Float[Tensor, "ref ref_pos *rest"], how: str, batch: int, n
         return ref[pick.to(ref.device), :n_pos]
     if how == "corrupt":
         if n_ref != batch:
-            raise ValueError(f"corrupt ablation pairs each input with its corrupt input: {batch} inputs, {n_ref} corrupt")
+            raise ValueError(
+                f"corrupt ablation pairs each input with its corrupt input: {batch} inputs, {n_ref} corrupt"
+            )
         return ref[:, :n_pos]
     raise ValueError(f"replacement() takes how 'zero', 'mean', 'resample' or 'corrupt', got {how!r}")
 
@@ -167,7 +169,9 @@ def ablate(
         if factor is None or isinstance(factor, bool) or not isinstance(factor, (int, float)):
             raise ValueError(f'how="scale" needs a numeric factor=, e.g. factor=2.0; got {factor!r}')
         if not math.isfinite(factor):
-            raise ValueError(f'how="scale" needs a finite factor=, got {factor!r} (it would make every output NaN or inf)')
+            raise ValueError(
+                f'how="scale" needs a finite factor=, got {factor!r} (it would make every output NaN or inf)'
+            )
     elif factor is not None:
         raise ValueError(f'factor= only applies to how="scale", not how={how!r}')
     if how in ("zero", "scale") and reference is not None:

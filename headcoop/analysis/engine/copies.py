@@ -34,17 +34,17 @@ from typing import Union
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
-from headcoop.models.tl import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
 from headcoop.analysis.engine import kernels
-from headcoop.analysis.engine.kernels import RowLogits
 from headcoop.analysis.engine.inputs import as_tokens, check_choice, read_positions, require_task, task_of
+from headcoop.analysis.engine.kernels import RowLogits
 from headcoop.analysis.vocabulary import METRIC_NAMES, Path, TieRule
-from headcoop.models.bridge import is_bridge, user_hooks
-from headcoop.checks import check_metric_value, check_memory_budget
-from headcoop.tasks.base import Batch
+from headcoop.checks import check_memory_budget, check_metric_value
 from headcoop.display.progress import advance
+from headcoop.models.bridge import is_bridge, user_hooks
+from headcoop.models.tl import HookedTransformer
+from headcoop.tasks.base import Batch
 
 Hooks = list[tuple[str, Callable]]
 
@@ -627,7 +627,9 @@ def evaluate_readout(target: Target, copies: Copies, path: Path, memory_budget_m
     advance(more=len(copies))
     if path == "reference":
         for i in range(len(copies)):
-            value = unchanged if int(layers[i]) > site_layer else read_reference(target, copies.reference_hooks(i), readout)
+            value = (
+                unchanged if int(layers[i]) > site_layer else read_reference(target, copies.reference_hooks(i), readout)
+            )
             out.append(value.to(unchanged.device))
             advance(done=1)
         return torch.stack(out) if out else torch.zeros(0)
@@ -639,7 +641,9 @@ def evaluate_readout(target: Target, copies: Copies, path: Path, memory_budget_m
             continue
         size = copies_per_chunk(target.model, target.batch, target.n_pos, memory_budget_mb, from_layer=layer)
         for start, stop in chunks(lo, hi, size):
-            out.append(read_stacked(target, layer, stop - start, copies.setter(start, stop), readout).to(unchanged.device))
+            out.append(
+                read_stacked(target, layer, stop - start, copies.setter(start, stop), readout).to(unchanged.device)
+            )
             advance(done=stop - start)
     return torch.cat(out) if out else torch.zeros(0)
 

@@ -33,7 +33,9 @@ class PatchGrid:
         return tuple(len(self.coords[d]) for d in self.dims)
 
     @classmethod
-    def build(cls, component: str, positions: str, layers: list[int], heads: list[int], n_pos: int, device) -> "PatchGrid":
+    def build(
+        cls, component: str, positions: str, layers: list[int], heads: list[int], n_pos: int, device
+    ) -> "PatchGrid":
         """The full grid of `component` over `layers` x `heads` (x positions, unless positions="all")."""
         if component in RESID_COMPONENTS:
             dims = ("layer",) if positions == "all" else ("layer", "pos")
@@ -106,14 +108,12 @@ def select_cells(model: HookedTransformer, component: str, head, layer) -> tuple
     return layers, heads
 
 
-
 def kv_heads(model: HookedTransformer) -> int:
     """How many key/value heads the k and v hooks hold (fewer than n_heads in a grouped-query model)."""
     cfg = model.cfg
     if cfg.n_key_value_heads is None or getattr(cfg, "ungroup_grouped_query_attention", False):
         return cfg.n_heads
     return cfg.n_key_value_heads
-
 
 
 def pos_labels(model: HookedTransformer, tokens: Int[Tensor, "batch pos"]) -> list[str]:

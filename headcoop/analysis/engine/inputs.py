@@ -9,14 +9,13 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens import ActivationCache
-from headcoop.models.tl import HookedTransformer
 
 from headcoop.analysis.vocabulary import head_name
-from headcoop.models.bridge import require_model  # noqa: F401  (the analyses import it from here)
 from headcoop.checks import check_choice  # noqa: F401  (analyses import it from here)
+from headcoop.models.bridge import require_model  # noqa: F401  (the analyses import it from here)
+from headcoop.models.tl import HookedTransformer
 from headcoop.tasks import task_of  # noqa: F401  (one definition; the analyses import it from here)
 from headcoop.tasks.base import Batch, Task
-
 
 
 def require_task(model: HookedTransformer, what: str) -> Task:
@@ -27,7 +26,6 @@ def require_task(model: HookedTransformer, what: str) -> Task:
             "(or build the model with hc.Count01().model(...) / load it with hc.load)"
         )
     return task
-
 
 
 def model_device(model: HookedTransformer) -> torch.device:
@@ -47,7 +45,9 @@ def as_tokens(model: HookedTransformer, tokens) -> Int[Tensor, "batch pos"]:
             ids = getattr(tokens, name)
             bad = ids[(ids < 0) | (ids >= out)].tolist()
             if bad:
-                raise ValueError(f"the batch's {name} ids {bad[:5]} are outside the model's output vocabulary 0..{out - 1}")
+                raise ValueError(
+                    f"the batch's {name} ids {bad[:5]} are outside the model's output vocabulary 0..{out - 1}"
+                )
         tokens = tokens.tokens
     elif isinstance(tokens, str) or (isinstance(tokens, (list, tuple)) and tokens and isinstance(tokens[0], str)):
         task = require_task(model, "text input")
@@ -62,7 +62,9 @@ def as_tokens(model: HookedTransformer, tokens) -> Int[Tensor, "batch pos"]:
         try:
             tokens = torch.as_tensor(tokens)
         except (TypeError, ValueError, RuntimeError) as err:
-            hint = "; pass its inputs, e.g. task.clean or task.sample(256)" if hasattr(tokens, "patching_inputs") else ""
+            hint = (
+                "; pass its inputs, e.g. task.clean or task.sample(256)" if hasattr(tokens, "patching_inputs") else ""
+            )
             raise TypeError(f"tokens must be a Batch, text(s) or integer ids, got {type(tokens).__name__}{hint} "
                             f"({err})") from None  # fmt: skip
     if tokens.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
@@ -225,7 +227,9 @@ def token_labels(model: HookedTransformer, ids, task=None) -> list[str]:
     ids = torch.as_tensor(ids).tolist()
     if symbols:
         return [symbols[i] for i in ids]
-    tokenizer = getattr(task if task is not None else task_of(model), "_tokenizer", None) or getattr(model, "tokenizer", None)
+    tokenizer = getattr(task if task is not None else task_of(model), "_tokenizer", None) or getattr(
+        model, "tokenizer", None
+    )
     if tokenizer is not None and hasattr(tokenizer, "decode"):
         return [tokenizer.decode([i]) for i in ids]
     return [str(i) for i in ids]

@@ -15,15 +15,17 @@ The blocks are TransformerLens's own modules (ln1, `calculate_qkv_matrices`, `ca
 `calculate_z_scores`, ln2 / MLP via `apply_mlp`, ln_final, unembed), so the arithmetic is theirs; the tests
 compare every patch against `transformer_lens.patching`. `supported` names the models it serves.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
 import einops
+import torch
 import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
+
 from headcoop.models.tl import HookedTransformer
 
 
@@ -123,7 +125,9 @@ def unembed(model: HookedTransformer, x: Float[Tensor, "... row d_model"]) -> Fl
     return model.unembed(model.ln_final(x) if model.cfg.normalization_type is not None else x)
 
 
-def finish_block(model: HookedTransformer, layer: int, resid_mid: Float[Tensor, "... d_model"]) -> Float[Tensor, "... d_model"]:
+def finish_block(
+    model: HookedTransformer, layer: int, resid_mid: Float[Tensor, "... d_model"]
+) -> Float[Tensor, "... d_model"]:
     """resid_post of `layer` from its resid_mid (attention already added): + MLP(ln2(resid_mid)) unless
     the model is attention-only. Works on any rows: the MLP and its norm act per row."""
     if model.cfg.attn_only:
@@ -187,7 +191,9 @@ def run_from(
     return rows, unembed(model, x.reshape(n * batch, len(rows), d_model))  # [copy*batch, row, vocab]
 
 
-def rotate_at(attn, x: Float[Tensor, "n row head d_head"], pos: Int[Tensor, " row"]) -> Float[Tensor, "n row head d_head"]:
+def rotate_at(
+    attn, x: Float[Tensor, "n row head d_head"], pos: Int[Tensor, " row"]
+) -> Float[Tensor, "n row head d_head"]:
     """x's row j rotated as the module rotates a query or key at absolute position pos[j] (`apply_rotary`
     itself, once per distinct position)."""
     out = torch.empty_like(x)

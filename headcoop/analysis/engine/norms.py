@@ -11,10 +11,10 @@ components c_i with sum x map to parts whose sum, plus b, is the norm's output: 
 
 from __future__ import annotations
 
-
 import torch
 from jaxtyping import Float
 from torch import Tensor
+
 try:
     from transformer_lens.components import LayerNorm, LayerNormPre, RMSNorm, RMSNormPre
 
@@ -60,7 +60,9 @@ def frozen_norm(module: torch.nn.Module | None, x: Float[Tensor, "*rows d_model"
 
 
 def through_norm(
-    parts: Float[Tensor, "batch component d_model"], module: torch.nn.Module | None, scale: Float[Tensor, "batch 1"] | None
+    parts: Float[Tensor, "batch component d_model"],
+    module: torch.nn.Module | None,
+    scale: Float[Tensor, "batch 1"] | None,
 ) -> tuple[Float[Tensor, "batch component d_model"], Float[Tensor, " d_model"] | None]:
     """Each component through `module` with the frozen `scale`, and the norm's bias (None if it has none):
     parts.sum(1) + bias equals the norm of the summed input."""

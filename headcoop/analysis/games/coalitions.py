@@ -33,21 +33,36 @@ import math
 import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
-from headcoop.models.tl import HookedTransformer
 from transformer_lens.utilities import apply_softcap, get_act_name
 
 from headcoop.analysis.engine.ablation import (
-    ablate, describe_ablation, hooks_added, reference_z, replacement, resample_order, z_hooks,
+    ablate,
+    describe_ablation,
+    hooks_added,
+    reference_z,
+    replacement,
+    resample_order,
+    z_hooks,
 )  # fmt: skip
-from headcoop.analysis.engine.inputs import check_choice, require_task
 from headcoop.analysis.engine.copies import (
-    BRIDGE_STACKED, AtRows, Copies, Score, Target, copies_per_chunk, evaluate, hooks_in_the_way, measure, route,
+    BRIDGE_STACKED,
+    AtRows,
+    Copies,
+    Score,
+    Target,
+    copies_per_chunk,
+    evaluate,
+    hooks_in_the_way,
+    measure,
+    route,
     target_run,
 )
+from headcoop.analysis.engine.inputs import check_choice, require_task
 from headcoop.analysis.engine.kernels import attention_out, finish_block, pattern_at_rows, supported, unembed
 from headcoop.analysis.vocabulary import ABLATION_HOWS, GAME_METHODS, AblationHow, GameMethod, head_name
-from headcoop.models.bridge import is_bridge
 from headcoop.checks import check_memory_budget
+from headcoop.models.bridge import is_bridge
+from headcoop.models.tl import HookedTransformer
 
 
 def linear_applies(model: HookedTransformer, metric) -> bool:
@@ -176,7 +191,9 @@ class CoalitionGame:
         }[path]
 
     @torch.no_grad()
-    def values(self, masks: Bool[Tensor, "coalition player"], score: Score | None = None) -> Float[Tensor, " coalition"]:
+    def values(
+        self, masks: Bool[Tensor, "coalition player"], score: Score | None = None
+    ) -> Float[Tensor, " coalition"]:
         """v(S) for each row of `masks` (True: active), float64; `score`: another reading of each coalition's
         logits than the game's metric (`row_logits` reads the logits themselves)."""
         masks = torch.as_tensor(masks, dtype=torch.bool, device=self.tokens.device)
@@ -253,7 +270,12 @@ class CoalitionGame:
         if path == "layered":  # coalitions share prefixes within a chunk: take as many as their kept states allow
             # per coalition: its residual stream state, and the logits a chunk holds before they are scored
             rows = 0 if result_rows else 1 if self._row_only(named) else width
-            held = n * (width * model.cfg.d_model + 2 * rows * model.cfg.d_vocab_out) * torch.finfo(model.cfg.dtype).bits // 8
+            held = (
+                n
+                * (width * model.cfg.d_model + 2 * rows * model.cfg.d_vocab_out)
+                * torch.finfo(model.cfg.dtype).bits
+                // 8
+            )
             chunk = max(1, int(check_memory_budget(self.memory_budget_mb) * 2**20 // held))
         return Copies(layers=[layer] * len(masks), setter=setter, reference=reference, local=local, chunk=chunk)
 

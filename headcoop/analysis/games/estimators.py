@@ -23,7 +23,6 @@ from __future__ import annotations
 import functools
 import itertools
 
-
 import numpy as np
 import torch
 from jaxtyping import Bool, Float
@@ -120,7 +119,12 @@ def check_estimate(shapley: Tensor, se: Tensor, v_full: float, v_empty: float, s
     scale = max(abs(v_full - v_empty), span[1] - span[0] if span[1] >= span[0] else 0.0, 1e-12)
     total, largest = float(shapley.sum()), float(shapley.abs().max())
     largest_se = float(torch.nan_to_num(se, nan=0.0).max())
-    if not bool(torch.isfinite(shapley).all()) or largest > scale or largest_se > scale or abs(total - (v_full - v_empty)) > scale:
+    if (
+        not bool(torch.isfinite(shapley).all())
+        or largest > scale
+        or largest_se > scale
+        or abs(total - (v_full - v_empty)) > scale
+    ):
         raise ValueError(
             f"{what}: the sampled Shapley values are not an estimate (largest |value| {largest:.3g}, largest "
             f"standard error {largest_se:.3g}, sum {total:.3g} against v(N) - v(empty) = {v_full - v_empty:.3g}; the "
@@ -149,7 +153,11 @@ def shapiq_shapley(game: HeadGame, estimator: str, budget: int, repeats: int, se
         values = approximator.approximate(budget // repeats, game)
         runs.append([values.values[values.interaction_lookup[(i,)]] for i in range(n)])
     runs = torch.tensor(runs, dtype=torch.float64)
-    se = runs.std(0, unbiased=True) / repeats**0.5 if repeats > 1 else torch.full((n,), float("nan"), dtype=torch.float64)
+    se = (
+        runs.std(0, unbiased=True) / repeats**0.5
+        if repeats > 1
+        else torch.full((n,), float("nan"), dtype=torch.float64)
+    )
     return runs.mean(0), se
 
 

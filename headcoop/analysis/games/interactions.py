@@ -43,17 +43,21 @@ import plotly.graph_objects as go
 import torch
 from jaxtyping import Float
 from torch import Tensor
+
+from headcoop.analysis.engine.inputs import check_choice, parse_heads, require_model
+from headcoop.analysis.games.coalitions import CoalitionGame, all_masks, shapley_weights
+from headcoop.analysis.games.estimators import (
+    HeadGame,
+    check_budget,
+    check_estimate,
+    pair_interactions,
+    shapiq_shapley,
+    top_interactions,
+)  # fmt: skip
+from headcoop.analysis.vocabulary import INTERACTION_ESTIMATORS, AblationHow, InteractionEstimator, head_name
+from headcoop.checks import check_finite, check_float, check_int, check_seed
 from headcoop.display.progress import expect, with_progress
 from headcoop.models.tl import HookedTransformer
-
-from headcoop.analysis.games.coalitions import CoalitionGame, all_masks, shapley_weights
-from headcoop.analysis.vocabulary import INTERACTION_ESTIMATORS, AblationHow, InteractionEstimator, head_name
-from headcoop.analysis.engine.inputs import check_choice, parse_heads, require_model
-from headcoop.analysis.games.estimators import (
-    HeadGame, check_budget, check_estimate, pair_interactions,
-    shapiq_shapley, top_interactions,
-)  # fmt: skip
-from headcoop.checks import check_finite, check_float, check_int, check_seed
 from headcoop.storage.results import Result
 
 
@@ -145,7 +149,9 @@ def exact_shapley(values: Float[Tensor, " coalition"], n: int) -> tuple[Tensor, 
         for i, j in itertools.combinations(range(n), 2):
             base = ids[((ids >> i) & 1 == 0) & ((ids >> j) & 1 == 0)]
             weight = shapley_weights(n, sizes[base], 2)
-            delta = values[base | (1 << i) | (1 << j)] - values[base | (1 << i)] - values[base | (1 << j)] + values[base]
+            delta = (
+                values[base | (1 << i) | (1 << j)] - values[base | (1 << i)] - values[base | (1 << j)] + values[base]
+            )
             inter[i, j] = inter[j, i] = (weight * delta).sum()
     return phi, inter
 
@@ -194,8 +200,7 @@ def _estimator_of(method: str | None, estimator: str) -> str:
 
 MAX_EXACT = 16  # exact Shapley values up to this many heads (2^16 = 65,536 coalitions): the one source of the limit
 
-@with_progress("hc.interactions", cheaper="a smaller budget= (sampled) or fewer heads= is cheaper")
-@torch.no_grad()
+
 def _checked(max_exact, threshold, target_se, max_permutations, estimator, pair_samples, seed, method, budget,
              top_pairs, screen_budget, repeats) -> str:  # fmt: skip
     """hc.interactions' arguments checked by name (the deprecated ones warned about); the estimator chosen."""
@@ -223,6 +228,8 @@ def _checked(max_exact, threshold, target_se, max_permutations, estimator, pair_
     return estimator
 
 
+@with_progress("hc.interactions", cheaper="a smaller budget= (sampled) or fewer heads= is cheaper")
+@torch.no_grad()
 def interactions(
     model: HookedTransformer,
     tokens=None,
@@ -293,8 +300,10 @@ def interactions(
     if not exact:
         check_budget(n, budget if budget is not None else 20_000, repeats)
     if exact and n > 24:
-        raise ValueError(f"estimator='exact' with {n} heads would enumerate {2**n:,} coalitions; use a sampling "
-                         f"estimator (estimator='kernelshap')")
+        raise ValueError(
+            f"estimator='exact' with {n} heads would enumerate {2**n:,} coalitions; use a sampling "
+            f"estimator (estimator='kernelshap')"
+        )
     game = CoalitionGame(model, players, tokens=tokens, metric=metric, how=how, reference=reference, seed=seed,
                          pos=pos)  # fmt: skip
     if exact:
@@ -318,7 +327,9 @@ def interactions(
     else:
         head_game = HeadGame(game)
         shapley, se = shapiq_shapley(head_game, sampler, budget if budget is not None else 20_000, repeats, seed)
-        check_estimate(shapley, se, v_full, v_empty, head_game.span, f"hc.interactions (estimator={sampler!r}, budget={budget})")
+        check_estimate(
+            shapley, se, v_full, v_empty, head_game.span, f"hc.interactions (estimator={sampler!r}, budget={budget})"
+        )
         shapley_cost = head_game.evaluated
         if top_pairs is None or top_pairs >= n * (n - 1) // 2:
             pairs = list(itertools.combinations(range(n), 2))
@@ -337,7 +348,9 @@ def interactions(
         ablation = _ablation_interaction(game, n, pairs)
         shapley_text = (f"Shapley from {shapley_cost:,} coalitions by {sampler}"
                         f" (shapiq, {repeats} runs), max se {float(se.max()):.3g}")  # fmt: skip
-        how_computed = f"sampled: {shapley_text}; {pairs_text}; {head_game.evaluated:,} coalitions in all; {game.method}"
+        how_computed = (
+            f"sampled: {shapley_text}; {pairs_text}; {head_game.evaluated:,} coalitions in all; {game.method}"
+        )
     names = tuple(head_name(lay, h) for lay, h in players)
     tau = threshold * scale
     verdicts = {}

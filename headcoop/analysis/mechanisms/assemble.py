@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+
 import torch
 from torch import Tensor
 
@@ -10,7 +11,13 @@ from headcoop.analysis.mechanisms.axes import attended_sources, effect_interval
 from headcoop.analysis.mechanisms.evidence import additive_by_construction, clean_run, head_dla, prompt_shares
 from headcoop.analysis.mechanisms.repair import composition_share
 from headcoop.analysis.mechanisms.words import (
-    ABSTAIN, CLASSES, Reading, band, model_word, necessity_word, superposition_word,
+    ABSTAIN,
+    CLASSES,
+    Reading,
+    band,
+    model_word,
+    necessity_word,
+    superposition_word,
 )  # fmt: skip
 from headcoop.analysis.mechanisms.writes import Writes
 
@@ -314,8 +321,12 @@ def _pair_word(run: Run, m: int, roles, nec, thr, comp, unseen, lost, cache: dic
             "does" if unseen > 0 else "")  # fmt: skip
     word, reason = necessity_word(a, b, thr, {c: float(e[c][m]) for c in CLASSES}, run.by_construction[m] and not run.binary,
                                   (float(e["own_a"][m]), float(e["own_b"][m])))  # fmt: skip
-    return word, reason + (" (isolated: every other head ablated; the pair matters in the full model on "
-                           f"{float(nec['full']['matters'][m]):.0%} of inputs)" if context == "isolated" else "")
+    return word, reason + (
+        " (isolated: every other head ablated; the pair matters in the full model on "
+        f"{float(nec['full']['matters'][m]):.0%} of inputs)"
+        if context == "isolated"
+        else ""
+    )
 
 
 def read_all(run: Run, by_kind: dict, hows, th, factors) -> dict:
@@ -381,4 +392,18 @@ def held_totals(run: Run, kind: dict) -> dict:
     return out
 
 
-__all__ = ["Run", "clean_evidence", "replacement_blind", "replaced_like_zero", "zeroed_keys", "zeroed_mask", "coalition_blind", "replaced_inputs", "injected_wins", "pair_word", "read_all", "with_partner_roles", "held_totals"]
+__all__ = [
+    "Run",
+    "clean_evidence",
+    "replacement_blind",
+    "replaced_like_zero",
+    "zeroed_keys",
+    "zeroed_mask",
+    "coalition_blind",
+    "replaced_inputs",
+    "injected_wins",
+    "pair_word",
+    "read_all",
+    "with_partner_roles",
+    "held_totals",
+]

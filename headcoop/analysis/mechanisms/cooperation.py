@@ -36,7 +36,12 @@ from headcoop.analysis.games.estimators import HeadGame, top_interactions
 from headcoop.analysis.games.interactions import interactions
 from headcoop.analysis.mechanisms import tables
 from headcoop.analysis.mechanisms.assemble import (
-    clean_evidence, coalition_blind, replaced_inputs, replacement_blind, zeroed_keys, zeroed_mask,
+    clean_evidence,
+    coalition_blind,
+    replaced_inputs,
+    replacement_blind,
+    zeroed_keys,
+    zeroed_mask,
 )  # fmt: skip
 from headcoop.analysis.mechanisms.edits import edit_responses
 from headcoop.analysis.mechanisms.evidence import Evidence, RowMetric, additive_by_construction, per_input, signed
@@ -44,7 +49,11 @@ from headcoop.analysis.mechanisms.references import KINDS, blind, draw_reference
 from headcoop.analysis.mechanisms.repair import backup, composition, head_direct
 from headcoop.analysis.mechanisms.result import Cooperation
 from headcoop.analysis.mechanisms.words import (
-    INPUT_CLASSES, MECHANISMS, ROLES, THRESHOLDS, WORD_SOURCES,
+    INPUT_CLASSES,
+    MECHANISMS,
+    ROLES,
+    THRESHOLDS,
+    WORD_SOURCES,
 )  # fmt: skip
 from headcoop.analysis.mechanisms.writes import check_outputs, superposed_writes
 from headcoop.analysis.vocabulary import METRIC_NAMES, READING_HOWS, MetricName, ReadingHow, head_name
@@ -78,7 +87,9 @@ def parse_thresholds(thresholds, threshold, min_share, band, agree) -> tuple[dic
     check_float("agree", agree, 0.5, 1.0)
     th = dict(THRESHOLDS)
     if thresholds is not None and not isinstance(thresholds, dict):
-        raise TypeError(f"thresholds must be a dict of threshold name -> value (names {list(THRESHOLDS)}), got {thresholds!r}")
+        raise TypeError(
+            f"thresholds must be a dict of threshold name -> value (names {list(THRESHOLDS)}), got {thresholds!r}"
+        )
     for name, value in (thresholds or {}).items():
         if name not in THRESHOLDS:
             raise ValueError(f"unknown threshold {name!r}; valid names are {list(THRESHOLDS)}")
@@ -111,7 +122,9 @@ def planned_runs(k: int, kinds: int, max_exact: int, top_pairs: int | None, line
     pairs = k * (k - 1) // 2
     exact = 2 + 2**k + 1 + k + pairs if k <= max_exact else 0
     read = pairs if k <= max_exact or top_pairs is None else min(pairs, top_pairs)
-    zeroed = 0 if linear else min(k, 2 * read) + 4 * read  # per replacing kind: each head's pairs' coalitions, it zeroed
+    zeroed = (
+        0 if linear else min(k, 2 * read) + 4 * read
+    )  # per replacing kind: each head's pairs' coalitions, it zeroed
     return exact + kinds * (2 + 2 * k + 2 * read) + (kinds - 1) * zeroed
 
 
@@ -141,7 +154,11 @@ def pair_interactions(model, batch, players, names, metric, how, refs, seed, max
                              reference=reference, seed=seed, estimator="exact").interaction  # fmt: skip
         return inter, pairs, ""
     if top_pairs is None:
-        return torch.full((k, k), float("nan")), pairs, f"; Shapley interaction index not computed ({k} heads > max_exact={max_exact})"
+        return (
+            torch.full((k, k), float("nan")),
+            pairs,
+            f"; Shapley interaction index not computed ({k} heads > max_exact={max_exact})",
+        )
     screen = screen_budget if screen_budget is not None else max(2000, 20 * k)
     ranking = CoalitionGame(model, players, tokens=batch, metric=metric, how="zero" if how == "zero" else "mean",
                             seed=seed, reference=reference)  # fmt: skip
@@ -177,7 +194,7 @@ def unseen_heads(model, run, values: dict, tol: float = 0.05) -> list[str | None
     return out
 
 
-def zeroed_runs(model, run, game, values: list, inputs, logits: Tensor, seed: int) -> dict:
+def zeroed_runs(model, run, game, values: list, inputs, logits: torch.Tensor, seed: int) -> dict:
     """{(head i, key): metric [draw, batch]} of the coalitions `zeroed_keys` names, head i zeroed and every
     other absent head given this ablation's replacement (values: per draw {player: [batch, pos, d_head]}):
     what the replacement of head i is compared with inside its pairs' 2 x 2 games (`coalition_blind`).
@@ -230,8 +247,17 @@ def ablation_readings(model, run, hows, task, reference, draws, seed, th) -> dic
             ev = Evidence(per_input(run.metric, lg, run.answer, run.wrong), signed(run.metric, lg, run.answer, run.wrong),
                           per_input_metric("logit_diff", lg, run.answer, run.fixed_wrong), run.k, run.pairs, run.binary)  # fmt: skip
             unseen = [None] * run.k if h == "zero" else unseen_heads(model, run, values[d])
-            injected = None if h != "resample" else (answers[d], {
-                p: pushes_up(head_direct(model, values[d][p], p, run.rows, run.pos.cpu(), None)) for p in run.players})
+            injected = (
+                None
+                if h != "resample"
+                else (
+                    answers[d],
+                    {
+                        p: pushes_up(head_direct(model, values[d][p], p, run.rows, run.pos.cpu(), None))
+                        for p in run.players
+                    },
+                )
+            )
             draws_ev.append((ev, unseen, injected, lg))
         blind_pairs = None
         if h != "zero":  # judged over every draw of the kind: one draw's replacement is a sample of it
@@ -320,7 +346,9 @@ def cooperation(
         raise ValueError(f"cooperation reads every pair of up to {ALL_PAIRS_UP_TO} heads; {k} given: pass heads= "
                          f"(the heads to compare) or top_pairs= (the strongest pairs by interaction)")  # fmt: skip
     names = tuple(head_name(*p) for p in players)
-    expect(planned_runs(k, len(hows) + ("zero" not in hows), max_exact, top_pairs, linear_applies(model, "logit_diff")))  # the bar's total, known before any run: it never grows
+    expect(
+        planned_runs(k, len(hows) + ("zero" not in hows), max_exact, top_pairs, linear_applies(model, "logit_diff"))
+    )  # the bar's total, known before any run: it never grows
     primary = "mean" if "mean" in hows else hows[0]
     refs = None if primary == "zero" else draw_references(task, reference, 1, seed)
     reading = metric if isinstance(metric, str) else \

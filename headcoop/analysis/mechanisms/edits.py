@@ -17,7 +17,7 @@ logits: its direct push (DLA, the final norm's scale frozen) and, for heads late
 from __future__ import annotations
 
 import torch
-from jaxtyping import Float, Int
+from jaxtyping import Int
 from torch import Tensor
 
 from headcoop.analysis.mechanisms.axes import response_features, same_computation, same_function
@@ -160,7 +160,9 @@ def reading_words(measures: dict, later: list[bool], k: int, floor: float, same:
     floor and the tolerance each at each factor (one at a time, as the pair words' band). A reading with fewer
     than 2 deciding heads gives "not measurable"."""
     out = {}
-    readings = [("", 1.0, 1.0)] + [(f"floor x{f:g}", f, 1.0) for f in factors] + [(f"same x{f:g}", 1.0, f) for f in factors]
+    readings = (
+        [("", 1.0, 1.0)] + [(f"floor x{f:g}", f, 1.0) for f in factors] + [(f"same x{f:g}", 1.0, f) for f in factors]
+    )
     for label, ff, tf in readings:
         at = {m: same_function(resp.flatten(1), floor * ff) for m, (_, resp) in measures.items()}
         idx = deciders(at, later, k).nonzero().flatten()
@@ -207,8 +209,15 @@ def function_table(found: dict, names, vocab, floor: float, same: float, factors
                    measures=list(measures))  # fmt: skip
     if len(idx) < 2:
         active = {m: int(a["active"].sum()) for m, a in axes.items()}
-        return table, "not measurable", (f"fewer than 2 heads respond to the edits on every measure that applies "
-                                         f"to them ({', '.join(f'{m}: {c} of {k}' for m, c in active.items())})"), numbers
+        return (
+            table,
+            "not measurable",
+            (
+                f"fewer than 2 heads respond to the edits on every measure that applies "
+                f"to them ({', '.join(f'{m}: {c} of {k}' for m, c in active.items())})"
+            ),
+            numbers,
+        )
     parts = []
     for m, (orig, resp) in measures.items():
         sub = same_function(resp[idx].flatten(1), 0.0)

@@ -249,14 +249,14 @@ class Evidence:
 
     def necessity(self, th: dict) -> dict:
         """Per context ("full", "isolated"): shares per pair [pair] of the 2 x 2 classes among the inputs
-        where the pair matters (less the inputs `replaced_inputs` marks: `unseen`, their share), those inputs
-    [pair, batch], and per head of the pair (a, b) the share of them
-        where it changes the metric (with its partner present or removed: `moves_a`, `moves_b`; removed with its
-        partner present, its own removal: `own_a`, `own_b`) and whether
-        it changes the metric at all (`effect_a`, `effect_b` [pair]: a significant mean effect, either way,
-        with its partner present or removed; accuracy also on its margin); and
-        `use_full` [pair]: the full model where the pair matters there on at least min_share of inputs.
-        Computed once per (role, cutoff, min_share): the other thresholds do not enter it."""
+            where the pair matters (less the inputs `replaced_inputs` marks: `unseen`, their share), those inputs
+        [pair, batch], and per head of the pair (a, b) the share of them
+            where it changes the metric (with its partner present or removed: `moves_a`, `moves_b`; removed with its
+            partner present, its own removal: `own_a`, `own_b`) and whether
+            it changes the metric at all (`effect_a`, `effect_b` [pair]: a significant mean effect, either way,
+            with its partner present or removed; accuracy also on its margin); and
+            `use_full` [pair]: the full model where the pair matters there on at least min_share of inputs.
+            Computed once per (role, cutoff, min_share): the other thresholds do not enter it."""
         key = (th["role"], th["cutoff"], th["min_share"])
         if key not in self._necessity:
             self._necessity[key] = self._necessity_of(th)
@@ -294,7 +294,9 @@ class Evidence:
         key = (context, None if self.binary else tau, cutoff)
         if key in self._fixed:
             return self._fixed[key]
-        f, l, fs = (self.full, self.full_ld, self.full_s) if context == "full" else (self.isol, self.isol_ld, self.isol_s)
+        f, l, fs = (
+            (self.full, self.full_ld, self.full_s) if context == "full" else (self.isol, self.isol_ld, self.isol_s)
+        )
         matters, classes = necessity_classes(*f, self.binary, tau, cutoff)
         unseen = torch.zeros(len(self.pairs))
         if self.replaced_inputs is not None:  # inputs where a replacement does what its head does: no evidence

@@ -42,7 +42,9 @@ def head_direct(model, z: Tensor, head: tuple[int, int], rows, pos, scale: Tenso
     d_head], through the final norm with its scale held at `scale` ([batch, 1])."""
     from headcoop.analysis.engine.norms import frozen_norm
 
-    out = (z[rows, pos.to(z.device)].to(model.W_U.device, model.W_U.dtype) @ model.blocks[head[0]].attn.W_O[head[1]]).cpu()
+    out = (
+        z[rows, pos.to(z.device)].to(model.W_U.device, model.W_U.dtype) @ model.blocks[head[0]].attn.W_O[head[1]]
+    ).cpu()
     ln = getattr(model, "ln_final", None)
     out = frozen_norm(ln, out, scale, bias=False) if scale is not None else out
     return (out @ model.W_U.cpu()).double()
@@ -167,7 +169,10 @@ def backup(model, tokens, pos, players, names, cross, repl_first, how, answer, s
             held[players[l]] = clean[zname][:, :, head]
             held_logits, _ = run_with(model, tokens, pos, held)
             ok_held = per_input("accuracy", held_logits, answer, None) > 0.5
-            held_values[(e, l)] = (per_input(metric, held_logits, answer, wrong), signed(metric, held_logits, answer, wrong))
+            held_values[(e, l)] = (
+                per_input(metric, held_logits, answer, wrong),
+                signed(metric, held_logits, answer, wrong),
+            )
             lost = ok_clean & ~ok_held
             restored = float((lost & ok_free).sum()) / max(int(lost.sum()), 1)
             share = own / float(direct[e]) if float(direct[e]) > 1e-9 else float("nan")
@@ -180,4 +185,14 @@ def backup(model, tokens, pos, players, names, cross, repl_first, how, answer, s
                             backs_up=bool(backs)))  # fmt: skip
     return out, comp, held_values
 
-__all__ = ["BACKUP_COLUMNS", "run_with", "head_direct", "composition", "redundant_readers", "composition_share", "share_or_nan", "backup"]
+
+__all__ = [
+    "BACKUP_COLUMNS",
+    "run_with",
+    "head_direct",
+    "composition",
+    "redundant_readers",
+    "composition_share",
+    "share_or_nan",
+    "backup",
+]

@@ -80,7 +80,9 @@ class Cooperation(Result):
         pair's 2 x 2 game: not_needed, or, and, a_only, b_only, shared, other) and superposed (both heads
         write to several consistent completions and push up only the answer together)."""
         n_pairs, n_inputs = self.input_class.shape
-        pairs = self.pairs.loc[self.pairs.index.repeat(n_inputs), ["head_a", "head_b", "context"]].reset_index(drop=True)
+        pairs = self.pairs.loc[self.pairs.index.repeat(n_inputs), ["head_a", "head_b", "context"]].reset_index(
+            drop=True
+        )
         pairs.insert(2, "input", torch.arange(n_inputs).repeat(n_pairs).numpy())
         pairs["class"] = pd.Categorical.from_codes(self.input_class.flatten().long().numpy(), INPUT_CLASSES)
         pairs["superposed"] = self.input_superposed.flatten().numpy()
@@ -113,7 +115,18 @@ class Cooperation(Result):
             z[i][j] = z[j][i] = code[row.mechanism]
             text[i][j] = text[j][i] = (f"{row.head_a} & {row.head_b}: {row.mechanism} "
                                        f"({row.agreement:.0%} of readings; {row.reason})")  # fmt: skip
-        colours = ["#e45756", "#4c78a8", "#72b7b2", "#b279a2", "#ff9da6", "#f58518", "#54a24b", "#9d755d", "#eeeeee", "#bab0ac"]
+        colours = [
+            "#e45756",
+            "#4c78a8",
+            "#72b7b2",
+            "#b279a2",
+            "#ff9da6",
+            "#f58518",
+            "#54a24b",
+            "#9d755d",
+            "#eeeeee",
+            "#bab0ac",
+        ]
         scale = []
         for k, colour in enumerate(colours):
             scale += [(k / len(colours), colour), ((k + 1) / len(colours), colour)]

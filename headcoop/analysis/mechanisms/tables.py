@@ -14,7 +14,15 @@ from headcoop.analysis.mechanisms.edits import function_table
 from headcoop.analysis.mechanisms.evidence import same_computation_axis
 from headcoop.analysis.mechanisms.repair import BACKUP_COLUMNS, redundant_readers, share_or_nan
 from headcoop.analysis.mechanisms.result import Cooperation
-from headcoop.analysis.mechanisms.words import ABSTAIN, CLASSES, INPUT_CLASSES, MECHANISMS, by_ablation, knife_edges, stand
+from headcoop.analysis.mechanisms.words import (
+    ABSTAIN,
+    CLASSES,
+    INPUT_CLASSES,
+    MECHANISMS,
+    by_ablation,
+    knife_edges,
+    stand,
+)
 
 
 def pair_table(run: Run, r: dict, by_kind: dict, primary: str, th: dict, agree: float, inter) -> tuple:
@@ -90,7 +98,7 @@ def head_table(run: Run, r: dict, by_kind: dict, primary: str, agree: float, fra
     table = pd.DataFrame(rows).set_index("head")
     backers = {name: [] for name in run.names}
     repair = by_kind[primary]["backup"]
-    for row in (repair[0] if repair else []):
+    for row in repair[0] if repair else []:
         if row["backs_up"]:
             backers[row["backup"]].append(row["of"])
     table["backs_up"] = [", ".join(backers[name]) for name in run.names]
@@ -179,12 +187,21 @@ def summary_line(run: Run, frame: pd.DataFrame, heads: pd.DataFrame, by_kind: di
     """What the heads do, first: the same function or not (by counterfactual edits), the pushes on the task's
     inputs beside it, whether any pair matters in the full model (with the margins), how many heads answer
     alone under each ablation, the model's word."""
-    parts = [f"Same function (counterfactual edits): {function[0]}: {function[1]}.",
-             f"On the task's inputs alone: {same[0]}: {same[1]}."]
-    margin = (run.logits_clean[run.rows, run.answer] - run.logits_clean.scatter(-1, run.answer[:, None], float("-inf")).max(-1).values)
+    parts = [
+        f"Same function (counterfactual edits): {function[0]}: {function[1]}.",
+        f"On the task's inputs alone: {same[0]}: {same[1]}.",
+    ]
+    margin = (
+        run.logits_clean[run.rows, run.answer]
+        - run.logits_clean.scatter(-1, run.answer[:, None], float("-inf")).max(-1).values
+    )
     quiet = [h for h in by_kind if float(frame[f"full_matters_{h}"].max()) < th["min_share"]]
     if quiet:
-        loud = [f"{h} ({int((frame[f'full_matters_{h}'] >= th['min_share']).sum())} pairs)" for h in by_kind if h not in quiet]
+        loud = [
+            f"{h} ({int((frame[f'full_matters_{h}'] >= th['min_share']).sum())} pairs)"
+            for h in by_kind
+            if h not in quiet
+        ]
         parts.append(f"No pair matters in the full model under {' and '.join(quiet)} ablation (at most "
                      f"{max(float(frame[f'full_matters_{h}'].max()) for h in quiet):.1%} of inputs; the answer's margin "
                      f"is >= {float(margin.min()):.3g} logits, mean {float(margin.mean()):.3g})"
@@ -231,7 +248,8 @@ def result(model, run: Run, by_kind: dict, hows, primary: str, th: dict, factors
     backup_rows = [row for k in by_kind.values() if k["backup"] for row in k["backup"][0]]
     compensation = by_kind[primary]["backup"][1] if by_kind[primary]["backup"] else torch.zeros(run.k, run.k)
     function, function_word, function_sentence, function_numbers = function_table(
-        edits, run.names, run.batch.vocab, th["floor"], th["same"], factors)
+        edits, run.names, run.batch.vocab, th["floor"], th["same"], factors
+    )
     summary = summary_line(run, frame, heads, by_kind, (same_word, same_sentence), (function_word, function_sentence),
                            overall, share, th)  # fmt: skip
     return Cooperation(heads=run.names, pairs=frame, head_table=heads, backup=pd.DataFrame(backup_rows, columns=BACKUP_COLUMNS),

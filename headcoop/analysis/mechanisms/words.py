@@ -52,28 +52,27 @@ THRESHOLDS = {"role": 0.1, "min_share": 0.1, "majority": 0.5, "division": 0.2, "
               "floor": 0.1, "same": 0.1, "own": 0.25, "mixture": 0.75}  # fmt: skip
 THRESHOLD_MEANINGS = {  # what each threshold decides (the pages print these: definitions.py)
     "role": "a head supports (competes) where its mean total effect, else its isolated effect, exceeds this "
-            "fraction of its fair share (1/k of the summed effect sizes of the k heads) with a 95% interval "
-            "that excludes 0",
+    "fraction of its fair share (1/k of the summed effect sizes of the k heads) with a 95% interval "
+    "that excludes 0",
     "min_share": "a pair is read in the full model where it matters on at least this share of inputs, else with "
-                 "every other head ablated; each head of a superposed pair must change the metric on this share",
-    "majority": "the share of the inputs where the pair matters that a class (OR, AND, a part of superposition) "
-                "needs",
+    "every other head ablated; each head of a superposed pair must change the metric on this share",
+    "majority": "the share of the inputs where the pair matters that a class (OR, AND, a part of superposition) needs",
     "division": "for division, each head alone must answer at least this share",
     "cutoff": "on a continuous metric, a head's share of the pair's effect at least 1 - cutoff is all of it, at "
-              "most cutoff none of it",
+    "most cutoff none of it",
     "composition": "the share of the earlier head's total effect that must run through the later head's inputs",
     "floor": "a head writes to a completion where its direct logit contribution exceeds this fraction of its "
-             "largest; a head is active on the same-computation axis where its push varies at least this "
-             "fraction of the most varying head's",
+    "largest; a head is active on the same-computation axis where its push varies at least this "
+    "fraction of the most varying head's",
     "same": "same computation where the active heads' pushes correlate at r >= 1 - same pairwise and 1 - same "
-            "of their variance lies on one direction; the same function where their responses to counterfactual "
-            "edits are proportional at |cos| >= 1 - same and 1 - same of the response lies on one direction",
+    "of their variance lies on one direction; the same function where their responses to counterfactual "
+    "edits are proportional at |cos| >= 1 - same and 1 - same of the response lies on one direction",
     "mixture": "a necessity word (redundant, division, conjunction) needs this share of the inputs where the pair "
-               "matters; below it, a mixture with its shares where a second one holds on at least 1 - mixture of "
-               "them, else undetermined",
+    "matters; below it, a mixture with its shares where a second one holds on at least 1 - mixture of "
+    "them, else undetermined",
     "own": "superposition and conjunction need each head's own removal (its partner present) to change the metric "
-           "on at least this share of the inputs where the pair matters (a pair where one head does the work is "
-           "not a pair mechanism)",
+    "on at least this share of the inputs where the pair matters (a pair where one head does the work is "
+    "not a pair mechanism)",
 }
 # the readings of "writes to" besides the default (above `floor` of the head's largest write), and the
 # universal reading of "only ... on the correct token"
@@ -81,42 +80,42 @@ WRITE_READINGS_FAMILY = ("positive", "centered")
 
 WORD_SOURCES = {  # text in double quotes is verbatim from ../shared/seeds (tests/analysis/mechanisms/test_cooperation.py checks it)
     "superposition": 'The SkipPair post defines it: "the information copied from an attended-to token depends on the '
-                     'information at source tokens to which it is not attending"; and: "In contexts where both heads '
-                     'write to multiple outputs, they will only constructively interfere on the correct token."; '
-                     '"they distribute important source tokens between them, and constructively interfere to produce '
-                     'the correct answer".',
-    "redundant": 'Either head alone gives the answer where the pair matters (OR), measured in the full model '
-                 'where any pair matters there. One reading of the Count01 paper\'s "whether the attention heads '
-                 'behave as a pseudo-ensemble, all solving the same subtask"; the direct reading is the model-level '
-                 "'same computation' axis.",
+    'information at source tokens to which it is not attending"; and: "In contexts where both heads '
+    'write to multiple outputs, they will only constructively interfere on the correct token."; '
+    '"they distribute important source tokens between them, and constructively interfere to produce '
+    'the correct answer".',
+    "redundant": "Either head alone gives the answer where the pair matters (OR), measured in the full model "
+    "where any pair matters there. One reading of the Count01 paper's \"whether the attention heads "
+    'behave as a pseudo-ensemble, all solving the same subtask"; the direct reading is the model-level '
+    "'same computation' axis.",
     "division": "Our word, no source defines it: each input is answered by one head alone, different heads for "
-                "different inputs (i-only and j-only). It is read input by input; the Count01 paper's alternative "
-                "is read over the task (\"they can only solve the original task in conjunction\"), and a division "
-                "can meet it there: in the bench's count-subtasks pair each head alone answers about half of the "
-                "inputs (49% / 51%), no more than a constant answer does (51%), so over the task neither solves it "
-                "alone, while on every input one of them does.",
-    "conjunction": 'Both heads are needed on most inputs where the pair matters (AND on the user\'s metric): the '
-                   'Count01 paper\'s alternative, "they perform different subtasks, meaning that they can only solve '
-                   'the original task in conjunction".',
+    "different inputs (i-only and j-only). It is read input by input; the Count01 paper's alternative "
+    'is read over the task ("they can only solve the original task in conjunction"), and a division '
+    "can meet it there: in the bench's count-subtasks pair each head alone answers about half of the "
+    "inputs (49% / 51%), no more than a constant answer does (51%), so over the task neither solves it "
+    "alone, while on every input one of them does.",
+    "conjunction": "Both heads are needed on most inputs where the pair matters (AND on the user's metric): the "
+    "Count01 paper's alternative, \"they perform different subtasks, meaning that they can only solve "
+    'the original task in conjunction".',
     "composition": "Elhage et al. 2021 (A Mathematical Framework for Transformer Circuits): a later head reads an "
-                   "earlier head's output through its query, key or value (Q-, K- and V-composition), as a "
-                   "previous-token head feeds an induction head.",
-    "competition": 'One head\'s total effect on the metric supports the answer, the other\'s opposes it: the Count01 '
-                   'paper\'s title asks "Do Attention Heads Compete or Cooperate during Counting?" and defines neither.',
+    "earlier head's output through its query, key or value (Q-, K- and V-composition), as a "
+    "previous-token head feeds an induction head.",
+    "competition": "One head's total effect on the metric supports the answer, the other's opposes it: the Count01 "
+    'paper\'s title asks "Do Attention Heads Compete or Cooperate during Counting?" and defines neither.',
     "mixture": "Our word, no source defines it: no necessity word holds on at least `mixture` of the inputs where "
-               "the pair matters, and two hold on substantial shares, each stated (e.g. either alone on 57%, both "
-               "needed on 43%).",
+    "the pair matters, and two hold on substantial shares, each stated (e.g. either alone on 57%, both "
+    "needed on 43%).",
     "not testable": "The metric is continuous and additive over the two heads by construction (logits linear in "
-                    "their outputs), so either-alone and both-needed cannot occur on it: which head is needed "
-                    "cannot be measured.",
+    "their outputs), so either-alone and both-needed cannot occur on it: which head is needed "
+    "cannot be measured.",
     "inactive": "A head of the pair changes the metric neither with its partner present nor with it removed.",
     "undetermined": "The axes conflict, or the readings disagree (flips_under names where).",
     "same computation": 'The Count01 paper: "whether the attention heads behave as a pseudo-ensemble, all solving the '
-                        'same subtask, or they perform different subtasks"; measured without ablation: the '
-                        "heads' per-input pushes correlate, lie on one direction, and weigh each class alike.",
+    'same subtask, or they perform different subtasks"; measured without ablation: the '
+    "heads' per-input pushes correlate, lie on one direction, and weigh each class alike.",
     "backs up": "McGrath et al. 2023 (The Hydra Effect): later heads compensate when an earlier one is ablated; "
-                "Rushing & Nanda 2024 (self-repair): part of that compensation is the final LayerNorm's rescaling, "
-                "which is split off here.",
+    "Rushing & Nanda 2024 (self-repair): part of that compensation is the final LayerNorm's rescaling, "
+    "which is split off here.",
 }
 
 
@@ -167,7 +166,8 @@ def superposition_word(a: str, b: str, th: dict, sp: dict) -> tuple[str, str] | 
         (min(sp["shown_a"], sp["shown_b"]) >= th["min_share"] and min(sp["cond_a"], sp["cond_b"]) >= th["majority"]),
         sp["multi"] >= th["majority"] and sp["only"] >= only_needed,
         sp["distributed"] >= th["majority"],
-        min(sp["moves_a"], sp["moves_b"]) >= th["min_share"] and min(sp.get("own_a", 1.0), sp.get("own_b", 1.0)) >= th["own"],
+        min(sp["moves_a"], sp["moves_b"]) >= th["min_share"]
+        and min(sp.get("own_a", 1.0), sp.get("own_b", 1.0)) >= th["own"],
     ]
     if not all(parts):
         return None
@@ -223,7 +223,9 @@ def by_ablation(words: list[str], readings: list[Reading], reasons: list[str] | 
         mine = [(w, why) for w, r, why in zip(words, readings, reasons) if r.how == how]
         seen = [w for w, _ in mine if w != ABSTAIN]
         blind = [why for w, why in mine if w == ABSTAIN]
-        note = (f"cannot see: {blind_reason(blind)}" if any(blind) else "cannot see it") + f" ({len(blind)} of {len(mine)} readings)"
+        note = (
+            f"cannot see: {blind_reason(blind)}" if any(blind) else "cannot see it"
+        ) + f" ({len(blind)} of {len(mine)} readings)"
         if not seen:
             parts.append(f"{how}: {note}")
             continue

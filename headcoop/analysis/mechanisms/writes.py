@@ -11,7 +11,12 @@ from torch import Tensor
 
 from headcoop.analysis.engine.inputs import check_choice
 from headcoop.analysis.mechanisms.axes import (
-    conditional_rank, conditional_writes, consistent_outputs, containing_outputs, superposed, write_sets,
+    conditional_rank,
+    conditional_writes,
+    consistent_outputs,
+    containing_outputs,
+    superposed,
+    write_sets,
 )  # fmt: skip
 from headcoop.analysis.vocabulary import WRITE_READINGS, WriteReading
 from headcoop.checks import check_int
@@ -19,7 +24,13 @@ from headcoop.checks import check_int
 
 def check_outputs(outputs, d_vocab: int) -> Tensor:
     """The completions the writes are read over, as token ids [output]; ValueError naming a bad one."""
-    values = outputs.tolist() if isinstance(outputs, Tensor) else list(outputs) if isinstance(outputs, (list, tuple)) else None
+    values = (
+        outputs.tolist()
+        if isinstance(outputs, Tensor)
+        else list(outputs)
+        if isinstance(outputs, (list, tuple))
+        else None
+    )
     if not values:
         raise ValueError(f"outputs must be a non-empty list of token ids, got {outputs!r}")
     ids = [check_int(f"outputs[{i}]", v, 0, d_vocab - 1) for i, v in enumerate(values)]

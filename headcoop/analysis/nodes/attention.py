@@ -1,18 +1,18 @@
 """Attention patterns for circuitsvis: run the model, hand plain data to `headcoop.display.views`.
 
-    view = hc.attention(model, batch[:2])   # an offline circuitsvis view; Jupyter renders it
+view = hc.attention(model, batch[:2])   # an offline circuitsvis view; Jupyter renders it
 """
 
 from __future__ import annotations
 
 import torch
-from headcoop.models.tl import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
 from headcoop.analysis.engine.inputs import as_tokens, layers_of, require_task, token_labels
 from headcoop.analysis.vocabulary import head_name
-from headcoop.tasks.base import Batch
 from headcoop.display.views import AttentionView, attention_view
+from headcoop.models.tl import HookedTransformer
+from headcoop.tasks.base import Batch
 
 
 @torch.no_grad()

@@ -49,22 +49,31 @@ import numpy as np
 import pandas as pd
 import torch
 from torch import Tensor
-from headcoop.display.progress import advance, with_progress
-from headcoop.models.tl import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
-from headcoop.analysis.engine.inputs import check_choice, model_device
 from headcoop.analysis.engine.copies import chunks, clean_corrupt, gradient_part_size, hooks_in_the_way
-from headcoop.analysis.engine.kernels import scores_of, softmax_keys
 from headcoop.analysis.engine.grid import PatchGrid, kv_heads, normalized, pos_labels, select_cells
-from headcoop.analysis.nodes.patching import sweep
+from headcoop.analysis.engine.inputs import check_choice, model_device
+from headcoop.analysis.engine.kernels import scores_of, softmax_keys
 from headcoop.analysis.engine.verification import miss_bound, pick, wide_bound
+from headcoop.analysis.nodes.patching import sweep
 from headcoop.analysis.vocabulary import (
-    ATTRIBUTION_METHODS, COMPONENTS, DIRECTIONS, POSITIONS, RESID_COMPONENTS, AttributionMethod, Component,
-    Direction, Positions, head_name, layer_name,
+    ATTRIBUTION_METHODS,
+    COMPONENTS,
+    DIRECTIONS,
+    POSITIONS,
+    RESID_COMPONENTS,
+    AttributionMethod,
+    Component,
+    Direction,
+    Positions,
+    head_name,
+    layer_name,
 )  # fmt: skip
 from headcoop.checks import check_bool, check_finite, check_int, check_memory_budget, check_steps
+from headcoop.display.progress import advance, with_progress
 from headcoop.models.bridge import require_model
+from headcoop.models.tl import HookedTransformer
 from headcoop.storage.results import Result
 
 
@@ -131,7 +140,10 @@ class AttributionResult(Result):
     def correlation(self) -> dict[str, float]:
         """Pearson and Spearman correlation of estimated and exact effects over the verified cells."""
         mask = self.verified.reshape(-1)
-        est, ex = self.effect.reshape(-1)[mask].double().numpy(), (self.exact.reshape(-1)[mask] - self.target_value).double().numpy()
+        est, ex = (
+            self.effect.reshape(-1)[mask].double().numpy(),
+            (self.exact.reshape(-1)[mask] - self.target_value).double().numpy(),
+        )
         if len(est) < 3 or est.std() == 0 or ex.std() == 0:
             return {"pearson": float("nan"), "spearman": float("nan"), "cells": int(len(est))}
         rank = lambda x: pd.Series(x).rank().to_numpy()  # noqa: E731
@@ -155,14 +167,18 @@ class AttributionResult(Result):
             raise ValueError(f"compare: {int((~torch.isfinite(values)).sum())} of the {values.numel()} exact values are "
                              "NaN or inf; correlations and recall over them mean nothing")  # fmt: skip
         if tuple(values.shape) != tuple(self.values.shape):
-            raise ValueError(f"exact values of shape {tuple(values.shape)} do not match this result's {tuple(self.values.shape)}")
+            raise ValueError(
+                f"exact values of shape {tuple(values.shape)} do not match this result's {tuple(self.values.shape)}"
+            )
         est = self.effect.reshape(-1).double()
-        ex = (values.reshape(-1).double().cpu() - self.target_value)
+        ex = values.reshape(-1).double().cpu() - self.target_value
         k = min(k, est.numel())
         truth = set(ex.abs().topk(k).indices.tolist())
         ours = set(self.score.reshape(-1).topk(k).indices.tolist())
         recall = len(truth & ours) / k if _top_k_determined(ex.abs(), k) else float("nan")
-        corr = lambda a, b: float(torch.corrcoef(torch.stack([a, b]))[0, 1]) if a.std() > 0 and b.std() > 0 else float("nan")  # noqa: E731
+        corr = lambda a, b: (  # noqa: E731
+            float(torch.corrcoef(torch.stack([a, b]))[0, 1]) if a.std() > 0 and b.std() > 0 else float("nan")
+        )
         rank = lambda x: x.argsort().argsort().double()  # noqa: E731
         return {"pearson": corr(est, ex), "spearman": corr(rank(est), rank(ex)), f"recall@{k}": recall,
                 "missed": sorted(truth - ours) if recall == recall else []}  # fmt: skip
@@ -269,10 +285,13 @@ def _run(model, tokens, names: list[str], start=None, graddrop: dict | None = No
 
     hooks = [("blocks.0.hook_resid_pre", begin)] + [(n, keep) for n in names]
     if graddrop is not None:
+
         def gate(layer):
             def fn(act, hook):  # a new tensor downstream: the kept activation's own gradient passes the gate
                 return _Gate.apply(act, graddrop, layer) if act.requires_grad else act
+
             return fn
+
         for lay in range(model.cfg.n_layers):
             hooks.append((f"blocks.{lay}.hook_attn_out", gate(lay)))
             if not model.cfg.attn_only and model.cfg.d_mlp:
@@ -381,8 +400,11 @@ class _Sweep:
     dropping: bool
 
     def fix_applies(self, act_of: dict) -> bool:
-        return self.qk_fix and _qk_fix_applies(self.model, self.layers, {
-            lay: {x: act_of[f"blocks.{lay}.attn.hook_{x}"] for x in ("q", "k", "pattern")} for lay in self.layers})
+        return self.qk_fix and _qk_fix_applies(
+            self.model,
+            self.layers,
+            {lay: {x: act_of[f"blocks.{lay}.attn.hook_{x}"] for x in ("q", "k", "pattern")} for lay in self.layers},
+        )
 
     def estimates(self, grads: list, act_of: dict, src: dict) -> Tensor:
         """[layer, ...] the estimate of every cell from the gradients at `all_names` (then freed: a GradDrop
@@ -395,7 +417,9 @@ class _Sweep:
                 per = _qk_fixed(self.model, lay, self.component, self.positions, a, s,
                                 grad_map[f"blocks.{lay}.attn.hook_pattern"])  # fmt: skip
             else:
-                per = _per_cell(self.component, self.positions, ((src[name] - act_of[name]).double() * grad_map[name].double()))
+                per = _per_cell(
+                    self.component, self.positions, ((src[name] - act_of[name]).double() * grad_map[name].double())
+                )
             per_layer.append(per)
         return torch.stack(per_layer)
 
@@ -416,7 +440,12 @@ class _Sweep:
                 with torch.no_grad():
                     logits, acts = _run(model, tokens, names)
                 act_of = dict(zip(names, [a.detach() for a in acts]))
-                return self.estimates([g / self.steps for g in grads], act_of, src), [], float(score.one(logits)), act_of
+                return (
+                    self.estimates([g / self.steps for g in grads], act_of, src),
+                    [],
+                    float(score.one(logits)),
+                    act_of,
+                )
             state = {"layer": None}
             logits, acts = _run(model, tokens, names, graddrop=state if self.dropping else None)
             value = score.one(logits)
@@ -483,11 +512,13 @@ def attribute(
     check_bool("graddrop", graddrop)
     layers, heads = select_cells(model, component, head, layer)
     clean_tokens, corrupt_tokens, score_fn = clean_corrupt(model, clean, corrupt, metric)
-    source_tokens, target_tokens = (clean_tokens, corrupt_tokens) if direction == "denoise" else (corrupt_tokens, clean_tokens)
+    source_tokens, target_tokens = (
+        (clean_tokens, corrupt_tokens) if direction == "denoise" else (corrupt_tokens, clean_tokens)
+    )
     n_layers = model.cfg.n_layers
     names = [get_act_name(component, lay) for lay in layers]
     qk_fix = method == "atp*" and component in ("q", "k")
-    fix_names = ([f"blocks.{lay}.attn.hook_{x}" for lay in layers for x in ("q", "k", "pattern")] if qk_fix else [])
+    fix_names = [f"blocks.{lay}.attn.hook_{x}" for lay in layers for x in ("q", "k", "pattern")] if qk_fix else []
     all_names = list(dict.fromkeys(names + fix_names))
     assumptions: list[str] = []
     cost = {"estimate": 0.0}
@@ -502,8 +533,15 @@ def attribute(
     dropping = method == "atp*" and graddrop and n_layers > 1
     sweep = _Sweep(model, method, component, positions, layers, names, all_names, qk_fix, steps, dropping)
     n = len(target_tokens)  # in parts within memory_budget_mb where the metric is a mean over inputs
-    size = gradient_part_size(model, score_fn, n, target_tokens.shape[1], memory_budget_mb, "hc.attribute",
-                              hooked=bool(hooks_in_the_way(model)))
+    size = gradient_part_size(
+        model,
+        score_fn,
+        n,
+        target_tokens.shape[1],
+        memory_budget_mb,
+        "hc.attribute",
+        hooked=bool(hooks_in_the_way(model)),
+    )
     src_resid = None
     if method == "ig":
         with torch.no_grad():
@@ -519,27 +557,17 @@ def attribute(
         dropped = [share * d for d in drops] if not dropped else [a + share * d for a, d in zip(dropped, drops)]
     cost["estimate"] += 3 * steps + 1 if method == "ig" else 3 + 2 * n_layers * dropping
     cost["parts"] = -(-n // size)
-    assumptions += _assumptions(method, steps, n_layers, dropping, graddrop, qk_fix and sweep.fix_applies(act_of), qk_fix)
+    assumptions += _assumptions(
+        method, steps, n_layers, dropping, graddrop, qk_fix and sweep.fix_applies(act_of), qk_fix
+    )
 
     grid = PatchGrid.build(component, positions, layers, heads, clean_tokens.shape[1], model_device(model))
-    if heads and component not in RESID_COMPONENTS:
-        estimate = estimate[..., heads]
-    estimate = estimate.reshape(grid.shape).float().cpu()
-    if method == "atp*" and dropped:
-        if heads and component not in RESID_COMPONENTS:
-            dropped = [d[..., heads] for d in dropped]
-        graddrop_score = (sum(d.abs() for d in dropped) / (n_layers - 1)).reshape(grid.shape).float().cpu()
-        score = torch.maximum(graddrop_score, estimate.abs())  # GradDrop only raises a node (module docstring)
-    else:
-        score = estimate.abs()
-    bad = int((~torch.isfinite(estimate)).sum() + (~torch.isfinite(score)).sum())
-    if bad or not math.isfinite(source_value):
-        raise ValueError(
-            f"hc.attribute: {bad} estimates or scores are NaN or inf (source metric {source_value}); the model's "
-            "logits or gradients overflow in float32 (check the weights' scale), so no cell can be ranked"
-        )
+    estimate, score = _scored(estimate, dropped, grid, heads if component not in RESID_COMPONENTS else None,
+                              method, n_layers, source_value)  # fmt: skip
     values = estimate + target_value
-    clean_value, corrupt_value = (source_value, target_value) if direction == "denoise" else (target_value, source_value)
+    clean_value, corrupt_value = (
+        (source_value, target_value) if direction == "denoise" else (target_value, source_value)
+    )
     cost["estimate_s"] = time.perf_counter() - started
     started = time.perf_counter()
     exact, top, sampled, missed, exact_method = _verify(model, component, grid, clean_tokens, corrupt_tokens, score_fn,
@@ -556,6 +584,29 @@ def attribute(
     )  # fmt: skip
 
 
+def _scored(estimate: Tensor, dropped: list, grid: PatchGrid, heads, method: str, n_layers: int,
+            source_value: float) -> tuple[Tensor, Tensor]:  # fmt: skip
+    """(estimate, score) on the grid's shape: the score is |estimate|, raised by GradDrop's for AtP*; a NaN or
+    inf anywhere is a ValueError (nothing could be ranked)."""
+    if heads:
+        estimate = estimate[..., heads]
+    estimate = estimate.reshape(grid.shape).float().cpu()
+    if method == "atp*" and dropped:
+        if heads:
+            dropped = [d[..., heads] for d in dropped]
+        graddrop_score = (sum(d.abs() for d in dropped) / (n_layers - 1)).reshape(grid.shape).float().cpu()
+        score = torch.maximum(graddrop_score, estimate.abs())  # GradDrop only raises a node (module docstring)
+    else:
+        score = estimate.abs()
+    bad = int((~torch.isfinite(estimate)).sum() + (~torch.isfinite(score)).sum())
+    if bad or not math.isfinite(source_value):
+        raise ValueError(
+            f"hc.attribute: {bad} estimates or scores are NaN or inf (source metric {source_value}); the model's "
+            "logits or gradients overflow in float32 (check the weights' scale), so no cell can be ranked"
+        )
+    return estimate, score
+
+
 def _estimator(estimator: str, method: str | None) -> str:
     """The estimator chosen (`estimator=`, or `method=`, its deprecated older name), checked by name."""
     check_choice("estimator", estimator, ATTRIBUTION_METHODS)
@@ -564,8 +615,9 @@ def _estimator(estimator: str, method: str | None) -> str:
     check_choice("method", method, ATTRIBUTION_METHODS)
     if estimator != "atp" and estimator != method:
         raise ValueError(f"method={method!r} and estimator={estimator!r} name the same choice; pass estimator= only")
-    warnings.warn("hc.attribute(method=...) is estimator=...; method= is deprecated here", DeprecationWarning,
-                  stacklevel=4)  # fmt: skip  (4: past this helper, hc.attribute and the progress decorator)
+    warnings.warn(
+        "hc.attribute(method=...) is estimator=...; method= is deprecated here", DeprecationWarning, stacklevel=4
+    )  # fmt: skip  (4: past this helper, hc.attribute and the progress decorator)
     return method
 
 

@@ -33,20 +33,25 @@ import torch
 from einops import einsum
 from jaxtyping import Float, Int
 from torch import Tensor
-from headcoop.models.tl import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
-from headcoop.analysis.vocabulary import layer_name
-from headcoop.storage.results import Result
 from headcoop.analysis.engine.inputs import (
-    as_tokens, check_choice, check_decomposable, check_layer, head_names, output_labels, read_positions,
+    as_tokens,
+    check_choice,
+    check_decomposable,
+    check_layer,
+    head_names,
+    output_labels,
+    read_positions,
     require_task,
 )
 from headcoop.analysis.engine.norms import describe, norm_kind, through_norm
-from headcoop.models.bridge import out_bias, user_hooks
+from headcoop.analysis.vocabulary import layer_name
 from headcoop.checks import check_finite
+from headcoop.models.bridge import out_bias, user_hooks
+from headcoop.models.tl import HookedTransformer
+from headcoop.storage.results import Result
 from headcoop.tasks.base import Batch
-
 
 
 def component_names(model: HookedTransformer, upto: int | None = None) -> list[str]:

@@ -37,12 +37,11 @@ from collections.abc import Iterator
 import torch
 from jaxtyping import Float
 from torch import Tensor
-from headcoop.models.tl import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
 from headcoop.analysis.engine.ablation import hooks_added
-from headcoop.analysis.engine.inputs import parse_heads
-from headcoop.analysis.engine.inputs import check_positions, vocab_labels
+from headcoop.analysis.engine.inputs import check_positions, parse_heads, vocab_labels
+from headcoop.models.tl import HookedTransformer
 
 OTHERS = ("model",)
 
@@ -145,7 +144,9 @@ def set_attention(
         try:
             weights = torch.as_tensor(weights, dtype=torch.float32)
         except (TypeError, ValueError, RuntimeError) as err:
-            raise TypeError(f"weights must be a tensor of relative weights, got {type(weights).__name__} ({err})") from None
+            raise TypeError(
+                f"weights must be a tensor of relative weights, got {type(weights).__name__} ({err})"
+            ) from None
         if weights.ndim not in (1, 2, 3):
             raise ValueError(
                 f"weights must have shape [key], [query, key] or [batch, query, key], got {tuple(weights.shape)}"

@@ -62,24 +62,39 @@ import pandas as pd
 import torch
 from jaxtyping import Float
 from torch import Tensor
-from headcoop.display.progress import with_progress
-from headcoop.models.tl import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
-from headcoop.storage.results import Result
 from headcoop.analysis.engine import kernels
-from headcoop.analysis.engine.inputs import check_choice, model_device, parse_heads, require_model
-from headcoop.analysis.engine.grid import PatchGrid, normalized, pos_labels, select_cells
 from headcoop.analysis.engine.copies import (
-    Copies, Rows, Target, clean_corrupt, continuation, copies_per_chunk, route, target_run,
+    Copies,
+    Rows,
+    Target,
+    clean_corrupt,
+    continuation,
+    copies_per_chunk,
+    route,
+    target_run,
 )  # fmt: skip
+from headcoop.analysis.engine.grid import PatchGrid, normalized, pos_labels, select_cells
+from headcoop.analysis.engine.inputs import check_choice, model_device, parse_heads, require_model
 from headcoop.analysis.engine.kernels import attention_out, causal, softmax_keys
-from headcoop.checks import check_bool, check_finite, check_memory_budget
 from headcoop.analysis.vocabulary import (
-    COMPONENTS, DIRECTIONS, PATCH_METHODS, POSITIONS, RESID_COMPONENTS, Component, Direction, PatchMethod, Positions,
-    head_name, layer_name,
+    COMPONENTS,
+    DIRECTIONS,
+    PATCH_METHODS,
+    POSITIONS,
+    RESID_COMPONENTS,
+    Component,
+    Direction,
+    PatchMethod,
+    Positions,
+    head_name,
+    layer_name,
 )  # fmt: skip
-
+from headcoop.checks import check_bool, check_finite, check_memory_budget
+from headcoop.display.progress import with_progress
+from headcoop.models.tl import HookedTransformer
+from headcoop.storage.results import Result
 
 Metric = Callable[[Float[Tensor, "batch pos vocab"]], Float[Tensor, ""]]
 
@@ -194,7 +209,12 @@ def _prefix_reusable(model: HookedTransformer, component: str) -> bool:
 
 
 def patches_per_chunk(
-    model: HookedTransformer, batch: int, n_pos: int, memory_budget_mb: float, from_layer: int = 0, head_local: bool = False
+    model: HookedTransformer,
+    batch: int,
+    n_pos: int,
+    memory_budget_mb: float,
+    from_layer: int = 0,
+    head_local: bool = False,
 ) -> int:
     """How many patched copies of a [batch, n_pos] input share one pass (`copies.copies_per_chunk`, the
     engine's one memory formula)."""
@@ -268,8 +288,11 @@ def patch(
     check_choice("method", method, PATCH_METHODS)
     if head_local is not None:  # the older knob for the same choice: method= says it (one knob per choice)
         check_bool("head_local", head_local)
-        warnings.warn("hc.patch(head_local=...) is method='head-local' (True) or method='stacked' (False); "
-                      "pass method= instead", DeprecationWarning, stacklevel=3)  # fmt: skip  (3: past the progress decorator)
+        warnings.warn(
+            "hc.patch(head_local=...) is method='head-local' (True) or method='stacked' (False); pass method= instead",
+            DeprecationWarning,
+            stacklevel=3,
+        )  # fmt: skip  (3: past the progress decorator)
         if method == "auto" and not head_local:
             method = "stacked"
     chosen = None
@@ -284,7 +307,9 @@ def patch(
     grid = PatchGrid.build(component, positions, layers, head_ids, clean_tokens.shape[1], model_device(model))
     cells = grid
     if chosen is not None:  # a kv head of a grouped-query model counts as chosen when a query head sharing it is
-        per_kv = model.cfg.n_heads // (model.cfg.n_key_value_heads or model.cfg.n_heads) if component in ("k", "v") else 1
+        per_kv = (
+            model.cfg.n_heads // (model.cfg.n_key_value_heads or model.cfg.n_heads) if component in ("k", "v") else 1
+        )
         keep = torch.tensor([any((int(lay), int(h) * per_kv + j) in chosen for j in range(per_kv))
                              for lay, h in zip(grid.layer.tolist(), grid.head.cpu().tolist())])  # fmt: skip
         cells = grid.take(keep.nonzero().flatten())
@@ -462,8 +487,11 @@ def _row_local(model, component, layer, n, head, pos, source_cache, target: Targ
 # --- plotting -----------------------------------------------------------------------------------------
 def _title(result: PatchResult, normalized: bool) -> str:
     """The figure's title in words: what was patched into what, and what the colour means."""
-    what = {"resid_pre": "the residual stream", "attn_out": "each attention block's output",
-            "mlp_out": "each MLP's output"}.get(result.component, f"each head's {result.component}")
+    what = {
+        "resid_pre": "the residual stream",
+        "attn_out": "each attention block's output",
+        "mlp_out": "each MLP's output",
+    }.get(result.component, f"each head's {result.component}")
     where = "at all positions at once" if result.positions == "all" else "one position at a time"
     if result.direction == "denoise":
         ran = f"Patching {what} from the clean run into the corrupt run, {where}"
@@ -508,15 +536,25 @@ def _plot(result: PatchResult, normalized: bool, title: str | None):
     labels = result.pos_labels
     pos_title = "destination position" if result.dims[1] == "dest_pos" else "position"
     bound = float(values.abs().max()) or 1.0
-    fig = make_subplots(rows=len(layers), cols=1, subplot_titles=[f"layer {lay}" for lay in layers],
-                        vertical_spacing=0.3 / max(1, len(layers)))
+    fig = make_subplots(
+        rows=len(layers),
+        cols=1,
+        subplot_titles=[f"layer {lay}" for lay in layers],
+        vertical_spacing=0.3 / max(1, len(layers)),
+    )
     for row, lay in enumerate(layers):
         names = [head_name(lay, h) for h in heads]
         panel = heatmap(values[row].T, x=labels, y=names)
         trace = panel.data[0]
-        trace.update(zmin=-bound, zmax=bound, zmid=None, coloraxis=None, showscale=row == 0,
-                     customdata=[[f"{name}, {pos_title} {p}" for p in labels] for name in names],
-                     hovertemplate=hover)
+        trace.update(
+            zmin=-bound,
+            zmax=bound,
+            zmid=None,
+            coloraxis=None,
+            showscale=row == 0,
+            customdata=[[f"{name}, {pos_title} {p}" for p in labels] for name in names],
+            hovertemplate=hover,
+        )
         fig.add_trace(trace, row=row + 1, col=1)
         fig.update_xaxes(type="category", title_text=pos_title if row == len(layers) - 1 else None, row=row + 1, col=1,
                          **crowded_ticks(labels))  # fmt: skip

@@ -11,12 +11,12 @@ import torch
 from torch import Tensor
 from transformer_lens.utilities import get_act_name
 
-from headcoop.analysis.engine.inputs import as_tokens, read_positions
 from headcoop.analysis.engine.copies import Readout, route, target_run
 from headcoop.analysis.engine.grid import PatchGrid, pos_labels
-from headcoop.tasks.base import Batch
+from headcoop.analysis.engine.inputs import as_tokens, read_positions
 from headcoop.analysis.nodes.patching import PatchResult, patch_copies
 from headcoop.analysis.nodes.probes import ProbeResult
+from headcoop.tasks.base import Batch
 
 
 def probe_readout(model, probe: ProbeResult, index: int, pos: Tensor) -> Readout:
@@ -50,7 +50,9 @@ def probe_patch(model, clean, corrupt, probe: ProbeResult, index: int = 0, pos=N
     n_pos = corrupt_tokens.shape[1]
     pos = read_positions(corrupt if pos is not None or isinstance(corrupt, Batch) else clean, corrupt_tokens, pos)
     readout = probe_readout(model, probe, index, pos)
-    _, source_cache = model.run_with_cache(clean_tokens, names_filter=lambda n: n.endswith("hook_resid_pre") or n == readout.site)
+    _, source_cache = model.run_with_cache(
+        clean_tokens, names_filter=lambda n: n.endswith("hook_resid_pre") or n == readout.site
+    )
     target = target_run(model, corrupt_tokens, None, lambda n: True)
     grid = PatchGrid.build("resid_pre", "each", list(range(model.cfg.n_layers)), [], n_pos, corrupt_tokens.device)
     chosen = route(model, "auto", "stacked", "stacked copies read by the probe, stopped after its block", "patch")

@@ -26,15 +26,14 @@ import plotly.graph_objects as go
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
-from headcoop.models.tl import HookedTransformer
 from transformer_lens.utilities import get_act_name
 
-from headcoop.storage.results import Result
 from headcoop.analysis.engine.inputs import as_tokens, check_choice, layers_of, parse_heads, read_positions
 from headcoop.analysis.vocabulary import HEAD_SITES, RESID_SITES, SITES, Site, head_name, layer_name
 from headcoop.checks import check_finite
+from headcoop.models.tl import HookedTransformer
+from headcoop.storage.results import Result
 from headcoop.tasks.base import Batch, generator
-
 
 
 # --------------------------------------------------------------------------------------------
@@ -113,7 +112,10 @@ def roc_auc(scores: Float[Tensor, "*probe n"], positive: Tensor) -> Float[Tensor
 
     scores = scores.double().cpu()
     positive = torch.as_tensor(positive).bool().cpu().expand_as(scores)
-    flat_scores, flat_labels = scores.reshape(-1, scores.shape[-1]).numpy(), positive.reshape(-1, scores.shape[-1]).numpy()
+    flat_scores, flat_labels = (
+        scores.reshape(-1, scores.shape[-1]).numpy(),
+        positive.reshape(-1, scores.shape[-1]).numpy(),
+    )
     out = [roc_auc_score(y, s) if 0 < y.sum() < len(y) else float("nan") for s, y in zip(flat_scores, flat_labels)]
     return torch.tensor(out, dtype=torch.float64).reshape(scores.shape[:-1])
 
@@ -205,9 +207,7 @@ def fit_logistic(
         if not accepted.any():
             break
         theta = theta + t[:, None, None] * step
-    return LogisticFit(
-        weight=theta[..., :d], bias=theta[..., d], n_iter=n_iter, converged=done, grad_norm=grad_norm
-    )
+    return LogisticFit(weight=theta[..., :d], bias=theta[..., d], n_iter=n_iter, converged=done, grad_norm=grad_norm)
 
 
 # --------------------------------------------------------------------------------------------
@@ -371,7 +371,9 @@ def probe(
     try:
         labels = torch.as_tensor(labels).cpu()
     except (TypeError, ValueError, RuntimeError) as err:
-        raise TypeError(f"labels must be a [batch] vector of integer class ids, got {type(labels).__name__} ({err})") from None
+        raise TypeError(
+            f"labels must be a [batch] vector of integer class ids, got {type(labels).__name__} ({err})"
+        ) from None
     if labels.ndim != 1:
         raise ValueError(f"labels must be a [batch] vector, got shape {tuple(labels.shape)}")
     if labels.dtype.is_floating_point:

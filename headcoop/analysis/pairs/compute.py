@@ -262,7 +262,7 @@ def _pair_map(model, inputs, metric, how, reference, heads, answer, wrong, n, se
             interaction[i, j] = interaction[j, i] = interaction_of(v_full, float(v[1 + i]), float(v[1 + j]), value)
         if not exact:
             exact_of = torch.tensor([interaction[i, j] for i, j in chosen])
-            missed = miss_bound(exact_of[: len(top)], exact_of[len(top):], rest)
+            missed = miss_bound(exact_of[: len(top)], exact_of[len(top) :], rest)
     seconds = time.perf_counter() - start
     screen_runs = 0 if exact else k + 1  # each a forward and a backward pass: 3 forward-pass equivalents
     chosen_passes = pairs_passes if exact else _pair_passes(game, chosen)
@@ -294,5 +294,13 @@ def interaction_of(v_full: float, v_i: float, v_j: float, v_ij: float) -> float:
     return v_ij - v_i - v_j + v_full
 
 
-__all__ = ["pair_map", "interaction_of", "relative", "exact_passes", "screen_passes", "PAIR_METHODS", "BUDGET_S",
-           "THRESHOLD"]
+__all__ = [
+    "pair_map",
+    "interaction_of",
+    "relative",
+    "exact_passes",
+    "screen_passes",
+    "PAIR_METHODS",
+    "BUDGET_S",
+    "THRESHOLD",
+]

@@ -166,8 +166,12 @@ class PairMap(Result):
                                    zmin=-span, zmax=span, colorbar=dict(title="I")))  # fmt: skip
         layers = [_layer(h) for h in self.heads]
         for at in [i for i in range(1, k) if layers[i] != layers[i - 1]]:
-            fig.add_shape(type="line", x0=at - 0.5, x1=at - 0.5, y0=-0.5, y1=k - 0.5, line=dict(width=0.6, color="#444"))
-            fig.add_shape(type="line", y0=at - 0.5, y1=at - 0.5, x0=-0.5, x1=k - 0.5, line=dict(width=0.6, color="#444"))
+            fig.add_shape(
+                type="line", x0=at - 0.5, x1=at - 0.5, y0=-0.5, y1=k - 0.5, line=dict(width=0.6, color="#444")
+            )
+            fig.add_shape(
+                type="line", y0=at - 0.5, y1=at - 0.5, x0=-0.5, x1=k - 0.5, line=dict(width=0.6, color="#444")
+            )
         how = "exact" if self.exact else "exact where computed; the rest screened out (blank)"
         text_title, top = wrapped_title(title or f"Pair interactions I = both removed - each alone ({self.metric}, "
                                         f"{self.how} ablation, {how})")  # fmt: skip

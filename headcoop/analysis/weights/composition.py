@@ -18,14 +18,13 @@ import dataclasses
 import pandas as pd
 import plotly.graph_objects as go
 import torch
-from headcoop.models.tl import HookedTransformer
 
 from headcoop.analysis.engine.inputs import check_choice, require_model
 from headcoop.analysis.vocabulary import MODES, Mode, head_name
-from headcoop.models.bridge import is_bridge
 from headcoop.checks import check_finite
+from headcoop.models.bridge import is_bridge
+from headcoop.models.tl import HookedTransformer
 from headcoop.storage.results import Result
-
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
@@ -114,4 +113,3 @@ def composition(model: HookedTransformer, mode: Mode | None = None) -> Compositi
     scores = {m: scored.all_composition_scores(m).detach().float().cpu() for m in modes}
     return CompositionScores(scores=scores, n_layers=model.cfg.n_layers, n_heads=model.cfg.n_heads,
                              assumptions=tuple(assumptions))  # fmt: skip
-

@@ -31,15 +31,14 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 from transformer_lens import FactoredMatrix
-from headcoop.models.tl import HookedTransformer
 from transformer_lens.utilities.activation_functions import apply_softcap
 
-from headcoop.storage.results import Result
-from headcoop.analysis.engine.inputs import one_head, vocab_labels
-from headcoop.analysis.engine.inputs import check_decomposable, output_labels
+from headcoop.analysis.engine.inputs import check_decomposable, one_head, output_labels, vocab_labels
 from headcoop.analysis.engine.norms import norm_kind
 from headcoop.analysis.vocabulary import head_name
 from headcoop.models.bridge import apply_rotary, attn_scale, head_weight, is_bridge, user_hooks, w_e, w_pos
+from headcoop.models.tl import HookedTransformer
+from headcoop.storage.results import Result
 from headcoop.tasks.base import check_ids
 
 MAX_TABLE_ENTRIES = 2**27  # a dense table beyond this (0.5 GB of float32) is refused
@@ -62,7 +61,9 @@ def _use_pos(model: HookedTransformer, reaches: bool, positional: bool | None) -
     if positional and not reaches:
         raise ValueError("positional=True, but this model's positional embedding does not reach this circuit")
     if not positional and reaches and kind == "rotary":
-        raise ValueError("positional=False: a rotary model's scores depend on positions; a token table cannot hold them")
+        raise ValueError(
+            "positional=False: a rotary model's scores depend on positions; a token table cannot hold them"
+        )
     return bool(positional)
 
 
@@ -74,8 +75,9 @@ def _normed(model: HookedTransformer, layer: int, x: Float[Tensor, "n d_model"])
     return ln1(x[None])[0]
 
 
-def _attn_inputs(model: HookedTransformer, layer: int, with_pos: bool, circuit: str,
-                 ids: tuple[int, ...] | None = None) -> Float[Tensor, "n d_model"]:
+def _attn_inputs(
+    model: HookedTransformer, layer: int, with_pos: bool, circuit: str, ids: tuple[int, ...] | None = None
+) -> Float[Tensor, "n d_model"]:
     """What a head of `layer` reads as query/key ("qk") or value ("v") input, one row per token, or per
     (token, position) token-major when with_pos: ln1 of the embedding (+ standard positional embedding),
     plus a shortformer's positional embedding after ln1 for q and k. `ids`: only these tokens' rows (the norm
@@ -310,8 +312,13 @@ class OVTable(Result):
 
 
 @torch.no_grad()
-def qk(model: HookedTransformer, head: int | str | tuple[int, int], layer: int | None = None, positional: bool | None = None,
-       tokens=None) -> QKTable:
+def qk(
+    model: HookedTransformer,
+    head: int | str | tuple[int, int],
+    layer: int | None = None,
+    positional: bool | None = None,
+    tokens=None,
+) -> QKTable:
     """Pre-softmax attention scores of one head for every query input x key input (module docstring).
 
     head, layer: an int head in `layer` (layer None: the model's only layer; in a deeper model pass layer=),
@@ -358,7 +365,9 @@ def qk(model: HookedTransformer, head: int | str | tuple[int, int], layer: int |
     )  # fmt: skip
     if layer == 0 and not no_pos:  # a table without the positions the model adds cannot match its cache
         _check_against_cache(model, table)
-    elif layer > 0 and not no_pos and is_bridge(model):  # a Bridge wraps Hugging Face code the table reimplements: check the method on layer 0
+    elif (
+        layer > 0 and not no_pos and is_bridge(model)
+    ):  # a Bridge wraps Hugging Face code the table reimplements: check the method on layer 0
         try:
             qk(model, head=head, layer=0, positional=positional, tokens=tokens)
         except ValueError as err:
@@ -376,7 +385,9 @@ def _check_against_cache(model: HookedTransformer, table: QKTable) -> None:
     cfg = model.cfg
     width = min(cfg.n_ctx, 12)
     pool = torch.arange(cfg.d_vocab) if table.token_ids is None else torch.tensor(table.token_ids)
-    ids = pool[torch.randint(0, len(pool), (4, width), generator=torch.Generator().manual_seed(0))].to(table.scores.device)
+    ids = pool[torch.randint(0, len(pool), (4, width), generator=torch.Generator().manual_seed(0))].to(
+        table.scores.device
+    )
     name = f"blocks.{table.layer}.attn.hook_attn_scores"
     _, cache = model.run_with_cache(ids, names_filter=lambda n: n == name)
     cached = cache[name][:, table.head]
@@ -393,8 +404,13 @@ def _check_against_cache(model: HookedTransformer, table: QKTable) -> None:
 
 
 @torch.no_grad()
-def ov(model: HookedTransformer, head: int | str | tuple[int, int], layer: int | None = None, positional: bool | None = None,
-       tokens=None) -> OVTable:
+def ov(
+    model: HookedTransformer,
+    head: int | str | tuple[int, int],
+    layer: int | None = None,
+    positional: bool | None = None,
+    tokens=None,
+) -> OVTable:
     """Logit effect of one head attending fully to each source input (module docstring):
     (ln1(x) W_V + b_V) W_O, through the final norm (scale taken as 1), then W_U.
 

@@ -8,9 +8,9 @@ import torch
 from helpers import attn_only_2l_like
 
 import headcoop as hc
-from headcoop.analysis.engine.copies import clean_corrupt, evaluate, target_run
 from headcoop.analysis.edges.exact import edge_copies, writer_activation, writer_outputs
 from headcoop.analysis.edges.graph import graph
+from headcoop.analysis.engine.copies import clean_corrupt, evaluate, target_run
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
 
@@ -18,9 +18,18 @@ SHAPES = {
     "attn-only, no norm": dict(normalization_type=None, positional_embedding_type="standard"),
     "LN, shortformer": dict(),
     "LN, MLPs": dict(attn_only=False, d_mlp=16, act_fn="gelu", positional_embedding_type="standard"),
-    "RMS, gated MLPs, rotary": dict(attn_only=False, d_mlp=16, act_fn="silu", gated_mlp=True, normalization_type="RMS",
-                                    positional_embedding_type="rotary", rotary_dim=4),
-    "bidirectional": dict(attention_dir="bidirectional", positional_embedding_type="standard", attn_only=False, d_mlp=16),
+    "RMS, gated MLPs, rotary": dict(
+        attn_only=False,
+        d_mlp=16,
+        act_fn="silu",
+        gated_mlp=True,
+        normalization_type="RMS",
+        positional_embedding_type="rotary",
+        rotary_dim=4,
+    ),
+    "bidirectional": dict(
+        attention_dir="bidirectional", positional_embedding_type="standard", attn_only=False, d_mlp=16
+    ),
     "grouped-query": dict(n_key_value_heads=2, positional_embedding_type="standard", attn_only=False, d_mlp=16),
 }
 
@@ -46,8 +55,11 @@ def _exact(model, clean, corrupt, scale=1.0, path="stacked"):
     out_s, out_t = writer_outputs(model, source, writers), writer_outputs(model, target.cache, writers)
     deltas = {w: scale * (out_s[w] - out_t[w]) for w in writers}
     ordered = sorted(all_edges, key=lambda e: model.cfg.n_layers if e[1][0] == "logits" else e[1][1])
+
     def scaled(w):  # the writer's activation whose output change is `scale` times the source's
-        return w, writer_activation(target.cache, w) + scale * (writer_activation(source, w) - writer_activation(target.cache, w))
+        return w, writer_activation(target.cache, w) + scale * (
+            writer_activation(source, w) - writer_activation(target.cache, w)
+        )
 
     copies = edge_copies(model, ordered, deltas, target, scaled)
     return (evaluate(target, copies, path, 256) - target.value).double().numpy()
@@ -102,7 +114,9 @@ def test_on_a_model_linear_in_its_embeddings_every_estimate_is_exact():
     clean, corrupt = _inputs(model, seed=3)
     exact = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, estimator="exact").to_dataframe().score
     for method in ("eap", "eap-ig"):
-        est = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, estimator=method, steps=3).to_dataframe().score
+        est = (
+            hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, estimator=method, steps=3).to_dataframe().score
+        )
         np.testing.assert_allclose(est, exact, atol=1e-5)
 
 
@@ -142,12 +156,17 @@ def test_edges_and_attribute_bound_their_misses_in_one_unit():
     clean, corrupt = _inputs(model, seed=5)
     edge = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, verify=5, sample=40, seed=1).missed
     node = hc.attribute(model, clean=clean, corrupt=corrupt, metric=metric, verify=3, sample=10, seed=1).missed
-    assert set(edge) == set(node) == {"threshold", "rest", "sampled", "above", "estimate", "low", "high", "share",
-                                      "share_low", "share_high"}
+    assert (
+        set(edge)
+        == set(node)
+        == {"threshold", "rest", "sampled", "above", "estimate", "low", "high", "share", "share_low", "share_high"}
+    )
     for m in (edge, node):
         assert m["share"] == pytest.approx(m["above"] / m["sampled"])
         assert m["estimate"] == pytest.approx(m["share"] * m["rest"])
-        assert m["low"] == pytest.approx(m["share_low"] * m["rest"]) and m["high"] == pytest.approx(m["share_high"] * m["rest"])
+        assert m["low"] == pytest.approx(m["share_low"] * m["rest"]) and m["high"] == pytest.approx(
+            m["share_high"] * m["rest"]
+        )
         assert 0 <= m["share_low"] <= m["share"] <= m["share_high"] <= 1 <= m["rest"]
     assert edge["high"] > 1  # a count: 40 of thousands of edges sampled leaves an upper bound above one edge
 
@@ -210,8 +229,8 @@ def _random_masks(model, n=5, seed=0):
 @pytest.mark.parametrize("shape", list(SHAPES))
 @pytest.mark.parametrize("how", ["corrupt", "mean", "zero", "resample"])
 def test_ablated_runs_on_the_engine_match_one_pass_per_circuit_at_the_split_inputs(shape, how):
-    from headcoop.analysis.edges.scores import graph
     from headcoop.analysis.edges.faithfulness import _reference_outputs, circuit_copies
+    from headcoop.analysis.edges.scores import graph
 
     model = attn_only_2l_like(seed=12, **SHAPES[shape])
     clean, corrupt = _inputs(model)
@@ -235,7 +254,9 @@ def test_the_whole_graph_is_the_clean_run_and_no_edge_the_corrupt_run(shape):
     assert result.full == pytest.approx(float(metric(model(clean))), abs=1e-5)
     assert result.empty == pytest.approx(float(metric(model(corrupt))), abs=1e-5)
     frame = result.to_dataframe()
-    assert frame.faithfulness.iloc[0] == pytest.approx(0.0, abs=1e-6) and frame.faithfulness.iloc[-1] == pytest.approx(1.0)
+    assert frame.faithfulness.iloc[0] == pytest.approx(0.0, abs=1e-6) and frame.faithfulness.iloc[-1] == pytest.approx(
+        1.0
+    )
     assert frame.edges.iloc[-1] == result.n_edges and 0 <= result.cmd and "CPR" in repr(result)
     assert "Faithfulness" in result.plot().layout.title.text
 
@@ -248,7 +269,9 @@ def _one_head_model():
         for block in model.blocks:
             block.attn.W_O.zero_()
             block.attn.b_O.zero_()
-        model.blocks[0].attn.W_O[0] = torch.randn(model.cfg.d_head, model.cfg.d_model, generator=torch.Generator().manual_seed(0))
+        model.blocks[0].attn.W_O[0] = torch.randn(
+            model.cfg.d_head, model.cfg.d_model, generator=torch.Generator().manual_seed(0)
+        )
     true = [(w, r, v) for w in ("embed", "pos_embed") for r, v in [("L0H0", "q"), ("L0H0", "k"), ("L0H0", "v")]]
     true += [("embed", "logits", "direct"), ("pos_embed", "logits", "direct"), ("L0H0", "logits", "direct")]
     return model, true
@@ -356,7 +379,9 @@ def test_noising_patches_the_corrupt_run_into_the_clean_one():
     hc.path_patch's noising, and EAP is still the exact patch's derivative there."""
     model = attn_only_2l_like(seed=18, n_layers=2)
     clean, corrupt = _inputs(model, seed=7)
-    frame = hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, estimator="exact", direction="noise").to_dataframe()
+    frame = hc.edges(
+        model, clean=clean, corrupt=corrupt, metric=metric, estimator="exact", direction="noise"
+    ).to_dataframe()
     paths = hc.path_patch(model, clean=clean, corrupt=corrupt, metric=metric, direction="noise")
     target = float(metric(model(clean)))
     for (sender, receiver, via), value in paths.values.items():
@@ -417,9 +442,15 @@ def test_eap_at_its_floor_keeps_its_scores(shape):
     out_s, out_t = writer_outputs(model, source, writers), writer_outputs(model, target, writers)
     deltas = {w: out_s[w] - out_t[w] for w in writers}
     grads, _ = _reader_grads(model, corrupt, Score(metric), readers)
-    torch.testing.assert_close(_products(deltas, grads, ordered, writers),
-                               _full_table_products(deltas, grads, ordered, writers, readers), rtol=1e-5, atol=1e-7)
-    np.testing.assert_allclose(floor.to_dataframe().score, _products(deltas, grads, ordered, writers).detach().numpy(), rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(
+        _products(deltas, grads, ordered, writers),
+        _full_table_products(deltas, grads, ordered, writers, readers),
+        rtol=1e-5,
+        atol=1e-7,
+    )
+    np.testing.assert_allclose(
+        floor.to_dataframe().score, _products(deltas, grads, ordered, writers).detach().numpy(), rtol=1e-5, atol=1e-7
+    )
 
 
 def test_non_finite_metrics_and_scores_are_refused():
@@ -445,14 +476,23 @@ def _named_batches(model, seed=0):
     last = torch.full((n,), pos - 1)
 
     def batch(tokens, a, w):
-        return Batch(tokens=tokens, loss_pos=last[:, None], targets=a[:, None], answer_pos=last, answer=a, wrong=w,
-                     labels=torch.zeros(n, dtype=torch.long))
+        return Batch(
+            tokens=tokens,
+            loss_pos=last[:, None],
+            targets=a[:, None],
+            answer_pos=last,
+            answer=a,
+            wrong=w,
+            labels=torch.zeros(n, dtype=torch.long),
+        )
 
     return batch(clean, answer, wrong), batch(corrupt, wrong, answer)
 
 
-@pytest.mark.parametrize("estimator, extra", [("eap", {}), ("eap", dict(verify=3)), ("eap-ig", dict(steps=3)),
-                                              ("eap", dict(direction="noise", how="mean"))])
+@pytest.mark.parametrize(
+    "estimator, extra",
+    [("eap", {}), ("eap", dict(verify=3)), ("eap-ig", dict(steps=3)), ("eap", dict(direction="noise", how="mean"))],
+)
 def test_eap_in_parts_within_the_memory_budget_equals_the_whole_batch(estimator, extra):
     """Issue 51, item 8: a budget too small for the batch runs the gradient passes in parts (a named metric is a
     mean over inputs, so each part counts by its share); the scores and the metric's values are the whole
@@ -472,7 +512,9 @@ def test_eap_in_parts_within_the_memory_budget_equals_the_whole_batch(estimator,
     assert parts.target_value == pytest.approx(whole.target_value, rel=1e-6, abs=1e-9)
     np.testing.assert_allclose(parts.to_dataframe().exact, whole.to_dataframe().exact, rtol=1e-6, atol=1e-6)
     with pytest.warns(UserWarning, match="a callable metric cannot be split over inputs"):  # 6 inputs, 1 a part
-        callable_parts = hc.edges(model, memory_budget_mb=1e-4, **dict(kw, clean=clean.tokens, corrupt=corrupt.tokens, metric=metric))
+        callable_parts = hc.edges(
+            model, memory_budget_mb=1e-4, **dict(kw, clean=clean.tokens, corrupt=corrupt.tokens, metric=metric)
+        )
     callable_whole = hc.edges(model, **dict(kw, clean=clean.tokens, corrupt=corrupt.tokens, metric=metric))
     np.testing.assert_allclose(callable_parts.to_dataframe().score, callable_whole.to_dataframe().score, rtol=1e-6)
 

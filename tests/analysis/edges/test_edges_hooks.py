@@ -21,8 +21,15 @@ pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.m
 SHAPES = {
     "attn-only": dict(normalization_type=None, positional_embedding_type="standard"),
     "LN, MLPs": dict(attn_only=False, d_mlp=16, act_fn="gelu", positional_embedding_type="standard"),
-    "rotary": dict(attn_only=False, d_mlp=16, act_fn="silu", gated_mlp=True, normalization_type="RMS",
-                   positional_embedding_type="rotary", rotary_dim=4),
+    "rotary": dict(
+        attn_only=False,
+        d_mlp=16,
+        act_fn="silu",
+        gated_mlp=True,
+        normalization_type="RMS",
+        positional_embedding_type="rotary",
+        rotary_dim=4,
+    ),
     "grouped-query": dict(n_key_value_heads=2, positional_embedding_type="standard", attn_only=False, d_mlp=16),
 }
 # (hook point, whether it sits at a reader's own input or after it, so that EAP's derivative includes it)
@@ -71,8 +78,13 @@ def canonical(model, clean, corrupt, writer: str, reader: str, via: str, alpha: 
         layer = int(reader[3:])
     else:  # "L1H2" or a key/value head "L1KV0"
         layer = int(reader[1:].split("KV")[0].split("H")[0])
-    entry = (f"blocks.{layer}.hook_resid_post" if reader == "logits" else
-             f"blocks.{layer}.hook_resid_mid" if reader.startswith("MLP") else f"blocks.{layer}.hook_resid_pre")
+    entry = (
+        f"blocks.{layer}.hook_resid_post"
+        if reader == "logits"
+        else f"blocks.{layer}.hook_resid_mid"
+        if reader.startswith("MLP")
+        else f"blocks.{layer}.hook_resid_pre"
+    )
     with model.hooks(fwd_hooks=hooks):
         _, one = model.run_with_cache(corrupt, names_filter=entry)
     resid = one[entry]
@@ -142,8 +154,10 @@ def test_exact_edges_and_eap_honour_a_hook_anywhere(shape, point):
             return
         eps = 1e-5
         for _, row in picked.iterrows():
-            slope = (canonical(model, clean, corrupt, row.writer, row.reader, row.via, eps)
-                     - canonical(model, clean, corrupt, row.writer, row.reader, row.via, -eps)) / (2 * eps)
+            slope = (
+                canonical(model, clean, corrupt, row.writer, row.reader, row.via, eps)
+                - canonical(model, clean, corrupt, row.writer, row.reader, row.via, -eps)
+            ) / (2 * eps)
             assert scores[(row.writer, row.reader, row.via)] == pytest.approx(slope, abs=1e-6 * max(1.0, abs(slope)))
     finally:
         model.reset_hooks(including_permanent=True)

@@ -69,10 +69,14 @@ def test_the_induction_models_checks_reproduce_and_pass_and_a_failed_check_is_na
     head = truth["induction_heads"][-1]
     weakened = {**recorded, "copying_of": {**recorded["copying_of"], head: CHECK - 0.01}}
     assert induction_failures(weakened, truth) == f"{head} copying {CHECK - 0.01:.3f}"
-    ablated = recorded["ablations"]  # the truth's heads matter: the previous-token head alone, the induction heads together
+    ablated = recorded[
+        "ablations"
+    ]  # the truth's heads matter: the previous-token head alone, the induction heads together
     assert ablated[truth["previous_token_head"]] < 0.5 < 0.95 < ablated["plain"] and ablated["layer 1"] < 0.5
     tokens = sequences(64, torch.Generator().manual_seed(0))
-    assert ((periods(tokens) >= SHORTEST) & (periods(tokens) <= HALF)).all()  # every sequence repeats, at its own period
+    assert (
+        (periods(tokens) >= SHORTEST) & (periods(tokens) <= HALF)
+    ).all()  # every sequence repeats, at its own period
 
 
 def test_the_weight_product_finds_tracr_truth_without_inputs_and_not_the_dense_truth():

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def reference_edge(model, clean, corrupt, metric, sender, receiver, via):
     """Denoising: run corrupt; receiver's `via` input = corrupt resid_pre + (clean - corrupt) sender output,
     normalised with the corrupt run's scale (TransformerLens's ln1 on split inputs, scale hooked)."""
-    (a, i), (b, j) = sender, receiver
+    (a, i), (b, _) = sender, receiver  # the receiver's head is not read here
     _, src = model.run_with_cache(clean)
     _, tgt = model.run_with_cache(corrupt)
     delta = (src[f"blocks.{a}.attn.hook_z"][:, :, i] - tgt[f"blocks.{a}.attn.hook_z"][:, :, i]) @ model.W_O[a, i]
@@ -27,6 +27,7 @@ def split_input_metric(model, corrupt, tgt, metric, receiver, via, resid):
     b, j = receiver
     model.set_use_split_qkv_input(True)
     try:
+
         def put(x, hook):
             x = x.clone()
             x[:, :, j] = resid
@@ -53,7 +54,7 @@ def canonical_edge(model, clean, corrupt, metric, sender, receiver, via):
     (1) run corrupt with the sender's z from clean, every other z and MLP output frozen at corrupt's, and read
     the residual stream entering the receiver's layer; (2) run corrupt with the receiver's split `via` input
     set to it and its ln1 scale frozen at corrupt's. Without hooks it equals `reference_edge`."""
-    (a, i), (b, j) = sender, receiver
+    (a, i), (b, _) = sender, receiver  # the receiver's head is not read here
     _, src = model.run_with_cache(clean)
     _, tgt = model.run_with_cache(corrupt)
     hooks = []
@@ -85,10 +86,12 @@ def reference_direct(model, clean, corrupt, metric, sender):
 
 @pytest.mark.parametrize("shape", ["attn-only, no norm", "LN, shortformer", "LN, MLPs", "rotary"])
 def test_every_edge_matches_the_slow_reference(shape):
-    changes = {"attn-only, no norm": dict(normalization_type=None, positional_embedding_type="standard"),
-               "LN, shortformer": dict(),
-               "LN, MLPs": dict(attn_only=False, d_mlp=16, act_fn="gelu", positional_embedding_type="standard"),
-               "rotary": dict(positional_embedding_type="rotary", rotary_dim=4)}[shape]
+    changes = {
+        "attn-only, no norm": dict(normalization_type=None, positional_embedding_type="standard"),
+        "LN, shortformer": dict(),
+        "LN, MLPs": dict(attn_only=False, d_mlp=16, act_fn="gelu", positional_embedding_type="standard"),
+        "rotary": dict(positional_embedding_type="rotary", rotary_dim=4),
+    }[shape]
     model = attn_only_2l_like(seed=2, n_layers=3, **changes)
     gen = torch.Generator().manual_seed(0)
     clean = torch.randint(0, model.cfg.d_vocab, (6, 8), generator=gen)
@@ -131,13 +134,22 @@ def test_inside_an_ablation_the_hooks_are_honoured():
             assert value == pytest.approx(reference_edge(model, clean, corrupt, metric, (0, 0), (2, 1), via), abs=1e-5)
 
 
-@pytest.mark.parametrize("point", ["blocks.0.hook_attn_out", "blocks.0.hook_resid_post", "blocks.1.hook_resid_pre",
-                                   "blocks.1.hook_resid_mid", "blocks.1.hook_mlp_out", "blocks.2.hook_resid_pre"])
+@pytest.mark.parametrize(
+    "point",
+    [
+        "blocks.0.hook_attn_out",
+        "blocks.0.hook_resid_post",
+        "blocks.1.hook_resid_pre",
+        "blocks.1.hook_resid_mid",
+        "blocks.1.hook_mlp_out",
+        "blocks.2.hook_resid_pre",
+    ],
+)
 def test_a_hook_between_sender_and_receiver_acts_on_the_senders_change(point):
     """A hook that is part of the model (a scaled attn_out, a steering vector on the residual stream) changes
-    what reaches the receiver: every edge equals canonical two-step path patching with the hook on, which here
-    differs from adding the sender's raw change (so the test can fail), and `method` names the hook. A hook on
-an MLP's output is not on the path (MLPs are frozen at the target in step one): no difference there."""
+        what reaches the receiver: every edge equals canonical two-step path patching with the hook on, which here
+        differs from adding the sender's raw change (so the test can fail), and `method` names the hook. A hook on
+    an MLP's output is not on the path (MLPs are frozen at the target in step one): no difference there."""
     model = attn_only_2l_like(seed=2, n_layers=3, attn_only=False, d_mlp=16, act_fn="gelu",
                               positional_embedding_type="standard")  # fmt: skip
     with torch.no_grad():

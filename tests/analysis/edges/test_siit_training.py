@@ -100,7 +100,9 @@ def test_the_gate_fails_a_model_whose_nodes_do_not_compute_the_program_where_its
     training = low.checkpoint_meta["groundtruth"]["training"]
     high, info = load("reverse")
     edges = siit.false_edges_of(low, info["truth"])
-    checked = siit.gate(low, high, info, training["aligned"], training["non_aligned"], edges, siit.Recipe(), n=512, seed=7)
+    checked = siit.gate(
+        low, high, info, training["aligned"], training["non_aligned"], edges, siit.Recipe(), n=512, seed=7
+    )
     assert not checked["passed"]
     mlp = checked["interchange"]["MLP0"]
     assert mlp["changed"] < 0.6 < 0.95 < mlp["unchanged"] and mlp["all"] > 0.8

@@ -30,7 +30,7 @@ def test_an_exact_edge_score_under_each_ablation_is_the_faithfulness_run_without
     names = list(zip(frame.writer, frame.reader, frame.via))
     full = None
     for i in range(0, len(names), 7):
-        run = hc.faithfulness(model, hc.circuit(names[:i] + names[i + 1:]), clean, corrupt, metric, how=how)
+        run = hc.faithfulness(model, hc.circuit(names[:i] + names[i + 1 :]), clean, corrupt, metric, how=how)
         full = run.full
         assert abs(run.frame.metric.iloc[0] - full - frame.score.iloc[i]) < 1e-5, names[i]
     assert how == "corrupt" or how.split()[0] in repr(result)
@@ -41,7 +41,7 @@ def test_an_exact_edge_score_under_each_ablation_is_the_faithfulness_run_without
 
 def test_an_ablation_other_than_corrupt_needs_noising_and_a_known_name():
     model, clean, corrupt, metric = _setup()
-    with pytest.raises(ValueError, match="direction=\"noise\""):
+    with pytest.raises(ValueError, match='direction="noise"'):
         hc.edges(model, clean, corrupt, metric, how="mean")
     with pytest.raises(ValueError, match="how"):
         hc.edges(model, clean, corrupt, metric, direction="noise", how="average")

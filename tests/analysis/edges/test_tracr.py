@@ -74,7 +74,9 @@ def test_exact_scores_rank_the_true_nodes_first_and_the_true_circuit_is_faithful
         warnings.simplefilter("always")
         faith = hc.faithfulness(model, hc.circuit(info["truth"]["edges"]), clean=clean, corrupt=corrupt, metric=metric)
     if abs(faith.full - faith.empty) <= 1e-6:  # shuffle_dyck here: 0.50000006 against 0.49999979, float noise
-        assert np.isnan(faith.frame.faithfulness.iloc[0]) and any("nothing for a circuit to recover" in str(w.message) for w in said)
+        assert np.isnan(faith.frame.faithfulness.iloc[0]) and any(
+            "nothing for a circuit to recover" in str(w.message) for w in said
+        )
     else:
         assert faith.frame.faithfulness.iloc[0] == pytest.approx(1.0, abs=1e-4)
 
@@ -90,7 +92,12 @@ def test_a_circuit_missing_a_shown_true_edge_loses_faithfulness():
     losses = []
     for edge in sorted(shown):
         kept = [e for e in true if e != edge]
-        losses.append(1 - hc.faithfulness(model, hc.circuit(kept), clean=clean, corrupt=corrupt, metric=metric).frame.faithfulness.iloc[0])
+        losses.append(
+            1
+            - hc.faithfulness(
+                model, hc.circuit(kept), clean=clean, corrupt=corrupt, metric=metric
+            ).frame.faithfulness.iloc[0]
+        )
     assert max(losses) > 0.1
 
 

@@ -21,8 +21,14 @@ SHAPES = {
     "RMSPre": dict(normalization_type="RMSPre"),
     "gelu-LN": dict(normalization_type="LN", attn_only=False, d_mlp=32),
     "shortformer-LN": dict(normalization_type="LN", positional_embedding_type="shortformer"),
-    "rotary-RMS-gqa-mlp": dict(normalization_type="RMS", positional_embedding_type="rotary", rotary_dim=4,
-                               n_key_value_heads=2, attn_only=False, d_mlp=32),  # fmt: skip
+    "rotary-RMS-gqa-mlp": dict(
+        normalization_type="RMS",
+        positional_embedding_type="rotary",
+        rotary_dim=4,
+        n_key_value_heads=2,
+        attn_only=False,
+        d_mlp=32,
+    ),  # fmt: skip
     "rotary-partial": dict(positional_embedding_type="rotary", rotary_dim=2),
     "vocab-out": dict(d_vocab_out=5, normalization_type="LN"),
 }
@@ -205,7 +211,10 @@ def test_patching_with_metrics_that_read_other_rows(read):
 
     model = build("gelu-LN")
     gen = torch.Generator().manual_seed(5)
-    clean, corrupt = torch.randint(0, VOCAB, (5, N_CTX), generator=gen), torch.randint(0, VOCAB, (5, N_CTX), generator=gen)
+    clean, corrupt = (
+        torch.randint(0, VOCAB, (5, N_CTX), generator=gen),
+        torch.randint(0, VOCAB, (5, N_CTX), generator=gen),
+    )
     rows = {"first": [0], "middle": [3], "every": list(range(N_CTX))}[read]
 
     def metric(logits):
@@ -295,7 +304,10 @@ def test_patching_with_a_metric_that_returns_a_view_of_the_logits():
     a metric returning a view into it (logits[i, -1, j]) must still get each copy's own value."""
     model = build("LN")
     gen = torch.Generator().manual_seed(6)
-    clean, corrupt = torch.randint(0, VOCAB, (4, N_CTX), generator=gen), torch.randint(0, VOCAB, (4, N_CTX), generator=gen)
+    clean, corrupt = (
+        torch.randint(0, VOCAB, (4, N_CTX), generator=gen),
+        torch.randint(0, VOCAB, (4, N_CTX), generator=gen),
+    )
 
     def metric(logits):
         return logits[1, -1, 3]
@@ -320,7 +332,9 @@ def test_patching_equals_its_reference_through_the_method_switch(shaped, compone
         fast = hc.patch(model, clean=tokens, corrupt=corrupt, metric=metric, component=component, positions=positions)
         slow = hc.patch(model, clean=tokens, corrupt=corrupt, metric=metric, component=component, positions=positions,
                         method="reference")  # fmt: skip
-        assert slow.method == "reference: one pass per patch (method='reference')" and not fast.method.startswith("reference")
+        assert slow.method == "reference: one pass per patch (method='reference')" and not fast.method.startswith(
+            "reference"
+        )
         torch.testing.assert_close(fast.values, slow.values, atol=1e-5, rtol=1e-5)
 
 
@@ -364,4 +378,6 @@ def test_last_layer_with_one_changed_row_matches_a_forward_pass(shape):
         resid[:, p] = new_rows[i]
         with torch.no_grad():
             theirs = model(resid, start_at_layer=last, shortformer_pos_embed=extras["shortformer_pos_embed"])
-        torch.testing.assert_close(ours.view(len(first_row), 3, len(needed), -1)[i], theirs[:, needed], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(
+            ours.view(len(first_row), 3, len(needed), -1)[i], theirs[:, needed], atol=1e-5, rtol=1e-5
+        )

@@ -24,12 +24,17 @@ def _inputs(model, seed=0, batch=12, width=6):
 def plain_probe_patch(model, clean, corrupt, probe, index, pos):
     """For each (layer, position): the corrupt run with that clean resid_pre row, the probe's mean logit."""
     layer, head, site = probe.layers[index], probe.heads[index], probe.site
-    name = f"blocks.{layer}.attn.hook_{'z' if site == 'result' else site}" if head is not None else f"blocks.{layer}.hook_{site}"
+    name = (
+        f"blocks.{layer}.attn.hook_{'z' if site == 'result' else site}"
+        if head is not None
+        else f"blocks.{layer}.hook_{site}"
+    )
     _, clean_cache = model.run_with_cache(clean)
     out = torch.zeros(model.cfg.n_layers, clean.shape[1])
     rows = torch.arange(len(clean))
     for lay in range(model.cfg.n_layers):
         for p in range(clean.shape[1]):
+
             def put(x, hook, p=p, lay=lay):
                 x = x.clone()
                 x[:, p] = clean_cache[f"blocks.{lay}.hook_resid_pre"][:, p]
@@ -57,7 +62,7 @@ def test_probe_patch_equals_the_plain_loop(site, index):
     assert result.dims == ("layer", "pos") and "probe" in result.method
     layer = probe.layers[index]
     if layer < model.cfg.n_layers - 1:  # patches after the probe's block read as the corrupt run
-        assert torch.allclose(result.values[layer + 1:], torch.tensor(result.corrupt_value), atol=1e-6)
+        assert torch.allclose(result.values[layer + 1 :], torch.tensor(result.corrupt_value), atol=1e-6)
 
 
 def test_probe_patch_with_a_user_hook_takes_the_reference():
@@ -80,7 +85,7 @@ def plain_edge_ablation(model, tokens, reference, metric, sender, receiver, via)
     `reference` (per position), ln1's scale frozen at the run's: one forward pass."""
     from test_path_patching import split_input_metric
 
-    (a, i), (b, j) = sender, receiver
+    (a, i), (b, _) = sender, receiver  # the receiver's head is not read here
     _, run = model.run_with_cache(tokens)
     _, ref = model.run_with_cache(reference)
     z = run[f"blocks.{a}.attn.hook_z"][:, :, i]
@@ -89,8 +94,14 @@ def plain_edge_ablation(model, tokens, reference, metric, sender, receiver, via)
     return split_input_metric(model, tokens, run, metric, receiver, via, resid)
 
 
-@pytest.mark.parametrize("shape", [dict(), dict(positional_embedding_type="rotary", rotary_dim=4),
-                                   dict(attn_only=False, d_mlp=16, act_fn="gelu", positional_embedding_type="standard")])
+@pytest.mark.parametrize(
+    "shape",
+    [
+        dict(),
+        dict(positional_embedding_type="rotary", rotary_dim=4),
+        dict(attn_only=False, d_mlp=16, act_fn="gelu", positional_embedding_type="standard"),
+    ],
+)
 def test_ablate_edges_over_several_references_equals_the_plain_loop(shape):
     from headcoop.analysis.edges.ablation import ablate_edges
 
@@ -168,6 +179,7 @@ def plain_recomputed_edge_ablation(model, tokens, reference, metric, sender, rec
     resid = run[f"blocks.{b}.hook_resid_pre"] + (mean - z) @ model.W_O[a, i]
     model.set_use_split_qkv_input(True)
     try:
+
         def put(x, hook):
             x = x.clone()
             x[:, :, j] = resid
@@ -197,7 +209,9 @@ def test_one_mean_ablated_edge_under_both_named_definitions():
     edge = ("L0H1", "L1H2", "v")
     frozen = ablate_edges(model, tokens, [edge], [reference], metric)
     frozen_value = float(frozen.to_dataframe().value.iloc[0])
-    assert frozen_value == pytest.approx(plain_edge_ablation(model, tokens, reference, metric, (0, 1), (1, 2), "v"), abs=1e-5)
+    assert frozen_value == pytest.approx(
+        plain_edge_ablation(model, tokens, reference, metric, (0, 1), (1, 2), "v"), abs=1e-5
+    )
     everything = {(writer_name(w), *reader_name(r)) for w, r in graph(model)[2]}
     result = hc.faithfulness(model, Circuit(frozenset(everything - {edge})), clean=tokens, corrupt=corrupt,
                              metric=metric, how="mean", reference=reference)  # fmt: skip

@@ -41,7 +41,9 @@ def test_probe(deep, batch):
 def test_ablate_and_set_attention_select_like_patch(deep, batch):
     def zeroed(**kw):
         seen = {}
-        hooks = [(f"blocks.{lay}.attn.hook_z", lambda z, hook, lay=lay: seen.setdefault(lay, z.clone())) for lay in (0, 1)]
+        hooks = [
+            (f"blocks.{lay}.attn.hook_z", lambda z, hook, lay=lay: seen.setdefault(lay, z.clone())) for lay in (0, 1)
+        ]
         with hc.ablate(deep, how="zero", **kw):
             deep.run_with_hooks(batch.tokens, fwd_hooks=hooks)
         return {lay: [h for h in range(3) if not z[:, :, h].any()] for lay, z in seen.items()}

@@ -19,8 +19,16 @@ from headcoop.analysis.games.coalitions import CoalitionGame
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.mark.slow]
 
 SHAPES = ["LN", "gelu-LN", "shortformer-LN", "rotary-partial", "rotary-RMS-gqa-mlp", "LN-3layer"]
-FAST_PATHS = ["patch z each", "patch q all", "patch pattern each", "path_patch", "coalitions", "dla", "attribute",
-              "cooperation"]
+FAST_PATHS = [
+    "patch z each",
+    "patch q all",
+    "patch pattern each",
+    "path_patch",
+    "coalitions",
+    "dla",
+    "attribute",
+    "cooperation",
+]
 
 
 def model_of(shape: str):
@@ -78,9 +86,11 @@ def test_fast_paths_are_exact_with_a_user_hook_anywhere(shape, point, fast_path)
             ours = hc.patch(model, clean=clean, corrupt=corrupt, metric=metric, component=component,
                             positions=positions)  # fmt: skip
             _, cache = model.run_with_cache(clean)
-            reference = {("z", "each"): patching.get_act_patch_attn_head_out_by_pos,
-                         ("q", "all"): patching.get_act_patch_attn_head_q_all_pos,
-                         ("pattern", "each"): patching.get_act_patch_attn_head_pattern_by_pos}[component, positions]
+            reference = {
+                ("z", "each"): patching.get_act_patch_attn_head_out_by_pos,
+                ("q", "all"): patching.get_act_patch_attn_head_q_all_pos,
+                ("pattern", "each"): patching.get_act_patch_attn_head_pattern_by_pos,
+            }[component, positions]
             theirs = reference(model, corrupt, cache, metric)
             if positions == "all":
                 theirs = theirs.reshape(ours.values.shape)
@@ -139,8 +149,12 @@ def test_fast_paths_are_exact_with_a_user_hook_anywhere(shape, point, fast_path)
                 assert row.interaction_full == pytest.approx(want, abs=2e-5, rel=2e-5), (a, b)
         else:  # dla: the components sum to the hooked forward pass's logits, or it refuses by name
             try:
-                result = hc.dla(model, clean, answer=torch.ones(len(clean), dtype=torch.long),
-                                wrong=torch.zeros(len(clean), dtype=torch.long))
+                result = hc.dla(
+                    model,
+                    clean,
+                    answer=torch.ones(len(clean), dtype=torch.long),
+                    wrong=torch.zeros(len(clean), dtype=torch.long),
+                )
             except ValueError as err:
                 assert "hooks installed" in str(err)
             else:

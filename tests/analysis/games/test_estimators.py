@@ -74,7 +74,10 @@ def test_the_permutation_estimator_is_shapiqs_and_old_knobs_still_mean_what_they
     new = hc.interactions(model, heads=heads, metric="logit_diff", how="zero", budget=600,
                           estimator="permutation", top_pairs=1, screen_budget=200, pair_samples=4)  # fmt: skip
     torch.testing.assert_close(old.shapley, new.shapley, rtol=0, atol=0)
-    with pytest.warns(DeprecationWarning, match="target_se"), pytest.warns(DeprecationWarning, match="permutation-shapiq"):
+    with (
+        pytest.warns(DeprecationWarning, match="target_se"),
+        pytest.warns(DeprecationWarning, match="permutation-shapiq"),
+    ):
         hc.interactions(model, heads=heads, metric="logit_diff", how="zero", budget=600, target_se=0.1,
                         estimator="permutation-shapiq", top_pairs=1, screen_budget=200, pair_samples=4)  # fmt: skip
 
@@ -133,7 +136,9 @@ def test_cooperation_above_the_limit_reads_the_top_pairs_only(fourteen):
     assert len(merged) == 4
     # the per-input evidence of a pair does not depend on which other pairs are read
     assert list(merged.mechanism_top) == list(merged.mechanism_all)
-    assert torch.allclose(torch.tensor(merged.interaction_full_top.to_numpy()), torch.tensor(merged.interaction_full_all.to_numpy()))
+    assert torch.allclose(
+        torch.tensor(merged.interaction_full_top.to_numpy()), torch.tensor(merged.interaction_full_all.to_numpy())
+    )
     # and the pairs read are among the strongest by the exact interaction index
     strongest = full.pairs.reindex(full.pairs.interaction.abs().sort_values(ascending=False).index).head(10)
     assert len(set(zip(top.pairs.head_a, top.pairs.head_b)) & set(zip(strongest.head_a, strongest.head_b))) >= 3

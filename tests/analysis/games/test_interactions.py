@@ -166,7 +166,11 @@ def test_sampled_estimates_agree_with_exact():
     exact = hc.interactions(model, heads=heads, metric="logit_diff", estimator="exact")
     sampled = hc.interactions(model, heads=heads, metric="logit_diff", estimator="kernelshap", budget=240, top_pairs=None,
                               pair_samples=200, seed=3)  # under 2^8 coalitions: sampled, not enumerated  # fmt: skip
-    assert "sampled" in repr(sampled) and "exact instead" not in repr(sampled) and "sampled" in sampled.plot().layout.title.text
+    assert (
+        "sampled" in repr(sampled)
+        and "exact instead" not in repr(sampled)
+        and "sampled" in sampled.plot().layout.title.text
+    )
     assert ((sampled.shapley - exact.shapley).abs() <= 4 * sampled.shapley_se + 1e-6).all()
     scale = abs(exact.v_full - exact.v_empty)
     assert float((sampled.interaction - exact.interaction).abs().max()) <= 0.25 * scale
@@ -255,7 +259,10 @@ def test_the_old_method_spelling_warns_and_reads_as_the_estimator():
     torch.testing.assert_close(old.interaction, new.interaction, rtol=0, atol=0)
     with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="unknown method 'fast'"):
         hc.interactions(model, batch, metric="logit_diff", method="fast")
-    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="estimator='svarm' contradicts method='exact'"):
+    with (
+        pytest.warns(DeprecationWarning),
+        pytest.raises(ValueError, match="estimator='svarm' contradicts method='exact'"),
+    ):
         hc.interactions(model, batch, metric="logit_diff", method="exact", estimator="svarm")
 
 

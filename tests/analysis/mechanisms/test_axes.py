@@ -64,7 +64,11 @@ def test_class_weights_against_numpy():
 def test_aligned_resample_equals_its_definition():
     g = torch.Generator().manual_seed(3)
     ref = torch.randn(5, 6, 2, generator=g)
-    ref_ans, ans, order = torch.tensor([1, 5, 3, 0, 2]), torch.tensor([0, 3, 5, 2, 4, 1, 2]), torch.tensor([2, 0, 4, 1, 3])
+    ref_ans, ans, order = (
+        torch.tensor([1, 5, 3, 0, 2]),
+        torch.tensor([0, 3, 5, 2, 4, 1, 2]),
+        torch.tensor([2, 0, 4, 1, 3]),
+    )
     out = aligned_resample(ref, ref_ans, ans, 6, order)
     mean = aligned_mean(ref[:, :, None], ref_ans, ans, 6)[:, :, 0]
     for b in range(7):

@@ -37,7 +37,9 @@ def test_planted_mechanism_is_named_under_each_ablation(mechanism, how):
     assert verdicts(result) == expected
     for row in result.pairs.itertuples():
         if how == "resample" and (row.head_a, row.head_b) in RESAMPLE_WORDS.get(mechanism, {}):
-            assert row.flips_under.startswith("resample cannot see it: resample injects another input's"), row.flips_under
+            assert row.flips_under.startswith("resample cannot see it: resample injects another input's"), (
+                row.flips_under
+            )
     assert result.roles == model.planted["roles"]
 
 
@@ -91,7 +93,9 @@ def test_backup_head_and_self_repair():
     assert table.loc["L0H0", "self_repair"] == pytest.approx(1.5, abs=1e-4)
     assert float(result.compensation[0, 1]) == pytest.approx(1.5, abs=1e-4)
     row = result.backup.set_index(["backup", "of", "how"]).loc[("L1H0", "L0H0", "zero")]
-    assert row.own_compensation == pytest.approx(1.5, abs=1e-4) and row.norm_compensation == pytest.approx(0.0, abs=1e-6)
+    assert row.own_compensation == pytest.approx(1.5, abs=1e-4) and row.norm_compensation == pytest.approx(
+        0.0, abs=1e-6
+    )
     assert row.answers_restored == 1.0 and row.backs_up
     # without the backup there is nothing to repair
     plain = hc.cooperation(hc.planted("redundant"), how="zero").head_table

@@ -39,4 +39,6 @@ def test_a_changed_threshold_or_vote_share_changes_the_definitions(monkeypatch):
     monkeypatch.setitem(words.THRESHOLDS, "role", 0.2)
     after = defs.definitions()
     assert "`role` = 0.2:" in after and after != before
-    assert after not in PAGE.read_text(encoding="utf-8")  # the page would then be stale, and this test's first check fail
+    assert after not in PAGE.read_text(
+        encoding="utf-8"
+    )  # the page would then be stale, and this test's first check fail

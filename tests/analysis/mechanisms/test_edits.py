@@ -143,6 +143,7 @@ def test_no_mean_reading_calls_a_head_inactive_where_zeroing_it_changes_answers_
                         z = z.clone()
                         z[:, :, head] = value
                         return z
+
                     logits = model.run_with_hooks(batch.tokens, fwd_hooks=[(f"blocks.{layer}.attn.hook_z", hook)])
                     right = logits[torch.arange(len(batch)), batch.answer_pos, batch.answer]
                     other = logits[torch.arange(len(batch)), batch.answer_pos].scatter(
@@ -160,7 +161,9 @@ def test_no_mean_reading_calls_a_head_inactive_where_zeroing_it_changes_answers_
                     result = hc.cooperation(model, n=128, how="mean", draws=1)
                     mine = result.words[[name in p.split("&") for p in result.words.index]]
                     assert "inactive" not in mine.values, (which, name)
-    assert found >= 1  # the bench holds such a head (tie's L0H1: its mean replacement also lifts the answer past the floor)
+    assert (
+        found >= 1
+    )  # the bench holds such a head (tie's L0H1: its mean replacement also lifts the answer past the floor)
 
 
 def test_a_head_at_the_activity_floor_does_not_decide_the_word_unseen():
@@ -189,7 +192,10 @@ def test_an_abstaining_reading_leaves_the_vote_to_the_readings_that_see():
     words = ["redundant", ABSTAIN, ABSTAIN, "redundant"]
     assert vote(words, readings) == {"redundant": 1.0}  # the abstentions are not undetermined votes
     why = ["", "L0H0 cannot be seen", "L0H0 cannot be seen", ""]
-    assert by_ablation(words, readings, why) == "zero: redundant; resample: redundant (cannot see: L0H0 cannot be seen (2 of 3 readings))"
+    assert (
+        by_ablation(words, readings, why)
+        == "zero: redundant; resample: redundant (cannot see: L0H0 cannot be seen (2 of 3 readings))"
+    )
     word, share, _ = stand([ABSTAIN] * 4, readings, 0.9, ["x"] * 4)
     assert word == "undetermined" and share == 0.0
 
@@ -211,8 +217,18 @@ def test_conjunction_and_superposition_need_each_heads_own_removal():
     assert necessity_word("A", "B", th, shares, False, (0.9, 0.9))[0] == "conjunction"
     word, reason = necessity_word("A", "B", th, shares, False, (0.9, 0.135))
     assert word == "undetermined" and "B's own removal" in reason and "14%" in reason
-    sp = dict(shown_a=1.0, shown_b=1.0, cond_a=1.0, cond_b=1.0, multi=1.0, only=1.0, distributed=1.0, moves_a=0.9,
-              moves_b=0.9, own_a=0.9)
+    sp = dict(
+        shown_a=1.0,
+        shown_b=1.0,
+        cond_a=1.0,
+        cond_b=1.0,
+        multi=1.0,
+        only=1.0,
+        distributed=1.0,
+        moves_a=0.9,
+        moves_b=0.9,
+        own_a=0.9,
+    )
     assert superposition_word("A", "B", th, dict(sp, own_b=0.9)) is not None
     assert superposition_word("A", "B", th, dict(sp, own_b=0.135)) is None  # one head does the work
     # the bench's near-miss: L0H0 alone answers 90% of the inputs, every other part of the post's definition holds;

@@ -16,6 +16,7 @@ def _logits(model, tokens, off=(), keep=None):
     head): z} values to hold instead."""
     hooks = []
     for layer in range(model.cfg.n_layers):
+
         def hook(z, hook, layer=layer):
             z = z.clone()
             for lay, head in off:
@@ -25,6 +26,7 @@ def _logits(model, tokens, off=(), keep=None):
                 if lay == layer:
                     z[:, :, head] = value
             return z
+
         hooks.append((f"blocks.{layer}.attn.hook_z", hook))
     with torch.no_grad():
         return model.run_with_hooks(tokens, fwd_hooks=hooks)[:, -1]
@@ -123,7 +125,9 @@ def test_each_truth_holds_on_plain_hooks(which):
         z = cache["blocks.0.attn.hook_z"][:, -1, 1]
         assert torch.allclose(z, z[:1].expand_as(z))  # the same output on every input
         base = _logits(model, tokens).gather(1, answer[:, None])[:, 0] - _logits(model, tokens)[:, -1]
-        lower = _logits(model, tokens, off=[h1]).gather(1, answer[:, None])[:, 0] - _logits(model, tokens, off=[h1])[:, -1]
+        lower = (
+            _logits(model, tokens, off=[h1]).gather(1, answer[:, None])[:, 0] - _logits(model, tokens, off=[h1])[:, -1]
+        )
         assert (lower > base).all()  # it pushes "none" up, against every answer
     elif which in ("count-subtasks", "count-ensemble"):
         four = answer == model.task.index["4"]
@@ -228,14 +232,16 @@ def test_the_words_that_stand_over_the_whole_family(which):
 # Weight noise (0.01) breaks the exact ties of rank1's and unconditional's single heads (the answer and its twin
 # completion get the same write) at random, so one head alone answers about half of the inputs: under a
 # single ablation that reads as a mixture of both-needed and either-alone (issue 59's mixture word).
-SINGLE_ABLATION_READS = {("count-subtasks", "mean"): ("division", "redundant", "mixture", "undetermined"),
-                         ("rank1", "zero"): ("conjunction", "mixture", "undetermined"),
-                         ("rank1", "mean"): ("conjunction", "mixture", "undetermined"),
-                         ("rank1", "resample"): ("conjunction", "mixture", "undetermined"),
-                         ("unconditional", "zero"): ("conjunction", "mixture", "undetermined"),
-                         ("unconditional", "mean"): ("conjunction", "mixture", "undetermined"),
-                         ("unconditional", "resample"): ("conjunction", "mixture", "undetermined"),
-                         ("mix50", "resample"): ("redundant", "superposition", "mixture", "undetermined")}
+SINGLE_ABLATION_READS = {
+    ("count-subtasks", "mean"): ("division", "redundant", "mixture", "undetermined"),
+    ("rank1", "zero"): ("conjunction", "mixture", "undetermined"),
+    ("rank1", "mean"): ("conjunction", "mixture", "undetermined"),
+    ("rank1", "resample"): ("conjunction", "mixture", "undetermined"),
+    ("unconditional", "zero"): ("conjunction", "mixture", "undetermined"),
+    ("unconditional", "mean"): ("conjunction", "mixture", "undetermined"),
+    ("unconditional", "resample"): ("conjunction", "mixture", "undetermined"),
+    ("mix50", "resample"): ("redundant", "superposition", "mixture", "undetermined"),
+}
 
 
 @pytest.mark.slow

@@ -32,7 +32,9 @@ def _count01(n_layers=1):
 
 def _inputs(seed=2, batch=6):
     gen = torch.Generator().manual_seed(seed)
-    return torch.randint(0, VOCAB, (batch, N_CTX), generator=gen), torch.randint(0, VOCAB, (batch, N_CTX), generator=gen)
+    return torch.randint(0, VOCAB, (batch, N_CTX), generator=gen), torch.randint(
+        0, VOCAB, (batch, N_CTX), generator=gen
+    )
 
 
 def _metric(logits):
@@ -128,12 +130,16 @@ def test_a_saturated_head_is_missed_by_atp_recovered_by_atp_star_and_caught_by_t
     exact = hc.patch(model, clean=clean, corrupt=corrupt, metric=metric, component="k", positions="each")
     effect = exact.values - exact.corrupt_value
     assert float(effect[0, 1, 0]) > 0.7 and -0.1 < float(effect[0, 2, 0]) < -0.01
-    plain = hc.attribute(model, clean=clean, corrupt=corrupt, metric=metric, component="k", method="atp", verify=1, sample=3)
+    plain = hc.attribute(
+        model, clean=clean, corrupt=corrupt, metric=metric, component="k", method="atp", verify=1, sample=3
+    )
     assert abs(float(plain.effect[0, 1, 0])) < 1e-4  # AtP: a false negative
     assert bool(plain.top[0, 2, 0]) and not bool(plain.top[0, 1, 0])
     # the random sample (here every other cell) holds the missed one: the bound says one cell was missed
     assert plain.missed["above"] == 1 and plain.missed["estimate"] == pytest.approx(1.0) and plain.missed["high"] >= 1
-    star = hc.attribute(model, clean=clean, corrupt=corrupt, metric=metric, component="k", method="atp*", verify=1, sample=3)
+    star = hc.attribute(
+        model, clean=clean, corrupt=corrupt, metric=metric, component="k", method="atp*", verify=1, sample=3
+    )
     assert float(star.effect[0, 1, 0]) == pytest.approx(float(effect[0, 1, 0]), abs=1e-4)
     assert bool(star.top[0, 1, 0]) and star.missed["above"] == 0  # AtP* ranks it first and misses nothing
 
@@ -154,7 +160,9 @@ def test_the_false_negative_estimate_is_the_true_count_when_every_other_cell_is_
     assert checked.missed["low"] <= truth <= checked.missed["high"]
     some = hc.attribute(model, clean=clean, corrupt=corrupt, metric=_metric, component="z", verify=k, sample=10, seed=3)
     assert int(some.sampled.sum()) == 10 and int(some.top.sum()) == k and int(some.verified.sum()) == k + 10
-    again = hc.attribute(model, clean=clean, corrupt=corrupt, metric=_metric, component="z", verify=k, sample=10, seed=3)
+    again = hc.attribute(
+        model, clean=clean, corrupt=corrupt, metric=_metric, component="z", verify=k, sample=10, seed=3
+    )
     assert torch.equal(again.sampled, some.sampled)  # the seed fixes the sample
 
 
@@ -257,8 +265,12 @@ def test_graddrop_does_not_sink_a_node_whose_effect_runs_through_a_later_block()
     would rank it last; its score is |estimate| (module docstring)."""
     model = build("gelu-LN")
     clean, corrupt = _inputs()
-    star = hc.attribute(model, clean=clean, corrupt=corrupt, metric=_metric, component="z", method="atp*", verify=0, sample=0)
-    plain = hc.attribute(model, clean=clean, corrupt=corrupt, metric=_metric, component="z", method="atp", verify=0, sample=0)
+    star = hc.attribute(
+        model, clean=clean, corrupt=corrupt, metric=_metric, component="z", method="atp*", verify=0, sample=0
+    )
+    plain = hc.attribute(
+        model, clean=clean, corrupt=corrupt, metric=_metric, component="z", method="atp", verify=0, sample=0
+    )
     assert bool((star.score >= plain.score - 1e-6).all())
 
 
@@ -276,7 +288,9 @@ def test_result_table_plot_and_repr():
     model, clean, corrupt = _count01(n_layers=2)
     result = hc.attribute(model, clean=clean, corrupt=corrupt, method="atp*", verify=4, sample=3)
     frame = result.to_dataframe()
-    assert {"name", "layer", "pos", "head", "estimate", "score", "exact", "verified", "top", "sampled"} <= set(frame.columns)
+    assert {"name", "layer", "pos", "head", "estimate", "score", "exact", "verified", "top", "sampled"} <= set(
+        frame.columns
+    )
     assert int(frame.verified.sum()) == 7 and int(frame.top.sum()) == 4
     fig = result.plot()
     assert isinstance(fig, go.Figure) and "GradDrop" in fig.layout.title.text
@@ -359,7 +373,11 @@ def test_estimates_in_parts_within_the_memory_budget_equal_the_whole_batch(estim
     clean_t = torch.randint(0, 11, (n, width), generator=gen)
     corrupt_t = clean_t.clone()
     corrupt_t[:, 2] = (clean_t[:, 2] + 4) % 11
-    answer, wrong, last = torch.randint(0, 11, (n,), generator=gen), torch.randint(0, 11, (n,), generator=gen), torch.full((n,), width - 1)
+    answer, wrong, last = (
+        torch.randint(0, 11, (n,), generator=gen),
+        torch.randint(0, 11, (n,), generator=gen),
+        torch.full((n,), width - 1),
+    )
     common = dict(loss_pos=last[:, None], answer_pos=last, labels=torch.zeros(n, dtype=torch.long))
     clean = Batch(tokens=clean_t, targets=answer[:, None], answer=answer, wrong=wrong, **common)
     corrupt = Batch(tokens=corrupt_t, targets=wrong[:, None], answer=wrong, wrong=answer, **common)

@@ -2,10 +2,10 @@
 
 import pytest
 import torch
+from helpers import jiggle
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 import headcoop as hc
-from helpers import jiggle
 from headcoop.analysis.nodes.dla import DLAResult
 
 ATOL = 1e-5
@@ -31,14 +31,18 @@ def test_components_sum_to_logits(n_layers, positional):
     assert isinstance(result, DLAResult)
     assert result.values.shape == (64, len(result.components), 8)
     assert torch.equal(result.pos, batch.answer_pos)
-    torch.testing.assert_close(result.total(), reference_logits(model, batch.tokens, batch.answer_pos), atol=ATOL, rtol=0)
+    torch.testing.assert_close(
+        result.total(), reference_logits(model, batch.tokens, batch.answer_pos), atol=ATOL, rtol=0
+    )
 
 
 def test_skip_pair_sums_to_logits():
     model = jiggle(hc.SkipPair().model(seed=0, n_heads=2, d_head=3), skip=hc.SkipPair().frozen_parameters())
     result = hc.dla(model)  # default: the task's signal-only clean batch
     clean = hc.SkipPair().patching_inputs()[0]
-    torch.testing.assert_close(result.total(), reference_logits(model, clean.tokens, clean.answer_pos), atol=ATOL, rtol=0)
+    torch.testing.assert_close(
+        result.total(), reference_logits(model, clean.tokens, clean.answer_pos), atol=ATOL, rtol=0
+    )
     assert result.vocab == hc.SkipPair().vocab
 
 
@@ -94,7 +98,9 @@ def test_pos_forms():
     torch.testing.assert_close(last.total(), model(tokens)[:, -1], atol=ATOL, rtol=0)
     torch.testing.assert_close(hc.dla(model, tokens, pos=-3).total(), model(tokens)[:, 7], atol=ATOL, rtol=0)
     each = torch.tensor([0, 1, 2, 3, 4, 9])
-    torch.testing.assert_close(hc.dla(model, tokens, pos=each).total(), model(tokens)[torch.arange(6), each], atol=ATOL, rtol=0)
+    torch.testing.assert_close(
+        hc.dla(model, tokens, pos=each).total(), model(tokens)[torch.arange(6), each], atol=ATOL, rtol=0
+    )
     text = hc.dla(model, "0121=")
     torch.testing.assert_close(text.total(), model(hc.Count01().encode("0121="))[:, -1], atol=ATOL, rtol=0)
 

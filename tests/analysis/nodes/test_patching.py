@@ -96,11 +96,26 @@ def test_matches_transformer_lens_task_metric(setups, model_name, component, pos
     # In one layer the answer position's query token is the same in clean and corrupt inputs, so q
     # patches cannot move the task metric there (q is checked on two layers and with the user metric).
     vacuous = component == "q" and model.cfg.n_layers == 1
-    ref = _reference(model, component, positions, clean.tokens, corrupt.tokens,
-                     lambda logits: model.task.metric(logits, clean), "denoise", require_effect=not vacuous)
+    ref = _reference(
+        model,
+        component,
+        positions,
+        clean.tokens,
+        corrupt.tokens,
+        lambda logits: model.task.metric(logits, clean),
+        "denoise",
+        require_effect=not vacuous,
+    )
     for head_local in (True, False):
-        result = hc.patch(model, clean=clean, corrupt=corrupt, component=component, positions=positions,
-                          memory_budget_mb=TINY_BUDGET_MB, head_local=head_local)
+        result = hc.patch(
+            model,
+            clean=clean,
+            corrupt=corrupt,
+            component=component,
+            positions=positions,
+            memory_budget_mb=TINY_BUDGET_MB,
+            head_local=head_local,
+        )
         assert result.values.shape == ref.shape
         torch.testing.assert_close(result.values, ref, atol=TOL, rtol=0)
 
@@ -117,12 +132,21 @@ def test_matches_transformer_lens_noise(setups, model_name, metric_kind, compone
     else:
         metric, clean_arg, corrupt_arg = (lambda logits: model.task.metric(logits, clean)), clean, None
     vacuous = metric_kind == "task" and component == "q" and model.cfg.n_layers == 1
-    ref = _reference(model, component, positions, clean.tokens, corrupt.tokens, metric, "noise",
-                     require_effect=not vacuous)
+    ref = _reference(
+        model, component, positions, clean.tokens, corrupt.tokens, metric, "noise", require_effect=not vacuous
+    )
     for head_local in (True, False):
-        result = hc.patch(model, clean=clean_arg, corrupt=corrupt_arg, metric=None if metric_kind == "task" else metric,
-                          component=component, positions=positions, direction="noise",
-                          memory_budget_mb=TINY_BUDGET_MB, head_local=head_local)
+        result = hc.patch(
+            model,
+            clean=clean_arg,
+            corrupt=corrupt_arg,
+            metric=None if metric_kind == "task" else metric,
+            component=component,
+            positions=positions,
+            direction="noise",
+            memory_budget_mb=TINY_BUDGET_MB,
+            head_local=head_local,
+        )
         torch.testing.assert_close(result.values, ref, atol=TOL, rtol=0)
 
 
@@ -311,9 +335,13 @@ def _hooked_context(kind, model):
     if kind == "ablate-mean":
         return hc.ablate(model, heads=[0, 1], how="mean")
     if kind == "ablate-resample":  # per-example references: depends on the batch, so copies cannot be stacked
-        return hc.ablate(model, heads=[(model.cfg.n_layers - 1, 1)], how="resample", reference=model.task.sample(5, seed=3))
+        return hc.ablate(
+            model, heads=[(model.cfg.n_layers - 1, 1)], how="resample", reference=model.task.sample(5, seed=3)
+        )
     if kind == "set_attention":
-        return hc.set_attention(model, head=1, layer=model.cfg.n_layers - 1, tokens={"0": 3.0, "1": 1.0}, others="model")
+        return hc.set_attention(
+            model, head=1, layer=model.cfg.n_layers - 1, tokens={"0": 3.0, "1": 1.0}, others="model"
+        )
     if kind == "user-resid-hook":  # additive: applying it twice (a restart from a cached stream) would show
         import contextlib
 
@@ -335,10 +363,18 @@ def _hooked_context(kind, model):
 def test_patching_inside_hooks_matches_transformer_lens(setups, kind, model_name, component, positions):
     model, clean, corrupt = setups[model_name]
     with _hooked_context(kind, model):
-        ref = _reference(model, component, positions, clean.tokens, corrupt.tokens, _user_metric, "denoise",
-                         require_effect=False)
-        result = hc.patch(model, clean=clean.tokens, corrupt=corrupt.tokens, metric=_user_metric,
-                          component=component, positions=positions, memory_budget_mb=TINY_BUDGET_MB)
+        ref = _reference(
+            model, component, positions, clean.tokens, corrupt.tokens, _user_metric, "denoise", require_effect=False
+        )
+        result = hc.patch(
+            model,
+            clean=clean.tokens,
+            corrupt=corrupt.tokens,
+            metric=_user_metric,
+            component=component,
+            positions=positions,
+            memory_budget_mb=TINY_BUDGET_MB,
+        )
     assert result.method.startswith("reference: one pass per patch (hooks at")
     torch.testing.assert_close(result.values, ref, atol=TOL, rtol=0)
     assert not model.hook_dict["blocks.0.hook_resid_pre"].fwd_hooks  # the context removed its hooks

@@ -2,17 +2,19 @@
 
 import pytest
 import torch
+from helpers import jiggle
 from transformer_lens import FactoredMatrix, HookedTransformer, HookedTransformerConfig
 
 import headcoop as hc
-from helpers import jiggle
 
 ATOL = 1e-5
 
 
 def make(kind, n_layers=1):
     if kind == "count01":
-        return jiggle(hc.Count01().model(seed=0, n_heads=3, d_model=8, d_head=2, n_layers=n_layers), skip=("pos_embed.W_pos",))
+        return jiggle(
+            hc.Count01().model(seed=0, n_heads=3, d_model=8, d_head=2, n_layers=n_layers), skip=("pos_embed.W_pos",)
+        )
     if kind == "count01-pos":
         return jiggle(hc.Count01(positional=True).model(seed=0, n_heads=3, d_model=8, d_head=2, n_layers=n_layers))
     task = hc.SkipPair()
@@ -77,7 +79,9 @@ def test_factored_matrices_are_the_bilinear_parts(kind):
     with torch.no_grad():
         q, k = x @ attn.W_Q[1], x @ attn.W_K[1]
         bias = (attn.b_Q[1] @ k.T)[None, :] + (q @ attn.b_K[1])[:, None] + attn.b_Q[1] @ attn.b_K[1]
-        torch.testing.assert_close(qk.matrix.AB + bias / attn.attn_scale, qk.scores.reshape(len(x), len(x)), atol=ATOL, rtol=0)
+        torch.testing.assert_close(
+            qk.matrix.AB + bias / attn.attn_scale, qk.scores.reshape(len(x), len(x)), atol=ATOL, rtol=0
+        )
         torch.testing.assert_close(
             ov.matrix.AB + attn.b_V[1] @ attn.W_O[1] @ model.W_U, ov.effects.reshape(len(x), -1), atol=ATOL, rtol=0
         )
@@ -127,7 +131,12 @@ def test_shortformer_positions_reach_qk_but_not_ov():
     table = hc.qk(model, 1)
     assert table.positional
     allowed = torch.ones(6, 6, dtype=torch.bool).tril()
-    torch.testing.assert_close(table.scores_for(tokens)[:, allowed], cache["blocks.0.attn.hook_attn_scores"][:, 1][:, allowed], atol=ATOL, rtol=0)
+    torch.testing.assert_close(
+        table.scores_for(tokens)[:, allowed],
+        cache["blocks.0.attn.hook_attn_scores"][:, 1][:, allowed],
+        atol=ATOL,
+        rtol=0,
+    )
     ov = hc.ov(model, 1)
     assert not ov.positional
     via_ov = torch.einsum("bk,bkv->bv", cache["blocks.0.attn.hook_pattern"][:, 1, -1], ov.effects_for(tokens))
