@@ -20,6 +20,9 @@ def test_quick_start_is_two_commands_and_ci_runs_the_test_command():
     assert "pytest" in commands[1]
     ci = (ROOT / ".ci" / "run").read_text()
     assert commands[1] in ci.splitlines()
+    checks = [b.split("#")[0].strip() for b in _blocks("sh")]  # the contributor's checks, run by CI before the tests
+    assert checks == ["ruff check . && ruff format --check ."]
+    assert any(line.endswith(checks[0]) for line in ci.splitlines()[: ci.splitlines().index(commands[1])])
 
 
 @pytest.mark.slow
