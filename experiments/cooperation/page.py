@@ -316,10 +316,8 @@ def _skip_pair_signature(mech: pd.DataFrame, shipped_measures: pd.DataFrame | No
     )
 
 
-def section_skip_pair(mech: pd.DataFrame, ctx: pd.DataFrame, shipped_measures: pd.DataFrame | None = None,
-                      answer: pd.DataFrame | None = None) -> Section:  # fmt: skip
-    d1 = answer[answer.d_head == 1].iloc[0] if answer is not None and (answer.d_head == 1).any() else None
-    seeds = mech[mech.seed.notna()]
+def _verbs(seeds: pd.DataFrame) -> pd.DataFrame:
+    """Per d_head and ablation: how many seeds' pairs got each word, and the medians of the axes it was read from."""
     rows = []
     for (d_head, how), part in seeds.groupby(["d_head", "how"], sort=False):
         solved = part[part.signal_acc >= 0.999]
@@ -330,11 +328,11 @@ def section_skip_pair(mech: pd.DataFrame, ctx: pd.DataFrame, shipped_measures: p
                          median_b_only=part.b_only.median(), median_multi=part.multi.median(),
                          median_only_answer=part.only_answer.median(), median_distributed=part.distributed.median(),
                          rank_1_heads=int((part.rank_a <= 1).sum() + (part.rank_b <= 1).sum())))  # fmt: skip
-    verbs = pd.DataFrame(rows)
-    shipped = mech[mech.seed.isna()][["model", "how", "signal_acc", "mechanism", "agreement", "by_ablation", "flips",
-                                      "or", "and", "a_only", "b_only", "multi", "only_answer", "distributed", "rank_a",
-                                      "rank_b"]]  # fmt: skip
-    c = ctx[ctx.seed.notna()]
+    return pd.DataFrame(rows)
+
+
+def _context_tables(c: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(per pair type, per d_head, per d_head with short column names): the shares of contexts of each kind."""
     per_type = pd.DataFrame(
         [
             dict(d_head=d_head, pair_type=str(pair_type), **_context_shares(part))
@@ -344,8 +342,19 @@ def section_skip_pair(mech: pd.DataFrame, ctx: pd.DataFrame, shipped_measures: p
     by_d = pd.DataFrame([dict(d_head=d_head, **_context_shares(part)) for d_head, part in c.groupby("d_head")])
     by_d = by_d.set_index("d_head")
     short = {col: col.replace(" | ", " (").split(",")[0] + ")" for col in by_d.columns if " | " in col}
-    per_type = per_type.rename(columns=short)
-    by_d_shown = by_d.rename(columns=short).reset_index()
+    return per_type.rename(columns=short), by_d, by_d.rename(columns=short).reset_index()
+
+
+def section_skip_pair(mech: pd.DataFrame, ctx: pd.DataFrame, shipped_measures: pd.DataFrame | None = None,
+                      answer: pd.DataFrame | None = None) -> Section:  # fmt: skip
+    d1 = answer[answer.d_head == 1].iloc[0] if answer is not None and (answer.d_head == 1).any() else None
+    seeds = mech[mech.seed.notna()]
+    verbs = _verbs(seeds)
+    shipped = mech[mech.seed.isna()][["model", "how", "signal_acc", "mechanism", "agreement", "by_ablation", "flips",
+                                      "or", "and", "a_only", "b_only", "multi", "only_answer", "distributed", "rank_a",
+                                      "rank_b"]]  # fmt: skip
+    c = ctx[ctx.seed.notna()]
+    per_type, by_d, by_d_shown = _context_tables(c)
     mean = verbs[verbs.how == "family"].set_index("d_head")
     five, one = mean.loc[5], mean.loc[1]
     fam = seeds[seeds.how == "family"]

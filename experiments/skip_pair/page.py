@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 
@@ -154,24 +155,49 @@ def _across(robustness: Path | None) -> list[Section]:
     return [] if section is None else [section]
 
 
-def write(
-    out: Path,
+def split_text(rows: pd.DataFrame) -> str:
+    return (f"{frac(int((rows.split_heads > 0).sum()), len(rows))} models with a splitting head, "
+            f"{rows.split_pairs.mean():.2f} split pairs per head, {rows.split_shared.mean():.2f} pairs split by "
+            "both heads")  # fmt: skip
+
+
+def cons(rows: pd.DataFrame, col: str) -> str:
+    v = rows[col]
+    return f"median {v.median():g}/10, range {v.min():g}..{v.max():g}"
+
+
+def spec(rows: pd.DataFrame) -> str:
+    return f"{int(rows.specific_rows.sum())}/{int(rows.specific_total.sum())}"
+
+
+class _Blocks:
+    """The page's sections as they are written: `section(title)` opens one, `w(block)` adds a block (a string
+    becomes a paragraph), `figure(name, caption)` a figure of the skip_pair folder."""
+
+    def __init__(self, png: bool):
+        self.sections: list[tuple[str, list]] = []
+        self.png = png
+
+    def section(self, title: str) -> None:
+        self.sections.append((title, []))
+
+    def w(self, block) -> None:
+        self.sections[-1][1].append(Text(block.strip("\n")) if isinstance(block, str) else block)
+
+    def figure(self, name: str, caption: str) -> FigureFile:
+        return FigureFile(name, caption, folder="skip_pair", png=self.png)
+
+
+def _facts(
     runs: pd.DataFrame,
     long_runs: pd.DataFrame,
     shipped: pd.DataFrame,
     typical: pd.DataFrame,
     timing: dict,
     setup: dict,
-    png: bool = True,
-    robustness: Path | None = None,
-    dynamics: pd.DataFrame | None = None,
-    interference: pd.DataFrame | None = None,
-) -> Path:
-    """Write OUT/skip_pair.md from the tables; returns its path. png: the figures were exported as PNG
-    (run_all --no-png: link the interactive HTML only). robustness: the folder of the robustness grid's
-    tables, whose verdicts across setups the page adds (None, or a folder without them: left out).
-    dynamics, interference: the tables of `exp_dynamics.dynamics` (split attention at training checkpoints;
-    constructive interference where both heads write to several outputs)."""
+    dynamics: pd.DataFrame | None,
+) -> SimpleNamespace:
+    """What the page's sections and claims read off the tables, computed once."""
     task = hc.SkipPair()
     t = lambda h, d: shape(runs, h, d)  # noqa: E731
     main5, main1 = t(2, 5), t(2, 1)
@@ -199,36 +225,18 @@ def write(
     two_all = runs[runs.n_heads == 2]
     two_small, two_large = two_all[two_all.d_head < 3], two_all[two_all.d_head >= 3]
 
-    def split_text(rows: pd.DataFrame) -> str:
-        return (f"{frac(int((rows.split_heads > 0).sum()), len(rows))} models with a splitting head, "
-                f"{rows.split_pairs.mean():.2f} split pairs per head, {rows.split_shared.mean():.2f} pairs split by "
-                "both heads")  # fmt: skip
+    sp = shipped.set_index("name")
+    typ = typical.set_index("name")
+    split_dyn = split_during_training(dynamics) if dynamics is not None else None
+    return SimpleNamespace(task=task, main5=main5, main1=main1, grid_seeds=grid_seeds, cap_solved=cap_solved, cap_acc=cap_acc, one_text=one_text, one_head_seen=one_head_seen, long_text=long_text, long_steps=long_steps, splits=splits, two_all=two_all, two_small=two_small, two_large=two_large, sp=sp, typ=typ, split_dyn=split_dyn)  # fmt: skip
 
+
+def _task_section(b: "_Blocks", task, timing: dict) -> None:
+    """The task as we read it: vocabulary, lengths, examples, mapping, model, training, evaluation."""
+    section, w = b.section, b.w
     mapping_table = table(pd.DataFrame(
         [["completion", *task.mapping.values()]], columns=["pair", *(f"{{{a},{b}}}" for a, b in task.mapping)]
     ))  # fmt: skip
-
-    def cons(rows: pd.DataFrame, col: str) -> str:
-        v = rows[col]
-        return f"median {v.median():g}/10, range {v.min():g}..{v.max():g}"
-
-    def spec(rows: pd.DataFrame) -> str:
-        return f"{int(rows.specific_rows.sum())}/{int(rows.specific_total.sum())}"
-
-    sp = shipped.set_index("name")
-    typ = typical.set_index("name")
-
-    sections: list[tuple[str, list]] = []
-
-    def section(title: str) -> None:
-        sections.append((title, []))
-
-    def w(block) -> None:
-        """Add a block to the current section: a string becomes a paragraph."""
-        sections[-1][1].append(Text(block.strip("\n")) if isinstance(block, str) else block)
-
-    def figure(name: str, caption: str) -> FigureFile:
-        return FigureFile(name, caption, folder="skip_pair", png=png)
 
     section("The task as we read it")
     w(
@@ -287,8 +295,11 @@ def write(
         "no test here (robustness.md, claims with no verdict).\n"
     )
 
+
+def _claims(f: SimpleNamespace, timing: dict, interference: pd.DataFrame | None) -> list:
+    """The page's claim records: each quote of the post beside what this page measured."""
+    main5, main1, one_text, long_text, long_steps, two_small, two_large, split_dyn = (f.main5, f.main1, f.one_text, f.long_text, f.long_steps, f.two_small, f.two_large, f.split_dyn)  # fmt: skip
     n5, n1 = len(main5), len(main1)
-    split_dyn = split_during_training(dynamics) if dynamics is not None else None
     claims = [
         (
             QUOTES["perfect"],
@@ -352,7 +363,13 @@ def write(
         ),
     ]
     records = [Claim(where, c, m, REGISTRY_SAYS) for where, (c, m) in zip(CLAIM_SECTIONS, claims)]
+    return records
 
+
+def _sections_1_to_3(b: "_Blocks", f: SimpleNamespace, runs: pd.DataFrame, interference: pd.DataFrame | None) -> None:
+    """Sections 1-3: accuracy per pair type, preference orderings, conditional contributions."""
+    section, w, figure = b.section, b.w, b.figure
+    main5, main1, two_all, sp = (f.main5, f.main1, f.two_all, f.sp)  # fmt: skip
     section("1. Accuracy per signal pair type")
     for name, rows in (("2 heads, d_head 5", main5), ("2 heads, d_head 1", main1)):
         w(f"**{name}**, {len(rows)} seeds (seeds {rows.seed.min()}..{rows.seed.max()}); {noise_line(rows)}.\n")
@@ -430,6 +447,20 @@ def write(
                 .reset_index()
             )
         )
+
+
+def _sections_4_to_6(
+    b: "_Blocks",
+    f: SimpleNamespace,
+    runs: pd.DataFrame,
+    long_runs: pd.DataFrame,
+    shipped: pd.DataFrame,
+    timing: dict,
+    dynamics: pd.DataFrame | None,
+) -> None:
+    """Sections 4-6 and the regeneration note: capacity, split attention, the shipped checkpoints."""
+    section, w, figure = b.section, b.w, b.figure
+    grid_seeds, cap_solved, cap_acc, one_text, one_head_seen, long_text, long_steps, splits, two_small, two_large, sp, typ, split_dyn = (f.grid_seeds, f.cap_solved, f.cap_acc, f.one_text, f.one_head_seen, f.long_text, f.long_steps, f.splits, f.two_small, f.two_large, f.sp, f.typ, f.split_dyn)  # fmt: skip
     section("4. Capacity map")
     w(
         f"n_heads 1..4 x d_head 1..6, seeds {grid_seeds[0]}..{grid_seeds[-1]} per cell (the 2-head d_head 1 and 5 "
@@ -524,6 +555,33 @@ def write(
         "training ended; other jobs on the machine raise it and the times with it). Figures are written as HTML "
         "(plotly.js from its CDN) and PNG (when kaleido can export).\n"
     )
+
+
+def write(
+    out: Path,
+    runs: pd.DataFrame,
+    long_runs: pd.DataFrame,
+    shipped: pd.DataFrame,
+    typical: pd.DataFrame,
+    timing: dict,
+    setup: dict,
+    png: bool = True,
+    robustness: Path | None = None,
+    dynamics: pd.DataFrame | None = None,
+    interference: pd.DataFrame | None = None,
+) -> Path:
+    """Write OUT/skip_pair.md from the tables; returns its path. png: the figures were exported as PNG
+    (run_all --no-png: link the interactive HTML only). robustness: the folder of the robustness grid's
+    tables, whose verdicts across setups the page adds (None, or a folder without them: left out).
+    dynamics, interference: the tables of `exp_dynamics.dynamics` (split attention at training checkpoints;
+    constructive interference where both heads write to several outputs)."""
+    f = _facts(runs, long_runs, shipped, typical, timing, setup, dynamics)
+    task = f.task
+    b = _Blocks(png)
+    _task_section(b, task, timing)
+    records = _claims(f, timing, interference)
+    _sections_1_to_3(b, f, runs, interference)
+    _sections_4_to_6(b, f, runs, long_runs, shipped, timing, dynamics)
     grid = robustness if robustness is not None else out / "robustness"
     page = render(
         "page.md.j2", HERE,
@@ -538,7 +596,7 @@ def write(
         "measurement. *most* means more than half. Below the table, every reading in full, each with what flips its "
         "verdict (another setup, with its count, or another threshold of the rule's band) or what was tried without "
         "flipping it.",
-        sections=[Section(title, tuple(blocks)) for title, blocks in sections] + _across(robustness),
+        sections=[Section(title, tuple(blocks)) for title, blocks in b.sections] + _across(robustness),
         task=task,
         recipe=timing["recipe"],
     )  # fmt: skip
