@@ -18,7 +18,7 @@ from headcoop.reporting.sections import page_note, page_table
 
 def section_circuits(ctx: Context) -> tuple:
     model = ctx.model
-    blocks = [
+    blocks: list = [
         page_note(
             "QK: pre-softmax attention score of a query token on a key token (<code>hc.qk</code>). OV: change "
             "in each output logit when the head attends fully to a source token (<code>hc.ov</code>). Layers "
@@ -46,7 +46,8 @@ class _TooLarge(Exception):
 
 def _circuit_heatmaps(ctx: Context) -> list:
     """Every covered head's QK and OV tables as heatmaps (small vocabularies)."""
-    model, blocks = ctx.model, []
+    model = ctx.model
+    blocks: list = []
     for layer, head in ctx.heads:
         name = f"L{layer}H{head}"
         try:
@@ -79,7 +80,7 @@ def _circuit_tops(ctx: Context) -> list:
     model = ctx.model
     ids = sorted(set(ctx.clean.tokens.flatten().tolist()) | set(ctx.corrupt.tokens.flatten().tolist()))
     positional = model.cfg.positional_embedding_type not in ("", None) and model.cfg.positional_embedding_type != "none"
-    blocks = [
+    blocks: list = [
         page_note(
             f"This model's tables are too large to draw ({model.cfg.d_vocab} tokens"
             + (", and positions" if positional else "")

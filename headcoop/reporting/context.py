@@ -35,8 +35,8 @@ class Context:
     examples: int
     clean: Batch
     corrupt: Batch
-    heads: list[tuple[int, int]] | None = None  # None: every head
-    budget: Budget | None = None
+    heads: list[tuple[int, int]] = None  # type: ignore[assignment]  # None: every head, filled by __post_init__
+    budget: Budget = None  # type: ignore[assignment]  # None: no limit, filled by __post_init__
     head_table: pd.DataFrame | None = None
     exact_limit_s: float = 60.0  # by-position patching longer than this (predicted) is shown as AtP* estimates
     _memo: dict = dataclasses.field(default_factory=dict)
@@ -78,7 +78,7 @@ class Context:
         clean and corrupt runs, then one copy per head and position from the head's layer."""
         if self.model.cfg.n_layers == 1:
             return self.once(f"patch-cost-{positions}", lambda: self._probed_patch(positions)) / self.budget.forward_s
-        return 2 + positions * sum(depth(self.model, lay) for lay, _ in self.heads)
+        return 2 + positions * sum((depth(self.model, lay) for lay, _ in self.heads), 0.0)
 
     def _probed_patch(self, positions: int) -> float:
         """Seconds of hc.patch on every covered head, from its time on the first head and on the first four."""

@@ -12,7 +12,7 @@ import torch
 
 from headcoop.analysis.engine.inputs import parse_heads
 from headcoop.analysis.mechanisms.cooperation import ALL_PAIRS_UP_TO
-from headcoop.analysis.vocabulary import head_name
+from headcoop.analysis.vocabulary import PairMethod, head_name
 from headcoop.display.pages import Figure
 from headcoop.reporting.budget import depth
 from headcoop.reporting.context import Context
@@ -144,6 +144,7 @@ def _pair_map_blocks(ctx: Context) -> tuple | None:
     k, game, left = len(ctx.heads), _game(ctx), ctx.budget.remaining()
     exact, screen = exact_passes(game), screen_passes(game)
     call = f"hc.pair_map(model, clean, how='mean', reference=clean{ctx.heads_arg})"
+    method: PairMethod
     if exact * ctx.budget.forward_s <= left:
         method = "exact"
     elif ctx.budget.afford(f"the pair map of all {k} heads", screen, call):
@@ -168,7 +169,7 @@ def _pair_map_blocks(ctx: Context) -> tuple | None:
     frame = computed.head(12)
     shown = [c for c in ("head_a", "head_b", "interaction", "relative", "effect_a", "effect_b", "pair_effect", "word",
                          "agreement", "flips_under", "role_a", "role_b") if c in frame.columns]  # fmt: skip
-    blocks = [
+    blocks: list = [
         page_note(f"<b>The pair map</b> (<code>hc.pair_map</code>): this report covers {k} heads, too many for "
               f"hc.cooperation's words on every pair (at most {MAX_REPORT_PAIRS_HEADS}), so every one of the "
               f"{k * (k - 1) // 2:,} pairs gets its interaction instead: I = v(both removed) - v(first removed) - "
@@ -304,7 +305,7 @@ def _head_to_head(ctx: Context) -> tuple:
     senders = [(lay, h) for lay, h in ctx.heads if any(r > lay for r, _ in ctx.heads)]
     if model.cfg.n_layers < 2 or not senders:
         return ()
-    blocks = [page_note(
+    blocks: list = [page_note(
         "Head to head: <b>path patching</b> (<code>hc.path_patch</code>) patches only a sender head's clean output "
         "into a later receiver head's query, key or value input (the receiver's LayerNorm scale frozen), every "
         "other path as in the corrupt run: the share of the clean &minus; corrupt gap restored. <b>Composition "

@@ -55,7 +55,7 @@ def _study_section(anchor: str) -> Callable[[Context], tuple]:
     def build(ctx: Context) -> tuple:
         table = ctx.head_table if ctx.head_table is not None else pd.DataFrame()
         part = study_for(ctx.task).section(anchor, ctx.model, ctx.task, table)
-        blocks = [page_note(n) for n in part.notes]
+        blocks: list = [page_note(n) for n in part.notes]
         if part.table is not None:
             blocks.append(page_table(part.table))
         if part.figure is not None:
@@ -67,7 +67,7 @@ def _study_section(anchor: str) -> Callable[[Context], tuple]:
 
 def _sections(task: Task) -> list[tuple[str, str, Callable[[Context], tuple]]]:
     """(anchor, title, builder) in page order."""
-    sections = [
+    sections: list[tuple[str, str, Callable[[Context], tuple]]] = [
         ("overview", "Task and configuration", section_overview),
         ("accuracy", "Accuracy", section_accuracy),
         ("heads", "Per-head metrics", section_heads),
@@ -155,8 +155,9 @@ def report_sections(
     clean, corrupt = task.patching_inputs()
     device = model_device(model)
     clean, corrupt = clean.to(device), corrupt.to(device)
-    covered = None if heads is None else sorted(set(parse_heads(model, heads)))
-    if covered is not None and not covered:
+    every = [(lay, h) for lay in range(model.cfg.n_layers) for h in range(model.cfg.n_heads)]
+    covered = every if heads is None else sorted(set(parse_heads(model, heads)))
+    if not covered:
         raise ValueError("heads is empty; give the heads the report covers, e.g. ['L0H1', 'L3H2'], or None for all")
     budget = Budget(budget_s, forward_seconds(model, clean.tokens), start=started or time.perf_counter(),
                      setup=_setup_code(source or model.cfg.model_name, own_task))  # fmt: skip

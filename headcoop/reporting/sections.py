@@ -49,7 +49,7 @@ def section_overview(ctx: Context) -> tuple:
     n_params = sum(p.numel() for p in model.parameters())
     n_trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     config.loc["parameters (trainable)"] = f"{n_params} ({n_trainable})"
-    blocks = [Text(Markup("<p><b>Model:</b> <code>{}</code> &nbsp; <b>Task:</b> <code>{}</code></p>").format(ctx.source, repr(task)), note=False)]  # fmt: skip
+    blocks: list = [Text(Markup("<p><b>Model:</b> <code>{}</code> &nbsp; <b>Task:</b> <code>{}</code></p>").format(ctx.source, repr(task)), note=False)]  # fmt: skip
     if not task.fixed_inputs:  # a task of its own (the toy tasks): its module says what it is
         blocks.append(Code((sys.modules[type(task).__module__].__doc__ or "").strip()))
     if task.d_vocab <= 64:
@@ -154,7 +154,7 @@ def section_heads(ctx: Context) -> tuple:
         "<b>DLA logit diff</b>: the head's direct contribution to logit(answer) &minus; logit(alternative) at "
         "the answer position, mean and std over the same inputs (<code>hc.dla</code>)."
     )
-    blocks = [ctx.budget.note(w) for w in (EXACT_PATCH, ESTIMATED_PATCH) if ctx.budget.was_left_out(w)]
+    blocks: list = [ctx.budget.note(w) for w in (EXACT_PATCH, ESTIMATED_PATCH) if ctx.budget.was_left_out(w)]
     study = study_for(task)
     probe_batch = task.patching_inputs(n=1024, seed=1)[0]
     if study.generic_probes and len(probe_batch.labels.unique()) > 1 and len(probe_batch) < 8:
@@ -209,7 +209,7 @@ def section_patching(ctx: Context) -> tuple:
     each, predicted = ctx.patch_each(ctx.exact_limit_s)
     n_layers = model.cfg.n_layers
     height = max(360, 140 + 28 * model.cfg.n_heads) * n_layers
-    blocks = [ctx.budget.note(w) for w in (EXACT_PATCH, ESTIMATED_PATCH) if ctx.budget.was_left_out(w)]
+    blocks: list = [ctx.budget.note(w) for w in (EXACT_PATCH, ESTIMATED_PATCH) if ctx.budget.was_left_out(w)]
     if isinstance(heads, hc.AttributionResult):
         blocks += [
             page_note(
