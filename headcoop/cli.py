@@ -8,6 +8,7 @@ import math
 import re
 import sys
 import warnings
+from typing import Any
 
 EPILOG = """\
 examples:
@@ -111,7 +112,7 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_model_arguments(parser: argparse.ArgumentParser, grid: bool) -> None:
     """The task and the model's shape: one value each for train, one or more (a grid) for sweep."""
-    many = dict(nargs="+") if grid else {}
+    many: dict[str, Any] = dict(nargs="+") if grid else {}
     parser.add_argument("task", choices=TASK_NAMES, help="the toy task")
     parser.add_argument("--heads", type=int, default=None, help="attention heads per layer (task default)", **many)
     parser.add_argument("--d-model", type=int, default=None,

@@ -20,9 +20,11 @@ def test_quick_start_is_two_commands_and_ci_runs_the_test_command():
     assert "pytest" in commands[1]
     ci = (ROOT / ".ci" / "run").read_text()
     assert commands[1] in ci.splitlines()
-    checks = [b.split("#")[0].strip() for b in _blocks("sh")]  # the contributor's checks, run by CI before the tests
-    assert checks == ["ruff check . && ruff format --check ."]
-    assert any(line.endswith(checks[0]) for line in ci.splitlines()[: ci.splitlines().index(commands[1])])
+    # the contributor's checks (one sh block, a command a line), each run by CI before the tests
+    checks = [line.split("#")[0].strip() for block in _blocks("sh") for line in block.splitlines() if line.strip()]
+    assert checks == ["ruff check . && ruff format --check .", "mypy"]
+    before = ci.splitlines()[: ci.splitlines().index(commands[1])]
+    assert all(any(line.endswith(check) for line in before) for check in checks)
 
 
 @pytest.mark.slow

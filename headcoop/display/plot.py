@@ -33,6 +33,14 @@ class Displayed:
 
     display_rows = 12
 
+    def to_dataframe(self):
+        """The result's table (each result class defines it)."""
+        raise NotImplementedError
+
+    def plot(self):
+        """The result's figure (each result class defines it)."""
+        raise NotImplementedError
+
     def _repr_html_(self) -> str:
         """The repr and the first rows of the table as HTML (the figure is `plot()`)."""
         import html

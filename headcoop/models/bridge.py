@@ -87,7 +87,8 @@ def user_hooks(model: nn.Module) -> list[str]:
     from transformer_lens.hook_points import HookPoint
 
     names: dict[int, list[str]] = {}
-    for name, point in model.hook_dict.items():  # one hook point has several names: prefer the TransformerLens one
+    hook_dict: dict = getattr(model, "hook_dict")  # a HookedRootModule's hook points by name
+    for name, point in hook_dict.items():  # one hook point has several names: prefer the TransformerLens one
         names.setdefault(id(point), []).append(name)
     canonical = {
         key: min(found, key=lambda n: (n.endswith((".hook_in", ".hook_out")), len(n))) for key, found in names.items()

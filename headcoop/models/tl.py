@@ -37,13 +37,13 @@ except ImportError:  # TransformerLens >= 4.0
         except PackageNotFoundError:  # importable but not installed as a distribution (a source tree)
             return "(version unknown)"
 
-    class HookedTransformer:  # type: ignore[no-redef]
+    class HookedTransformer:  # type: ignore[no-redef]  # 4.x: a placeholder under the name 3.x exports
         """Placeholder for TransformerLens 4.x, where HookedTransformer was removed: nothing is an instance."""
 
         def __init__(self, *args, **kwargs):
             raise ImportError(_WHY.format(version=_version(), name="HookedTransformer"))
 
-    class HookedTransformerConfig:  # type: ignore[no-redef]
+    class HookedTransformerConfig:  # type: ignore[no-redef]  # 4.x: a placeholder under the name 3.x exports
         """Placeholder for TransformerLens 4.x, where HookedTransformerConfig was removed."""
 
         __dataclass_fields__: dict = {}
@@ -52,10 +52,23 @@ except ImportError:  # TransformerLens >= 4.0
             raise ImportError(_WHY.format(version=_version(), name="HookedTransformerConfig"))
 
 
-__all__ = ["HookedTransformer", "HookedTransformerConfig", "HAS_HOOKED_TRANSFORMER", "require_hooked_transformer"]
+__all__ = [
+    "HookedTransformer",
+    "HookedTransformerConfig",
+    "HAS_HOOKED_TRANSFORMER",
+    "require_hooked_transformer",
+    "attach",
+]
+
+
+def attach(model, **values) -> None:
+    """headcoop's own attributes on a model (`task`, `history`, `train_settings`, `checkpoint_meta`): set as plain
+    attributes, which nn.Module's `__setattr__` (typed for tensors and modules) keeps as such."""
+    for name, value in values.items():
+        setattr(model, name, value)
 
 
 def require_hooked_transformer(what: str) -> None:
     """ImportError naming the fix when this TransformerLens has no HookedTransformer (4.x)."""
     if not HAS_HOOKED_TRANSFORMER:
-        HookedTransformer()  # the placeholder raises the message
+        HookedTransformer()  # type: ignore[call-arg]  # the 4.x placeholder takes no config and raises the message

@@ -27,7 +27,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from headcoop.checks import check_device, check_finite, weight_shapes
-from headcoop.models.tl import HookedTransformer, HookedTransformerConfig, require_hooked_transformer
+from headcoop.models.tl import HookedTransformer, HookedTransformerConfig, attach, require_hooked_transformer
 from headcoop.storage.folders import exchange
 from headcoop.storage.owners import pid_alive, this_owner
 from headcoop.tasks import task_from_dict
@@ -617,10 +617,7 @@ def load(name_or_path: str | os.PathLike, device: str | None = None) -> HookedTr
         moved = [name for name, mask in held.items() if bool(expected[name].detach()[mask].any())]
         if moved:
             raise ValueError(f"checkpoint {path} has non-zero entries in {moved}, which its task holds at zero")
-        hold_entries(expected, held)
-    model.task = task
+        hold_entries(dict(expected), held)
     model.eval()
-    model.history = meta.get("history") or []
-    model.train_settings = meta.get("train")
-    model.checkpoint_meta = meta
+    attach(model, task=task, history=meta.get("history") or [], train_settings=meta.get("train"), checkpoint_meta=meta)
     return model

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -49,7 +50,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens.utilities import get_act_name
 
-from headcoop.analysis.engine.inputs import require_task
+from headcoop.analysis.engine.inputs import model_device, require_task
 from headcoop.analysis.nodes.dla import dla
 from headcoop.analysis.nodes.probes import probe
 from headcoop.analysis.weights.qkov import qk
@@ -163,7 +164,7 @@ def head_metrics(
     task.check_ready(model, "head_metrics")
     check_int("n", n, 8)
     check_float("success_threshold", success_threshold, 0.0, 1.0)
-    batch = task.sample(n, seed=seed).to(model.cfg.device)
+    batch = task.sample(n, seed=seed).to(model_device(model))
     n_layers = model.cfg.n_layers
 
     # separability of z: one batched probe fit for every head of every layer
@@ -201,7 +202,7 @@ def head_metrics(
         layer, head = fit.layers[i], fit.heads[i]
         W_O = model.blocks[layer].attn.W_O[head]
         if layer == 0 and not _positional_scores(model):
-            w01_qk, w02_qk = qk_ratios(model, layer, head)
+            w01_qk, w02_qk = qk_ratios(model, layer, cast(int, head))  # a head's probe: its head is set
         else:
             w01_qk = w02_qk = float("nan")
         records.append(

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+from typing import Any
 
 import pandas as pd
 import torch
@@ -111,7 +112,7 @@ def contexts(task: SkipPair, kind: str = "signal", pair: tuple[int, int] | None 
         weight = prob.repeat(len(NOISE)) / len(NOISE)
         minus = torch.full((len(tokens),), -1, dtype=torch.long)
         return Contexts(tokens, weight, minus, minus.clone())
-    pairs = PAIRS if pair is None else [tuple(sorted(pair))]
+    pairs: list[Any] = PAIRS if pair is None else [tuple(sorted(pair))]
     if pairs[0] not in PAIRS:
         raise ValueError(f"pair {pair!r} is not a pair of signal tokens 1..4; valid pairs are {PAIRS}")
     noise, prob = _multisets(L - 3)

@@ -66,10 +66,10 @@ class Batch:
         return Batch(**{name: t[index] for name, t in self._tensors().items()}, vocab=self.vocab)
 
     def to(self, device: torch.device | str) -> "Batch":
-        device = check_device(device)
-        return Batch(**{name: t.to(device) for name, t in self._tensors().items()}, vocab=self.vocab)
+        target = check_device(device)
+        return Batch(**{name: t.to(target) for name, t in self._tensors().items()}, vocab=self.vocab)
 
-    def replace(self, **changes: Tensor) -> "Batch":
+    def replace(self, **changes: Any) -> "Batch":
         return dataclasses.replace(self, **changes)
 
     @staticmethod
@@ -353,7 +353,7 @@ class Task(ABC):
 
     # --- models ----------------------------------------------------------------------
     @abstractmethod
-    def config(self, **kwargs) -> HookedTransformerConfig:
+    def config(self, *args: Any, **kwargs: Any) -> HookedTransformerConfig:
         """The HookedTransformerConfig of a model for this task."""
 
     def model(self, seed: int = 0, **kwargs) -> HookedTransformer:

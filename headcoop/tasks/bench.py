@@ -271,7 +271,7 @@ class BenchTask(HandWeightedTask):
         """Six digits of 0 / 1 / 2 (uniform) then "=": the answer is "5" with more 1s than 0s, "4" with more 0s
         (strings with as many of each are redrawn). count-firstdigit keeps only strings whose counts differ by
         one and whose first digit is the majority digit: there counting and reading the first digit agree."""
-        rows = []
+        rows: list[Tensor] = []
         while len(rows) < n:
             digits = torch.randint(0, 3, (6,), generator=gen)
             zeros, ones = int((digits == 0).sum()), int((digits == 1).sum())
@@ -513,10 +513,10 @@ def _post(w: _W, conditional: bool = True) -> None:
         table = {}
         for rank, t in enumerate(prefs):
             if not conditional:
-                table[SIGNALS[t]] = {pair_word[tuple(sorted((t, u)))]: 1.0 + 0.5 * (u == t) for u in range(4)}
+                table[SIGNALS[t]] = {pair_word[(min(t, u), max(t, u))]: 1.0 + 0.5 * (u == t) for u in range(4)}
                 continue
             allowed = prefs[rank:]  # tokens not preferred to t: what the other position may hold
-            outs = [pair_word[tuple(sorted((t, u)))] for u in allowed]
+            outs = [pair_word[(min(t, u), max(t, u))] for u in allowed]
             weight = 2.0 if len(outs) == 1 else 1.0
             table[SIGNALS[t]] = {o: weight for o in outs}
         w.ov(0, h, table)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import warnings
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 from jaxtyping import Int
@@ -159,15 +159,15 @@ class Contrast(Task):
     def _answers(self, value, n: int, what: str) -> Int[Tensor, " batch"]:
         if isinstance(value, str) or (isinstance(value, Sequence) and value and isinstance(value[0], str)):
             texts = [value] * n if isinstance(value, str) else list(value)
-            ids = []
+            firsts = []
             for text in texts:
                 encoded = self._encode_text(text, what)
                 if len(encoded) != 1:
                     raise ValueError(
                         f"{what} {text!r} encodes to {len(encoded)} tokens {encoded}; it must be one token"
                     )
-                ids.append(encoded[0])
-            value = ids
+                firsts.append(encoded[0])
+            value = firsts
         ids = check_ids(value, 2**62, what)
         ids = ids.expand(n) if ids.ndim == 0 else ids
         if ids.shape != (n,):
@@ -189,7 +189,7 @@ class Contrast(Task):
     def decode(self, ids) -> str | list[str]:
         ids = torch.as_tensor(ids)
         if ids.ndim == 2:
-            return [self.decode(row) for row in ids]
+            return [cast(str, self.decode(row)) for row in ids]  # a row decodes to one string
         if self._tokenizer is not None:
             return self._tokenizer.decode(ids.tolist())
         return " ".join(self.vocab[i] if self.vocab else str(i) for i in ids.tolist())

@@ -52,7 +52,7 @@ class Count01(Task):
         self.readout = check_choice("readout", readout, READOUTS)
 
     def params(self) -> dict[str, Any]:
-        out = dict(
+        out: dict[str, Any] = dict(
             min_len=self.min_len, max_len=self.max_len, include_ties=self.include_ties, positional=self.positional
         )
         if self.readout != "residual":  # (checkpoints of the default setup keep their task JSON)

@@ -83,8 +83,9 @@ def renewed(executor: Any) -> Any:
     same size, start method and initializer for a pool that the death broke (a broken pool takes no more
     work); `executor` itself otherwise (Dask and Ray replace dead workers themselves)."""
     if isinstance(executor, cf.ProcessPoolExecutor) and getattr(executor, "_broken", False):
-        return cf.ProcessPoolExecutor(max_workers=executor._max_workers, mp_context=executor._mp_context,
-                                      initializer=executor._initializer, initargs=executor._initargs)  # fmt: skip
+        pool: Any = executor  # the pool's own settings are private attributes of ProcessPoolExecutor
+        return cf.ProcessPoolExecutor(max_workers=pool._max_workers, mp_context=pool._mp_context,
+                                      initializer=pool._initializer, initargs=pool._initargs)  # fmt: skip
     return executor
 
 

@@ -15,7 +15,7 @@ import dataclasses
 import inspect
 import io
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 from jaxtyping import Int
@@ -25,7 +25,7 @@ from headcoop.checks import check_finite, check_int, check_seed, usable_device
 from headcoop.display.progress import tqdm
 from headcoop.models.fused import attn_scales, check_supported, fused_logits, stack_parameters
 from headcoop.models.tl import HookedTransformer, HookedTransformerConfig
-from headcoop.tasks.base import Task, build_model, check_sample_size, hold_entries
+from headcoop.tasks.base import Batch, Task, build_model, check_sample_size, hold_entries
 from headcoop.training.loop import (
     TrainConfig,
     deterministic,
@@ -243,7 +243,7 @@ def train_many(
     seeds = _check_seeds(seeds, len(items))
     device = usable_device(device)
     if device is None:  # the device the items name, if they agree
-        given = {usable_device(_named_device(item)) for item in items} - {None}
+        given = {d for d in (usable_device(_named_device(item)) for item in items) if d is not None}
         if len(given) > 1:
             raise ValueError(f"train_many trains on one device; the models name {sorted(given)}: pass device=")
         device = given.pop() if given else "cpu"
@@ -263,7 +263,7 @@ def train_many(
     histories = [list(getattr(m, "history", [])) for m in models]
 
     own_bar = not hasattr(progress, "update")
-    bar = tqdm(total=steps, desc=f"train_many {task.name} x{len(models)}", disable=not progress) \
+    bar: Any = tqdm(total=steps, desc=f"train_many {task.name} x{len(models)}", disable=not progress) \
         if own_bar else progress  # fmt: skip
     with deterministic(groups[0].device):
         for step in range(steps):
@@ -277,19 +277,19 @@ def train_many(
                     on_device[g.device] = data.to(g.device)
                 batch = on_device[g.device].select(g.rows)
                 logits = fused_logits(g.params, g.cfg, batch.tokens, batch.loss_pos, g.positional)
-                loss = task.row_loss(logits, batch)  # [K]
+                loss = task.row_loss(logits, cast(Batch, batch))  # [K]; Streams carries a Batch's fields
                 check_loss_of_models(loss, g.indices, step, cfg.lr)
                 losses.append(loss)
                 if logged:
-                    acc = task.row_correct(logits.detach(), batch).flatten(1).float().mean(1)
+                    acc = task.row_correct(logits.detach(), cast(Batch, batch)).flatten(1).float().mean(1)
                     _log(histories, g.indices, step, loss.detach(), acc)
             optimizer.zero_grad(set_to_none=False)
-            sum(loss.sum() for loss in losses).backward()
+            cast(Tensor, sum(loss.sum() for loss in losses)).backward()
             if step == 0:
                 _fill_missing_grads(optimizer)
             optimizer.step()
             bar.update(1 if own_bar else len(models))
-            if on_checkpoint is not None and (step + 1) % checkpoint_every == 0:
+            if on_checkpoint is not None and checkpoint_every is not None and (step + 1) % checkpoint_every == 0:
                 for g in groups:
                     g.write_back()
                 with torch.no_grad():

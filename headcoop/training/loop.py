@@ -12,7 +12,7 @@ import torch
 
 from headcoop.checks import check_finite, check_float, check_int, check_seed
 from headcoop.display.progress import tqdm
-from headcoop.models.tl import HookedTransformer
+from headcoop.models.tl import HookedTransformer, attach
 from headcoop.tasks.base import Task, check_sample_size
 
 
@@ -105,7 +105,7 @@ def check_training_args(
     check_int("log_every", log_every, 1)
 
 
-def trainable_parameters(model: HookedTransformer) -> list[torch.Tensor]:
+def trainable_parameters(model: HookedTransformer) -> list[torch.nn.Parameter]:
     """The parameters training updates; ValueError when there are none."""
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
@@ -220,9 +220,7 @@ def train(
 def mark_trained(model: HookedTransformer, task: Task, history: list[dict], config: TrainConfig) -> HookedTransformer:
     """Put `model` in eval mode with its task, training history and settings attached (what `hc.save` records)."""
     model.eval()
-    model.task = task
-    model.history = history
-    model.train_settings = config.to_dict()
+    attach(model, task=task, history=history, train_settings=config.to_dict())
     return model
 
 

@@ -93,7 +93,8 @@ def finished_metrics(path: Path, task: Task, config: TrainConfig) -> dict[str, A
     except (FileNotFoundError, ValueError):
         return None
     try:
-        saved = TrainConfig.from_dict(meta.get("train"))
+        train = meta.get("train")
+        saved = TrainConfig.from_dict(train) if isinstance(train, dict) else None  # none recorded: not this sweep's
     except (TypeError, ValueError):
         saved = None
     if meta.get("task") != task.to_dict() or saved != config:

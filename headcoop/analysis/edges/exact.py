@@ -25,13 +25,14 @@ from __future__ import annotations
 import contextlib
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
+from typing import cast
 
 import torch
 from torch import Tensor
 from transformer_lens.utilities import get_act_name
 
 from headcoop.analysis.edges.graph import ATTN_READERS, Reader, Writer, has_mlp, qkv_weights
-from headcoop.analysis.engine.copies import Copies, Target
+from headcoop.analysis.engine.copies import Copies, Hooks, Target
 from headcoop.analysis.engine.norms import frozen_norm
 from headcoop.models.tl import HookedTransformer
 
@@ -67,7 +68,11 @@ def writer_outputs(model: HookedTransformer, cache, writers: list[Writer]) -> di
 
 def source_replacement(cache) -> Replacement:
     """Keys that are writers, each replaced by its activation in the cached source run."""
-    return lambda key: (key, writer_activation(cache, key))
+
+    def replace(key):
+        return key, writer_activation(cache, key)
+
+    return replace
 
 
 def scale_of(cache, name: str) -> Tensor | None:
@@ -106,7 +111,7 @@ def reader_sites(model: HookedTransformer, reader: Reader) -> list[tuple[str, in
     """The hook points holding a reader's activation, with the head index on their head axis (None for an MLP)."""
     if reader[0] in ATTN_READERS:
         return [(get_act_name(reader[3], reader[1]), reader[2])]
-    sites = [(f"blocks.{reader[1]}.mlp.hook_pre", None)]
+    sites: list[tuple[str, int | None]] = [(f"blocks.{reader[1]}.mlp.hook_pre", None)]
     return sites + [(f"blocks.{reader[1]}.mlp.hook_pre_linear", None)] if model.cfg.gated_mlp else sites
 
 
@@ -130,7 +135,7 @@ def edge_copies(model: HookedTransformer, edges: list[tuple[Key, Reader]], delta
         return model.unembed(x.flatten(0, 1))
 
     def shortcut(layer: int, lo: int, hi: int):
-        return direct_logits(lo, hi) if layer == n_layers else local(layer, lo, hi)
+        return direct_logits(lo, hi) if layer == n_layers else cast(Callable, local)(layer, lo, hi)
 
     def setter(lo: int, hi: int) -> list:
         """Hooks that set each copy's reader activation in a stack of hi - lo copies of the target batch."""
@@ -178,7 +183,7 @@ def step_one(model: HookedTransformer, target: Target, writer: Writer, value: Te
     on the path acts on the writer's change as in the model). Returns the residual streams a reader reads: each
     layer's resid_pre and resid_mid and the last resid_post ({hook name: [batch, pos, d_model]})."""
     cache, n_layers = target.cache, model.cfg.n_layers
-    hooks = []
+    hooks: Hooks = []
     if writer[0] in ("embed", "pos_embed"):
         hooks.append(("hook_embed" if writer[0] == "embed" else "hook_pos_embed", lambda x, hook: value.to(x)))
     for lay in range(n_layers):
@@ -212,10 +217,11 @@ def step_two(model: HookedTransformer, target: Target, resid: dict[str, Tensor],
     cache = target.cache
     if reader[0] == "logits":
         name = get_act_name("resid_post", model.cfg.n_layers - 1)
-        hooks = [(name, lambda x, hook: resid[name].to(x))]
+        hooks: Hooks = [(name, lambda x, hook: resid[name].to(x))]
         scale = scale_of(cache, "ln_final.hook_scale")
         if scale is not None:
-            hooks.append(("ln_final.hook_scale", lambda s, hook: scale.to(s)))
+            held: Tensor = scale
+            hooks.append(("ln_final.hook_scale", lambda s, hook: held.to(s)))
         return model.run_with_hooks(target.tokens, fwd_hooks=hooks)
     lay, attn = reader[1], reader[0] in ATTN_READERS
     entry = get_act_name("resid_pre" if attn else "resid_mid", lay)

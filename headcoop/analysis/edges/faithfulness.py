@@ -28,6 +28,7 @@ the curve and 1 (CMD, lower is better), over the fraction of edges kept.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -50,7 +51,7 @@ from headcoop.analysis.edges.graph import (
 )  # fmt: skip
 from headcoop.analysis.edges.scores import EdgeResult
 from headcoop.analysis.engine.ablation import describe_ablation, replacement, shifted_order
-from headcoop.analysis.engine.copies import Copies, Target, clean_corrupt, route, target_run
+from headcoop.analysis.engine.copies import Copies, Hooks, Target, clean_corrupt, route, target_run
 from headcoop.analysis.engine.inputs import as_tokens, check_choice, require_model
 from headcoop.analysis.vocabulary import ABLATIONS, Ablation
 from headcoop.checks import check_finite, check_float, check_int, check_memory_budget, check_seed
@@ -152,7 +153,7 @@ def circuit_copies(model: HookedTransformer, target: Target, masks: Tensor, writ
             return lambda x, hook, **kw: x if state.get("inside") else hook_fn(x, hook, **kw)
 
         def drop(reader: Reader) -> Tensor:  # [n, batch, pos, d_model]: what the edges outside remove
-            out = 0
+            out: Any = 0  # a tensor once an edge outside adds its change
             for w, change in state["changes"].items():
                 off = ~keep[:, w_index[w], r_index[reader]]
                 if bool(off.any()):
@@ -215,7 +216,7 @@ def circuit_copies(model: HookedTransformer, target: Target, masks: Tensor, writ
             removed = drop(("logits",))
             return x if isinstance(removed, int) else (stacked(x) - removed).view(n * batch, *x.shape[1:])
 
-        hooks = []
+        hooks: Hooks = []
         for lay in range(n_layers):
             hooks.append((get_act_name("resid_pre", lay), lambda x, hook, lay=lay: capture_resid(x, hook, lay)))
             for via in ("q", "k", "v"):
@@ -273,7 +274,7 @@ def ablated_run(model: HookedTransformer, tokens: Tensor, mask: Tensor, writers:
             x[:, :, h] = x[:, :, h] - removed((kind, layer, h, via))
         return x
 
-    hooks = [("hook_embed", lambda x, hook: capture(x, hook, ("embed",)))]
+    hooks: Hooks = [("hook_embed", lambda x, hook: capture(x, hook, ("embed",)))]
     if ("pos_embed",) in w_index:
         hooks.append(("hook_pos_embed", lambda x, hook: capture(x, hook, ("pos_embed",))))
     for lay in range(model.cfg.n_layers):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import Literal, cast
 
 import numpy as np
 import pandas as pd
@@ -35,7 +36,7 @@ from headcoop.analysis.engine import kernels
 from headcoop.analysis.engine.copies import Copies, Rows, Target, clean_corrupt, route, target_run
 from headcoop.analysis.engine.inputs import check_choice, parse_heads, require_model
 from headcoop.analysis.engine.norms import frozen_norm
-from headcoop.analysis.vocabulary import DIRECTIONS, PATH_METHODS, VIAS, Direction, PathMethod, Via, head_name
+from headcoop.analysis.vocabulary import DIRECTIONS, PATH_METHODS, VIAS, Direction, PathMethod, head_name
 from headcoop.checks import check_finite
 from headcoop.display.progress import with_progress
 from headcoop.models.bridge import is_bridge
@@ -165,7 +166,7 @@ def path_patch(
     metric=None,
     senders=None,
     receivers=None,
-    via: tuple[Via, ...] = VIAS,
+    via: tuple[str, ...] = VIAS,
     direction: Direction = "denoise",
     direct: bool = True,
     memory_budget_mb: float = 256,
@@ -211,13 +212,13 @@ def path_patch(
             "attention then MLP, no norm after a block's outputs); this model has another block layout: use "
             "method='auto' or 'reference'"
         )
-    fast = "local" if _receiver_only(model) else "stacked"
+    fast: Literal["local", "stacked"] = "local" if _receiver_only(model) else "stacked"
     chosen = route(model, method, fast, "stacked copies from the receiver's layer" + (
         " (receiver head only)" if fast == "local" else ""), "edge", reference=CANONICAL,
         no_fast=None if _stacked_supported(model) else "this block layout has no stacked path")  # fmt: skip
     path = chosen.path
     target = target_run(model, target_tokens, score, lambda n: True, rows=path == "local")
-    values_sc = float(score.one(source_logits)), target.value
+    values_sc = float(score.one(source_logits)), cast(float, target.value)  # scored: a scalar metric
     clean_value, corrupt_value = values_sc if direction == "denoise" else values_sc[::-1]
 
     def delta(lay: int, head: int) -> Tensor:  # [batch, pos, d_model]: what the sender's patch adds
@@ -226,7 +227,9 @@ def path_patch(
         return change @ model.blocks[lay].attn.W_O[head]
 
     deltas = {s: delta(*s) for s in senders}
-    edges = sorted([(s, r, v) for r in receivers for s in senders if s[0] < r[0] for v in via], key=lambda e: e[1][0])
+    edges: list[tuple] = sorted(
+        [(s, r, v) for r in receivers for s in senders if s[0] < r[0] for v in via], key=lambda e: e[1][0]
+    )
     if not edges and (cfg.n_layers > 1 or not direct):
         last_sender, first_receiver = max(lay for lay, _ in senders), min(lay for lay, _ in receivers)
         raise ValueError(

@@ -27,6 +27,7 @@ import dataclasses
 import functools
 import itertools
 import time
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -47,7 +48,7 @@ from headcoop.analysis.edges.graph import (
     writer_name,
 )  # fmt: skip
 from headcoop.analysis.engine.ablation import describe_ablation, replacement, shifted_order
-from headcoop.analysis.engine.copies import chunks, clean_corrupt, gradient_part_size, route, target_run
+from headcoop.analysis.engine.copies import Hooks, chunks, clean_corrupt, gradient_part_size, route, target_run
 from headcoop.analysis.engine.inputs import check_choice, require_model
 from headcoop.analysis.engine.norms import norm_kind, norm_weights
 from headcoop.analysis.engine.verification import miss_bound, pick, wide_bound
@@ -80,7 +81,7 @@ def norm_transpose(module, g: Tensor, scale: Tensor | None) -> Tensor:
     weight, _ = norm_weights(module)
     if kind in ("LN", "RMS") and weight is not None:
         g = g * weight
-    g = g / scale.to(g.dtype)
+    g = g / cast(Tensor, scale).to(g.dtype)  # a norm's gradient is read at its held scale
     return g - g.mean(-1, keepdim=True) if kind in ("LN", "LNPre") else g
 
 
@@ -116,17 +117,23 @@ def _reader_grads(model: HookedTransformer, tokens: Tensor, score, readers: list
 
     final = _final_site(model)
     names = {name for r in readers if r[0] != "logits" for name, _ in reader_sites(model, r)}
-    hooks = [(n, keep) for n in sorted(names)] + [(lambda n: n.endswith("hook_scale"), remember)]
+    hooks: Hooks = [(n, keep) for n in sorted(names)] + [(lambda n: n.endswith("hook_scale"), remember)]
     if through_hooks:
         hooks.append((lambda n: n.endswith(("hook_resid_pre", "hook_resid_mid", "hook_pos_embed")), remember))
     if record is not None:
-        hooks.append(
-            (lambda n: n in record[0], lambda act, hook: record[1].__setitem__(hook.name, act.detach()) or act)
-        )
+        names_kept, store = record
+
+        def keep_record(act, hook):
+            store[hook.name] = act.detach()
+            return act
+
+        hooks.append((lambda n: n in names_kept, keep_record))
     if embeds is not None:
-        hooks.append(("hook_embed", lambda act, hook: embeds[0].to(act)))
-        if embeds[1] is not None:
-            hooks.append(("hook_pos_embed", lambda act, hook: embeds[1].to(act)))
+        token_embed, pos_embed = embeds
+        hooks.append(("hook_embed", lambda act, hook: token_embed.to(act)))
+        if pos_embed is not None:
+            held: Tensor = pos_embed
+            hooks.append(("hook_pos_embed", lambda act, hook: held.to(act)))
     # the final norm's output is read before any hook there (so that one is inside the derivative)
     first = [(final, keep)] if any(r[0] == "logits" for r in readers) else []
     with torch.enable_grad(), prepended(model, first if through_hooks else []):
@@ -148,6 +155,12 @@ def _reader_grads(model: HookedTransformer, tokens: Tensor, score, readers: list
     return out, value.detach()
 
 
+def _stored(store: dict, name: str, act: Tensor) -> Tensor:
+    """`act`, kept in `store` under `name` (a hook that records and passes on)."""
+    store[name] = act
+    return act
+
+
 FOLD_GROUP = 16  # readers whose residual-input gradients are computed, folded in and freed together
 
 
@@ -155,8 +168,8 @@ def _reader_groups(readers: list[Reader]) -> list[list[Reader]]:
     """The readers in groups of at most FOLD_GROUP, each of one layer (the logits alone)."""
     groups: list[list[Reader]] = []
     for _, same in itertools.groupby(readers, key=lambda r: None if r[0] == "logits" else r[1]):
-        same = list(same)
-        groups += [same[i : i + FOLD_GROUP] for i in range(0, len(same), FOLD_GROUP)]
+        group = list(same)
+        groups += [group[i : i + FOLD_GROUP] for i in range(0, len(group), FOLD_GROUP)]
     return groups
 
 
@@ -218,13 +231,13 @@ def _local_vjps(
         x = seen[get_act_name("resid_pre", lay)].clone().requires_grad_(True)
         mid_name = get_act_name("resid_mid", lay)
         mid = seen[mid_name].clone().requires_grad_(True) if mid_name in seen else None
-        hooks = [(f"blocks.{lay}.{ln}.hook_scale", lambda a, hook, s=seen[f"blocks.{lay}.{ln}.hook_scale"]: s.to(a))
+        hooks: Hooks = [(f"blocks.{lay}.{ln}.hook_scale", lambda a, hook, s=seen[f"blocks.{lay}.{ln}.hook_scale"]: s.to(a))
                  for ln in ("ln1", "ln2") if f"blocks.{lay}.{ln}.hook_scale" in seen]  # fmt: skip
         if mid is not None:
             hooks.append((mid_name, lambda a, hook: mid))
         acts: dict[str, Tensor] = {}
         for name in {name for r in here for name, _ in reader_sites(model, r)}:
-            hooks.append((name, lambda a, hook, name=name: acts.__setitem__(name, a) or a))
+            hooks.append((name, lambda a, hook, name=name: _stored(acts, name, a)))
         pos = seen.get("hook_pos_embed") if model.cfg.positional_embedding_type == "shortformer" else None
         with torch.enable_grad():
             model.run_with_hooks(
@@ -234,7 +247,7 @@ def _local_vjps(
                 sites = reader_sites(model, r)
                 outs = [acts[n] if h is None else acts[n][:, :, h] for n, h in sites]
                 wants = [grads[n] if h is None else grads[n][:, :, h] for n, h in sites]
-                (g,) = torch.autograd.grad(outs, [x if r[0] in ATTN_READERS else mid], grad_outputs=wants,
+                (g,) = torch.autograd.grad(outs, [x if r[0] in ATTN_READERS else cast(Tensor, mid)], grad_outputs=wants,
                                            retain_graph=True, allow_unused=True)  # fmt: skip
                 out[r] = torch.zeros_like(x) if g is None else g
     return out
@@ -284,13 +297,13 @@ def _verify(frame: pd.DataFrame, ordered: list, verify: int, sample: int, seed: 
     `sample` others drawn with `seed` (`verification.pick`); fill frame's exact / top / sampled; return the
     false-negative bound (`verification.miss_bound`, the one `hc.attribute` gives) and the number of edges patched."""
     top, picked, rest = pick(torch.tensor(frame.score.abs().to_numpy()), verify, sample, seed)
-    top, picked = top.numpy(), picked.numpy()
-    chosen = sorted(set(top.tolist()) | set(picked.tolist()))
+    top_at, picked_at = top.numpy(), picked.numpy()
+    chosen = sorted(set(top_at.tolist()) | set(picked_at.tolist()))
     frame.loc[chosen, "exact"] = exact([ordered[i] for i in chosen]).double().cpu().numpy()
-    frame.loc[top, "top"] = True
-    frame.loc[picked, "sampled"] = True
+    frame.loc[top_at, "top"] = True
+    frame.loc[picked_at, "sampled"] = True
     effect = lambda idx: torch.tensor(frame.loc[idx, "exact"].to_numpy())  # noqa: E731
-    return miss_bound(effect(top), effect(picked), rest), len(chosen)
+    return miss_bound(effect(top_at), effect(picked_at), rest), len(chosen)
 
 
 class Folded:
@@ -361,14 +374,14 @@ def _estimate(model, estimator: str, score, readers, writers, ordered, sites, so
                 tgt = target_run(model, target_tokens[lo:hi], part, lambda name: name in sites)
             folded.deltas = functools.partial(delta_matrix, model, writers, src, tgt.cache)
             value += folded.scale * _finite(tgt.value, "the metric on the target inputs")
-            tgt = tgt.cache
+            cached: Any = tgt.cache
         else:
             folded.deltas = D[:, lo:hi]
-            tgt = _Rows(target.cache, lo, hi, n) if size < n else target.cache
+            cached = _Rows(target.cache, lo, hi, n) if size < n else target.cache
         if estimator == "eap":
             gradients(model, target_tokens[lo:hi], part, readers, fold=folded)
         else:
-            _integrated_grads(model, target_tokens[lo:hi], part, readers, src, tgt, steps, gradients, folded)
+            _integrated_grads(model, target_tokens[lo:hi], part, readers, src, cached, steps, gradients, folded)
     return folded, value if target is None else target.value
 
 
@@ -397,7 +410,8 @@ def _exact_in_parts(model, chosen, sub: list, writers, score, source_cache, targ
     """Exact patching of the edges `sub` (changes of the metric [edges]) with the inputs in parts of `size`: each
     part's target run cached and patched on its own, its changes counted by its share of the batch (a named
     metric is a mean over inputs), so that no run of the whole batch is cached."""
-    n, total = len(target_tokens), 0.0
+    n = len(target_tokens)
+    total: Any = 0.0  # a tensor once the first part is added
     for lo, hi in chunks(0, n, size):
         with torch.no_grad():
             target = target_run(model, target_tokens[lo:hi], score.part(lo, hi), lambda name: True)
@@ -643,11 +657,13 @@ def edges(
     frame["score"] = scores.detach().double().cpu().numpy()
     frame["exact"] = frame["score"] if estimator == "exact" else np.nan
     frame["top"] = frame["sampled"] = False
-    estimate_s, missed, verify_s = time.perf_counter() - started, {}, 0.0
+    estimate_s, verify_s = time.perf_counter() - started, 0.0
+    missed: dict = {}
     if estimator != "exact" and (verify or sample):
         started = time.perf_counter()
         missed, patched = _verify(frame, ordered, verify, sample, seed, exact)
         verify_s, passes = time.perf_counter() - started, passes + patched
+    target_value = cast(float, target_value)  # the target run was scored (exact) or estimated (gradients)
     clean_value, corrupt_value = (
         (source_value, target_value) if direction == "denoise" else (target_value, source_value)
     )
@@ -658,7 +674,7 @@ def edges(
                       ablation=describe_ablation(how, len(source_tokens), "corrupt", order="shifted"))  # fmt: skip
 
 
-def _gradient_pass(model, estimator: str, hooks: list[str]):
+def _gradient_pass(model, estimator: str, hooks: tuple[str, ...]):
     """The readers' gradient pass (`_reader_grads`): across installed hooks by autograd, block by block, which a
     TransformerBridge cannot run (its blocks do not start mid-model): there the gradient estimators refuse,
     naming the hooks and the fix."""
@@ -671,7 +687,7 @@ def _gradient_pass(model, estimator: str, hooks: list[str]):
 
 
 def _checked(model, estimator: str, method, direction: str, verify, sample, steps,
-             how: str = "corrupt") -> tuple[str, int, int, int]:  # fmt: skip
+             how: str = "corrupt") -> tuple[EdgeEstimator, int, int, int]:  # fmt: skip
     """hc.edges' model and arguments checked (an error naming the bad one): the estimator, verify, sample, steps,
     the ablation (`how`; other than "corrupt" only when noising)."""
     require_model(model, "edges")
@@ -684,7 +700,7 @@ def _checked(model, estimator: str, method, direction: str, verify, sample, step
         raise ValueError(f'how={how!r} ablates an edge of the clean run: it needs direction="noise" (denoising '
                          'patches the corrupt run with the clean run\'s values, and has no other reading)')  # fmt: skip
     steps = check_steps(steps)  # each step is a forward and a backward pass (the cap hc.attribute shares)
-    return estimator, check_int("verify", verify, 0), check_int("sample", sample, 0), steps
+    return cast(EdgeEstimator, estimator), check_int("verify", verify, 0), check_int("sample", sample, 0), steps
 
 
 def writer_sites(writers: list[Writer]) -> set[str]:

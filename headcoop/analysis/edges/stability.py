@@ -15,13 +15,14 @@ metric).
 from __future__ import annotations
 
 import dataclasses
+from typing import cast
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 import torch
 
-from headcoop.analysis.edges.faithfulness import circuit, faithfulness
+from headcoop.analysis.edges.faithfulness import Circuit, circuit, faithfulness
 from headcoop.analysis.edges.scores import edges
 from headcoop.analysis.engine.inputs import as_tokens, check_choice, require_model, require_task
 from headcoop.analysis.vocabulary import ABLATIONS, EDGE_ESTIMATORS, EdgeEstimator
@@ -199,7 +200,7 @@ def circuit_stability(
     )
     always = {tuple(e) for e in table[table.share == 1.0][["writer", "reader", "via"]].itertuples(index=False)}
     for r in readings:
-        r["not_in_every_reading"] = len(r.pop("circuit").edges - always)
+        r["not_in_every_reading"] = len(cast(Circuit, r.pop("circuit")).edges - always)
     return CircuitStability(table, pd.DataFrame(readings), pd.DataFrame(curves), k, estimator)
 
 

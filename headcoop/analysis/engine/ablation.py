@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable, Iterator
+from typing import cast
 
 import torch
 from jaxtyping import Float, Int
@@ -111,6 +112,8 @@ def replacement(ref: Float[Tensor, "ref ref_pos *rest"], how: str, batch: int, n
     if how == "mean":
         return ref[:, :n_pos].mean(0).expand(batch, n_pos, *rest)
     if how == "resample":
+        if order is None:
+            raise ValueError('how="resample" needs the resample order (resample_order(n_ref, seed)), got order=None')
         pick = order[torch.arange(batch) % n_ref]
         return ref[pick.to(ref.device), :n_pos]
     if how == "corrupt":
@@ -198,9 +201,9 @@ def ablate(
             if how == "zero":
                 z[:, :, index] = 0.0
             elif how == "scale":
-                z[:, :, index] = z[:, :, index] * factor
+                z[:, :, index] = z[:, :, index] * cast(float, factor)  # checked above: how="scale" takes a factor
             else:
-                z[:, :, index] = replacement(source, how, z.shape[0], z.shape[1], order).to(z)
+                z[:, :, index] = replacement(cast(Tensor, source), how, z.shape[0], z.shape[1], order).to(z)
             return z
 
         return hook

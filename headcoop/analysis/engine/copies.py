@@ -29,7 +29,7 @@ import dataclasses
 import re
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from typing import Union
+from typing import Any, Union, cast
 
 import torch
 from jaxtyping import Float, Int
@@ -46,7 +46,7 @@ from headcoop.models.bridge import is_bridge, user_hooks
 from headcoop.models.tl import HookedTransformer
 from headcoop.tasks.base import Batch
 
-Hooks = list[tuple[str, Callable]]
+Hooks = list[tuple[Any, Callable[..., Any]]]  # TransformerLens's fwd_hooks: (name or name filter, hook)
 
 
 # --- logits of stacked copies -------------------------------------------------------------------------
@@ -100,7 +100,7 @@ class Target:
     model: HookedTransformer
     tokens: Int[Tensor, "batch pos"]
     logits: Float[Tensor, "batch pos vocab"]
-    cache: object  # transformer_lens.ActivationCache
+    cache: Any  # transformer_lens.ActivationCache
     score: "Score"
     extras: dict[str, Tensor | None]
     needed: Int[Tensor, " row"] | None = None
@@ -118,14 +118,15 @@ class Target:
         return self.cache[get_act_name(name, layer)]
 
 
-def target_run(model: HookedTransformer, tokens: Tensor, score: "Score", names: Callable[[str], bool],
+def target_run(model: HookedTransformer, tokens: Tensor, score: "Score | None", names: Callable[[str], bool],
                rows: bool = False) -> Target:  # fmt: skip
     """Run the target once, caching the activations `names` selects, and score it (`value`); with `rows`,
     find the logit rows the metric reads (`read_rows`) so that the last layer can compute those only."""
     with warnings.catch_warnings():  # a Bridge warns of hooks a name filter matches but it never fires
         warnings.filterwarnings("ignore", message="run_with_cache: skipped")
         logits, cache = model.run_with_cache(tokens, names_filter=names)
-    target = Target(model, tokens, logits, cache, score, continuation(model, tokens))
+    # a Readout's target (score None) is read at a site, never scored on the logits
+    target = Target(model, tokens, logits, cache, cast(Score, score), continuation(model, tokens))
     if score is None:  # read at a site (`Readout`), not scored on the logits
         return target
     value = score.one(logits)  # checked before anything else reads the metric
@@ -258,6 +259,7 @@ def clean_corrupt(model: HookedTransformer, clean, corrupt, metric) -> tuple[Ten
     """(clean tokens [batch, pos], corrupt tokens [batch, pos], the metric as a `Score`) of a patching
     analysis: `measure(..., paired=True)`."""
     m = measure(model, clean, metric, corrupt=corrupt, paired=True)
+    assert m.corrupt is not None  # paired=True: measure returns the corrupt tokens or raises
     return m.tokens, m.corrupt, m.score
 
 
@@ -337,6 +339,7 @@ class Score:
 
     def part(self, lo: int, hi: int) -> "Score":
         """The same named metric on inputs lo..hi of the batch (their mean: `splits`)."""
+        assert self.named is not None  # part() is for named metrics (`splits`)
         name, answer, wrong, pos = self.named
         return Score.of_name(name, answer[lo:hi], None if wrong is None else wrong[lo:hi], pos[lo:hi])
 
@@ -424,7 +427,8 @@ class Readout:
 def read_stacked(target: "Target", layer: int, n: int, hooks: Hooks, readout: Readout) -> Tensor:
     """`readout` of n copies of the target run from the residual stream entering `layer`, through the model's
     own blocks with `hooks`, stopped after the site's block: [n] values."""
-    model, seen, stop = target.model, {}, readout.stop_at_layer
+    model, stop = target.model, readout.stop_at_layer
+    seen: dict[str, Tensor] = {}
     capture = (readout.site, lambda act, hook: seen.__setitem__("act", act))
     if is_bridge(model):
         model.run_with_hooks(target.tokens.repeat(n, 1), fwd_hooks=hooks + [capture], stop_at_layer=stop)
@@ -437,7 +441,7 @@ def read_stacked(target: "Target", layer: int, n: int, hooks: Hooks, readout: Re
 def read_reference(target: "Target", hooks: Hooks, readout: Readout) -> Tensor:
     """`readout` of one copy by one plain forward pass from the tokens with `hooks` (every installed hook on,
     the capture after them all): [] value."""
-    seen = {}
+    seen: dict[str, Tensor] = {}
     target.model.run_with_hooks(target.tokens, stop_at_layer=readout.stop_at_layer,
                                 fwd_hooks=hooks + [(readout.site, lambda act, hook: seen.__setitem__("act", act))])  # fmt: skip
     return readout.read(seen["act"][None])[0]
@@ -602,10 +606,12 @@ def evaluate(target: Target, copies: Copies, path: Path, memory_budget_mb: float
             copies_per_chunk(model, batch, n_pos, memory_budget_mb, from_layer=layer, head_local=path == "local" and head_local)  # fmt: skip
         for start, stop in chunks(lo, hi, size):
             if path == "local" or layer >= model.cfg.n_layers:  # after the last block there is nothing to hook
+                assert copies.local is not None  # route() chose "local" (or the copies change nothing) only with one
                 logits = copies.local(layer, start, stop)
                 if isinstance(logits, Rows):
                     logits = continue_rows(target, logits)
             else:
+                assert copies.setter is not None  # route() chose the stacked path only with a setter
                 logits = run_stacked(target, layer, stop - start, copies.setter(start, stop))
             out.append(target.score(logits, stop - start, batch))
             advance(done=stop - start)
@@ -618,7 +624,8 @@ def evaluate_readout(target: Target, copies: Copies, path: Path, memory_budget_m
     """`readout` of every copy, [n]: the shortcuts return logits, so "local" runs stacked; a copy whose first
     change lies after the site's block reads as the target (nothing before the site changed); the reference
     runs the specification's `reference_hooks` with the capture after every hook."""
-    if path == "reference" and copies.reference_hooks is None:
+    reference_hooks, setter = copies.reference_hooks, copies.setter
+    if path == "reference" and reference_hooks is None:
         raise ValueError("this specification has no reference_hooks, so its reference path cannot be read at a site")
     site_layer = readout.layer if readout.layer is not None else target.model.cfg.n_layers
     layers = torch.as_tensor(list(copies.layers))
@@ -628,7 +635,9 @@ def evaluate_readout(target: Target, copies: Copies, path: Path, memory_budget_m
     if path == "reference":
         for i in range(len(copies)):
             value = (
-                unchanged if int(layers[i]) > site_layer else read_reference(target, copies.reference_hooks(i), readout)
+                unchanged
+                if int(layers[i]) > site_layer or reference_hooks is None
+                else read_reference(target, reference_hooks(i), readout)
             )
             out.append(value.to(unchanged.device))
             advance(done=1)
@@ -640,10 +649,10 @@ def evaluate_readout(target: Target, copies: Copies, path: Path, memory_budget_m
             advance(done=hi - lo)
             continue
         size = copies_per_chunk(target.model, target.batch, target.n_pos, memory_budget_mb, from_layer=layer)
+        if setter is None:
+            raise ValueError("this specification has no setter, so its copies cannot be read at a site stacked")
         for start, stop in chunks(lo, hi, size):
-            out.append(
-                read_stacked(target, layer, stop - start, copies.setter(start, stop), readout).to(unchanged.device)
-            )
+            out.append(read_stacked(target, layer, stop - start, setter(start, stop), readout).to(unchanged.device))
             advance(done=stop - start)
     return torch.cat(out) if out else torch.zeros(0)
 
@@ -685,14 +694,14 @@ def continue_rows(target: Target, resid: Rows) -> Float[Tensor, "copy_batch pos 
     model, target_logits, needed = target.model, target.logits, target.needed
     first_row = resid.first_row
     one_row = isinstance(resid.resid, tuple)
-    n, batch = (resid.resid[1] if one_row else resid.resid).shape[:2]
+    n, batch = (resid.resid[1] if isinstance(resid.resid, tuple) else resid.resid).shape[:2]
     kept = torch.arange(target_logits.shape[1], device=target_logits.device) if needed is None else needed
     if one_row and needed is not None and resid.start == model.cfg.n_layers - 1 and resid.finish is None:
         # one changed row entering the last layer: all copies in one pass (kernels.last_layer_one_row)
         base, rows_new = resid.resid
-        logits = kernels.last_layer_one_row(model, base, rows_new, first_row, target.cache,
+        one_pass = kernels.last_layer_one_row(model, base, rows_new, first_row, target.cache,
                                            target.extras["shortformer_pos_embed"], needed)  # fmt: skip
-        return RowLogits(target_logits, needed, logits.view(n, batch, len(needed), -1))
+        return RowLogits(target_logits, needed, one_pass.view(n, batch, len(needed), -1))
     out = target_logits[:, kept][None].repeat(n, 1, 1, 1)  # [n, batch, kept row, vocab]; changed rows below
     after_last = resid.start >= model.cfg.n_layers  # no attention left: rows are independent, one group
     if one_row and after_last and resid.finish is None:  # only a changed row the metric reads is unembedded
@@ -706,7 +715,7 @@ def continue_rows(target: Target, resid: Rows) -> Float[Tensor, "copy_batch pos 
             x = base[None, :, r0:].repeat(len(group), 1, 1, 1)
             x[torch.arange(len(group), device=x.device), :, first_row[group] - r0] = rows_new[group]
         else:
-            x = resid.resid[group, :, r0:]
+            x = cast(Tensor, resid.resid)[group, :, r0:]
         if after_last and needed is not None:  # only the rows the metric reads, before the block's MLP
             rows = kept[kept >= r0]
             if not len(rows):
@@ -714,7 +723,7 @@ def continue_rows(target: Target, resid: Rows) -> Float[Tensor, "copy_batch pos 
             x = x[:, :, rows - r0]
             if resid.finish is not None:
                 x = kernels.finish_block(model, resid.finish, x)
-            logits = kernels.unembed(model, x.reshape(len(group) * batch, len(rows), -1))
+            logits: Tensor | None = kernels.unembed(model, x.reshape(len(group) * batch, len(rows), -1))
         else:
             if resid.finish is not None:
                 x = kernels.finish_block(model, resid.finish, x)

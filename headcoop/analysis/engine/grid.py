@@ -38,7 +38,7 @@ class PatchGrid:
     ) -> "PatchGrid":
         """The full grid of `component` over `layers` x `heads` (x positions, unless positions="all")."""
         if component in RESID_COMPONENTS:
-            dims = ("layer",) if positions == "all" else ("layer", "pos")
+            dims: tuple[str, ...] = ("layer",) if positions == "all" else ("layer", "pos")
         elif positions == "all":
             dims = ("layer", "head")
         else:

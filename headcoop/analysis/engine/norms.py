@@ -11,6 +11,8 @@ components c_i with sum x map to parts whose sum, plus b, is the norm's output: 
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from jaxtyping import Float
 from torch import Tensor
@@ -18,7 +20,7 @@ from torch import Tensor
 try:
     from transformer_lens.components import LayerNorm, LayerNormPre, RMSNorm, RMSNormPre
 
-    TL_NORMS = ((LayerNormPre, "LNPre"), (LayerNorm, "LN"), (RMSNormPre, "RMSPre"), (RMSNorm, "RMS"))
+    TL_NORMS: tuple = ((LayerNormPre, "LNPre"), (LayerNorm, "LN"), (RMSNormPre, "RMSPre"), (RMSNorm, "RMS"))
 except ImportError:  # TransformerLens 4.x: only a Bridge's norms exist
     TL_NORMS = ()
 
@@ -38,7 +40,9 @@ def norm_kind(module: torch.nn.Module | None) -> NormKind | None:
         kind = bridge_kinds[type(module).__name__]
         weight, bias = norm_weights(module)
         folded = (weight is None or bool((weight == 1).all())) and (bias is None or not bool(bias.any()))
-        return kind + "Pre" if folded else kind  # weights folded into the next layer: as TransformerLens's LNPre
+        return cast(
+            NormKind, kind + "Pre" if folded else kind
+        )  # weights folded into the next layer: as TransformerLens's LNPre
     raise ValueError(f"cannot linearise a norm of type {type(module).__name__}; supported: LN, LNPre, RMS, RMSPre")
 
 
@@ -48,13 +52,15 @@ def frozen_norm(module: torch.nn.Module | None, x: Float[Tensor, "*rows d_model"
     at `scale` (broadcast against x's leading dims, [..., 1]): centre (LN), divide, weigh (LN, RMS), add the
     bias (LN, unless bias=False). The one frozen-norm step every analysis uses; without a norm, x itself."""
     kind = norm_kind(module)
-    if kind is None:
+    if kind is None or module is None:
         return x
+    if scale is None:
+        raise ValueError(f"frozen_norm: a {kind} norm is held at a scale, and none was given (scale=None)")
     if kind in ("LN", "LNPre"):
         x = x - x.mean(-1, keepdim=True)
     x = x / scale.to(x.dtype)
     weight, b = norm_weights(module)
-    if kind in ("LN", "RMS"):
+    if kind in ("LN", "RMS") and weight is not None:
         x = x * weight
     return x + b if bias and kind == "LN" and b is not None else x
 
@@ -67,8 +73,10 @@ def through_norm(
     """Each component through `module` with the frozen `scale`, and the norm's bias (None if it has none):
     parts.sum(1) + bias equals the norm of the summed input."""
     kind = norm_kind(module)
-    if kind is None:
+    if kind is None or module is None:
         return parts, None
+    if scale is None:
+        raise ValueError(f"through_norm: a {kind} norm is held at a scale, and none was given (scale=None)")
     return frozen_norm(module, parts, scale[:, None], bias=False), (norm_weights(module)[1] if kind == "LN" else None)
 
 

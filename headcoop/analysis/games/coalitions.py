@@ -29,6 +29,7 @@ metric is its default). The paths (`method`), each compared with the reference i
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 from jaxtyping import Bool, Float
@@ -59,7 +60,7 @@ from headcoop.analysis.engine.copies import (
 )
 from headcoop.analysis.engine.inputs import check_choice, require_task
 from headcoop.analysis.engine.kernels import attention_out, finish_block, pattern_at_rows, supported, unembed
-from headcoop.analysis.vocabulary import ABLATION_HOWS, GAME_METHODS, AblationHow, GameMethod, head_name
+from headcoop.analysis.vocabulary import ABLATION_HOWS, GAME_METHODS, AblationHow, GameMethod, Path, head_name
 from headcoop.checks import check_memory_budget
 from headcoop.models.bridge import is_bridge
 from headcoop.models.tl import HookedTransformer
@@ -207,14 +208,14 @@ class CoalitionGame:
         # the logits themselves (`row_logits`) are the result, kept whole: they do not size the chunks
         result_rows = score is not None and score.named is not None and score.named[0] == "logits"
         copies = self._copies(masks, target, first, path, named, result_rows)
-        engine_path = {"linear": "local", "layered": "local"}.get(path, path)
+        engine_path = cast(Path, {"linear": "local", "layered": "local"}.get(path, path))
         values = evaluate(target, copies, engine_path, self.memory_budget_mb, head_local=False).double()
         bad = (~torch.isfinite(values.reshape(len(values), -1)).all(1)).nonzero().flatten()
         if len(bad):
             active = [i for i, on in enumerate(masks[int(bad[0])].tolist()) if on]
-            first = values[bad[0]].flatten()
+            flat = values[bad[0]].flatten()
             raise ValueError(
-                f"the metric is {float(first[~torch.isfinite(first)][0])} for {len(bad)} of {len(values)} coalitions (first: the "
+                f"the metric is {float(flat[~torch.isfinite(flat)][0])} for {len(bad)} of {len(values)} coalitions (first: the "
                 f"players {active} active); Shapley values and verdicts need a finite number for every coalition"
             )
         return values

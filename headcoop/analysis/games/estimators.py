@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+from typing import Any
 
 import numpy as np
 import torch
@@ -77,7 +78,7 @@ def masks_values(game, masks: Bool[Tensor, "coalition player"]) -> Float[Tensor,
     return game.values(masks).cpu()
 
 
-def shapiq_exact(game: HeadGame) -> tuple[Tensor, Tensor]:
+def shapiq_exact(game: Any) -> tuple[Tensor, Tensor]:
     """(Shapley values [n], Shapley interaction index [n, n]) by shapiq's ExactComputer (2^n coalitions)."""
     import shapiq
 
@@ -132,7 +133,7 @@ def check_estimate(shapley: Tensor, se: Tensor, v_full: float, v_empty: float, s
         )
 
 
-def shapiq_shapley(game: HeadGame, estimator: str, budget: int, repeats: int, seed: int) -> tuple[Tensor, Tensor]:
+def shapiq_shapley(game: Any, estimator: str, budget: int, repeats: int, seed: int) -> tuple[Tensor, Tensor]:
     """Shapley values by one of shapiq's approximators: `repeats` independent runs of budget // repeats
     coalitions each (seeds seed..seed+repeats-1); returns (mean [n], standard error of the mean [n]).
     ValueError when a run would get fewer than `min_budget_per_run` coalitions (`check_budget`)."""
@@ -141,6 +142,7 @@ def shapiq_shapley(game: HeadGame, estimator: str, budget: int, repeats: int, se
     n = game.n_players
     check_budget(n, budget, repeats)
     runs = []
+    approximator: Any
     for r in range(repeats):
         if estimator == "kernelshap":
             approximator = shapiq.KernelSHAP(n, pairing_trick=True, random_state=seed + r)
@@ -152,13 +154,13 @@ def shapiq_shapley(game: HeadGame, estimator: str, budget: int, repeats: int, se
             raise ValueError(f"unknown estimator {estimator!r}; valid values are {list(SHAPLEY_ESTIMATORS)}")
         values = approximator.approximate(budget // repeats, game)
         runs.append([values.values[values.interaction_lookup[(i,)]] for i in range(n)])
-    runs = torch.tensor(runs, dtype=torch.float64)
+    table = torch.tensor(runs, dtype=torch.float64)
     se = (
-        runs.std(0, unbiased=True) / repeats**0.5
+        table.std(0, unbiased=True) / repeats**0.5
         if repeats > 1
         else torch.full((n,), float("nan"), dtype=torch.float64)
     )
-    return runs.mean(0), se
+    return table.mean(0), se
 
 
 def pair_interactions(game, n: int, pairs: list[tuple[int, int]], samples: int, seed: int) -> tuple[Tensor, Tensor]:
@@ -186,7 +188,7 @@ def pair_interactions(game, n: int, pairs: list[tuple[int, int]], samples: int, 
     return delta.mean(1), se.double()
 
 
-def screen_pairs(game: HeadGame, budget: int, seed: int) -> Tensor:
+def screen_pairs(game: Any, budget: int, seed: int) -> Tensor:
     """Every pair's interaction index estimated by shapiq's SVARM-IQ at `budget` coalitions (each sampled
     coalition updates every pair): [n, n], symmetric, for ranking pairs only (no error estimate)."""
     import shapiq
@@ -199,7 +201,7 @@ def screen_pairs(game: HeadGame, budget: int, seed: int) -> Tensor:
     return out
 
 
-def top_interactions(game: HeadGame, top: int, screen_budget: int, samples: int, seed: int
+def top_interactions(game: Any, top: int, screen_budget: int, samples: int, seed: int
                      ) -> tuple[Tensor, Tensor, list[tuple[int, int]]]:  # fmt: skip
     """The `top` pairs by |SVARM-IQ estimate| (`screen_pairs`), each estimated again by `pair_interactions`.
     Returns (interaction [n, n]: NaN off the top pairs, standard error [n, n], the top pairs)."""

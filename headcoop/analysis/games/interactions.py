@@ -37,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import warnings
+from typing import cast
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -178,7 +179,7 @@ def _ablation_interaction(game: CoalitionGame, n: int, pairs: list[tuple[int, in
     return out
 
 
-def _estimator_of(method: str | None, estimator: str) -> str:
+def _estimator_of(method: str | None, estimator: str) -> InteractionEstimator:
     """The estimator, with the old `method=` spelling mapped onto it (a DeprecationWarning); ValueError where
     the two contradict or either is unknown."""
     if method is not None:
@@ -195,14 +196,14 @@ def _estimator_of(method: str | None, estimator: str) -> str:
                 raise ValueError("estimator='exact' contradicts method='sampled'")
             estimator = "kernelshap" if estimator == "auto" else estimator
     check_choice("estimator", estimator, INTERACTION_ESTIMATORS)
-    return estimator
+    return cast(InteractionEstimator, estimator)  # checked by name above
 
 
 MAX_EXACT = 16  # exact Shapley values up to this many heads (2^16 = 65,536 coalitions): the one source of the limit
 
 
 def _checked(max_exact, threshold, target_se, max_permutations, estimator, pair_samples, seed, method, budget,
-             top_pairs, screen_budget, repeats) -> str:  # fmt: skip
+             top_pairs, screen_budget, repeats) -> InteractionEstimator:  # fmt: skip
     """hc.interactions' arguments checked by name (the deprecated ones warned about); the estimator chosen."""
     check_int("max_exact", max_exact, 1, 24)
     check_float("threshold", threshold, 0.0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -26,7 +27,7 @@ from headcoop.analysis.mechanisms.writes import Writes
 class Run:
     """What every reading shares: the inputs, the players and pairs, the clean run's axes."""
 
-    batch: object
+    batch: Any  # the task's Batch
     players: list
     names: tuple
     pairs: list
@@ -39,7 +40,7 @@ class Run:
     pos: Tensor
     logits_clean: Tensor
     z: dict
-    heads_dla: object
+    heads_dla: Any  # [batch, layer, head, vocab], or the reason there is none (str)
     direct: Tensor
     writes: Writes
     by_construction: list
@@ -333,7 +334,7 @@ def read_all(run: Run, by_kind: dict, hows, th, factors) -> dict:
     """Every reading's words, reasons, roles and model word. Long: one loop over kinds, draws and threshold
     readings with the caches that keep it fast (roles per role threshold, necessity per its thresholds)."""
     threshold_readings = band(th, factors)
-    out = dict(readings=[], words=[], reasons=[], roles=[], model=[], held={})
+    out: dict[str, Any] = dict(readings=[], words=[], reasons=[], roles=[], model=[], held={})
     for h in hows:
         held = held_totals(run, by_kind[h])
         out["held"][h] = held
@@ -341,7 +342,8 @@ def read_all(run: Run, by_kind: dict, hows, th, factors) -> dict:
         for d, (ev, unseen, injected, lg) in enumerate(by_kind[h]["draws"]):
             lost = [x if x is not None and x >= th["majority"] else None
                     for x in injected_wins(run, ev, lg, injected, ev.necessity(th))]  # fmt: skip
-            roles_cache, shares_caches = {}, {}
+            roles_cache: dict = {}
+            shares_caches: dict = {}
             for name, f, thr in threshold_readings:
                 if thr["role"] not in roles_cache:
                     roles_cache[thr["role"]] = ev.roles(thr["role"], held)

@@ -235,7 +235,7 @@ def response_features(
     root-mean-square response over every edit (1: as much as on average; 0: none)."""
     energy = response.double().pow(2).sum(-1)  # [head, edit]
     overall = energy.mean(-1).sqrt().clamp(min=1e-30)
-    out = {}
+    out: dict[tuple[str, object], Tensor] = {}
     for o, n in sorted(set(zip(old.tolist(), new.tolist()))):
         mask = (old == o) & (new == n)
         out[("substitution", (o, n))] = energy[:, mask].mean(-1).sqrt() / overall

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
+from typing import cast
 
 import torch
 
@@ -104,7 +105,8 @@ def parse_thresholds(thresholds, threshold, min_share, band, agree) -> tuple[dic
         raise TypeError(f"band must be two positive factors (default (0.5, 2.0)), got {band!r}")
     if len(band) != 2:
         raise ValueError(f"band must be two positive factors (default (0.5, 2.0)), got {band!r}")
-    return th, tuple(check_float(f"band[{i}]", f, 0, low_open=True) for i, f in enumerate(band))
+    low, high = (check_float(f"band[{i}]", f, 0, low_open=True) for i, f in enumerate(band))
+    return th, (low, high)
 
 
 def pushes_up(direct: torch.Tensor) -> torch.Tensor:
@@ -203,7 +205,7 @@ def zeroed_runs(model, run, game, values: list, inputs, logits: torch.Tensor, se
     replacement's direct write from the same coalition's logits, exactly: no run; else one game per head,
     its replacement zeros."""
     out, n_draws = {}, len(values)
-    at = {("none",): 1, **{("alone", j): 3 + 2 * j for j in range(run.k)}}
+    at: dict[tuple, int] = {("none",): 1, **{("alone", j): 3 + 2 * j for j in range(run.k)}}
     at.update({(("without", b), a): 2 + 2 * run.k + 2 * m for m, (a, b) in enumerate(run.pairs)})
     at.update({(("without", a), b): 2 + 2 * run.k + 2 * m for m, (a, b) in enumerate(run.pairs)})
     stacked = {p: torch.cat([v[p] for v in values]) for p in run.players}
@@ -234,7 +236,7 @@ def ablation_readings(model, run, hows, task, reference, draws, seed, th) -> dic
     runs: dict = {}  # each reference batch run once, shared by mean and resample
     zero_ev = None  # zero ablation's evidence: what a replacement is compared with (`replacement_blind`)
     for h in ("zero",) + tuple(x for x in hows if x != "zero"):  # zero first: the others are compared with it
-        refs = [None] if h == "zero" else drawn
+        refs: list = [None] if h == "zero" else cast(list, drawn)  # drawn whenever an ablation other than zero is read
         values, answers = replacements(model, run.players, run.batch, h, refs, seed, runs)
         stacked = {p: torch.cat([v[p] for v in values]) for p in run.players}
         inputs = Batch.cat([run.batch] * len(values)) if len(values) > 1 else run.batch

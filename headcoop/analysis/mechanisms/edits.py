@@ -16,6 +16,8 @@ logits: its direct push (DLA, the final norm's scale frozen) and, for heads late
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from jaxtyping import Int
 from torch import Tensor
@@ -108,7 +110,8 @@ def edit_responses(model, batch, players, outs: Tensor, seed: int = 0, n_inputs:
     both = torch.cat([tokens, edits["tokens"]])
     both_pos = torch.cat([pos, pos[edits["source"]]])
     later = read_later(model, players)
-    measures, no_direct = {}, None
+    measures: dict = {}
+    no_direct = None
     if len(edits["source"]) == 0:
         return dict(edits=edits, measures=measures, later=later, no_direct=None)
     direct = direct_pushes(model, both, both_pos, players, outs)
@@ -235,7 +238,7 @@ def function_table(found: dict, names, vocab, floor: float, same: float, factors
             parts.append(f"over the {len(alone)} heads active on the {m} push alone: |cos| >= {sub['cos_min']:.3f}, "
                          f"{sub['share']:.2%} on one direction")  # fmt: skip
     features = response_features(measures[next(iter(measures))][1][idx], edits["old"], edits["new"], edits["position"])
-    columns = {(f"resp[{label(what[0])}->{label(what[1])}]" if kind == "substitution" else f"resp[pos {what}]"):
+    columns = {(f"resp[{label(cast(tuple, what)[0])}->{label(cast(tuple, what)[1])}]" if kind == "substitution" else f"resp[pos {what}]"):
                pd.Series(value.numpy(), index=chosen) for (kind, what), value in features.items()}  # fmt: skip
     table = pd.concat([table, pd.DataFrame(columns, index=table.index)], axis=1)
     words = reading_words(measures, later, k, floor, same, factors)

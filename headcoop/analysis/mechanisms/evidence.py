@@ -5,6 +5,8 @@ the effects and 2 x 2 classes derived from it.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
@@ -228,6 +230,7 @@ class Evidence:
         tau_v, tau_s = role * self.scale_v / self.k, role * self.scale_s / self.k
         out, kinds = [], []
         held = held or {}
+        totals: list[tuple[str, Any, float]]
         for i in range(self.k):
             totals = [("v", self.total_v_ci, tau_v)] + ([("s", self.total_ci, tau_s)] if self.binary else [])
             if i in held:
@@ -275,10 +278,11 @@ class Evidence:
                 significant |= self._beyond(fixed["margins"], tau_s)
             extra = {}
             for side, k in (("a", 0), ("b", 2)):
+                pairs = fixed[f"pairs_{side}"]
                 moves = fixed[f"changes_{side}"] if self.binary else \
-                    self._changes(*fixed[f"pairs_{side}"][:2], tau) | self._changes(*fixed[f"pairs_{side}"][2:], tau)  # fmt: skip
+                    self._changes(pairs[0], pairs[1], tau) | self._changes(pairs[2], pairs[3], tau)  # fmt: skip
                 extra[f"moves_{side}"] = (moves & matters).sum(-1).double() / count
-                own = self._changes(*fixed[f"pairs_{side}"][:2], tau)  # removed with its partner present
+                own = self._changes(pairs[0], pairs[1], tau)  # removed with its partner present
                 extra[f"own_{side}"] = (own & matters).sum(-1).double() / count
                 extra[f"effect_{side}"] = significant[k] | significant[k + 1]
                 extra[f"sign_{side}"] = fixed[f"sign_{side}"]

@@ -76,7 +76,8 @@ def replacements(model, players, batch: Batch, how: str, references: list, seed:
     if how == "zero":
         return [{p: torch.zeros(n, width, model.cfg.d_head) for p in players}], [None]
     layers = sorted({lay for lay, _ in players})
-    out, carried = [], []
+    out: list[dict] = []
+    carried: list = []
     for d, ref in enumerate(references):
         ref_tokens = as_tokens(model, ref)
         ref_ans = ref.answer_pos if isinstance(ref, Batch) else torch.full((len(ref_tokens),), ref_tokens.shape[1] - 1)

@@ -77,7 +77,7 @@ def redundant_readers(model, run, frame, th: dict) -> dict[int, tuple[str, float
     held at its clean output while both heads are zeroed, restores the largest share (at least `majority`) of
     the metric the pair's removal loses (the pair's effect runs through that reader's inputs). Plain hooks
     on hook_z; zero ablation."""
-    out = {}
+    out: dict = {}
     if not bool((frame.mechanism == "redundant").any()):
         return out
     tokens, pos = run.batch.tokens, run.pos
@@ -145,7 +145,7 @@ def backup(model, tokens, pos, players, names, cross, repl_first, how, answer, s
     zl = sorted({get_act_name("z", lay) for lay, _ in players})
     _, clean = run_with(model, tokens, pos, {}, zl + ([scale_name] if has_norm else []))
     scale0 = clean[scale_name][rows, pos].cpu() if has_norm else None  # [batch, 1]
-    pairs = {}
+    pairs: dict = {}
     for _, i, j in cross:
         e, l = (i, j) if players[i][0] < players[j][0] else (j, i)
         pairs.setdefault(e, []).append(l)

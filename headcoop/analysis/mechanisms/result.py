@@ -108,7 +108,7 @@ class Cooperation(Result):
 
         n = len(self.heads)
         code = {m: k for k, m in enumerate(MECHANISMS)}
-        z = [[None] * n for _ in range(n)]
+        z: list[list[int | None]] = [[None] * n for _ in range(n)]
         text = [[""] * n for _ in range(n)]
         for row in self.pairs.itertuples():
             i, j = self.heads.index(row.head_a), self.heads.index(row.head_b)

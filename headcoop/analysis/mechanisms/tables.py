@@ -96,7 +96,7 @@ def head_table(run: Run, r: dict, by_kind: dict, primary: str, agree: float, fra
                          total_low=tlo, total_high=thi, isolated_effect=float(ev0.isolated_ci[0][i]), direct_effect=dir_i,
                          via=via, self_repair=dir_i - tot if run.no_dla is None else float("nan"), **alone))  # fmt: skip
     table = pd.DataFrame(rows).set_index("head")
-    backers = {name: [] for name in run.names}
+    backers: dict[str, list] = {name: [] for name in run.names}
     repair = by_kind[primary]["backup"]
     for row in repair[0] if repair else []:
         if row["backs_up"]:

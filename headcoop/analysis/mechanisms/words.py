@@ -143,7 +143,7 @@ def band(thresholds: dict, factors: tuple[float, float]) -> list[tuple[str | Non
     """The threshold readings: the defaults, each threshold at each factor (a share at most (1 + default)
     / 2), each other reading of "writes to", and the universal reading of "... only constructively interfere on the correct token"."""
     base = dict(thresholds, writes="floor", universal=False)
-    out = [(None, 1.0, base)]
+    out: list[tuple[str | None, float, dict]] = [(None, 1.0, base)]
     for name, value in thresholds.items():
         for factor in factors:
             changed = dict(base)
@@ -253,11 +253,11 @@ def vote(words: list[str], readings: list[Reading]) -> dict[str, float]:
         if w != ABSTAIN:
             kinds.setdefault(r.how, []).append(w)
     voting = kinds
-    shares: Counter = Counter()
+    shares: dict[str, float] = {}
     for ws in voting.values():
         for w, c in Counter(ws).items():
-            shares[w] += c / len(ws) / len(voting)
-    return dict(shares)
+            shares[w] = shares.get(w, 0.0) + c / len(ws) / len(voting)
+    return shares
 
 
 def stand(words: list[str], readings: list[Reading], agree: float, reasons: list[str] | None = None

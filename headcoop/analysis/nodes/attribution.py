@@ -43,7 +43,7 @@ import math
 import time
 import warnings
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import pandas as pd
@@ -135,7 +135,7 @@ class AttributionResult(Result):
         k-th place, e.g. when most patches change nothing)."""
         if not bool(self.verified.all()):
             raise ValueError("recall@k needs the exact value of every cell: run hc.attribute(..., verify='all')")
-        return self.compare(self.exact, k)[f"recall@{min(k, self.values.numel())}"]
+        return cast(float, self.compare(self.exact, k)[f"recall@{min(k, self.values.numel())}"])
 
     def correlation(self) -> dict[str, float]:
         """Pearson and Spearman correlation of estimated and exact effects over the verified cells."""
@@ -150,7 +150,7 @@ class AttributionResult(Result):
         return {"pearson": float(np.corrcoef(est, ex)[0, 1]), "spearman": float(np.corrcoef(rank(est), rank(ex))[0, 1]),
                 "cells": int(len(est))}  # fmt: skip
 
-    def compare(self, exact, k: int = 10) -> dict[str, float]:
+    def compare(self, exact, k: int = 10) -> dict[str, float | list[int]]:
         """Against a full exact sweep (`hc.patch`'s PatchResult, or its values, same layout): Pearson and
         Spearman correlation of estimated and exact effects over every cell, recall@k (the share of the exact
         top-k by |effect| among the top-k by score; NaN where a tie at the k-th place leaves the exact top k
@@ -441,12 +441,12 @@ class _Sweep:
                     logits, acts = _run(model, tokens, names)
                 act_of = dict(zip(names, [a.detach() for a in acts]))
                 return (
-                    self.estimates([g / self.steps for g in grads], act_of, src),
+                    self.estimates([g / self.steps for g in cast(list, grads)], act_of, src),  # steps >= 1
                     [],
                     float(score.one(logits)),
                     act_of,
                 )
-            state = {"layer": None}
+            state: dict[str, int | None] = {"layer": None}
             logits, acts = _run(model, tokens, names, graddrop=state if self.dropping else None)
             value = score.one(logits)
             act_of = dict(zip(names, [a.detach() for a in acts]))
@@ -547,7 +547,9 @@ def attribute(
         with torch.no_grad():
             _, resid_cache = model.run_with_cache(source_tokens, names_filter=lambda n: n == "blocks.0.hook_resid_pre")
         src_resid = resid_cache["blocks.0.hook_resid_pre"]
-    estimate, dropped, target_value = 0.0, [], 0.0
+    estimate: Any = 0.0  # a tensor once the first part is added
+    dropped: list[Tensor] = []
+    target_value = 0.0
     for lo, hi in chunks(0, n, size):
         share, rows = (hi - lo) / n, (lambda t: t[lo:hi] if t.shape[0] == n else t)  # noqa: E731
         got, drops, value, act_of = sweep.part(target_tokens[lo:hi], score_fn.part(lo, hi) if size < n else score_fn,
@@ -607,18 +609,18 @@ def _scored(estimate: Tensor, dropped: list, grid: PatchGrid, heads, method: str
     return estimate, score
 
 
-def _estimator(estimator: str, method: str | None) -> str:
+def _estimator(estimator: str, method: str | None) -> AttributionMethod:
     """The estimator chosen (`estimator=`, or `method=`, its deprecated older name), checked by name."""
     check_choice("estimator", estimator, ATTRIBUTION_METHODS)
     if method is None:
-        return estimator
+        return cast(AttributionMethod, estimator)  # checked by name above
     check_choice("method", method, ATTRIBUTION_METHODS)
     if estimator != "atp" and estimator != method:
         raise ValueError(f"method={method!r} and estimator={estimator!r} name the same choice; pass estimator= only")
     warnings.warn(
         "hc.attribute(method=...) is estimator=...; method= is deprecated here", DeprecationWarning, stacklevel=4
     )  # fmt: skip  (4: past this helper, hc.attribute and the progress decorator)
-    return method
+    return cast(AttributionMethod, method)
 
 
 def _assumptions(method: str, steps: int, n_layers: int, dropping: bool, graddrop: bool, fixed: bool,
@@ -655,7 +657,7 @@ def _verify(model, component, grid: PatchGrid, clean_tokens, corrupt_tokens, sco
         by_layer = chosen[torch.argsort(grid.layer[chosen], stable=True)]  # the engine takes layers in order
         sub = grid.take(by_layer)
         n_in = len(clean_tokens)
-        values = 0.0
+        values: Any = 0.0  # a tensor once the first part is added
         for lo, hi in chunks(0, n_in, size or n_in):
             part = score_fn.part(lo, hi) if (size or n_in) < n_in else score_fn
             got, _, _, method_label = sweep(model, component, sub, clean_tokens[lo:hi], corrupt_tokens[lo:hi], part,

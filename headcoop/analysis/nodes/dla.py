@@ -303,7 +303,7 @@ def dla(model: HookedTransformer, tokens=None, pos=None, answer=None, wrong=None
         values = torch.cat([normed, *extra], 1)
         names = names + extra_names
         resid_pre = cache[get_act_name("resid_pre", layer)][rows, at_pos]
-        reference = resid_pre if norm_kind(norm) is None else norm(resid_pre[:, None])[:, 0]
+        reference = resid_pre if norm is None or norm_kind(norm) is None else norm(resid_pre[:, None])[:, 0]
         if "pos_embed" in extra_names:
             reference = reference + cache["hook_pos_embed"][rows, at_pos]
         target = f"L{layer} {site} input"

@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterator
+from typing import Any, cast
 
 import torch
 from jaxtyping import Float
@@ -100,6 +101,8 @@ def impose(
     allowed = torch.ones(n_q, n_k, dtype=torch.bool, device=pattern.device).tril()
     if weights is not None:
         return _normalise(torch.where(allowed, weights.to(pattern).expand(batch, n_q, n_k), 0.0))
+    if key_tokens is None or token_weight is None or token_listed is None:
+        raise ValueError("impose needs weights=, or key_tokens= with token_weight= and token_listed=")
     w = token_weight.to(pattern)[key_tokens][:, None, :].expand(batch, n_q, n_k)  # [batch, q, k]
     listed = (token_listed.to(pattern.device)[key_tokens][:, None, :] & allowed).expand(batch, n_q, n_k)
     if others == "model":
@@ -155,7 +158,7 @@ def set_attention(
             raise ValueError("weights must be finite and >= 0")
         token_weight = token_listed = None
     else:
-        token_weight, token_listed = _token_weights(model, tokens)
+        token_weight, token_listed = _token_weights(model, cast(dict, tokens))  # checked: a dict of weights
         if others != "model":
             if isinstance(others, str):
                 raise ValueError(f"unknown others {others!r}; valid values are a number >= 0 or {list(OTHERS)}")
@@ -185,7 +188,7 @@ def set_attention(
         def hook(pattern: Float[Tensor, "batch head query key"], hook) -> Tensor:
             batch, _, n_q, n_k = pattern.shape
             if weights is not None:
-                kw = dict(weights=expected(batch, n_k).to(pattern.device))
+                kw: dict[str, Any] = dict(weights=expected(batch, n_k).to(pattern.device))
             else:
                 toks = seen.get("tokens")
                 if toks is None or toks.ndim != 2 or tuple(toks.shape) != (batch, n_k):

@@ -56,6 +56,7 @@ from __future__ import annotations
 import dataclasses
 import warnings
 from collections.abc import Callable, Sequence
+from typing import Literal, cast
 
 import numpy as np
 import pandas as pd
@@ -311,7 +312,7 @@ def patch(
             model.cfg.n_heads // (model.cfg.n_key_value_heads or model.cfg.n_heads) if component in ("k", "v") else 1
         )
         keep = torch.tensor([any((int(lay), int(h) * per_kv + j) in chosen for j in range(per_kv))
-                             for lay, h in zip(grid.layer.tolist(), grid.head.cpu().tolist())])  # fmt: skip
+                             for lay, h in zip(grid.layer.tolist(), cast(Tensor, grid.head).cpu().tolist())])  # fmt: skip
         cells = grid.take(keep.nonzero().flatten())
     values, clean_value, corrupt_value, label = sweep(model, component, cells, clean_tokens, corrupt_tokens, score,
                                                       direction, method, memory_budget_mb)  # fmt: skip
@@ -350,7 +351,7 @@ def sweep(model: HookedTransformer, component: str, grid: PatchGrid, clean_token
     if method == "head-local" and not possible:
         raise ValueError(f"method='head-local' does not apply to component {component!r} of this model (its "
                          "blocks or a padding mask need the whole layer recomputed); use 'auto' or 'stacked'")  # fmt: skip
-    fast = "local" if possible and method in ("head-local", "auto") else "stacked"
+    fast: Literal["local", "stacked"] = "local" if possible and method in ("head-local", "auto") else "stacked"
     chosen = route(model, method, fast, "head-local" if fast == "local" else "stacked", "patch")
     path = chosen.path
     patched = {get_act_name(component, lay) for lay in layers}
@@ -365,7 +366,7 @@ def sweep(model: HookedTransformer, component: str, grid: PatchGrid, clean_token
     source_value = float(score.one(source_logits))
     del source_logits  # [batch, pos, vocab]: at GPT-2 size larger than the patched activations
     target = target_run(model, target_tokens, score, lambda n: n in starts, rows=path == "local")
-    target_value = target.value
+    target_value = cast(float, target.value)  # a scored target's metric (a number: the metric is a scalar)
     clean_value, corrupt_value = (
         (source_value, target_value) if direction == "denoise" else (target_value, source_value)
     )
@@ -543,8 +544,8 @@ def _plot(result: PatchResult, normalized: bool, title: str | None):
         vertical_spacing=0.3 / max(1, len(layers)),
     )
     for row, lay in enumerate(layers):
-        names = [head_name(lay, h) for h in heads]
-        panel = heatmap(values[row].T, x=labels, y=names)
+        row_names = [head_name(lay, h) for h in heads]
+        panel = heatmap(values[row].T, x=labels, y=row_names)
         trace = panel.data[0]
         trace.update(
             zmin=-bound,
@@ -552,7 +553,7 @@ def _plot(result: PatchResult, normalized: bool, title: str | None):
             zmid=None,
             coloraxis=None,
             showscale=row == 0,
-            customdata=[[f"{name}, {pos_title} {p}" for p in labels] for name in names],
+            customdata=[[f"{name}, {pos_title} {p}" for p in labels] for name in row_names],
             hovertemplate=hover,
         )
         fig.add_trace(trace, row=row + 1, col=1)

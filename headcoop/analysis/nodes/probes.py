@@ -77,7 +77,8 @@ def probe_features(
     with torch.no_grad():
         _, cache = model.run_with_cache(toks, names_filter=lambda name: name in hook_names)
     rows = torch.arange(toks.shape[0], device=toks.device)
-    feats, names, out_layers, out_heads = [], [], [], []
+    feats, names, out_layers = [], [], []
+    out_heads: list[int | None] = []
     for lay, hook_name in zip(layers, hook_names):
         act = cache[hook_name][rows, pos_index]  # [batch, (head,) d]
         if site in RESID_SITES:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable
+from typing import Any, cast
 
 import pandas as pd
 import torch
@@ -119,7 +120,7 @@ def _exact(game: CoalitionGame, pairs: list[tuple[int, int]]) -> Tensor:
     """v(all but i, j) for each pair, block by block (one block: the pairs of one first head; the engine
     advances the open progress bar by each block's coalitions)."""
     k = len(game.players)
-    out = {}
+    out: dict = {}
     for block in _blocks(pairs):
         values = game.values(_masks(k, block)).cpu()
         out.update(zip(block, values.tolist()))
@@ -162,7 +163,7 @@ def _attributions(game: CoalitionGame, score: Score, removed: int | None) -> Ten
         value.backward()
     out = torch.zeros(len(players), dtype=torch.float64)
     for idx, (lay, head) in enumerate(players):
-        z, grad = kept[lay][:, :, head].detach(), kept[lay].grad[:, :, head]
+        z, grad = kept[lay][:, :, head].detach(), cast(Tensor, kept[lay].grad)[:, :, head]  # after backward
         change = game.replacement[(lay, head)].to(z) - z
         out[idx] = 0.0 if idx == removed else float((change * grad).double().sum())
     model.zero_grad(set_to_none=True)
@@ -245,7 +246,9 @@ def _pair_map(model, inputs, metric, how, reference, heads, answer, wrong, n, se
         exact = method == "exact" or (method == "auto" and predicted_s <= budget_s)
         interaction = torch.full((k, k), float("nan"), dtype=torch.float64)
         pair_effect = torch.full((k, k), float("nan"), dtype=torch.float64)
-        estimate, missed, screened_on, top, drawn = None, {}, "", [], []
+        estimate, missed, screened_on = None, {}, ""
+        top: Any = []  # the verified pairs' indices: a tensor once the screen picks them
+        drawn: Any = []
         if exact:
             chosen = pairs
         else:

@@ -25,7 +25,10 @@ def relative(interaction: float, effect_i: float, effect_j: float, pair: float) 
 
 
 def _layer(name: str) -> int:
-    return int(re.match(r"L(\d+)H", name).group(1))
+    found = re.match(r"L(\d+)H", name)
+    if found is None:
+        raise ValueError(f"{name!r} is not a head name like 'L3H5'")
+    return int(found.group(1))
 
 
 @dataclasses.dataclass(frozen=True, repr=False)

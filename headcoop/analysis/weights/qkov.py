@@ -24,6 +24,7 @@ included) that read the head's output are not counted, as in `dla`.
 from __future__ import annotations
 
 import dataclasses
+from typing import cast
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -235,7 +236,7 @@ class QKTable(Result):
             raise ValueError("give both q_pos and k_pos (or neither)")
         if q_pos is not None:
             n_pos = s.shape[1]
-            for what, p in (("q_pos", q_pos), ("k_pos", k_pos)):
+            for what, p in (("q_pos", q_pos), ("k_pos", cast(int, k_pos))):  # both given (checked above)
                 if not -n_pos <= p < n_pos:
                     raise IndexError(f"{what} {p} is out of range 0..{n_pos - 1}")
             return heatmap(
@@ -353,7 +354,7 @@ def qk(
     scores = apply_softcap(q @ k.T / scale, model.cfg.attn_scores_soft_cap)
     if use_pos:
         scores = scores.unflatten(0, (-1, n_pos)).unflatten(2, (-1, n_pos))
-    assumptions = (_DIRECT_QK,) if layer > 0 else ()
+    assumptions: tuple[str, ...] = (_DIRECT_QK,) if layer > 0 else ()
     no_pos = not use_pos and _use_pos(model, True, None)  # positions reach Q and K, and positional=False left them out
     if no_pos:
         assumptions += (_NO_POS_QK,)
@@ -434,7 +435,7 @@ def ov(
     W_O = attn.W_O[head]  # [d_head, d_model]
     if kind in ("LN", "LNPre"):
         W_O = W_O - W_O.mean(-1, keepdim=True)
-    if kind in ("LN", "RMS"):
+    if kind in ("LN", "RMS") and final is not None:
         W_O = W_O * final.w
     out = W_O @ model.W_U  # [d_head, vocab]
     v = x @ head_weight(attn, "W_V", model.cfg)[head]
