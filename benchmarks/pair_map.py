@@ -35,38 +35,48 @@ SHAPE = dict(d_model=768, d_head=64, n_heads=12, d_mlp=3072, d_vocab=50257, n_ct
              normalization_type="LN")  # fmt: skip
 
 
-def build(n_layers: int = 12, batch: int = 16, n_pos: int = 16):
-    """The model, a Batch of `batch` random prompts with random answer / wrong tokens, 64 reference prompts."""
+def build(n_layers: int = 12, batch: int = 16, n_pos: int = 16, device: str = "cpu"):
+    """The model, a Batch of `batch` random prompts with random answer / wrong tokens, 64 reference prompts; all
+    on `device`."""
     from transformer_lens import HookedTransformer, HookedTransformerConfig
 
     import headcoop as hc
 
     torch.manual_seed(0)
-    model = HookedTransformer(HookedTransformerConfig(n_layers=n_layers, **SHAPE, seed=0)).eval()
+    model = HookedTransformer(HookedTransformerConfig(n_layers=n_layers, **SHAPE, seed=0, device=device)).eval()
     gen = torch.Generator().manual_seed(0)
     tokens = torch.randint(0, SHAPE["d_vocab"], (batch, n_pos), generator=gen)
     answer = torch.randint(0, SHAPE["d_vocab"], (batch,), generator=gen)
     wrong = (answer + 1 + torch.randint(0, 1000, (batch,), generator=gen)) % SHAPE["d_vocab"]
     reference = torch.randint(0, SHAPE["d_vocab"], (64, n_pos), generator=gen)
-    return model, hc.Batch.from_answers(tokens, answer, wrong), reference
+    return model, hc.Batch.from_answers(tokens, answer, wrong).to(device), reference.to(device)
 
 
-def run(n_layers: int, screen: bool, named: int, loop_pairs: int = 4) -> dict:
+def synced(device: str) -> float:
+    """time.perf_counter() after the device's queued work has finished (a GPU runs asynchronously)."""
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    return time.perf_counter()
+
+
+def run(n_layers: int, screen: bool, named: int, loop_pairs: int = 4, device: str = "cpu",
+        budget_mb: float = 256) -> dict:  # fmt: skip
     import headcoop as hc
 
     torch.set_grad_enabled(False)
-    model, batch, reference = build(n_layers)
+    model, batch, reference = build(n_layers, device=device)
     weights_gb = sum(p.numel() * p.element_size() for p in model.parameters()) / 2**30
-    start = time.perf_counter()
+    model(batch.tokens)  # warm-up (a GPU's first pass loads its kernels)
+    start = synced(device)
     for _ in range(3):
         model(batch.tokens)
-    forward_s = (time.perf_counter() - start) / 3
+    forward_s = (synced(device) - start) / 3
     rows = torch.arange(len(batch.tokens))
     # the obvious loop: each head's mean z over the reference computed once, then per pair plain hook_z hooks
     # setting the two heads to it and one forward pass
     _, cache = model.run_with_cache(reference, names_filter=lambda name: name.endswith("hook_z"))
     means = {lay: cache[f"blocks.{lay}.attn.hook_z"].mean(0) for lay in range(n_layers)}
-    start = time.perf_counter()
+    start = synced(device)
     for a, b in [(0, 13), (30, 31), (60, 100), (100, 140)][:loop_pairs]:
         heads = [(a // 12 % n_layers, a % 12), (b // 12 % n_layers, b % 12)]
 
@@ -80,12 +90,15 @@ def run(n_layers: int, screen: bool, named: int, loop_pairs: int = 4) -> dict:
         logits = model.run_with_hooks(batch.tokens, fwd_hooks=[(f"blocks.{lay}.attn.hook_z", setter(lay, head))
                                                                for lay, head in heads])[rows, -1]  # fmt: skip
         float((logits[rows, batch.answer] - logits[rows, batch.wrong]).mean())
-    loop_pair_s = (time.perf_counter() - start) / loop_pairs
+    loop_pair_s = (synced(device) - start) / loop_pairs
     base_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-    start = time.perf_counter()
+    if device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats()
+    start = synced(device)
     result = hc.pair_map(model, batch, metric="logit_diff", how="mean", reference=reference,
-                         method="screen" if screen else "exact", named=0, progress=True)  # fmt: skip
-    map_s = time.perf_counter() - start
+                         method="screen" if screen else "exact", named=0, progress=True,
+                         memory_budget_mb=budget_mb)  # fmt: skip
+    map_s = synced(device) - start
     k = 12 * n_layers
     pairs = k * (k - 1) // 2
     out = dict(layers=n_layers, heads=k, pairs=pairs, threads=torch.get_num_threads(), forward_s=forward_s,
@@ -93,14 +106,16 @@ def run(n_layers: int, screen: bool, named: int, loop_pairs: int = 4) -> dict:
                predicted_exact_s=result.cost["predicted_exact_s"], loop_pair_s=loop_pair_s,
                loop_all_s=loop_pair_s * (pairs + k + 1), exact=result.exact, missed=result.missed,
                interacting=int(result.to_dataframe().interacts.sum()), weights_gb=weights_gb,
-               peak_gb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, base_gb=base_gb, budget_mb=256)  # fmt: skip
+               peak_gb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, base_gb=base_gb, budget_mb=budget_mb,
+               device=str(torch.cuda.get_device_name()) if device.startswith("cuda") else "cpu",
+               gpu_peak_gb=torch.cuda.max_memory_allocated() / 2**30 if device.startswith("cuda") else None)  # fmt: skip
     print(f"{n_layers} layers, {k} heads, {pairs:,} pairs: one forward pass {forward_s:.3f} s; the map "
           f"{'screened' if screen else 'exact'} {map_s:.0f} s ({map_s / 60:.1f} min), {out['coalitions']:,} coalitions, "
           f"{out['passes']:.0f} forward-pass equivalents ({out['passes'] / pairs:.2f} per pair); predicted from the "
           f"singles {out['predicted_exact_s']:.0f} s; the obvious loop {loop_pair_s:.2f} s a pair = "
           f"{out['loop_all_s'] / 60:.0f} min ({out['loop_all_s'] / map_s:.1f}x the map); peak RSS {out['peak_gb']:.2f} GB, "
           f"{out['peak_gb'] - base_gb:.2f} GB above the process before the map ({base_gb:.2f} GB: torch, the model's "
-          f"{weights_gb:.2f} GB of weights, a forward pass); the budget 0.25 GB", flush=True)  # fmt: skip
+          f"{weights_gb:.2f} GB of weights, a forward pass); the budget {budget_mb / 1024:.2f} GB", flush=True)  # fmt: skip
     print("\n".join(result.lines()), flush=True)
     if named:
         start = time.perf_counter()
@@ -152,11 +167,13 @@ def main() -> None:
     parser.add_argument("--named", type=int, default=0, help="pairs to name by hc.cooperation after the map")
     parser.add_argument("--planted", action="store_true")
     parser.add_argument("--json")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda: where the model, inputs and map run")
+    parser.add_argument("--budget-mb", type=float, default=256, help="hc.pair_map's memory_budget_mb")
     args = parser.parse_args()
     if args.planted:
         results = [planted_run(args.screen)]
     else:
-        results = [run(n, args.screen, args.named) for n in args.layers]
+        results = [run(n, args.screen, args.named, device=args.device, budget_mb=args.budget_mb) for n in args.layers]
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1, default=str))
 

@@ -248,7 +248,10 @@ def train_many(
             raise ValueError(f"train_many trains on one device; the models name {sorted(given)}: pass device=")
         device = given.pop() if given else "cpu"
     models = [build(task, item, seed, device) for item, seed in zip(items, seeds)]
-    elsewhere = sorted({str(next(m.parameters()).device) for m in models} - {str(torch.device(device))})
+    want = torch.device(device)
+    if want.type == "cuda" and want.index is None:  # "cuda" is the current CUDA device, which parameters name
+        want = torch.device("cuda", torch.cuda.current_device())
+    elsewhere = sorted({str(next(m.parameters()).device) for m in models} - {str(want)})
     if elsewhere:
         raise ValueError(f"train_many trains on one device, {device!r}; models given on {elsewhere}: move them "
                          f"with model.to({device!r}) or pass device=")  # fmt: skip
