@@ -2,7 +2,12 @@
 # The GPU checks, for a session lent a device (`run` of the device tool, from the repository root):
 # tests/test_cuda.py, the training scan and the pair map at GPT-2-small shape, on the GPU. The device image has
 # PyTorch but not TransformerLens 3.x, plotly, datasets and the rest: they travel as .devdeps/deps.tar.xz, a tar
-# of this checkout's site-packages folders of them (pure Python), unpacked to /tmp/deps.
+# of this checkout's site-packages folders of them (pure Python), unpacked to /tmp/deps. Build it here first:
+#   mkdir -p .devdeps && echo .devdeps/ >> .git/info/exclude && cd .venv/lib/python3.11/site-packages &&
+#   tar --exclude=__pycache__ -cf - $(ls -d transformer_lens* datasets* dill* multiprocess* _multiprocess* beartype* \
+#     typeguard* better_abc* fancy_einsum* transformers_stream_generator* plotly* _plotly_utils* narwhals* shapiq* \
+#     circuitsvis*) | xz -T2 -6 > ../../../../.devdeps/deps.tar.xz
+# then run `bash benchmarks/gpu_checks.sh` on the device with carry [".devdeps"].
 set -u
 OUT=${OUT:-/tmp/gpu_out}
 mkdir -p /tmp/deps "$OUT" && tar -xJf .devdeps/deps.tar.xz -C /tmp/deps
