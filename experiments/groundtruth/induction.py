@@ -201,9 +201,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=GATED, help="the model goes to OUT/induction once its check "
                         "passes, OUT/induction.unpassed if not")  # fmt: skip
     args = parser.parse_args(argv)
-    import shutil
-
     import headcoop as hc
+    from experiments.groundtruth.resume import drop_unpassed
 
     torch.set_num_threads(1)  # a tiny model: one thread is fastest
     m, record = train(args.steps)
@@ -217,10 +216,9 @@ def main(argv=None) -> int:
     checks["passed"] = failed == "-"
     print(f"[induction] {checks}\n{truth}\nfailed: {failed}", flush=True)
     target = args.out / ("induction" if checks["passed"] else "induction.unpassed")
-    other = args.out / ("induction.unpassed" if checks["passed"] else "induction")
     hc.save(m, target, metrics=checks, groundtruth=dict(kind="induction", truth=truth, training=record))
-    if other.exists() and (other / "headcoop.json").exists():  # the earlier outcome is superseded
-        shutil.rmtree(other)
+    if checks["passed"]:
+        drop_unpassed(args.out, "induction")
     return 0
 
 

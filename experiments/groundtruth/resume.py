@@ -21,6 +21,22 @@ def state_folder(out: Path, name: str) -> Path:
     return out / f".{name}.resume"
 
 
+def drop_unpassed(out: Path, name: str, log=print) -> None:
+    """Once NAME passed its gate, remove OUT/NAME.unpassed, an earlier run's model that did not, where that folder
+    holds a headcoop checkpoint and nothing else (anything else in it is left, and said)."""
+    from headcoop.storage.checkpoints import META, WEIGHTS, is_checkpoint_meta
+
+    folder = out / f"{name}.unpassed"
+    if not folder.is_dir() or folder.is_symlink():
+        return
+    names = {e.name for e in folder.iterdir()}
+    if names <= {META, WEIGHTS} and is_checkpoint_meta(folder / META):
+        shutil.rmtree(folder)
+        log(f"removed {folder} (superseded by {out / name}, which passed its gate)")
+    else:
+        log(f"left {folder}: it holds files that are not a headcoop checkpoint ({', '.join(sorted(names))})")
+
+
 def save_state(folder: Path, model, optimizer, generators: dict, meta: dict) -> None:
     """Write the run's state to `folder` (replacing the previous checkpoint only once the new one is whole)."""
     tensors = {f"model/{k}": v.detach().contiguous().clone() for k, v in model.state_dict().items()}

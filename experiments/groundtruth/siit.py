@@ -669,7 +669,7 @@ def main(argv=None) -> int:
     import shutil
 
     import headcoop as hc
-    from experiments.groundtruth.resume import state_folder
+    from experiments.groundtruth.resume import drop_unpassed, state_folder
 
     torch.set_num_threads(1)  # tiny models: one thread each is fastest, and two programs can train side by side
     recipe = Recipe(source_grad=not args.detach_source, hard_targets=not args.soft_targets, candidates=args.candidates,
@@ -684,6 +684,8 @@ def main(argv=None) -> int:
         target = args.out / (name if checks["passed"] else f"{name}.unpassed")
         hc.save(low, target, metrics=checks, groundtruth=dict(kind="siit", tracr=info, training=record))
         shutil.rmtree(state_folder(args.out, name), ignore_errors=True)  # finished: nothing left to resume
+        if checks["passed"]:
+            drop_unpassed(args.out, name)
     return 0
 
 

@@ -82,9 +82,17 @@ def model_settings(task: Task) -> list[str]:
     return [p for p in inspect.signature(task.config).parameters if p != "self"]
 
 
+def resolved(device: str) -> torch.device:
+    """`device` as its parameters name it: "cuda" is the current CUDA device ("cuda:0", ...)."""
+    want = torch.device(device)
+    if want.type == "cuda" and want.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return want
+
+
 def move(model: HookedTransformer, device: str) -> HookedTransformer:
     """`model` on `device` (TransformerLens's `.to`, which updates cfg.device), without its printout."""
-    if str(next(model.parameters()).device) == str(torch.device(device)):
+    if next(model.parameters()).device == resolved(device):
         return model
     with contextlib.redirect_stdout(io.StringIO()):
         return model.to(device)
@@ -248,10 +256,7 @@ def train_many(
             raise ValueError(f"train_many trains on one device; the models name {sorted(given)}: pass device=")
         device = given.pop() if given else "cpu"
     models = [build(task, item, seed, device) for item, seed in zip(items, seeds)]
-    want = torch.device(device)
-    if want.type == "cuda" and want.index is None:  # "cuda" is the current CUDA device, which parameters name
-        want = torch.device("cuda", torch.cuda.current_device())
-    elsewhere = sorted({str(next(m.parameters()).device) for m in models} - {str(want)})
+    elsewhere = sorted({str(next(m.parameters()).device) for m in models} - {str(resolved(device))})
     if elsewhere:
         raise ValueError(f"train_many trains on one device, {device!r}; models given on {elsewhere}: move them "
                          f"with model.to({device!r}) or pass device=")  # fmt: skip

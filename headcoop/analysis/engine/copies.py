@@ -624,21 +624,20 @@ def evaluate_readout(target: Target, copies: Copies, path: Path, memory_budget_m
     """`readout` of every copy, [n]: the shortcuts return logits, so "local" runs stacked; a copy whose first
     change lies after the site's block reads as the target (nothing before the site changed); the reference
     runs the specification's `reference_hooks` with the capture after every hook."""
-    reference_hooks, setter = copies.reference_hooks, copies.setter
-    if path == "reference" and reference_hooks is None:
-        raise ValueError("this specification has no reference_hooks, so its reference path cannot be read at a site")
+    setter = copies.setter
     site_layer = readout.layer if readout.layer is not None else target.model.cfg.n_layers
     layers = torch.as_tensor(list(copies.layers))
     unchanged = readout.of_target(target)
     out = []
     advance(more=len(copies))
     if path == "reference":
-        for i in range(len(copies)):
-            value = (
-                unchanged
-                if int(layers[i]) > site_layer or reference_hooks is None
-                else read_reference(target, reference_hooks(i), readout)
+        reference_hooks = copies.reference_hooks
+        if reference_hooks is None:
+            raise ValueError(
+                "this specification has no reference_hooks, so its reference path cannot be read at a site"
             )
+        for i in range(len(copies)):
+            value = unchanged if int(layers[i]) > site_layer else read_reference(target, reference_hooks(i), readout)
             out.append(value.to(unchanged.device))
             advance(done=1)
         return torch.stack(out) if out else torch.zeros(0)

@@ -108,3 +108,21 @@ def test_the_gate_fails_a_model_whose_nodes_do_not_compute_the_program_where_its
     assert mlp["changed"] < 0.6 < 0.95 < mlp["unchanged"] and mlp["all"] > 0.8
     gated = hc.load(siit.GATED / "reverse")
     assert gated.checkpoint_meta["metrics"]["interchange"]["MLP0"]["changed"] >= siit.GATE["changed"]
+
+
+def test_a_passed_model_supersedes_its_unpassed_one_but_never_a_users_file(tmp_path):
+    """drop_unpassed removes NAME.unpassed when it holds a headcoop checkpoint and nothing else; a folder with a
+    file of the user's is left, and said."""
+    import headcoop as hc
+    from experiments.groundtruth.resume import drop_unpassed
+
+    model = hc.Count01(max_len=4).model(n_heads=1, d_model=4, d_head=2)
+    hc.save(model, tmp_path / "a.unpassed")
+    hc.save(model, tmp_path / "b.unpassed")
+    (tmp_path / "b.unpassed" / "mine.txt").write_text("keep")
+    said = []
+    drop_unpassed(tmp_path, "a", log=said.append)
+    drop_unpassed(tmp_path, "b", log=said.append)
+    assert not (tmp_path / "a.unpassed").exists()
+    assert (tmp_path / "b.unpassed" / "mine.txt").read_text() == "keep"
+    assert said[0].startswith("removed") and "mine.txt" in said[1]
