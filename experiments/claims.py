@@ -54,6 +54,7 @@ class Outcome:
     units: int = 0
     value: float = float("nan")
     untestable: str | None = None
+    undecided: int = 0  # units the instrument leaves undetermined: they count neither way (issue 71)
 
 
 @dataclass(frozen=True)
@@ -164,14 +165,22 @@ def judge(form: str, reading: Reading, out: Outcome) -> str:
     if out.units == 0:
         return UNTESTABLE
     ok = {"existence": out.passed >= 1, "universal": out.passed == out.units, "typical": out.passed > out.units / 2}
-    return HOLDS if ok[form] else FAILS
+    if ok[form]:
+        return HOLDS
+    # one rule for every claim (issue 71): units the instrument leaves undetermined could go either way, so a
+    # verdict fails only where it would fail with every one of them passing; else it is not testable here
+    best = out.passed + out.undecided
+    could = {"existence": best >= 1, "universal": best == out.units, "typical": best > out.units / 2}
+    return UNTESTABLE if out.undecided and could[form] else FAILS
 
 
 # --- measurements ---------------------------------------------------------------------------------------
 
 
-def count(passed, units, what: str, untestable: str | None = None) -> Outcome:
-    return Outcome(f"{int(passed)}/{int(units)} {what}", int(passed), int(units), untestable=untestable)
+def count(passed, units, what: str, untestable: str | None = None, undecided: int = 0) -> Outcome:
+    """`passed` of `units`, `undecided` of them left undetermined by the instrument (said in the text)."""
+    text = f"{int(passed)}/{int(units)} {what}" + (f" ({int(undecided)} undetermined)" if undecided else "")
+    return Outcome(text, int(passed), int(units), untestable=untestable, undecided=int(undecided))
 
 
 def _primary(t: pd.DataFrame) -> pd.DataFrame:
@@ -650,18 +659,30 @@ def _ensemble(key: str, how: str) -> Callable[[pd.DataFrame], Outcome]:
 def _same_computation(t: pd.DataFrame) -> Outcome:
     """cooperation.md's Count01 models whose heads compute the same function: `hc.cooperation`'s
     same-computation axis (baseline-free: the pushes of the heads that push correlate and lie on one
-    direction; `count01_answer.csv`): the one-layer models (the shipped model and the seeds), as R1-R3 read."""
+    direction; `count01_answer.csv`): the one-layer models (the shipped model and the seeds), the paper's
+    population; a model the tolerance band leaves undetermined counts neither way."""
     t = t[t.layers == 1] if "layers" in t else t
-    return count((t.same_word == "same computation (pseudo-ensemble)").sum(), len(t), "models")
+    return count((t.same_word == "same computation (pseudo-ensemble)").sum(), len(t), "one-layer models",
+                 undecided=(t.same_word == "undetermined").sum())  # fmt: skip
 
 
 def _same_function(t: pd.DataFrame) -> Outcome:
-    """cooperation.md's Count01 models whose heads compute the same function by counterfactual edits (issue 59:
-    `hc.cooperation`'s function axis, every single-token substitution; `count01_answer.csv`): every model, one-
-    and two-layer; "undetermined" (the tolerance band flips it) counts as not shown."""
+    """cooperation.md's Count01 models whose heads compute the same function on the counts by counterfactual
+    edits (issues 59, 71: `hc.cooperation`'s function axis on the task's semantic features, the noise token
+    apart; `count01_answer.csv`), over the paper's population, the one-layer models (the two-layer ones go past
+    it and are reported beside, not counted); "undetermined" (the readings disagree) and "not measurable" count
+    neither way."""
     if "function_word" not in t:
         return count(0, 0, "models", untestable="count01_answer.csv predates the counterfactual axis (issue 59)")
-    return count((t.function_word == "same function (pseudo-ensemble)").sum(), len(t), "models")
+    one = t[t.layers == 1] if "layers" in t else t
+    two = t[t.layers == 2] if "layers" in t else t.iloc[:0]
+    same = one.function_word.str.startswith("same function")
+    out = count(same.sum(), len(one), "one-layer models",
+                undecided=one.function_word.isin(["undetermined", "not measurable"]).sum())  # fmt: skip
+    if len(two):
+        beside = ", ".join(f"{n} {w}" for w, n in two.function_word.value_counts().items())
+        out = dataclasses.replace(out, text=out.text + f"; past the paper, the two-layer models: {beside}")
+    return out
 
 
 def _superposed(which: str, how: str) -> Callable[[pd.DataFrame], Outcome]:
@@ -690,6 +711,22 @@ def _superposed(which: str, how: str) -> Callable[[pd.DataFrame], Outcome]:
         )
 
     return measure
+
+
+def _defining(t: pd.DataFrame) -> Outcome:
+    """The SkipPair post's defining property on the shipped d_head 5 model (`skip_pair_answer.csv`): both heads'
+    writes conditional on the token they do not attend to on a majority of the inputs that can show it; not
+    testable where no input can show it for a head."""
+    t = t[t.d_head == 5]
+    if len(t) != 1:
+        return count(0, 0, "models", untestable="skip_pair_answer.csv has no row for the shipped d_head 5 model")
+    row = t.iloc[0]
+    text = (f"shipped d_head 5 model: each head's writes depend on a token it does not attend to on "
+            f"{row.conditional_a:.0%} / {row.conditional_b:.0%} of the inputs that can show it ({row.shown_a:.0%} / "
+            f"{row.shown_b:.0%} of the inputs where the pair matters)")  # fmt: skip
+    if min(row.shown_a, row.shown_b) <= 0:
+        return Outcome(text, 0, 1, untestable="no input can show it for one of the heads")
+    return Outcome(text, int(min(row.conditional_a, row.conditional_b) >= 0.5), 1)
 
 
 # --- the registry ---------------------------------------------------------------------------------------
@@ -915,12 +952,16 @@ REGISTRY: tuple[ClaimEntry, ...] = (
        "ensemble on the counting is the abstract's pseudo-ensemble row (cooperation.md); this row reads the \"two "
        "separate tasks\": the answer and [EOS]."),
     ClaimEntry("finding", FINDING, "count01-paper-abstract.md", "typical", (Reading(
-        "R0, same function by edits", "models whose heads compute the same function: their responses to every "
-        "single-token substitution (the change of each head's push, direct and, where later layers read it, total) "
-        "are proportional, |cos| >= 0.9 pairwise with 90% on one direction (hc.cooperation's function axis), over "
-        "cooperation.md's Count01 models, one- and two-layer", _same_function, table="cooperation/count01_answer",
-        favoured="the abstract's question defines a pseudo-ensemble as heads \"all solving the same subtask\": the "
-        "same function, and a function is what changes under an edit",
+        "R0, same function by edits", "models whose heads compute the same function on the counts: their responses "
+        "to the edits that move the count of 1s or of 0s (substitutions, and insertions and deletions where the "
+        "lengths vary; the fitted part of the noise token '2' taken out; each head's total push where later layers "
+        "read it, else its direct push) are proportional input by input, |cos| >= 0.9 pairwise with 90% on one "
+        "direction (hc.cooperation's function axis), over cooperation.md's one-layer Count01 models (the paper's "
+        "population; the two-layer ones are shown beside); an undetermined model counts neither way",
+        _same_function, table="cooperation/count01_answer",
+        favoured="the abstract scopes the claim \"on the semantics of the counting task\" and asks whether the heads "
+        "are \"all solving the same subtask\": the same function on the counts, and a function is what changes "
+        "under an edit",
         fixed="hc.cooperation's tolerance 0.1 (|cos| >= 0.9); the word bands it at 0.05 and 0.2 and needs every "
         "band and measure to agree"), Reading(
         "R0, same computation on the inputs", "models whose heads compute the same function: the per-input pushes of the heads "
@@ -1116,11 +1157,17 @@ REGISTRY: tuple[ClaimEntry, ...] = (
     ), "skip_pair", note="The post hedges (\"Possibly\", \"not super crisp\"); a trade-off that holds here shows the "
        "possibility, not its form."),
     ClaimEntry("superpose", SUPERPOSE, POST, "existence", (
+        Reading("the example model, the post's definition", "the post's defining property on the two heads of the "
+                "shipped 2-head, d_head 5 model: each head's writes depend on a token it does not attend to "
+                "(hc.cooperation's conditional writes) on a majority of the inputs that can show it",
+                _defining, table="cooperation/skip_pair_answer",
+                favoured="the post defines the word: superposition is where \"the information copied from an "
+                "attended-to token depends on the information at source tokens to which it is not attending\", and "
+                "\"this shows\" points at its example model, which the shipped d_head 5 model reproduces",
+                fixed="a majority (0.5) of the inputs that can show it; the measured shares are printed beside"),
         Reading("the example model, reading family", "hc.cooperation's word for the two heads of the shipped 2-head, "
                 "d_head 5 model (accuracy, the default reading family: the word where 90% of the readings agree) is "
                 "superposition", _superposed("shipped", "family"), table="cooperation/skip_pair_mechanisms",
-                favoured="\"this shows\": the post's example model, which the shipped d_head 5 model reproduces; "
-                "superposition is the post's mechanism (writes and attention), stable over the readings",
                 fixed="the reading family spans hc.cooperation's thresholds at 0.5x and 2x inside the word itself"),
         *(Reading(f"the example model, {how} ablation", f"the same, {how} ablation alone", _superposed("shipped", how),
                   table="cooperation/skip_pair_mechanisms", fixed="hc.cooperation's default thresholds; the family readings band them") for how in ("mean", "zero")),

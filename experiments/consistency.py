@@ -28,6 +28,21 @@ ANSWER_PAGES = ("cooperation.md", "skip_pair.md", "robustness.md")
 INSTRUMENT = ("headcoop/analysis/mechanisms", "headcoop/analysis/games", "headcoop/tasks",
               "experiments/cooperation/exp_mechanisms.py", "experiments/cooperation/common.py",
               "experiments/cooperation/planted.py")  # fmt: skip
+# what computes the numbers every other results folder holds (issue 71): the library below the report and the
+# experiment's own measurement modules; the files that only render a page (`RENDERING`) do not count
+COMPUTE = ("headcoop/analysis", "headcoop/tasks", "headcoop/models", "headcoop/training", "headcoop/studies",
+           "headcoop/storage/checkpoints.py", "headcoop/checkpoints", "experiments/shared.py", "experiments/cli.py")  # fmt: skip
+INSTRUMENTS = {
+    "cooperation": INSTRUMENT,
+    "planted": INSTRUMENT,
+    "count01": COMPUTE + ("experiments/count01",),
+    "skip_pair": COMPUTE + ("experiments/skip_pair",),
+    "robustness": COMPUTE + ("experiments/robustness", "experiments/count01", "experiments/skip_pair"),
+    "circuits": COMPUTE + ("experiments/groundtruth", "experiments/tracr"),
+    "attribution": COMPUTE + ("experiments/attribution",),
+}
+RENDERING = ("page.py", "page.md.j2", "quotes.py", "figures.py", ".ipynb")  # a page's text, not its numbers
+FOLDERS = tuple(INSTRUMENTS)
 GENERATED = "generated.json"
 SHIPPED = re.compile(r"shipped d_head 5 model: ([a-z ,]+?) \((\d+)% of votes")
 # the registry's verdict on the favoured reading (robustness.md's grid counts, "holds in 0 of 1 cells", are not one)
@@ -137,14 +152,22 @@ def _git(*args: str) -> str:
     return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True, check=True).stdout.strip()
 
 
-def started() -> dict:
+def started(folder: str = "cooperation") -> dict:
     """Where the generating code stands as a run starts (call it first): HEAD's commit and whether the
-    instrument's files differ from it (a process runs the code it imported, so the start is what counts)."""
+    instrument's files of the results folder `folder` (`INSTRUMENTS`) differ from it (a process runs the code it
+    imported, so the start is what counts)."""
+    paths = INSTRUMENTS[folder]
     try:
-        return dict(commit=_git("rev-parse", "HEAD"), instrument=list(INSTRUMENT),
-                    dirty=bool(_git("status", "--porcelain", "--", *INSTRUMENT)))  # fmt: skip
+        dirty = [line for line in _git("status", "--porcelain", "--", *paths).splitlines()
+                 if not _rendering(line.split()[-1])]  # fmt: skip
+        return dict(commit=_git("rev-parse", "HEAD"), instrument=list(paths), dirty=bool(dirty))
     except (OSError, subprocess.CalledProcessError):  # no git, or not a checkout: the record says so
-        return dict(commit=None, instrument=list(INSTRUMENT), dirty=True)
+        return dict(commit=None, instrument=list(paths), dirty=True)
+
+
+def _rendering(path: str) -> bool:
+    """Whether a file only renders a page (its text, not its numbers)."""
+    return any(path.endswith(end) for end in RENDERING)
 
 
 def record(folder: Path, start: dict) -> Path:
@@ -170,8 +193,9 @@ def generated_at_head(folder: Path) -> list[str]:
         _git("merge-base", "--is-ancestor", info["commit"], "HEAD")
     except subprocess.CalledProcessError:
         return [f"{folder.name}: generated at {info['commit'][:10]}, which is not in HEAD's history"]
-    changed = [path for path in _git("diff", "--name-only", info["commit"], "HEAD", "--", *INSTRUMENT).splitlines()
-               if _code(info["commit"], path) != _code("HEAD", path)]  # fmt: skip
+    paths = INSTRUMENTS.get(folder.name, INSTRUMENT)
+    changed = [path for path in _git("diff", "--name-only", info["commit"], "HEAD", "--", *paths).splitlines()
+               if not _rendering(path) and _code(info["commit"], path) != _code("HEAD", path)]  # fmt: skip
     return [f"{folder.name}: generated at {info['commit'][:10]}; the instrument changed since: "
             + ", ".join(changed[:5])] if changed else []  # fmt: skip
 
@@ -193,7 +217,7 @@ def _code(commit: str, path: str) -> str | None:
         return text
 
 
-def contradictions(results: Path = RESULTS, folders: tuple[str, ...] = ("cooperation", "planted")) -> list[str]:
+def contradictions(results: Path = RESULTS, folders: tuple[str, ...] = FOLDERS) -> list[str]:
     """Every contradiction found under `results` (docs/results), as sentences; [] where none."""
     out = same_call(results)
     for name in ANSWER_PAGES:

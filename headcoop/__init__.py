@@ -66,6 +66,7 @@ _LAZY = {
     "PlantedTask": "headcoop.tasks.planted",
     "bench": "headcoop.tasks.bench",
     "BenchTask": "headcoop.tasks.bench",
+    "function_bench": "headcoop.tasks.function_bench",
     "train_many": "headcoop.training.fast",
     "sweep": "headcoop.training.sweeps",
     "dask_client": "headcoop.training.executors",

@@ -188,7 +188,14 @@ def test_the_pseudo_ensemble_readings_tell_redundant_models_from_divided_ones():
 
 
 def test_superposition_example_reads_the_example_model_and_the_seeds():
-    assert _entry("superpose").readings[0].name == "the example model, reading family"  # the favoured reading
+    assert _entry("superpose").readings[0].name == "the example model, the post's definition"  # the favoured reading
+    assert _entry("superpose").readings[0].favoured and not _entry("superpose").readings[1].favoured
+    defining = _entry("superpose").readings[0]
+    answer = pd.DataFrame(dict(d_head=[5, 1], conditional_a=[1.0, 0.75], conditional_b=[0.6, 0.51],
+                               shown_a=[0.44, 0.5], shown_b=[1.0, 0.66]))  # fmt: skip
+    assert judge("existence", defining, defining.measure(answer)) == HOLDS
+    assert judge("existence", defining, defining.measure(answer.assign(conditional_b=0.4))) == FAILS
+    assert judge("existence", defining, defining.measure(answer.assign(shown_b=0.0))) == UNTESTABLE
     shipped = _reading("superpose", "the example model, mean ablation")
     some = _reading("superpose", "some d_head 5 seed, mean ablation")
     mech = pd.DataFrame(dict(d_head=5, how="mean", seed=[float("nan"), 0, 1, 2],
@@ -203,7 +210,7 @@ def test_a_page_reading_has_one_cell_and_missing_tables_are_not_testable(tmp_pat
     from experiments.robustness.page import PAGE, default_verdicts, judge_cells
 
     entry = _entry("superpose")
-    reading = entry.readings[0]
+    reading = entry.readings[1]
     mech = pd.DataFrame(dict(d_head=5, how="family", seed=[float("nan")], mechanism=["superposition"]))
     assert judge_cells({reading.table: mech}, entry, reading, ["default", "context 20"]) == {
         ("default", PAGE): ("holds", "1/1 shipped d_head 5 model (verdicts: 1 superposition)")
@@ -420,3 +427,28 @@ def test_every_summary_verdict_says_what_flips_it_or_what_was_tried():
             assert len(re.findall(r"\[(flips: |default setup only; |no setup tried flips it; )", said)) == len(
                 entry.readings
             ), quote[:40]
+
+
+def test_one_rule_an_undetermined_unit_never_makes_a_verdict_fail():
+    """Issue 71: units the instrument leaves undetermined count neither way, for every claim alike: a verdict fails
+    only where it would fail with all of them passing."""
+    from experiments.claims import count
+
+    reading = _reading("finding", "R0, same function by edits")
+    assert judge("typical", reading, count(1, 9, "models", undecided=8)) == UNTESTABLE
+    assert judge("typical", reading, count(1, 9, "models", undecided=3)) == FAILS  # 4 of 9 at best
+    assert judge("typical", reading, count(5, 9, "models", undecided=4)) == HOLDS
+    assert judge("universal", reading, count(8, 9, "models", undecided=1)) == UNTESTABLE
+    assert judge("existence", reading, count(0, 2, "models", undecided=2)) == UNTESTABLE
+    assert judge("existence", reading, count(0, 2, "models")) == FAILS
+
+
+def test_the_pseudo_ensemble_claim_is_judged_on_the_papers_one_layer_models():
+    reading = _reading("finding", "R0, same function by edits")
+    assert reading.favoured and "on the counts" in reading.rule
+    answer = pd.DataFrame(dict(layers=[1] * 9 + [2, 2], function_word=["same function on the counts (pseudo-ensemble)"]
+                               * 6 + ["undetermined"] * 3 + ["different functions on the counts"] * 2))  # fmt: skip
+    out = reading.measure(answer)
+    assert (out.passed, out.units, out.undecided) == (6, 9, 3)
+    assert out.text.startswith("6/9 one-layer models (3 undetermined); past the paper, the two-layer models: 2 different")
+    assert judge("typical", reading, out) == HOLDS

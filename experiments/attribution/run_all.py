@@ -133,6 +133,9 @@ def draw_scatter(points: pd.DataFrame, folder: Path) -> list[str]:
 
 
 def main(out: Path, n: int, quick: bool) -> dict:
+    from experiments.consistency import record, started
+
+    start_at = started("attribution")  # the code this run imported
     setup(threads=torch.get_num_threads())
     start = time.time()
     rows, misses, points = [], [], []
@@ -179,6 +182,8 @@ def main(out: Path, n: int, quick: bool) -> dict:
     draw_scatter(pd.DataFrame(points), folder)
     timing = {"seconds": round(time.time() - start, 1), "inputs": n, "quick": quick, "threads": torch.get_num_threads()}
     (folder / "timing.json").write_text(json.dumps(timing, indent=1))
+    if not quick:
+        record(folder, start_at)
     from experiments.attribution.page import build
 
     print(build(out))

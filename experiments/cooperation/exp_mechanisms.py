@@ -105,10 +105,15 @@ def answer_row(result, **labels) -> dict:
     )
     numbers = result.same_numbers
     fn = result.function_numbers or {}
-    measure = fn.get("total", fn.get("direct", {}))  # the stricter measure where later layers read the heads
-    row = dict(**labels, function_word=result.function_word, deciding_heads=len(fn.get("deciding", [])),
-               decided_on=" and ".join(fn.get("measures", [])), edit_cos_min=measure.get("cos_min", float("nan")),
-               edit_one_direction=measure.get("share", float("nan")), edits=fn.get("edits", 0),
+    noise = (fn.get("other") or {}).get("the count of 2s (the noise token)", {})
+    row = dict(**labels, function_word=result.function_word, function_kind=fn.get("kind", ""),
+               deciding_heads=len(fn.get("deciding", [])), decided_on=" or ".join(fn.get("push", [])),
+               edit_cos_min=fn.get("cos_min", float("nan")), edit_cos_median=fn.get("cos_median", float("nan")),
+               edit_one_direction=fn.get("share", float("nan")), pooled_cos_min=fn.get("pooled_cos_min", float("nan")),
+               edits=fn.get("edits", 0), semantic_edits=fn.get("semantic_edits", 0), edit_inputs=fn.get("inputs", 0),
+               position_max=fn.get("position_max", float("nan")), specialised=fn.get("specialised", ""),
+               noise_cos_min=noise.get("cos_min", float("nan")), noise_separable=noise.get("separable", float("nan")),
+               noise_edits=noise.get("edits", 0),
                same_word=result.same_word, active_heads=numbers["active"], heads=len(same),
                r_min=numbers["r_min"], r_median=numbers["r_median"], one_direction=numbers["share"],
                weighs_0_against_1=opposite, weight_ratio_max=ratio,

@@ -19,7 +19,8 @@ from experiments.consistency import record
 from headcoop.analysis.mechanisms.cooperation import MECHANISMS
 from headcoop.analysis.mechanisms.definitions import definitions
 from headcoop.display.pages import clip
-from headcoop.tasks.bench import BENCH, FUNCTION, LOGIT_DIFF_TRUTH, SAME
+from headcoop.tasks.bench import BENCH, FUNCTION, LOGIT_DIFF_TRUTH
+from headcoop.tasks.function_bench import FUNCTION_BENCH, FUNCTION_TRUTH, function_bench
 from headcoop.tasks.planted import PLANTED
 
 OUT = Path(__file__).resolve().parents[2] / "docs" / "results" / "planted.md"
@@ -59,13 +60,32 @@ def _blind_everywhere(row) -> bool:
     return all(part.split(": ", 1)[-1].startswith("cannot see") for part in row.by_ablation.split("; "))
 
 
-def _function_row(name: str, metric: str, result) -> str:
-    """One row of the function-axis table: the truths (by edits, on the inputs) beside what was named."""
-    numbers = result.function_numbers
-    measure = numbers.get("total", numbers.get("direct", {}))
-    return (f"| bench: {name} | {metric} | {FUNCTION[name]} | {result.function_word} | "
-            f"{measure.get('cos_min', float('nan')):.3f} | {measure.get('r_min', float('nan')):.3f} | "
-            f"{SAME.get(name, '')} | {result.same_word} |")  # fmt: skip
+def _function_row(label: str, truth: str, result) -> str:
+    """One row of the function-axis table: the truth beside what was named, with the numbers that decide it and
+    what is reported apart (the noise token, positions, how the heads split the counts)."""
+    n = result.function_numbers
+    noise = (n.get("other") or {}).get("the count of 2s (the noise token)", {})
+    apart = "; ".join(x for x in (
+        f"noise token: \\|cos\\| >= {noise['cos_min']:.2f} on its edits" if "cos_min" in noise else "",
+        "noise not separable (one length)" if noise.get("separable") == 0.0 else "",
+        f"position: up to {n['position_max']:.0%} of a response" if n.get("position_max", 0) >= 0.01 else "",
+        f"specialised: {n['specialised']}" if n.get("specialised") else "") if x)  # fmt: skip
+    right = "yes" if result.function_word == truth else "undetermined" if result.function_word == "undetermined" \
+        else "**no**"  # fmt: skip
+    return (f"| {label} | {truth} | {result.function_word} | {right} | {n.get('cos_min', float('nan')):.3f} | "
+            f"{n.get('r_min', float('nan')):.3f} | {apart} |")  # fmt: skip
+
+
+def function_rows() -> list[str]:
+    """The function axis on every model whose function truth is known: the bench's counting models (one length)
+    and the function bench's near-misses (lengths vary), each by zero ablation on 128 inputs."""
+    rows = []
+    for name, truth in FUNCTION.items():
+        rows.append(_function_row(f"bench: {name}", truth, hc.cooperation(hc.bench(name), how="zero", n=128)))
+    for name in FUNCTION_BENCH:
+        rows.append(_function_row(f"function bench: {name}", FUNCTION_TRUTH[name],
+                                  hc.cooperation(function_bench(name), how="zero", n=128)))  # fmt: skip
+    return rows
 
 
 def confusion_figure(confusion: dict, folder: Path) -> list[str]:
@@ -180,9 +200,9 @@ def where_readings_part() -> list[str]:
 def main() -> None:
     from experiments.consistency import started
 
-    start_at = started()  # the code this run imported
+    start_at = started("planted")  # the code this run imported
     start = time.perf_counter()
-    rows, same_rows, wrong_rows, records = [], [], [], []
+    rows, wrong_rows, records = [], [], []
     confusion = {(m, how): collections.Counter() for m in METRICS for how in HOWS}
     wrong_words = collections.Counter()
     for kind, name, build in _models():
@@ -212,10 +232,9 @@ def main() -> None:
                                 "undetermined" if row.mechanism == "undetermined" else "**no (miss)**"  # fmt: skip
                             rows.append(f"| {kind}: {name} | {metric} | {how} | {row.head_a} & {row.head_b} | {want} | "
                                         f"{row.mechanism} | {row.agreement:.0%} | {ok} | {clip(row.by_ablation if how == 'family' else row.reason, 240)} |")  # fmt: skip
-                    if noise == 0.0 and how == "zero" and name in FUNCTION and kind == "bench":
-                        same_rows.append(_function_row(name, metric, result))
     import pandas as pd
 
+    same_rows = function_rows()
     pd.DataFrame(records).to_csv(OUT.parent / "planted" / "words.csv", index=False)  # every word, reasons in full
     record(OUT.parent / "planted", start_at)  # the commit the tables were generated at (`experiments.consistency`)
     lines = [
@@ -264,17 +283,22 @@ def main() -> None:
         "",
     ]
     lines += [
-        "## Same function by counterfactual edits (the Count01 paper's pseudo-ensemble), without weight noise",
+        "## Same function on the counts by counterfactual edits (the Count01 paper's pseudo-ensemble)",
         "",
-        "Every single-token substitution before the read row of 64 inputs; two heads compute the same function "
-        "where their responses (the change of each head's push on the centred completions) are proportional "
-        "(|cos| >= 0.9 pairwise, 90% on one direction). Beside it, the correlation of the pushes on the task's "
-        "own inputs (r), which the first-digit reader fools. The truths are checked by hand-made edits with "
-        "plain hooks in `tests/analysis/mechanisms/test_edits.py`.",
+        "The edits of the first inputs (of 64) whose edits fit 2,048: every substitution before the read row and, "
+        "where the lengths vary (the function bench), every insertion and deletion of a digit; the task declares "
+        "the counts of 1s and 0s its semantics and the noise token '2' another feature. Two heads compute the same "
+        "function on the counts where their responses to the edits of the counts (the fitted part of the noise "
+        "token taken out where it can be told apart) are proportional input by input (|cos| >= 0.9 pairwise, 90% "
+        "on one direction); the noise token, where an edit is made and how the heads split the counts are "
+        "reported apart. Beside it, the correlation of the pushes on the task's own inputs (r), which the "
+        "first-digit reader fools. The truths are checked by hand-made edits with plain hooks in "
+        "`tests/analysis/mechanisms/test_edits.py` and `tests/analysis/mechanisms/test_function_bench.py` "
+        "(the near-misses: `headcoop/tasks/function_bench.py`).",
         "",
-        "| model | metric | truth (edits) | named (edits) | min \|cos\| over edits | min r on the inputs | "
-        "truth (on the inputs) | named (on the inputs) |",
-        "|---|---|---|---|---:|---:|---|---|",
+        "| model | truth | named | right | min \\|cos\\| over the edits of the counts | min r on the inputs | "
+        "reported apart |",
+        "|---|---|---|---|---:|---:|---|",
         *same_rows,
         "",
     ]

@@ -241,6 +241,10 @@ def main(argv=None) -> int:
 
     setup()
     warnings.filterwarnings("ignore")
+    from experiments.consistency import record
+    from experiments.consistency import started as code_at
+
+    start_at = code_at("circuits")  # the code this run imported
     out = args.out / "circuits"
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -267,6 +271,8 @@ def main(argv=None) -> int:
         pd.DataFrame(rows).to_csv(out / f"dense_{key}.csv", index=False)
     (out / "dense_timing.json").write_text(json.dumps(dict(total_s=round(time.perf_counter() - started, 1),
                                                            cores=os.cpu_count(), inputs=args.n, draws=DRAWS), indent=1) + "\n")  # fmt: skip
+    if args.out == DEFAULT_OUT and not args.models:  # every model's tables: record the commit they come from
+        record(out, start_at)
     from experiments.groundtruth import page
 
     print(f"[groundtruth] doc: {page.build(args.out)}")

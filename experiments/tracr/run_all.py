@@ -268,6 +268,10 @@ def main(argv=None) -> int:
 
     setup()
     warnings.filterwarnings("ignore")
+    from experiments.consistency import record
+    from experiments.consistency import started as code_at
+
+    start_at = code_at("circuits")  # the code this run imported
     out = args.out / "circuits"
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -293,6 +297,8 @@ def main(argv=None) -> int:
         json.dumps(dict(total_s=round(time.perf_counter() - started, 1), cores=os.cpu_count(), inputs=args.n), indent=1)
         + "\n"
     )
+    if args.out == DEFAULT_OUT:
+        record(out, start_at)
     print(f"[circuits] doc: {page.build(args.out)}")
     return 0
 

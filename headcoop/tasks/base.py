@@ -19,6 +19,7 @@ from torch import Tensor
 from headcoop.checks import check_device, check_finite, check_int, check_seed
 from headcoop.models.bridge import require_model
 from headcoop.models.tl import HookedTransformer, HookedTransformerConfig
+from headcoop.tasks.features import Features
 
 
 @dataclasses.dataclass(frozen=True)
@@ -284,6 +285,11 @@ class Task(ABC):
 
     def completions(self) -> Int[Tensor, " output"] | None:
         """The token ids a head's writes are read over (`hc.cooperation`); None: every answer of the inputs."""
+        return None
+
+    def features(self) -> Features | None:
+        """The features of the inputs a same-function question is about, its semantics and the others
+        (`headcoop.tasks.features`); None: the task declares none, and every edit counts alike."""
         return None
 
     def patching_inputs(self, n: int = 256, seed: int = 0) -> tuple[Batch, Batch]:

@@ -87,6 +87,7 @@ from torch import Tensor
 from headcoop.checks import check_float, check_seed
 from headcoop.models.tl import HookedTransformer, HookedTransformerConfig
 from headcoop.tasks.base import Batch, check_sample_size, generator
+from headcoop.tasks.features import Features, counting_features, signal_features
 from headcoop.tasks.planted import HandWeightedTask
 
 Bench = Literal["post", "rank1", "and-junk", "and-suppress", "feeder", "induction", "partial-backup", "ln-2l",
@@ -177,11 +178,11 @@ SAME = {
 # the same function by counterfactual edits (`hc.cooperation(...).function_word`), checked in the tests by
 # editing each input token with plain hooks
 FUNCTION = {
-    "count-subtasks": "different functions",
-    "count-ensemble": "same function (pseudo-ensemble)",
-    "count-unequal": "same function (pseudo-ensemble)",
-    "count-firstdigit": "different functions that agree on the task's inputs",
-    "count-2l": "same function (pseudo-ensemble)",
+    "count-subtasks": "different functions on the counts",  # the two specialists, on strings of one length
+    "count-ensemble": "same function on the counts (pseudo-ensemble)",
+    "count-unequal": "same function on the counts (pseudo-ensemble)",
+    "count-firstdigit": "different functions on the counts that agree on the task's inputs",
+    "count-2l": "same function on the counts (pseudo-ensemble)",
 }
 MODEL_WORD = {"post": "superposition", "four": "superposition", "feeder": "composition", "induction": "composition",
               "partial-backup": "redundant", "ln-2l": "conjunction", "unequal": "redundant", "uneven": "division",
@@ -224,6 +225,15 @@ class BenchTask(HandWeightedTask):
         if self.which == "induction":
             return None
         return torch.tensor([self.index[f"o{i}"] for i in range(K)])
+
+    def features(self) -> Features | None:
+        """The counting models': the counts of 1s and 0s (the semantics) and of 2s (one length: no insertions);
+        the post-like models': their signal tokens; the others declare none."""
+        if self.which in COUNTING:
+            return counting_features(self.index["0"], self.index["1"], self.index["2"], start=0, lengths=None)
+        if self.which in POST_LIKE and self.which not in MIXED:
+            return signal_features(tuple(self.index[s] for s in SIGNALS), (), tuple(SIGNALS))
+        return None
 
     def sample(self, n: int, seed: int = 0) -> Batch:
         n = check_sample_size(n, self.n_ctx)

@@ -15,6 +15,7 @@ from torch import Tensor
 from headcoop.checks import check_bool, check_choice, check_device, check_int
 from headcoop.models.tl import HookedTransformer, HookedTransformerConfig
 from headcoop.tasks.base import Batch, Task, check_ids, check_sample_size, generator, hold_entries
+from headcoop.tasks.features import Features, counting_features
 
 ZERO, ONE, TWO, EQ, FOUR, FIVE, EOS, BOS = range(8)
 MAX_LEN = 4096  # longer strings would need contexts no toy model here is built for
@@ -164,6 +165,12 @@ class Count01(Task):
         targets = batch.targets.clone()
         targets[:, 0] = answer
         return batch.replace(tokens=tokens, targets=targets, answer=answer, wrong=FOUR + FIVE - answer, labels=label)
+
+    def features(self) -> Features:
+        """The counts of 1s and of 0s are the semantics; the noise token '2' the other (the digits' positions
+        are measured apart); insertions and deletions are edits where the lengths vary."""
+        lengths = (self.min_len, self.max_len) if self.min_len < self.max_len else None
+        return counting_features(ZERO, ONE, TWO, start=1, lengths=lengths)
 
     # --- scoring ---------------------------------------------------------------------
     @torch.no_grad()

@@ -19,6 +19,7 @@ from torch import Tensor
 from headcoop.checks import check_choice, check_device, check_float, check_int
 from headcoop.models.tl import HookedTransformer, HookedTransformerConfig
 from headcoop.tasks.base import Batch, Task, check_sample_size, generator
+from headcoop.tasks.features import Features, signal_features
 
 READ_OFF = 0
 SIGNAL = (1, 2, 3, 4)
@@ -224,6 +225,11 @@ class SkipPair(Task):
     def completions(self) -> Tensor:
         """The 10 signal completions (the post's figure reads contributions over them)."""
         return torch.tensor(sorted(set(self.mapping.values())))
+
+    def features(self) -> Features:
+        """Each signal token's count is the semantics; each noise token (the tokens between them) another
+        feature, and the positions are measured apart. One length: no insertions."""
+        return signal_features(SIGNAL, NOISE, tuple(str(t) for t in SIGNAL + NOISE))
 
     def patching_inputs(self, n: int = 256, seed: int = 0) -> tuple[Batch, Batch]:
         """Signal-only clean inputs and their corruption."""

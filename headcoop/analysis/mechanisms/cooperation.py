@@ -362,7 +362,10 @@ def cooperation(
         inter = -inter
     run = clean_evidence(model, task, batch, players, names, pairs, reading, outputs, coalition_masks(k, pairs))
     readings = ablation_readings(model, run, hows, task, reference, draws, seed, th)
-    edits = edit_responses(model, batch, players, run.outs, seed)
+    owner = task if task is not None else getattr(model, "task", None)
+    features = owner.features() if owner is not None and hasattr(owner, "features") else None
+    edits = edit_responses(model, batch, players, run.outs, features)
+    edits["features"] = features
     return tables.result(model, run, readings, hows, primary, th, band, agree, inter, pairs_note, edits)
 
 

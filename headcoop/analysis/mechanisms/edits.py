@@ -1,22 +1,31 @@
-"""Same function by counterfactual edits (issue 59): what each head's push does when one input token is changed.
+"""Same function per feature by counterfactual edits (issues 59, 71): what each head's push does when its
+input is edited, read on the features the task's question is about.
 
 The Count01 paper asks "whether the attention heads behave as a pseudo-ensemble, all solving the same subtask,
-or they perform different subtasks". A function is what changes under an edit, so two heads compute the same
-function where their responses to every edit are proportional, not where their pushes happen to co-vary on the
+or they perform different subtasks", and answers "on the semantics of the counting task". A function is what
+changes under an edit, so two heads compute the same function on a task's semantics where their responses to
+the edits that move its semantic features are proportional, not where their pushes happen to co-vary on the
 task's own inputs (a counter and a first-digit reader agree on inputs whose first digit is the majority one).
 
-The edits: every single-token substitution at each position before the read row of a sample of inputs, within
-the tokens the task puts at that position (the inputs' own vocabulary there: Count01's 0 / 1 / 2, SkipPair's
-signal tokens); each edit is named by its substitution (the feature it moves: '0'->'1' is one more '1' and one
-fewer '0') and its position. A head's response to an edit is the change of its push on the centred completion
-logits: its direct push (DLA, the final norm's scale frozen) and, for heads later layers read, its total effect
-(the logits with the head minus with it zeroed). `axes.same_function` turns the responses into numbers,
-`function_table` into the model-level word.
+The edits (`edit_inputs`): every single-token substitution at each editable position before the read row of
+the first inputs, within the tokens the inputs hold there, and where the task's lengths vary every insertion
+and deletion of a token its features count (Count01: a '1' inserted moves the count of 1s alone). Each edit
+carries its change of every declared feature (`headcoop.tasks.features`). A head's response to an edit is the
+change of its push on the centred completion logits: its total effect (the logits with the head minus with its
+z zeroed) where something later reads it, else its direct push (DLA; equal to the total effect there).
+
+The reading (`feature_responses`, `function_table`): per input, a local linear fit of each head's responses on
+the feature changes of that input's edits; where the other features (the noise token) can be told from the
+semantic ones (the edits' changes have full rank: the lengths vary), their fitted part is taken out, so what
+is compared is each head's response to the semantics alone, with its dependence on where an edit is made kept.
+Where they cannot be told apart (one length: the count of 2s is the length less the counts) the responses are
+compared as they are, and the result says so. Two heads compute the same function on the semantics where
+their responses to the semantic edits are proportional input by input (|cos| and the share of the response on
+one direction, each input weighted by its response energy; a gain that varies from input to input is allowed:
+a head's normalisation by the noise and the length). Tasks that declare no features read every edit alike.
 """
 
 from __future__ import annotations
-
-from typing import cast
 
 import torch
 from jaxtyping import Int
@@ -25,42 +34,86 @@ from torch import Tensor
 from headcoop.analysis.mechanisms.axes import response_features, same_computation, same_function
 from headcoop.analysis.mechanisms.evidence import head_dla
 from headcoop.analysis.mechanisms.repair import run_with
-from headcoop.tasks.base import generator
+from headcoop.tasks.features import Features
 
-FUNCTION_WORDS = ("same function (pseudo-ensemble)", "different functions that agree on the task's inputs",
-                  "different functions", "undetermined", "not measurable")  # fmt: skip
-EDIT_INPUTS = 64  # inputs edited; every substitution of each
-MAX_EDITS = 2048  # above, a seeded sample of the edits (stated in the result)
+FUNCTION_KINDS = ("same", "agree", "different", "undetermined", "not measurable")
+EDIT_INPUTS = 64  # inputs edited; every edit of each
+MAX_EDITS = 2048  # above, the inputs are cut to the first ones whose edits fit (stated in the result)
+READS = 0.5  # a head counts one semantic feature where its response to each other one alone is at most this share
 
 
-def edit_inputs(tokens: Int[Tensor, "batch pos"], pos: Int[Tensor, " batch"], n_inputs: int = EDIT_INPUTS,
-                max_edits: int = MAX_EDITS, seed: int = 0) -> dict:  # fmt: skip
-    """The counterfactual edits of the first `n_inputs` inputs: {tokens [edit, pos], source [edit] (the input
-    edited), position, old, new [edit], sampled (whether the edits were cut to `max_edits` by a seeded
-    draw), total (the edits before any cut)}. At each position p before an input's read row, every token the
-    inputs hold before their read rows at p, other than the one there."""
+def function_words(scope: str | None) -> dict[str, str]:
+    """{kind: the model-level word} of the function axis, scoped to the task's semantics ("the counts")."""
+    on = f" on {scope}" if scope else ""
+    return {"same": f"same function{on} (pseudo-ensemble)",
+            "agree": f"different functions{on} that agree on the task's inputs",
+            "different": f"different functions{on}", "undetermined": "undetermined",
+            "not measurable": "not measurable"}  # fmt: skip
+
+
+FUNCTION_WORDS = tuple(function_words(None).values())
+
+
+def _edits_of(row: Tensor, read: int, vocab: list, features: Features | None, width: int) -> list[tuple]:
+    """[(kind, position, old, new, tokens, read)] every edit of one input (kind 0 substitution, 1 insertion,
+    2 deletion; old -1 for an insertion, new -1 for a deletion)."""
+    out = []
+    start = features.start if features is not None else 0
+    for p in range(start, read):
+        for t in vocab[p]:
+            if t != int(row[p]):
+                edited = row.clone()
+                edited[p] = t
+                out.append((0, p, int(row[p]), t, edited, read))
+    if features is None or features.lengths is None:
+        return out
+    length, (shortest, longest) = read - start, features.lengths
+    if length < longest and read + 1 < width:
+        for p in range(start, read + 1):
+            for t in features.alphabet:
+                out.append((1, p, -1, t, torch.cat([row[:p], row.new_tensor([t]), row[p:-1]]), read + 1))
+    if length > shortest:
+        for p in range(start, read):
+            if int(row[p]) in features.alphabet:
+                out.append((2, p, int(row[p]), -1, torch.cat([row[:p], row[p + 1 :], row[-1:]]), read - 1))
+    return out
+
+
+def edit_inputs(tokens: Int[Tensor, "batch pos"], pos: Int[Tensor, " batch"], features: Features | None = None,
+                n_inputs: int = EDIT_INPUTS, max_edits: int = MAX_EDITS) -> dict:  # fmt: skip
+    """The counterfactual edits of the first inputs: {tokens [edit, pos], read [edit] (the edited input's read
+    row), source [edit] (the input edited), kind [edit] (0 substitution, 1 insertion, 2 deletion), position,
+    old, new [edit], delta [edit, feature] (each declared feature's change; None without features), inputs (how
+    many were edited), sampled (fewer than `n_inputs` because their edits would pass `max_edits`), total (the
+    edits of all `n_inputs`)}. At each position p from `features.start` before an input's read row, every token
+    the inputs hold before their read rows at p, other than the one there; where the task's lengths vary,
+    every insertion of a token its features count (at each position up to the read row) and every deletion of
+    one, within the declared lengths."""
     tokens, pos = tokens.cpu(), pos.cpu()
     before = torch.arange(tokens.shape[1])[None, :] < pos[:, None]
     vocab = [sorted(set(tokens[before[:, p], p].tolist())) for p in range(tokens.shape[1])]
-    source, position, old, new = [], [], [], []
-    for b in range(min(n_inputs, len(tokens))):
-        for p in range(int(pos[b])):
-            for t in vocab[p]:
-                if t != int(tokens[b, p]):
-                    source.append(b)
-                    position.append(p)
-                    old.append(int(tokens[b, p]))
-                    new.append(t)
-    total = len(source)
-    keep = torch.arange(total)
-    if total > max_edits:
-        keep = torch.randperm(total, generator=generator(seed))[:max_edits].sort().values
-    source_t = torch.tensor(source, dtype=torch.long)[keep]
-    position_t = torch.tensor(position, dtype=torch.long)[keep]
-    edited = tokens[source_t].clone()
-    edited[torch.arange(len(keep)), position_t] = torch.tensor(new, dtype=torch.long)[keep]
-    return dict(tokens=edited, source=source_t, position=position_t, old=torch.tensor(old, dtype=torch.long)[keep],
-                new=torch.tensor(new, dtype=torch.long)[keep], sampled=total > max_edits, total=total)  # fmt: skip
+    per_input = [_edits_of(tokens[b], int(pos[b]), vocab, features, tokens.shape[1])
+                 for b in range(min(n_inputs, len(tokens)))]  # fmt: skip
+    total = sum(len(e) for e in per_input)
+    kept: list[tuple] = []
+    used = 0
+    for b, found in enumerate(per_input):
+        if kept and used + len(found) > max_edits:
+            break
+        kept += [(b, *e) for e in found]
+        used += len(found)
+    inputs = (max(b for b, *_ in kept) + 1) if kept else len(per_input)
+    if not kept:
+        empty = torch.zeros(0, dtype=torch.long)
+        return dict(tokens=tokens[:0], read=empty, source=empty, kind=empty, position=empty, old=empty, new=empty,
+                    delta=None, inputs=inputs, sampled=False, total=0)  # fmt: skip
+    source, kind, position, old, new, rows, read = (list(x) for x in zip(*kept))
+    out: dict = dict(tokens=torch.stack(rows), read=torch.tensor(read), source=torch.tensor(source), kind=torch.tensor(kind),
+               position=torch.tensor(position), old=torch.tensor(old), new=torch.tensor(new), delta=None,
+               inputs=inputs, sampled=inputs < min(n_inputs, len(tokens)), total=total)  # fmt: skip
+    if features is not None:
+        out["delta"] = features.values(out["tokens"], out["read"]) - features.values(tokens, pos)[out["source"]]
+    return out
 
 
 def _centred(values: Tensor, outs: Tensor) -> Tensor:
@@ -99,159 +152,339 @@ def read_later(model, players) -> list[bool]:
     return [not cfg.attn_only or cfg.normalization_type is not None or lay < cfg.n_layers - 1 for lay, _ in players]
 
 
-def edit_responses(model, batch, players, outs: Tensor, seed: int = 0, n_inputs: int = EDIT_INPUTS) -> dict:
-    """The edits and each measure's pushes: {edits (`edit_inputs`), measures {"direct" | "total": (original
-    pushes [head, input, out], responses [head, edit, out])}, later [head], no_direct (why no direct push,
-    or None)}. Two forward passes for the direct push; one per head more for the total effect, only where
-    a head is read later."""
-    n = min(n_inputs, len(batch.tokens))
+@torch.no_grad()
+def edit_responses(model, batch, players, outs: Tensor, features: Features | None = None,
+                   n_inputs: int = EDIT_INPUTS) -> dict:  # fmt: skip
+    """The edits and each head's pushes: {edits (`edit_inputs`), original [head, input, out], response [head,
+    edit, out], push [head] ("direct" or "total"), later [head], no_direct (why no direct push, or None)}. A head
+    something later reads is measured by its total effect (one forward pass per such head), the others by their
+    direct push (one forward pass); every head by its total effect where there is no direct push."""
+    edits = edit_inputs(batch.tokens, batch.answer_pos, features, n_inputs)
+    n = edits["inputs"]
     tokens, pos = batch.tokens[:n].cpu(), batch.answer_pos[:n].cpu()
-    edits = edit_inputs(batch.tokens, batch.answer_pos, n_inputs, seed=seed)
-    both = torch.cat([tokens, edits["tokens"]])
-    both_pos = torch.cat([pos, pos[edits["source"]]])
     later = read_later(model, players)
-    measures: dict = {}
-    no_direct = None
+    found: dict = dict(edits=edits, later=later, no_direct=None, push=[], original=None, response=None)
     if len(edits["source"]) == 0:
-        return dict(edits=edits, measures=measures, later=later, no_direct=None)
-    direct = direct_pushes(model, both, both_pos, players, outs)
-    if isinstance(direct, str):
-        no_direct = direct
-    else:
-        measures["direct"] = (direct[:, :n], direct[:, n:] - direct[:, edits["source"]])
-    if any(later) or no_direct is not None:
-        total = total_pushes(model, both, both_pos, players, outs)
-        measures["total"] = (total[:, :n], total[:, n:] - total[:, edits["source"]])
-    return dict(edits=edits, measures=measures, later=later, no_direct=no_direct)
+        return found
+    both = torch.cat([tokens, edits["tokens"]])
+    both_pos = torch.cat([pos, edits["read"]])
+    direct = direct_pushes(model, both, both_pos, players, outs) if not all(later) else "every head is read later"
+    found["no_direct"] = direct if isinstance(direct, str) and not all(later) else None
+    use_total = [lat or isinstance(direct, str) for lat in later]
+    total = None
+    if any(use_total):
+        total = total_pushes(model, both, both_pos, [p for p, u in zip(players, use_total) if u], outs)
+    rows, t = [], 0
+    for i, u in enumerate(use_total):
+        if u:
+            rows.append(total[t])  # type: ignore[index]
+            t += 1
+        else:
+            rows.append(direct[i])  # type: ignore[index]
+    push = torch.stack(rows)
+    found.update(push=["total" if u else "direct" for u in use_total], original=push[:, :n],
+                 response=push[:, n:] - push[:, edits["source"]])  # fmt: skip
+    return found
 
 
-def function_word(edit_same: bool, on_inputs_same: bool) -> str:
-    """The model-level word of one reading: the same function where the responses to edits are proportional;
-    else different functions, which agree on the task's inputs where the pushes there co-vary as one."""
-    if edit_same:
-        return FUNCTION_WORDS[0]
-    return FUNCTION_WORDS[1] if on_inputs_same else FUNCTION_WORDS[2]
+# --- the reading ------------------------------------------------------------------------------------------
+def feature_responses(response: Tensor, edits: dict, features: Features | None) -> dict:
+    """Each head's response to the semantics: {semantic [head, edit', out] (the responses to the edits that move
+    a semantic feature, the fitted part of the other features taken out where it can be told apart), source
+    [edit'] and delta [edit', feature] of those edits, other [head, input, other feature, out] (the fitted response
+    per unit of each other feature; NaN where it cannot be told apart), separable [input] (the edits' feature
+    changes have full rank there), position [head] (the share of each head's semantic response that changes with
+    where an edit is made, all feature changes equal)}."""
+    response = response.double()
+    k, n_edits, n_out = response.shape
+    source = edits["source"]
+    inputs = int(source.max()) + 1 if n_edits else 0
+    if features is None:  # every edit a semantic one, nothing to take out
+        keep = torch.ones(n_edits, dtype=torch.bool)
+        delta = torch.stack([edits["old"], edits["new"]], 1)
+        return dict(semantic=response, source=source, delta=delta, other=None, separable=torch.zeros(inputs, dtype=torch.bool),
+                    position=_position_share(response, source, delta), keep=keep)  # fmt: skip
+    sem = torch.tensor(features.semantic)
+    delta = edits["delta"].double()
+    keep = delta[:, sem].abs().sum(1) > 0
+    semantic = response.clone()
+    other = torch.full((k, inputs, int((~sem).sum()), n_out), float("nan"), dtype=torch.float64)
+    separable = torch.zeros(inputs, dtype=torch.bool)
+    if bool((~sem).any()):
+        for b in range(inputs):
+            at = (source == b).nonzero().flatten()
+            d = delta[at]
+            if len(at) == 0 or int(torch.linalg.matrix_rank(d)) < d.shape[1]:
+                continue
+            fit = torch.linalg.lstsq(d, response[:, at].permute(1, 0, 2).reshape(len(at), -1)).solution
+            fit = fit.reshape(d.shape[1], k, n_out)  # [feature, head, out]
+            semantic[:, at] -= torch.einsum("ef,fho->heo", d[:, ~sem], fit[~sem])
+            other[:, b] = fit[~sem].permute(1, 0, 2)
+            separable[b] = True
+    return dict(semantic=semantic[:, keep], source=source[keep], delta=delta[keep], other=other, separable=separable,
+                position=_position_share(semantic[:, keep], source[keep], delta[keep]), keep=keep)  # fmt: skip
 
 
-def stood_function_word(words: dict) -> str:
-    """The word over every (measure, tolerance) reading: the same function where every reading says so;
-    different functions where none does (that agree on the task's inputs where every reading says that);
-    else "undetermined"."""
-    words = {key: w for key, w in words.items() if w != "not measurable"}  # too few heads at that floor
-    if not words:
+def _position_share(resp: Tensor, source: Tensor, delta: Tensor) -> Tensor:
+    """[head] the share of each head's response energy that is deviation from the mean response of its group of
+    edits (one input, one change of every feature): what changes with where the edit is made."""
+    keys: dict[tuple, int] = {}
+    group = torch.tensor([keys.setdefault((int(s), *d.tolist()), len(keys)) for s, d in zip(source, delta)],
+                         dtype=torch.long)  # fmt: skip
+    if len(group) == 0:
+        return torch.zeros(resp.shape[0], dtype=torch.float64)
+    sums = torch.zeros(resp.shape[0], len(keys), resp.shape[2], dtype=resp.dtype).index_add_(1, group, resp)
+    counts = torch.bincount(group, minlength=len(keys)).to(resp.dtype)
+    deviation = resp - (sums / counts[None, :, None])[:, group]
+    return deviation.pow(2).sum((1, 2)) / resp.pow(2).sum((1, 2)).clamp(min=1e-30)
+
+
+def per_input_alike(resp: Tensor, source: Tensor) -> dict:
+    """How proportional heads' responses are input by input: {cos [head, head] (|cos| of each input's responses,
+    averaged with each input weighted by its response energy), share (of each input's response energy on one
+    direction, averaged the same way), cos_min, cos_median (over pairs)}. resp: [head, edit, out]."""
+    k = resp.shape[0]
+    cos_sum = torch.zeros(k, k, dtype=torch.float64)
+    share_sum, weight_sum = 0.0, 0.0
+    for b in source.unique().tolist():
+        m = resp[:, source == b].reshape(k, -1).double()
+        energy = float(m.pow(2).sum())
+        if energy <= 0:
+            continue
+        norm = m.norm(dim=1).clamp(min=1e-30)
+        cos_sum += energy * ((m @ m.T) / (norm[:, None] * norm[None, :])).abs()
+        values = torch.linalg.svdvals(m) ** 2
+        share_sum += energy * float(values[0] / values.sum().clamp(min=1e-30))
+        weight_sum += energy
+    cos = cos_sum / max(weight_sum, 1e-30)
+    upper = cos[torch.triu(torch.ones(k, k, dtype=torch.bool), 1)]
+    return dict(cos=cos, share=share_sum / max(weight_sum, 1e-30),
+                cos_min=float(upper.min()) if len(upper) else float("nan"),
+                cos_median=float(upper.median()) if len(upper) else float("nan"))  # fmt: skip
+
+
+def semantic_reads(resp: Tensor, delta: Tensor, features: Features | None) -> Tensor | None:
+    """[head, semantic feature] each head's root-mean-square response to the edits that move that semantic
+    feature alone (of the semantic ones), as a share of its largest such response (NaN where no edit moves it
+    alone); None without features."""
+    if features is None:
+        return None
+    sem = torch.tensor(features.semantic)
+    d = delta[:, sem]
+    out = []
+    for f in range(d.shape[1]):
+        alone = (d[:, f] != 0) & ((d != 0).sum(1) == 1)
+        out.append(resp[:, alone].pow(2).mean((1, 2)).sqrt() if bool(alone.any()) else
+                   torch.full((resp.shape[0],), float("nan"), dtype=torch.float64))  # fmt: skip
+    reads = torch.stack(out, 1)
+    return reads / torch.nan_to_num(reads, nan=0.0).amax(1, keepdim=True).clamp(min=1e-30)
+
+
+def stood_function_word(kinds: dict) -> str:
+    """The kind over every (floor, tolerance) reading: "same" where every reading says so; "different" where none
+    does ("agree" where every reading says that); else "undetermined"."""
+    kinds = {key: w for key, w in kinds.items() if w != "not measurable"}  # too few heads at that floor
+    if not kinds:
         return "not measurable"
-    same = [w == FUNCTION_WORDS[0] for w in words.values()]
+    same = [w == "same" for w in kinds.values()]
     if all(same):
-        return FUNCTION_WORDS[0]
+        return "same"
     if any(same):
         return "undetermined"
-    return FUNCTION_WORDS[1] if all(w == FUNCTION_WORDS[1] for w in words.values()) else FUNCTION_WORDS[2]
+    return "agree" if all(w == "agree" for w in kinds.values()) else "different"
 
 
-def deciders(axes: dict, later: list[bool], k: int) -> Tensor:
-    """[head] whether each head decides: active on its direct push and, where later layers read it (or there
-    is no direct push), on its total effect. axes: {measure: `same_function` at one floor}."""
-    decides = torch.ones(k, dtype=torch.bool)
-    for m in axes:
-        applies = torch.tensor([m == "direct" or later[i] or "direct" not in axes for i in range(k)])
-        decides &= axes[m]["active"] | ~applies
-    return decides
-
-
-def reading_words(measures: dict, later: list[bool], k: int, floor: float, same: float, factors) -> dict:
-    """{(measure, reading label): word} over the readings of the function axis: the defaults, then the activity
-    floor and the tolerance each at each factor (one at a time, as the pair words' band). A reading with fewer
-    than 2 deciding heads gives "not measurable"."""
+def reading_kinds(fr: dict, original: Tensor, floor: float, same: float, factors) -> dict:
+    """{reading label: kind} over the readings of the function axis: the defaults, then the activity floor and
+    the tolerance each at each factor (one at a time, as the pair words' band). A reading with fewer than 2
+    deciding heads gives "not measurable"."""
     out = {}
     readings = (
         [("", 1.0, 1.0)] + [(f"floor x{f:g}", f, 1.0) for f in factors] + [(f"same x{f:g}", 1.0, f) for f in factors]
     )
+    resp = fr["semantic"]
     for label, ff, tf in readings:
-        at = {m: same_function(resp.flatten(1), floor * ff) for m, (_, resp) in measures.items()}
-        idx = deciders(at, later, k).nonzero().flatten()
+        idx = same_function(resp.flatten(1), floor * ff)["active"].nonzero().flatten()
         tol = min(same * tf, 0.5)
-        for m, (orig, resp) in measures.items():
-            if len(idx) < 2:
-                out[(m, label)] = "not measurable"
-                continue
-            sub = same_function(resp[idx].flatten(1), 0.0)
-            dist = same_computation((orig[idx] - orig[idx].mean(1, keepdim=True)).flatten(1), 0.0)
-            out[(m, label)] = function_word(sub["cos_min"] >= 1 - tol and sub["share"] >= 1 - tol,
-                                            dist["r_min"] >= 1 - tol and dist["share"] >= 1 - tol)  # fmt: skip
+        if len(idx) < 2:
+            out[label] = "not measurable"
+            continue
+        alike = per_input_alike(resp[idx], fr["source"])
+        dist = same_computation((original[idx] - original[idx].mean(1, keepdim=True)).flatten(1), 0.0)
+        if alike["cos_min"] >= 1 - tol and alike["share"] >= 1 - tol:
+            out[label] = "same"
+        else:
+            out[label] = "agree" if dist["r_min"] >= 1 - tol and dist["share"] >= 1 - tol else "different"
     return out
 
 
-def function_table(found: dict, names, vocab, floor: float, same: float, factors) -> tuple:
-    """(one row per head, the word, its sentence, numbers). Per measure, the heads whose responses reach
-    `floor` of the most responsive head's are active; a head is decided on its direct push and, where later
-    layers read it, also on its total effect; one within the floor on either does not decide (`deciders`).
-    The word at each measure and reading (`reading_words`: the floor and the tolerance `same` each at x1 and x
-    `factors`): proportional responses (|cos| >= 1 - tol pairwise, 1 - tol of the response on one direction)
-    give "same function (pseudo-ensemble)"; else, where the pushes on the task's inputs correlate as one (r and
-    one direction at the same tolerance), "different functions that agree on the task's inputs"; else
-    "different functions". It stands where every reading agrees on same or not (`stood_function_word`), else
-    "undetermined", with what flips it; beside it, each measure over every head active on it alone."""
+def specialised(reads: Tensor | None, names: list[str], features: Features | None) -> str:
+    """How the deciding heads split the semantic features, where at least two of them each respond mostly to a
+    different one (to every other semantic feature alone at most `READS` of that): "L0H0 counts 0s (the other
+    counts at most 0.37 of that); L0H1 counts 1s (0.44)"; "" where they do not. reads: [head, semantic feature]
+    (`semantic_reads`; under softmax averaging a head counting one token still responds to the others through
+    the length it divides by, so "mostly", not "only")."""
+    if reads is None or features is None or reads.shape[1] < 2:
+        return ""
+    short = [s for s, sem in zip(features.short, features.semantic) if sem]
+    mostly = {}
+    for h in range(len(names)):
+        r = torch.nan_to_num(reads[h], nan=0.0)
+        top = int(r.argmax())
+        rest = float(torch.cat([r[:top], r[top + 1 :]]).max())
+        if rest <= READS:
+            mostly[h] = (top, rest)
+    if len({top for top, _ in mostly.values()}) < 2:
+        return ""
+    parts = [f"{names[h]} counts {short[top]} ({'its response to the other counts alone at most ' if i == 0 else ''}"
+             f"{rest:.2f}{' of that' if i == 0 else ''})" for i, (h, (top, rest)) in enumerate(mostly.items())]  # fmt: skip
+    return "; ".join(parts)
+
+
+def other_features(response: Tensor, edits: dict, fr: dict, idx: Tensor, names: list[str],
+                   features: Features | None, floor: float, same: float) -> tuple[list[str], dict]:  # fmt: skip
+    """(sentences, numbers) on each other feature over the deciding heads `idx`: how alike their responses are to
+    the edits that move it (input by input, as for the semantics; those edits may move a semantic feature too:
+    the reading is of the feature as the task's inputs carry it), and whether it could be taken out of the
+    semantic comparison (`feature_responses`: separable inputs)."""
+    if features is None or edits["delta"] is None:
+        return [], {}
+    sentences, numbers = [], {}
+    separable = float(fr["separable"].double().mean()) if len(fr["separable"]) else 0.0
+    for o, (name, sem) in enumerate(zip(features.names, features.semantic)):
+        if sem:
+            continue
+        moves = edits["delta"][:, o] != 0
+        entry: dict = dict(edits=int(moves.sum()), separable=separable)
+        numbers[name] = entry
+        if not bool(moves.any()):
+            sentences.append(f"no edit moves {name}")
+            continue
+        resp = response[idx][:, moves].double()
+        rms = resp.pow(2).mean((1, 2)).sqrt()
+        on = (rms >= floor * rms.max().clamp(min=1e-30)).nonzero().flatten()
+        entry["heads"] = len(on)
+        if len(on) < 2:
+            sentences.append(f"{len(on)} of the {len(idx)} deciding heads respond to the edits of {name}")
+            continue
+        alike = per_input_alike(resp[on], edits["source"][moves])
+        entry.update(cos_min=alike["cos_min"], cos_median=alike["cos_median"], share=alike["share"])
+        verb = "alike" if alike["cos_min"] >= 1 - same and alike["share"] >= 1 - same else "differently"
+        told = (f"taken out of the comparison on {separable:.0%} of the inputs" if separable > 0 else
+                f"not separable from {features.scope} here (one length: no edit moves it alone), so the responses "
+                f"compared on {features.scope} include it")  # fmt: skip
+        sentences.append(f"the heads weigh {name} {verb}: on the {int(moves.sum()):,} edits that move it |cos| >= "
+                         f"{alike['cos_min']:.2f} (median {alike['cos_median']:.2f}), {alike['share']:.1%} on one "
+                         f"direction, over the {len(on)} deciding heads that respond to it; {told}")  # fmt: skip
+    return sentences, numbers
+
+
+def function_table(found: dict, names, vocab, floor: float, same: float, factors,
+                   features: Features | None = None) -> tuple:  # fmt: skip
+    """(one row per head, the word, its sentence, numbers). The heads whose response to the semantic edits
+    (`feature_responses`) reaches `floor` of the most responsive head's decide. The kind at each reading
+    (`reading_kinds`: the floor and the tolerance `same` each at x1 and x `factors`): responses proportional
+    input by input (|cos| >= 1 - tol pairwise, 1 - tol of the response on one direction) give "same"; else,
+    where the pushes on the task's inputs correlate as one (r and one direction at the same tolerance), "agree";
+    else "different". It stands where every reading agrees, else "undetermined" with what flips it; beside it
+    each other feature (`other_features`), the share of each head's response that depends on where an edit is
+    made, and how the heads split the semantic features (`specialised`)."""
     import pandas as pd
 
-    measures, later, edits = found["measures"], found["later"], found["edits"]
+    edits = found["edits"]
     k = len(names)
-    if not measures:
-        why = ("no input has a position to edit before its read row" if len(edits["source"]) == 0
-               else found["no_direct"] or "no measure")  # fmt: skip
-        return pd.DataFrame(index=pd.Index(list(names), name="head")), "not measurable", why, {}
+    words = function_words(features.scope if features is not None else None)
+    empty = pd.DataFrame(index=pd.Index(list(names), name="head"))
+    if found["response"] is None:
+        why = "no input has a position to edit before its read row" if len(edits["source"]) == 0 else found["no_direct"]
+        return empty, words["not measurable"], why or "no measure", dict(kind="not measurable")
     label = lambda t: vocab[t] if vocab and 0 <= t < len(vocab) else str(t)  # noqa: E731
-    axes = {m: same_function(resp.flatten(1), floor) for m, (_, resp) in measures.items()}
-    table = pd.DataFrame({col: val for m, a in axes.items() for col, val in
-                          ((f"response_{m}", a["rms"].numpy()), (f"active_{m}", a["active"].numpy()))},
-                         index=pd.Index(list(names), name="head"))  # fmt: skip
-    decides = deciders(axes, later, k)
-    table["decides"] = decides.numpy()
-    idx = decides.nonzero().flatten()
+    fr = feature_responses(found["response"], edits, features)
+    resp = fr["semantic"]
+    if resp.shape[1] == 0:
+        return empty, words["not measurable"], f"no edit moves {features.scope if features else 'a feature'}", \
+            dict(kind="not measurable")  # fmt: skip
+    axis = same_function(resp.flatten(1), floor)
+    reads = semantic_reads(resp, fr["delta"], features)
+    table = pd.DataFrame(dict(push=found["push"], response=axis["rms"].numpy(), decides=axis["active"].numpy(),
+                              position_share=fr["position"].numpy()), index=pd.Index(list(names), name="head"))  # fmt: skip
+    if reads is not None:
+        for f, short in enumerate(s for s, sem in zip(features.short, features.semantic) if sem):  # type: ignore[union-attr]
+            table[f"reads[{short}]"] = reads[:, f].numpy()
+    idx = axis["active"].nonzero().flatten()
     chosen = [names[i] for i in idx.tolist()]
-    numbers = dict(deciding=chosen, edits=len(edits["source"]), edits_total=edits["total"], sampled=edits["sampled"],
-                   measures=list(measures))  # fmt: skip
-    if len(idx) < 2:
-        active = {m: int(a["active"].sum()) for m, a in axes.items()}
-        return (
-            table,
-            "not measurable",
-            (
-                f"fewer than 2 heads respond to the edits on every measure that applies "
-                f"to them ({', '.join(f'{m}: {c} of {k}' for m, c in active.items())})"
-            ),
-            numbers,
-        )
-    parts = []
-    for m, (orig, resp) in measures.items():
-        sub = same_function(resp[idx].flatten(1), 0.0)
-        dist = same_computation((orig[idx] - orig[idx].mean(1, keepdim=True)).flatten(1), 0.0)
-        numbers[m] = dict(cos_min=sub["cos_min"], cos_median=sub["cos_median"], share=sub["share"],
-                          r_min=dist["r_min"], r_median=dist["r_median"], share_inputs=dist["share"])  # fmt: skip
-        table.loc[chosen, f"sign_{m}"] = sub["sign"].numpy()
-        parts.append(f"{m} push: |cos| >= {sub['cos_min']:.3f} over {len(edits['source']):,} edits with "
-                     f"{sub['share']:.2%} of the response on one direction (on the task's inputs r >= "
-                     f"{dist['r_min']:.3f}, {dist['share']:.2%} on one direction)")  # fmt: skip
-        alone = axes[m]["active"].nonzero().flatten()  # beside it: every head active on this measure alone
-        if len(alone) > len(idx):
-            sub = same_function(resp[alone].flatten(1), 0.0)
-            numbers[m]["active_alone"] = dict(heads=len(alone), cos_min=sub["cos_min"], share=sub["share"])
-            parts.append(f"over the {len(alone)} heads active on the {m} push alone: |cos| >= {sub['cos_min']:.3f}, "
-                         f"{sub['share']:.2%} on one direction")  # fmt: skip
-    features = response_features(measures[next(iter(measures))][1][idx], edits["old"], edits["new"], edits["position"])
-    columns = {(f"resp[{label(cast(tuple, what)[0])}->{label(cast(tuple, what)[1])}]" if kind == "substitution" else f"resp[pos {what}]"):
-               pd.Series(value.numpy(), index=chosen) for (kind, what), value in features.items()}  # fmt: skip
+    scope = features.scope if features is not None else "every edit"
+    numbers = dict(deciding=chosen, edits=len(edits["source"]), semantic_edits=resp.shape[1], inputs=edits["inputs"],
+                   edits_total=edits["total"], sampled=edits["sampled"], scope=scope,
+                   push=sorted(set(found["push"])), semantic=[n for n, s in zip(features.names, features.semantic) if s]
+                   if features is not None else [])  # fmt: skip
+    raw = response_features(found["response"], edits["old"], edits["new"], edits["position"])
+    columns = {
+        _feature_label(kind, what, label): pd.Series(value.numpy(), index=list(names))
+        for (kind, what), value in raw.items()
+    }
     table = pd.concat([table, pd.DataFrame(columns, index=table.index)], axis=1)
-    words = reading_words(measures, later, k, floor, same, factors)
-    word = stood_function_word(words)
-    sentence = (f"{len(idx)} of {k} heads decide ({', '.join(chosen[:8])}{', ...' if len(idx) > 8 else ''}; decided "
-                f"on {' and '.join(measures)}); " + "; ".join(parts))  # fmt: skip
+    if len(idx) < 2:
+        numbers["kind"] = "not measurable"
+        return table, words["not measurable"], (f"fewer than 2 heads respond to the edits of {scope} ({len(idx)} of "
+                                                f"{k})"), numbers  # fmt: skip
+    alike = per_input_alike(resp[idx], fr["source"])
+    pooled = same_function(resp[idx].flatten(1), 0.0)
+    original = found["original"]
+    dist = same_computation((original[idx] - original[idx].mean(1, keepdim=True)).flatten(1), 0.0)
+    table.loc[chosen, "sign"] = pooled["sign"].numpy()
+    numbers.update(cos_min=alike["cos_min"], cos_median=alike["cos_median"], share=alike["share"],
+                   pooled_cos_min=pooled["cos_min"], pooled_share=pooled["share"], r_min=dist["r_min"],
+                   r_median=dist["r_median"], share_inputs=dist["share"],
+                   position_max=float(fr["position"][idx].max()))  # fmt: skip
+    kinds = reading_kinds(fr, original, floor, same, factors)
+    kind = stood_function_word(kinds)
+    numbers["kind"] = kind
+    split = specialised(reads[idx] if reads is not None else None, chosen, features)
+    numbers["specialised"] = split
+    other_sentences, numbers["other"] = other_features(
+        found["response"], edits, fr, idx, list(names), features, floor, same
+    )
+    sentence = (f"{len(idx)} of {k} heads respond to {scope} ({', '.join(chosen[:8])}{', ...' if len(idx) > 8 else ''}; "
+                f"each by its {' or '.join(numbers['push'])} push); over {resp.shape[1]:,} edits of {scope} in "
+                f"{edits['inputs']} inputs their responses are proportional input by input at |cos| >= "
+                f"{alike['cos_min']:.3f} (median {alike['cos_median']:.3f}) with {alike['share']:.2%} on one direction "
+                f"(pooled over inputs |cos| >= {pooled['cos_min']:.3f}; on the task's inputs the pushes correlate at "
+                f"r >= {dist['r_min']:.3f})")  # fmt: skip
+    if split:
+        sentence += f"; specialised: {split}"
+    moving = [(names[i], float(fr["position"][i])) for i in idx.tolist() if float(fr["position"][i]) >= same]
+    if moving:
+        sentence += "; the response changes with where the edit is made for " + ", ".join(
+            f"{n} ({s:.0%} of its response)" for n, s in moving
+        )
+    else:
+        sentence += (f"; where an edit is made changes at most {numbers['position_max']:.1%} of any deciding head's "
+                     f"response")  # fmt: skip
+    if other_sentences:
+        sentence += "; apart from " + scope + ": " + "; ".join(other_sentences)
     if edits["sampled"]:
-        sentence += f" (a seeded sample of {len(edits['source']):,} of {edits['total']:,} edits)"
-    if len(set(words.values())) > 1:
-        flips = sorted({f"{w} under {m}" + (f", {r}" if r else "") for (m, r), w in words.items()})
+        sentence += (
+            f" (the edits of the first {edits['inputs']} inputs: {len(edits['source']):,} of {edits['total']:,})"
+        )
+    if len(set(kinds.values())) > 1:
+        flips = sorted({f"{words[w]} under {r or 'the default'}" for r, w in kinds.items()})
         sentence += " (the readings disagree: " + "; ".join(flips) + ")"
-    return table, word, sentence, numbers
+    return table, words[kind], sentence, numbers
 
 
-__all__ = ["FUNCTION_WORDS", "EDIT_INPUTS", "MAX_EDITS", "edit_inputs", "direct_pushes", "total_pushes", "read_later",
-           "edit_responses", "function_word", "stood_function_word", "deciders", "reading_words", "function_table"]  # fmt: skip
+def _feature_label(kind: str, what, label) -> str:
+    if kind == "position":
+        return f"resp[pos {what}]"
+    old, new = what
+    if old < 0:
+        return f"resp[+{label(new)}]"
+    if new < 0:
+        return f"resp[-{label(old)}]"
+    return f"resp[{label(old)}->{label(new)}]"
+
+
+__all__ = ["FUNCTION_KINDS", "FUNCTION_WORDS", "EDIT_INPUTS", "MAX_EDITS", "READS", "function_words", "edit_inputs",
+           "direct_pushes", "total_pushes", "read_later", "edit_responses", "feature_responses", "per_input_alike",
+           "semantic_reads", "stood_function_word", "reading_kinds", "specialised", "other_features",
+           "function_table"]  # fmt: skip

@@ -188,7 +188,7 @@ def summary_line(run: Run, frame: pd.DataFrame, heads: pd.DataFrame, by_kind: di
     inputs beside it, whether any pair matters in the full model (with the margins), how many heads answer
     alone under each ablation, the model's word."""
     parts = [
-        f"Same function (counterfactual edits): {function[0]}: {function[1]}.",
+        f"Same function (counterfactual edits, by feature): {function[0]}: {function[1]}.",
         f"On the task's inputs alone: {same[0]}: {same[1]}.",
     ]
     margin = (
@@ -248,7 +248,7 @@ def result(model, run: Run, by_kind: dict, hows, primary: str, th: dict, factors
     backup_rows = [row for k in by_kind.values() if k["backup"] for row in k["backup"][0]]
     compensation = by_kind[primary]["backup"][1] if by_kind[primary]["backup"] else torch.zeros(run.k, run.k)
     function, function_word, function_sentence, function_numbers = function_table(
-        edits, run.names, run.batch.vocab, th["floor"], th["same"], factors
+        edits, run.names, run.batch.vocab, th["floor"], th["same"], factors, edits.get("features")
     )
     summary = summary_line(run, frame, heads, by_kind, (same_word, same_sentence), (function_word, function_sentence),
                            overall, share, th)  # fmt: skip

@@ -58,7 +58,7 @@ def test_each_function_truth_holds_on_hand_made_edits(which):
 def test_cooperation_names_each_function(which):
     result = hc.cooperation(hc.bench(which), n=128, how="zero")
     assert result.function_word == FUNCTION[which], result.summary
-    assert result.summary.startswith(f"Same function (counterfactual edits): {FUNCTION[which]}")
+    assert result.summary.startswith(f"Same function (counterfactual edits, by feature): {FUNCTION[which]}")
 
 
 def test_the_first_digit_reader_is_named_with_its_position():
@@ -66,17 +66,18 @@ def test_the_first_digit_reader_is_named_with_its_position():
     table = result.function
     assert table.loc["L0H1", "resp[pos 0]"] > 2 and table.loc["L0H1", "resp[pos 3]"] < 1e-3
     assert table.loc["L0H0", "resp[pos 3]"] > 0.5  # the counter responds at every position
+    assert table.loc["L0H1", "position_share"] > 0.5 and table.loc["L0H0", "position_share"] < 1e-6
     assert result.same_word == "same computation (pseudo-ensemble)"  # the correlation alone is fooled
-    numbers = result.function_numbers["direct"]
+    numbers = result.function_numbers
     assert numbers["r_min"] > 0.999 and numbers["cos_min"] < 0.8
 
 
-def test_a_two_layer_model_decides_on_both_measures_and_names_the_deciders():
+def test_a_two_layer_model_reads_each_head_by_the_push_that_reaches_the_logits():
     result = hc.cooperation(hc.bench("count-2l"), n=128, how="zero")
-    assert result.function_numbers["measures"] == ["direct", "total"]
+    assert result.function.push.tolist() == ["total", "total", "direct", "direct"]
     assert result.function_numbers["deciding"] == ["L0H0", "L0H1", "L1H0"]
     assert not result.function.loc["L1H1", "decides"]  # it writes nothing: within the floor
-    assert "decided on direct and total" in result.summary
+    assert "each by its direct or total push" in result.summary
 
 
 def test_edit_inputs_substitute_within_each_positions_tokens_before_the_read_row():
@@ -87,8 +88,26 @@ def test_edit_inputs_substitute_within_each_positions_tokens_before_the_read_row
     assert all(int(p) < int(pos[s]) for p, s in zip(e["position"], e["source"]))
     assert set(e["new"][e["position"] == 1].tolist()) <= {0, 1, 2} and not (e["new"] == 3).any()
     assert (e["tokens"] != tokens[e["source"]]).sum(1).eq(1).all()  # exactly one token changed
-    cut = edit_inputs(tokens, pos, n_inputs=3, max_edits=2, seed=1)
-    assert cut["sampled"] and len(cut["source"]) == 2 and cut["total"] == e["total"]
+    assert (e["read"] == pos[e["source"]]).all() and e["delta"] is None
+    cut = edit_inputs(tokens, pos, n_inputs=3, max_edits=2)
+    assert cut["sampled"] and cut["inputs"] == 1 and cut["total"] == e["total"]  # whole inputs, the first ones
+
+
+def test_insertions_and_deletions_move_one_count_where_the_lengths_vary():
+    """Count01 varies its lengths: a '1' inserted moves the count of 1s alone, and shifts "=" one place on."""
+    task = hc.Count01(min_len=2, max_len=6)
+    batch = task.batch_from_strings(torch.tensor([[1, 0, 2, 0]]), torch.tensor([4]))
+    e = edit_inputs(batch.tokens, batch.answer_pos, task.features(), n_inputs=1)
+    inserted = (e["kind"] == 1) & (e["new"] == 1) & (e["position"] == 2)
+    assert int(inserted.sum()) == 1
+    row = e["tokens"][inserted][0]
+    assert task.decode(row[: int(e["read"][inserted]) + 1]) == "[BOS]11020="
+    assert e["delta"][inserted].tolist() == [[1, 0, 0]]  # the count of 1s alone
+    deleted = (e["kind"] == 2) & (e["position"] == 3)  # the '2'
+    assert e["delta"][deleted].tolist() == [[0, 0, -1]] and int(e["read"][deleted]) == 4
+    assert set(e["position"][e["kind"] == 1].tolist()) == {1, 2, 3, 4, 5}  # up to "=", never before [BOS]
+    full = task.batch_from_strings(torch.tensor([[1, 0, 2, 0, 1, 1]]), torch.tensor([6]))
+    assert not (edit_inputs(full.tokens, full.answer_pos, task.features(), 1)["kind"] == 1).any()  # at max_len
 
 
 def test_same_function_reads_proportionality_of_either_sign():
@@ -176,13 +195,13 @@ def test_a_head_at_the_activity_floor_does_not_decide_the_word_unseen():
     base, other = torch.randn(2, 300, 2, generator=gen, dtype=torch.float64)
     resp = torch.stack([base, 0.8 * base, 0.5 * base, 0.12 * other])  # [head, edit, out]
     orig = torch.randn(4, 20, 2, generator=gen, dtype=torch.float64)
-    edits = dict(source=torch.zeros(300, dtype=torch.long), total=300, sampled=False,
+    edits = dict(source=torch.arange(300) // 15, total=300, sampled=False, inputs=20, delta=None,
                  old=torch.zeros(300, dtype=torch.long), new=torch.ones(300, dtype=torch.long),
                  position=torch.arange(300) % 3)  # fmt: skip
-    found = dict(measures={"direct": (orig, resp)}, later=[False] * 4, edits=edits, no_direct=None)
+    found = dict(original=orig, response=resp, push=["direct"] * 4, later=[False] * 4, edits=edits, no_direct=None)
     table, word, sentence, numbers = function_table(found, ("L0H0", "L0H1", "L0H2", "L0H3"), None, 0.1, 0.1, (0.5, 2.0))
-    assert bool(table.loc["L0H3", "decides"]) and numbers["direct"]["cos_min"] < 0.5
-    assert word == "undetermined" and "same function (pseudo-ensemble) under direct, floor x2" in sentence
+    assert bool(table.loc["L0H3", "decides"]) and numbers["cos_min"] < 0.6
+    assert word == "undetermined" and "same function (pseudo-ensemble) under floor x2" in sentence
 
 
 def test_an_abstaining_reading_leaves_the_vote_to_the_readings_that_see():
