@@ -46,7 +46,9 @@ FOLDERS = tuple(INSTRUMENTS)
 GENERATED = "generated.json"
 SHIPPED = re.compile(r"shipped d_head 5 model: ([a-z ,]+?) \((\d+)% of votes")
 # the registry's verdict on the favoured reading (robustness.md's grid counts, "holds in 0 of 1 cells", are not one)
-VERDICT = re.compile(r"the example model, reading family \(favoured\): (holds|fails|not testable here)(?! in \d)")
+VERDICT = re.compile(
+    r"the example model, the post's definition \(favoured\): (holds|fails|not testable here)(?! in \d)"
+)
 LEADS = {"Yes": "holds", "No": "fails", "Undetermined": "not testable here", "On a knife edge": "not testable here"}
 
 
@@ -217,12 +219,62 @@ def _code(commit: str, path: str) -> str | None:
         return text
 
 
+SUMMARY_PAGES = ("cooperation.md", "count01.md", "skip_pair.md")  # pages with a claims summary table
+COUNT01_ANSWER = re.compile(r"same function on the counts in (\d+) of (\d+) one-layer models")
+COUNT01_REGISTRY = re.compile(r"R0, same function by edits \(favoured\): (holds|fails|not testable here)")
+
+
+def summary_verdicts(page: Path) -> dict[str, str]:
+    """{quote: verdict cell} of a page's claims summary table (the rows under "## Summary: ...")."""
+    text = page.read_text(encoding="utf-8")
+    part = text.split("\n## Summary:", 1)
+    if len(part) < 2:
+        return {}
+    out = {}
+    for line in part[1].split("\n## ", 1)[0].splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and cells[0] not in ("section", "") and not set(cells[0]) <= set(":-"):
+            out[cells[1]] = cells[3]
+    return out
+
+
+def one_verdict_per_claim(results: Path) -> list[str]:
+    """Every claim the summary tables of several pages show has one verdict cell on all of them (one registry,
+    one rule), and the Count01 answer's count agrees with the registry's favoured reading of its claim."""
+    seen: dict[str, tuple[str, str]] = {}
+    out = []
+    for name in SUMMARY_PAGES:
+        if not (results / name).exists():
+            continue
+        for quote, verdict in summary_verdicts(results / name).items():
+            if quote in seen and seen[quote][1] != verdict:
+                out.append(f"{name} gives '{quote[:60]}' the verdict '{verdict[:80]}', {seen[quote][0]} gives "
+                           f"'{seen[quote][1][:80]}'")  # fmt: skip
+            seen.setdefault(quote, (name, verdict))
+    for name in ANSWER_PAGES:
+        if not (results / name).exists():
+            continue
+        text = (results / name).read_text(encoding="utf-8")
+        answer = next((line for line in text.splitlines() if line.startswith("- **The Count01 paper asks**")), "")
+        found, said = COUNT01_ANSWER.search(answer), COUNT01_REGISTRY.findall(text)
+        if not found or not said:
+            continue
+        same, n = int(found.group(1)), int(found.group(2))
+        lead = re.search(r"\*\*Found:\*\* ([A-Za-z -]+?):", answer)
+        want = {"A pseudo-ensemble": "holds", "Not a pseudo-ensemble": "fails", "Undetermined": "not testable here"}
+        if lead and want.get(lead.group(1)) not in set(said):
+            out.append(f"{name}: the Count01 answer leads '{lead.group(1)}' ({same} of {n}) but the registry's "
+                       f"favoured reading says {', '.join(sorted(set(said)))}")  # fmt: skip
+    return out
+
+
 def contradictions(results: Path = RESULTS, folders: tuple[str, ...] = FOLDERS) -> list[str]:
     """Every contradiction found under `results` (docs/results), as sentences; [] where none."""
     out = same_call(results)
     for name in ANSWER_PAGES:
         if (results / name).exists():
             out += one_verdict(results / name)
+    out += one_verdict_per_claim(results)
     out += numbers_on_page(results / "cooperation.md")
     for folder in folders:
         out += generated_at_head(results / folder)

@@ -450,5 +450,7 @@ def test_the_pseudo_ensemble_claim_is_judged_on_the_papers_one_layer_models():
                                * 6 + ["undetermined"] * 3 + ["different functions on the counts"] * 2))  # fmt: skip
     out = reading.measure(answer)
     assert (out.passed, out.units, out.undecided) == (6, 9, 3)
-    assert out.text.startswith("6/9 one-layer models (3 undetermined); past the paper, the two-layer models: 2 different")
+    assert out.text.startswith(
+        "6/9 one-layer models (3 undetermined); past the paper, the two-layer models: 2 different"
+    )
     assert judge("typical", reading, out) == HOLDS

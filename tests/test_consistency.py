@@ -119,6 +119,7 @@ def test_the_rest_of_the_answer_tables_is_reproduced_at_head():
         "deciding_heads",
         "edit_cos_min",
         "edit_one_direction",
+        "noise_cos_min",
         "same_word",
         "r_min",
         "mechanism",
@@ -131,3 +132,41 @@ def test_the_rest_of_the_answer_tables_is_reproduced_at_head():
             assert value == want, (column, value, want)
         else:
             assert float(value) == pytest.approx(float(want), abs=1e-6), (column, value, want)
+
+
+def test_every_results_folder_records_the_code_that_generated_it():
+    """Issue 71: all seven folders, each with its generated.json at a commit whose instrument equals HEAD's."""
+    assert set(consistency.FOLDERS) == {"cooperation", "planted", "count01", "skip_pair", "robustness", "circuits",
+                                        "attribution"}  # fmt: skip
+    for folder in consistency.FOLDERS:
+        assert (RESULTS / folder / consistency.GENERATED).exists(), folder
+        assert consistency.generated_at_head(RESULTS / folder) == [], folder
+
+
+def test_a_claim_with_two_verdicts_on_two_pages_is_caught(tmp_path: Path):
+    """One registry, one rule: a summary cell changed on one page is a contradiction with the other pages."""
+    for page in consistency.SUMMARY_PAGES + consistency.ANSWER_PAGES:
+        if (RESULTS / page).exists() and not (tmp_path / page).exists():
+            shutil.copy(RESULTS / page, tmp_path / page)
+    assert consistency.one_verdict_per_claim(tmp_path) == []
+    shared = set(consistency.summary_verdicts(tmp_path / "count01.md")) & set(
+        consistency.summary_verdicts(tmp_path / "cooperation.md"))  # fmt: skip
+    quote = sorted(shared)[0]
+    page = tmp_path / "count01.md"
+    verdict = consistency.summary_verdicts(page)[quote]
+    page.write_text(page.read_text(encoding="utf-8").replace(verdict, "typical; favoured reading (R9): holds", 1))
+    found = consistency.one_verdict_per_claim(tmp_path)
+    assert len(found) == 1 and quote[:40] in found[0]
+
+
+def test_a_count01_answer_the_registry_does_not_share_is_caught(tmp_path: Path):
+    for page in consistency.ANSWER_PAGES:
+        shutil.copy(RESULTS / page, tmp_path / page)
+    page = tmp_path / "cooperation.md"
+    text = page.read_text(encoding="utf-8")
+    line = next(x for x in text.splitlines() if x.startswith("- **The Count01 paper asks**"))
+    lead = line.split("**Found:** ", 1)[1].split(":", 1)[0]
+    other = "Not a pseudo-ensemble" if lead == "A pseudo-ensemble" else "A pseudo-ensemble"
+    page.write_text(text.replace(f"**Found:** {lead}:", f"**Found:** {other}:", 1), encoding="utf-8")
+    found = consistency.one_verdict_per_claim(tmp_path)
+    assert any("the Count01 answer leads" in x for x in found), found

@@ -86,3 +86,27 @@ def test_anchor_follows_githubs_rule():
     assert (
         anchor("3. Compete: which heads push against the answer?") == "#3-compete-which-heads-push-against-the-answer"
     )
+
+
+@pytest.mark.parametrize("name", ANSWERED)
+def test_each_answer_is_at_most_60_words_with_its_details_below(name):
+    """Issue 71: the answer on each page is at most 60 words; what it rests on follows as its details."""
+    text = (RESULTS / name).read_text(encoding="utf-8")
+    section = text.split("## What the sources ask and what we found", 1)[1].split("\n## ", 1)[0]
+    for line in section.splitlines():
+        if "**Found:**" in line:
+            answer = line.split("**Found:** ", 1)[1].rsplit(" ([evidence](", 1)[0]
+            assert len(answer.split()) <= 60, (name, len(answer.split()), answer)
+
+
+def test_the_first_screen_answers_each_source_in_one_sentence_in_step_with_the_tables():
+    """README.md and docs/index.md answer each source's question in at most 40 words, with its number, from the
+    tables the pages read (`python -m experiments.first_screen` writes them; --check fails where they differ)."""
+    from experiments import first_screen
+
+    for question, answer, _ in first_screen.sentences():
+        assert first_screen.words(answer) <= first_screen.WORDS, (question, answer)
+        assert re.search(r"\d", answer), answer
+    for path, folder in first_screen.FILES.items():
+        assert first_screen.updated(path, folder) == path.read_text(encoding="utf-8"), path
+    assert "arXiv 2502.06923" in first_screen.block("")

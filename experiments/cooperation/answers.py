@@ -28,59 +28,81 @@ EVIDENCE = {
 
 
 def count01(answer: pd.DataFrame, link: str) -> Answer:
-    """The Count01 paper's question, from `count01_answer.csv`: how many models compute one function by
-    counterfactual edits (issue 59; the shipped model's numbers first), the rest, the two-layer models, the
-    correlation on the task's own inputs beside it, and what ablation can say."""
+    """The Count01 paper's question in its own sense (issue 71: "on the semantics of the counting task"), from
+    `count01_answer.csv`: how many of the paper's one-layer models compute the same function on the counts by
+    counterfactual edits of the counts (the noise token apart), with the number that decides it; how the heads
+    weigh the noise token, reported apart; the two-layer models beside, past the paper. At most 60 words; what
+    the answer rests on goes in its details."""
     one = answer[answer.layers == 1]
     two = answer[answer.layers == 2]
     shipped = one[one.model == "shipped"].iloc[0]
-    same = one[one.same_word == SAME]
-    others = one[one.same_word != SAME]
-    if "function_word" in answer:
-        return Answer(
-            "The Count01 paper asks", f'"{PSEUDO_ENSEMBLE}".', _by_edits(one, two, shipped) + _quiet(one, shipped), link
-        )
-    text = (f"A pseudo-ensemble, measured directly (no ablation), in {len(same)} of {len(one)} one-layer models: in the "
-            f"shipped model the {int(shipped.active_heads)} heads that push the answer correlate per input at r >= "
-            f"{shipped.r_min:.3f}, {shipped.one_direction:.1%} of their push on one direction"
-            + (f"; in the other {len(others)}, r {others.r_min.min():.2f}-{others.r_min.max():.2f} (undetermined)" if len(others) else "")
-            + (f". The {len(two)} two-layer models perform different subtasks (r >= {two.r_min.min():.2f})" if len(two) else "")
-            + ". ")  # fmt: skip
-    return Answer("The Count01 paper asks", f'"{PSEUDO_ENSEMBLE}".', text + _quiet(one, shipped), link)
+    if "function_kind" not in answer:  # a table from before issue 71
+        return Answer("The Count01 paper asks", f'"{PSEUDO_ENSEMBLE}".', _by_edits(one, two, shipped), link,
+                      _quiet(one, shipped))  # fmt: skip
+    return Answer("The Count01 paper asks", f'"{PSEUDO_ENSEMBLE}" (its answer: "{ON_THE_COUNTS}").',
+                  _on_the_counts(one, two, shipped), link, _count01_details(one, two, shipped))  # fmt: skip
 
 
-FUNCTION = "same function (pseudo-ensemble)"
+ON_THE_COUNTS = "on the semantics of the counting task, attention heads behave as a pseudo-ensemble"
+FUNCTION = "same function on the counts (pseudo-ensemble)"
+
+
+def _kinds(t: pd.DataFrame) -> str:
+    return ", ".join(f"{n} {w}" for w, n in t.function_word.value_counts().items())
+
+
+def _on_the_counts(one: pd.DataFrame, two: pd.DataFrame, shipped) -> str:
+    """The answer sentence: the word and its count over the one-layer models, the number that decides it, the
+    noise token apart, the two-layer models beside."""
+    same = one[one.function_word == FUNCTION]
+    rest = one[one.function_word != FUNCTION]
+    lead = "A pseudo-ensemble" if len(same) > len(one) / 2 else "Not a pseudo-ensemble" if len(rest) - \
+        int(rest.function_word.isin(["undetermined", "not measurable"]).sum()) >= len(one) / 2 else "Undetermined"  # fmt: skip
+    text = (f"{lead}: same function on the counts in {len(same)} of {len(one)} one-layer models"
+            + (f" ({_kinds(rest)})" if len(rest) else "")
+            + f", by counterfactual edits of the counts, the noise token '2' apart (shipped: {int(shipped.deciding_heads)} "
+            f"heads, |cos| >= {shipped.edit_cos_min:.3f}).")  # fmt: skip
+    noisy = one[one.noise_cos_min < 0.9]
+    if len(noisy):
+        text += (f" The heads weigh the noise token differently in {len(noisy)} of {len(one)} (|cos| down to "
+                 f"{noisy.noise_cos_min.min():.2f}).")  # fmt: skip
+    if len(two):
+        text += f" Two layers, past the paper: {_kinds(two)}."
+    return text
+
+
+def _count01_details(one: pd.DataFrame, two: pd.DataFrame, shipped) -> str:
+    """What the Count01 answer rests on: the edits, the readings, the undetermined models and what flips them,
+    the heads' split of the counts, positions, the correlation on the inputs, and what ablation can say."""
+    same = one[one.function_word == FUNCTION]
+    parts = [f"the task declares the counts of 1s and 0s its semantics (the paper's \"semantics of the counting "
+             f"task\") and the noise token '2' and the digits' positions its other features; the edits of the first "
+             f"{int(shipped.edit_inputs)} of 64 strings: every substitution, insertion and deletion of a digit "
+             f"({int(shipped.semantic_edits):,} move a count in the shipped model); per string the noise token's "
+             f"fitted part is taken out, and heads respond in proportion string by string at |cos| >= 0.9 with 90% "
+             f"on one direction, the floor and the tolerance each read at x0.5 and x2"]  # fmt: skip
+    if len(same):
+        parts.append(f"the {len(same)} models' deciding heads respond at |cos| {same.edit_cos_min.min():.3f}-"
+                     f"{same.edit_cos_min.max():.3f}")  # fmt: skip
+    for row in one[one.function_word != FUNCTION].itertuples():
+        flips = str(row.summary).split("(the readings disagree: ", 1)
+        parts.append(f"{row.model}: {row.function_word} at |cos| >= {row.edit_cos_min:.3f}"
+                     + (f" (the readings disagree: {flips[1].split(')')[0]})" if len(flips) > 1 else "")
+                     + (f"; specialised: {row.specialised}" if isinstance(row.specialised, str) and row.specialised else ""))  # fmt: skip
+    parts.append(f"where an edit is made changes at most {one.position_max.max():.1%} of a deciding head's response")
+    parts.append(f"on the task's inputs alone the pushes correlate as one in {int((one.same_word == SAME).sum())} of "
+                 f"{len(one)} one-layer models")  # fmt: skip
+    if len(two):
+        parts.append(f"the two-layer models (zero ablation alone, for time): {_kinds(two)}, |cos| >= "
+                     f"{two.edit_cos_min.min():.2f}")  # fmt: skip
+    return "; ".join(parts) + ". " + _quiet(one, shipped)
 
 
 def _by_edits(one: pd.DataFrame, two: pd.DataFrame, shipped) -> str:
-    """The answer by counterfactual edits (a function is what changes under an edit), the correlation on the
-    task's inputs beside it."""
-    same = one[one.function_word == FUNCTION]
-    counts = lambda t: ", ".join(f"{w} {n}" for w, n in t.function_word.value_counts().items())  # noqa: E731
-    text = (f"By counterfactual edits (every single-token substitution; heads of one function respond in "
-            f"proportion), a pseudo-ensemble in {len(same)} of {len(one)} one-layer models ({counts(one)}): in the "
-            f"shipped model the {int(shipped.deciding_heads)} heads that decide respond at |cos| >= "
-            f"{shipped.edit_cos_min:.3f}, {shipped.edit_one_direction:.1%} of the response on one direction")  # fmt: skip
-    open_ = one[one.function_word == "undetermined"]
-    if len(open_):
-        at_floor = [r.model for r in open_.itertuples() if "functions under direct, floor x0.5" in r.summary
-                    or "functions under total, floor x0.5" in r.summary]  # fmt: skip
-        text += (f"; undetermined in {len(open_)} ({', '.join(open_.model)}): at the default floor their deciding heads "
-                 f"respond at |cos| {open_.edit_cos_min.min():.2f}-{open_.edit_cos_min.max():.2f}"
-                 + (f", and in {len(at_floor)} of them ({', '.join(at_floor)}) heads between 5% and 10% of the largest "
-                    "response, admitted at half the activity floor, respond otherwise" if at_floor else ""))  # fmt: skip
-    split = one[(one.function_word.str.startswith("different")) & (one.same_word == SAME)]
-    if len(split):
-        text += (f"; {len(split)} ({', '.join(split.model)}) correlate as one on the task's inputs (r >= "
-                 f"{split.r_min.min():.2f}) while the edits separate their functions (|cos| down to "
-                 f"{split.edit_cos_min.min():.2f})")  # fmt: skip
-    if len(two):
-        text += (
-            f". The {len(two)} two-layer models: {counts(two)} (|cos| >= {two.edit_cos_min.min():.2f}; decided on "
-            f"the heads active on both their direct push and their total effect, {', '.join(str(int(x)) for x in two.deciding_heads)} heads)"
-        )
-    return text + (f". On the task's inputs alone the pushes correlate as one in {int((one.same_word == SAME).sum())} of "
-                   f"{len(one)} one-layer models. ")  # fmt: skip
+    """The answer of a table from before issue 71 (every single-token substitution, the measures apart)."""
+    same = one[one.function_word == "same function (pseudo-ensemble)"]
+    return (f"By counterfactual edits (every single-token substitution), a pseudo-ensemble in {len(same)} of "
+            f"{len(one)} one-layer models ({_kinds(one)}); this table predates issue 71's answer on the counts.")  # fmt: skip
 
 
 def _quiet(one: pd.DataFrame, shipped) -> str:
@@ -111,29 +133,40 @@ def _margin(summary: str) -> str:
 def compete(summary: pd.DataFrame, two_layer: pd.DataFrame, table1: pd.DataFrame | None, link: str,
             legacy: bool = False, head_table: pd.DataFrame | None = None) -> Answer:  # fmt: skip
     """The Count01 paper's title question, from the mechanism tables (reading a: a head whose total effect
-    opposes the answer, over the reading family) and Table 1 (reading c: heads trained together end worse)."""
+    opposes the answer by the family vote, with the single-ablation readings that name a competitor as its
+    exceptions) and Table 1 (reading c: heads trained together end worse). At most 60 words; the threshold and
+    the negative direct effects go in its details."""
     one = summary[(summary.metric == "accuracy") & (summary.how == "family")]
     heads = int((one.heads_supports + one.heads_competes + one.heads_inactive + one.heads_undetermined).sum())
     competing = int(one.heads_competes.sum())
     two = ", ".join(f"{int(r.heads_competes)}/{int(r.heads_supports + r.heads_competes + r.heads_inactive + r.heads_undetermined)}"
                     for r in two_layer.itertuples())  # fmt: skip
-    text = (
-        ("Cooperate at inference: no head" if competing == 0 else f"{competing} heads") + " of the one-layer models "
-        "pushes against the answer beyond a tenth of its fair share with 95% confidence (the role threshold; "
-        f"{competing} of {heads} heads over the reading family; two layers: {two}"
-        + ("; the earlier instrument's tables" if legacy else "")
-        + ")"
-        + _below_threshold(head_table)
-        + "."
-    )
+    text = (("Cooperate at inference" if competing == 0 else "Some compete at inference")
+            + f", by the family vote: {competing} of {heads} one-layer heads push against the answer"
+            + (f" (two layers: {two})" if two else "") + ("; the earlier instrument's tables" if legacy else "") + ".")  # fmt: skip
+    exceptions = _exceptions(head_table)
+    if exceptions:
+        text += f" Under single ablations: {exceptions}."
     if table1 is not None:
         t = table1.set_index("metric")
         s_d, l_d = float(t.loc["s_acc", "isolated_minus_joint"]), float(t.loc["l_acc_head", "isolated_minus_joint"])
-        text += (
-            f" Whether they compete in training is mixed: trained alone minus together, s_acc {s_d:+.3f} but the "
-            f"head's own push {l_d:+.3f} (the paper's Table 1)."
-        )
-    return Answer("The Count01 paper's title asks", f'"{TITLE}"', text, link)
+        text += (f" In training, mixed: trained alone minus together, s_acc {s_d:+.3f}, the head's own push "
+                 f"{l_d:+.3f} (Table 1).")  # fmt: skip
+    details = ("a head competes where its mean total effect opposes the answer beyond a tenth of its fair share "
+               "with a 95% interval that excludes 0 (the role threshold); the family vote needs 90% of zero, mean "
+               "and resample readings" + _below_threshold(head_table))  # fmt: skip
+    return Answer("The Count01 paper's title asks", f'"{TITLE}"', text, link, details + ".")
+
+
+def _exceptions(heads: pd.DataFrame | None) -> str:
+    """The heads a single ablation reading calls competing (one-layer models, accuracy), with their total effect
+    and its 95% interval: "under mean ablation seed 3's L0H9 competes (total effect -0.40, 95% -0.48..-0.32)"."""
+    if heads is None or "role" not in heads or "how" not in heads:
+        return ""
+    found = heads[(heads.how != "family") & (heads.role == "competes")]
+    return "; ".join(f"under {r.how} ablation {r.model}'s {r.head} competes (total effect {r.total_effect:+.2f}, 95% "
+                     f"{r.total_low:+.2f}..{r.total_high:+.2f})" for r in found.itertuples()) or \
+        "no single ablation reading names a competitor"  # fmt: skip
 
 
 def lead(word: str, favoured: str, knife_edge: str, wanted: str) -> str:
@@ -170,18 +203,18 @@ def _below_threshold(heads: pd.DataFrame | None) -> str:
     one = heads[heads.how == "family"] if "how" in heads else heads
     negative = one[one.direct_effect < 0]
     return (
-        f"; {len(negative)} of {len(one)} heads have a negative direct effect, each within that threshold or "
-        f"its interval"
+        f"; {len(negative)} of {len(one)} heads (family rows) have a negative direct effect, each within that "
+        f"threshold or its interval"
         if len(negative)
         else ""
     )
 
 
 def skip_pair(answer: pd.DataFrame, link: str) -> Answer:
-    """The SkipPair post's claim, by its own definition of superposition, from `skip_pair_answer.csv`: the
-    word over the reading family with its vote and knife edges, then the defining property (conditional
-    writes) and the interference sentence (only the answer shared) as two findings, each with its share and
-    denominator; the same for d_head 1."""
+    """The SkipPair post's claim in its own sense (issue 71), from `skip_pair_answer.csv`: the first word is the
+    post's defining property as measured on the shipped d_head 5 model (conditional writes, among the inputs
+    that can show it), the ablation vote beside it as a second reading; the interference sentence and d_head 1
+    in the details. At most 60 words."""
     five = answer[answer.d_head == 5].iloc[0]
     one = answer[answer.d_head == 1].iloc[0]
     favoured = getattr(five, "favoured", five.default_reading)
@@ -189,17 +222,21 @@ def skip_pair(answer: pd.DataFrame, link: str) -> Answer:
     edge = str(getattr(five, "knife_edge", "") or "")
     edge = "" if edge == "nan" else edge
     word = five.mechanism if five.mechanism != "undetermined" else f"undetermined, {favoured} favoured"
+    holds = _holds(five) == "holds"
+    text = (f"{'Yes' if holds else 'No'}, by the post's definition, on the shipped d_head 5 model: "
+            f"{_defining(five)}. Second reading, the ablation vote on the shipped d_head 5 model: {word} ({share:.0%} "
+            f"of votes; a word needs 90%).")  # fmt: skip
     kinds = "; ".join(f"{h} {getattr(five, f'vote_{h}'):.0%}" for h in ("zero", "mean", "resample")
                       if pd.notna(getattr(five, f"vote_{h}", float("nan"))))  # fmt: skip
-    text = (f"{lead(five.mechanism, favoured, edge, 'superposition')}, on the shipped d_head 5 model: {word} "
-            f"({share:.0%} of votes, the mean of the kinds that see the pair: {kinds}; a word needs 90%"
-            + (f"; knife edge: {edge}" if edge else "; no single group of readings flips it") + "). "
-            f"The post's defining property {_holds(five)}: {_defining(five)}; the heads attend to different sources on "
-            f"{five.distributed:.0%}. Its interference sentence, judged apart: the answer is the only completion both "
-            f"write to on {five.only_answer:.0%} of the inputs where both write several ({five.multi:.0%} of the "
-            f"inputs where the pair matters). At d_head 1: {one.mechanism} ({one.agreement:.0%} of votes); the "
-            f"defining property {_holds(one)}: {_defining(one)}, and the answer is the only shared completion on {one.only_answer:.0%}.")  # fmt: skip
-    return Answer("The SkipPair post asks", f'is this superposition, "{SUPERPOSITION}"?', text, link)
+    details = (f"the vote is the mean of the ablation kinds that see the pair ({kinds})"
+               + (f"; knife edge: {edge}" if edge else "; no single group of readings flips it")
+               + f"; the heads attend to different sources on {five.distributed:.0%} of the inputs where the pair "
+               f"matters; the post's interference sentence, judged apart: the answer is the only completion both "
+               f"write to on {five.only_answer:.0%} of the inputs where both write several ({five.multi:.0%} of the "
+               f"inputs where the pair matters). At d_head 1 the defining property {_holds(one)}: {_defining(one)}; "
+               f"the vote: {one.mechanism} ({one.agreement:.0%}); the answer is the only shared completion on "
+               f"{one.only_answer:.0%}.")  # fmt: skip
+    return Answer("The SkipPair post asks", f'is this superposition, "{SUPERPOSITION}"?', text, link, details)
 
 
 def from_tables(results: Path, questions: tuple[str, ...], page: str = "") -> list[Answer]:

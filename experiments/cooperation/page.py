@@ -92,21 +92,29 @@ def answer_blocks(answer: pd.DataFrame | None) -> tuple:
     answer = answer[answer.layers == 1] if "layers" in answer else answer
     shipped = answer[answer.model == "shipped"].iloc[0]
     text = ("**The answer's numbers** (`count01_answer.csv`: the default `hc.cooperation` call per model; the answer "
-            "at the top of the page is built from this table, by counterfactual edits first, the correlation on the "
-            "task's inputs beside it). `function_word`, `deciding_heads`, `decided_on`, `edit_cos_min`, "
-            "`edit_one_direction`: the same function by edits; `same_word`, `r_min`, `one_direction`: the "
-            "correlation on the task's inputs; `pairs_matter_full_<kind>`: pairs that change the answer on "
+            "at the top of the page is built from this table: the same function on the counts by counterfactual "
+            "edits first, the other features and the correlation on the task's inputs beside it). `function_word`, "
+            "`deciding_heads`, `decided_on` (each head's total push where later layers read it, else its direct "
+            "push), `edit_cos_min` and `edit_one_direction` (proportional string by string over the edits that move "
+            "a count, the noise token's fitted part taken out), `pooled_cos_min` (pooled over strings), "
+            "`semantic_edits`, `edit_inputs`: the same function on the counts; `noise_cos_min`: how alike the "
+            "deciding heads respond to the edits that move the noise token '2' (reported apart; `noise_separable`: "
+            "the share of strings where its part could be taken out); `position_max`: the largest share of a "
+            "deciding head's response that changes with where an edit is made; `specialised`: how heads split the "
+            "counts, where they do; `same_word`, `r_min`, `one_direction`: the correlation on the task's inputs; "
+            "`pairs_matter_full_<kind>`: pairs that change the answer on "
             f"`min_share` ({float(answer.min_share.iloc[0]) if 'min_share' in answer else 0.1:.0%}) or more of the "
             "inputs in the full model, `largest_matters_full_<kind>` the largest share any pair reaches; "
             "`heads_alone_<kind>`: heads that alone answer 90% of the strings on the kind's first draw. The paper's "
-            "answer is the one-layer rows (\"The analysis is limited to single-layer attention-only transformer "
-            "models\"); the two-layer rows (zero ablation alone, for time) go past the paper. "
+            "models have one layer: its answer is the one-layer rows; the two-layer rows (zero ablation alone, for "
+            "time) go past the paper. "
             + ("The tables after this one were computed before issue 48 (the old words); `python -m "
                "experiments.cooperation.run_all` recomputes them. " if MECHS == LEGACY_MECHS else "")
             + "The shipped model's summary: " + str(shipped.summary))  # fmt: skip
     cols = ["model", "answer_acc", "function_word", "deciding_heads", "decided_on", "edit_cos_min",
-            "edit_one_direction", "same_word", "active_heads", "r_min", "r_median", "one_direction",
-            "weighs_0_against_1", "weight_ratio_max",
+            "edit_one_direction", "pooled_cos_min", "semantic_edits", "edit_inputs", "noise_cos_min",
+            "noise_separable", "position_max", "specialised", "same_word", "active_heads", "r_min", "r_median",
+            "one_direction", "weighs_0_against_1", "weight_ratio_max",
             *[c for c in answer.columns if c.startswith(("pairs_matter", "largest_matters", "heads_alone"))],
             "mechanism", "agreement"]  # fmt: skip
     shown = pd.concat([answer, two])
@@ -513,7 +521,7 @@ def section_compete(
     negative_direct = int((h.direct_effect < 0).sum())
     blocks = [
         Text(f'**Paper** (title): "{TITLE}".'),
-        Text(f'The summary of the paper (`seeds/count01-paper-summary.md`, not the paper\'s words): "{TABLE1}".'),
+        Text(f'A summary of arXiv 2502.06923 this project works from (its words, not the paper\'s): "{TABLE1}".'),
         Text(
             "Neither source defines *compete*. Three readings, side by side: (a) at inference a head's total "
             'effect on the metric opposes the answer (hc.cooperation\'s role "competes": its total effect on the '

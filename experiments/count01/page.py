@@ -899,7 +899,7 @@ def build(out: Path = DEFAULT_OUT.parent, quick: bool = False, tables: Path | No
                              short_verdicts(tables.parent / "robustness", "count01")),
         claims_note="One row per claim of the paper that a section below tests, then (section *robustness.md*) every "
         "other claim the registry judges, measured by its favoured reading. The middle column quotes, word for "
-        "word, the summary of the paper this project works from (`count01-paper-summary.md`; text it puts in "
+        "word, a summary of the paper (arXiv 2502.06923) this project works from (text it puts in "
         "quotation marks is the paper's own). Every verdict is the claim registry's (`experiments/claims.py`), the "
         "same on every page: the claim's logical form, then in one sentence its favoured reading's verdict in the "
         "default setup of `robustness.md`, what flips it, and what the other readings say; the measured column keeps "

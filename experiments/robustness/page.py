@@ -196,9 +196,9 @@ def _section(number: str, title: str, tables: dict[str, pd.DataFrame], task: str
 
 
 SOURCES = {
-    "count01-paper-summary.md": "the summary of the paper",
-    "count01-paper-abstract.md": "the paper's abstract",
-    "ov-coherent-skip-pair-post.md": "the post",
+    "count01-paper-summary.md": "a summary of arXiv 2502.06923 (its words; quoted text in it is the paper's)",
+    "count01-paper-abstract.md": "the abstract of arXiv 2502.06923 (its arXiv page)",
+    "ov-coherent-skip-pair-post.md": 'the post "An OV-Coherent Toy Model of Attention Head Superposition"',
 }
 FORM_WORDS = {
     "existence": "holds when at least one unit passes",
@@ -237,13 +237,15 @@ def _default_readings(folder: Path, task: str) -> dict[str, tuple[str, list[dict
         for reading in entry.readings:
             cells = judge_cells(tables, entry, reading, ["default"])
             by_length = {n: said for (_, n), (said, _) in cells.items()}
+            shown = [text for (_, n), (_, text) in cells.items() if n in (PAGE, ALL_LENGTHS)]
             if len(set(by_length.values())) == 1:
                 said = next(iter(by_length.values()))
             else:
                 said = ", ".join(f"{v} at {n} steps" for n, v in by_length.items())
             flipped = flips(tables, entry, reading, variants)
             parts.append(dict(name=reading.name, favoured=bool(reading.favoured), form=form_of(entry, reading),
-                              said=said, flipped=flipped, tried=tried(reading, flipped)))  # fmt: skip
+                              said=said, flipped=flipped, tried=tried(reading, flipped),
+                              number=shown[0].split("; ")[0] if len(shown) == 1 else ""))  # fmt: skip
         out[entry.quote] = (entry.form, parts)
     return out
 
@@ -273,7 +275,9 @@ def short_verdicts(folder: Path, task: str) -> dict[str, str]:
         which = "favoured" if main["favoured"] else "first"
         flips_at = [re.sub(r"^(holds|fails|holds / fails|fails / holds|not testable here) (under|at) ", "", f).split(" (")[0]
                     for f in main["flipped"]]  # fmt: skip
-        sentence = f"{form}; {which} reading ({main['name']}): {main['said']}"
+        # the number that decides the verdict (issue 71), where the reading reads one cell
+        number = f" ({main['number'][:90]})" if main.get("number") else ""
+        sentence = f"{form}; {which} reading ({main['name']}): {main['said']}{number}"
         if flips_at:
             sentence += f", flips under {', '.join(flips_at)}"
         else:

@@ -163,12 +163,13 @@ class Claim:
 class Answer:
     """A source's question and what we found, for a page's first screen: `source` names it, `question` is
     its words (quoted exactly), `answer` one or two plain sentences with the key number, `link` the anchor
-    of the evidence on the page (or another page's path)."""
+    of the evidence on the page (or another page's path); `details`: what the answer rests on, below it."""
 
     source: str
     question: str
     answer: str
     link: str
+    details: str = ""
 
 
 def anchor(title: str) -> str:

@@ -32,11 +32,15 @@ class Cooperation(Result):
     axis (push std, whether active, correlation with the other active heads, class weights); same_word:
     "same computation (pseudo-ensemble)", "different subtasks" or why neither can be said; same_numbers:
     {active, r_min, r_median, share (on one direction), push ("direct" or "total (...)")}; function: one row per
-    head of the counterfactual-edit axis (`edits.py`: its response to edits per measure, whether it is active
-    and decides, its sign, and its response per feature: each substitution and each position); function_word:
-    "same function (pseudo-ensemble)", "different functions", "different functions that agree on the task's
-    inputs", "undetermined" or "not measurable"; function_numbers: {deciding heads, edits, per measure cos_min,
-    share (of the response on one direction), and r_min, share_inputs on the task's inputs}."""
+    head of the counterfactual-edit axis (`edits.py`: its push, "direct" or "total"; its response to the edits
+    of the task's semantic features, whether it decides, its sign, the share of its response that changes with
+    where an edit is made, its response to each semantic feature alone, and per substitution, insertion,
+    deletion and position); function_word: "same function on <the task's semantics> (pseudo-ensemble)",
+    "different functions on ...", "different functions on ... that agree on the task's inputs", "undetermined"
+    or "not measurable"; function_numbers: {kind, scope, semantic (the features), deciding heads, edits,
+    semantic_edits, inputs, cos_min / cos_median / share (input by input), pooled_cos_min, r_min and share_inputs
+    on the task's inputs, position_max, specialised, other: per other feature how alike the heads respond to
+    its edits and whether its part could be taken out}."""
 
     heads: tuple[str, ...]
     pairs: pd.DataFrame

@@ -65,8 +65,9 @@ THRESHOLD_MEANINGS = {  # what each threshold decides (the pages print these: de
     "largest; a head is active on the same-computation axis where its push varies at least this "
     "fraction of the most varying head's",
     "same": "same computation where the active heads' pushes correlate at r >= 1 - same pairwise and 1 - same "
-    "of their variance lies on one direction; the same function where their responses to counterfactual "
-    "edits are proportional at |cos| >= 1 - same and 1 - same of the response lies on one direction",
+    "of their variance lies on one direction; the same function on the task's semantic features where their "
+    "responses to the counterfactual edits of those features are proportional input by input at |cos| >= 1 - same "
+    "and 1 - same of the response lies on one direction",
     "mixture": "a necessity word (redundant, division, conjunction) needs this share of the inputs where the pair "
     "matters; below it, a mixture with its shares where a second one holds on at least 1 - mixture of "
     "them, else undetermined",
