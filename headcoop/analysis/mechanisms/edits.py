@@ -445,19 +445,30 @@ def function_table(found: dict, names, vocab, floor: float, same: float, factors
     other_sentences, numbers["other"] = other_features(
         found["response"], edits, fr, idx, list(names), features, floor, same
     )
-    sentence = (f"{len(idx)} of {k} heads respond to {scope} ({', '.join(chosen[:8])}{', ...' if len(idx) > 8 else ''}; "
-                f"each by its {' or '.join(numbers['push'])} push); over {resp.shape[1]:,} edits of {scope} in "
-                f"{edits['inputs']} inputs their responses are proportional input by input at |cos| >= "
-                f"{alike['cos_min']:.3f} (median {alike['cos_median']:.3f}) with {alike['share']:.2%} on one direction "
-                f"(pooled over inputs |cos| >= {pooled['cos_min']:.3f}; on the task's inputs the pushes correlate at "
-                f"r >= {dist['r_min']:.3f})")  # fmt: skip
-    if split:
-        sentence += f"; specialised: {split}"
+    sentence = _sentence(numbers, fr, idx, list(names), edits, same, other_sentences)
+    if len(set(kinds.values())) > 1:
+        flips = sorted({f"{words[w]} under {r or 'the default'}" for r, w in kinds.items()})
+        sentence += " (the readings disagree: " + "; ".join(flips) + ")"
+    return table, words[kind], sentence, numbers
+
+
+def _sentence(numbers: dict, fr: dict, idx: Tensor, names: list[str], edits: dict, same: float,
+              other_sentences: list[str]) -> str:  # fmt: skip
+    """The function axis's sentence: who decides and by which push, the numbers that decide, how the heads split
+    the semantics, where an edit is made, the other features apart, and the edits' cut."""
+    scope, chosen, n = numbers["scope"], numbers["deciding"], numbers["semantic_edits"]
+    sentence = (f"{len(idx)} of {len(names)} heads respond to {scope} ({', '.join(chosen[:8])}"
+                f"{', ...' if len(idx) > 8 else ''}; each by its {' or '.join(numbers['push'])} push); over {n:,} edits "
+                f"of {scope} in {edits['inputs']} inputs their responses are proportional input by input at |cos| >= "
+                f"{numbers['cos_min']:.3f} (median {numbers['cos_median']:.3f}) with {numbers['share']:.2%} on one "
+                f"direction (pooled over inputs |cos| >= {numbers['pooled_cos_min']:.3f}; on the task's inputs the "
+                f"pushes correlate at r >= {numbers['r_min']:.3f})")  # fmt: skip
+    if numbers["specialised"]:
+        sentence += f"; specialised: {numbers['specialised']}"
     moving = [(names[i], float(fr["position"][i])) for i in idx.tolist() if float(fr["position"][i]) >= same]
     if moving:
         sentence += "; the response changes with where the edit is made for " + ", ".join(
-            f"{n} ({s:.0%} of its response)" for n, s in moving
-        )
+            f"{h} ({s:.0%} of its response)" for h, s in moving)  # fmt: skip
     else:
         sentence += (f"; where an edit is made changes at most {numbers['position_max']:.1%} of any deciding head's "
                      f"response")  # fmt: skip
@@ -467,10 +478,7 @@ def function_table(found: dict, names, vocab, floor: float, same: float, factors
         sentence += (
             f" (the edits of the first {edits['inputs']} inputs: {len(edits['source']):,} of {edits['total']:,})"
         )
-    if len(set(kinds.values())) > 1:
-        flips = sorted({f"{words[w]} under {r or 'the default'}" for r, w in kinds.items()})
-        sentence += " (the readings disagree: " + "; ".join(flips) + ")"
-    return table, words[kind], sentence, numbers
+    return sentence
 
 
 def _feature_label(kind: str, what, label) -> str:
