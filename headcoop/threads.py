@@ -11,9 +11,9 @@ OpenMP's passive wait policy and 15.4 s with one thread (issue 62). So, unless t
 - as many torch threads as there are idle cores (`idle_cores`: the CPUs' idle time over `WINDOW_S` from
   /proc/stat, else the cores less the one-minute load average), at least 1: all cores on a quiet machine.
 
-A user's own setting wins: `HEADCOOP_THREADS=n` (n threads, no measurement), `OMP_NUM_THREADS`, or, inside a
-process, a thread count set with `torch.set_num_threads` (`fitted_threads` leaves any count other than the one
-torch or headcoop chose alone).
+A user's own setting wins: `HEADCOOP_THREADS=n` (n threads, no measurement: every long analysis runs with n
+threads, from Python as from the CLI), `OMP_NUM_THREADS`, or, inside a process, a thread count set with
+`torch.set_num_threads` (`fitted_threads` leaves any count other than the one torch or headcoop chose alone).
 """
 
 from __future__ import annotations
@@ -58,6 +58,10 @@ def _cpu_times(cpus: set[int]) -> tuple[float, float] | None:
 def idle_cores(window_s: float = WINDOW_S) -> float:
     """How many of this process's CPUs are idle: their idle share over `window_s` seconds (/proc/stat), else
     the cores less the one-minute load average; never below 0."""
+    if isinstance(window_s, bool) or not isinstance(window_s, (int, float)):
+        raise TypeError(f"window_s must be a number of seconds, got {window_s!r} ({type(window_s).__name__})")
+    if not 0 <= window_s <= 60:  # NaN fails this too
+        raise ValueError(f"window_s must be between 0 and 60 seconds, got {window_s!r}")
     try:
         cpus = set(os.sched_getaffinity(0))
     except AttributeError:
@@ -128,10 +132,13 @@ def fitted_threads() -> Iterator[int]:
     import torch
 
     before = torch.get_num_threads()
-    if _users_count(before):
+    if ENV_THREADS in os.environ:  # the user's count for headcoop, from Python as from the CLI (issue 76)
+        threads = choose_threads()  # a bad value is refused by name
+    elif _users_count(before):
         yield before
         return
-    threads = choose_threads()
+    else:
+        threads = choose_threads()
     _chosen.append(threads)
     torch.set_num_threads(threads)
     try:

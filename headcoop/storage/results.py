@@ -25,6 +25,7 @@ import json
 import math
 import os
 import re
+import stat
 import uuid
 from pathlib import Path
 
@@ -99,6 +100,8 @@ def save_result(result, path: str | os.PathLike) -> Path:
     kill came between them. Leftovers of a killed save are removed by the next save or load of `path`."""
     if not dataclasses.is_dataclass(result) or not type(result).__module__.startswith("headcoop."):
         raise TypeError(f"save_result takes a headcoop analysis result, got {type(result).__name__}")
+    if isinstance(path, bytes) or not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"a result is saved to a folder given as a str or Path, got {path!r} ({type(path).__name__})")
     path = Path(path)
     try:
         path.is_symlink()  # a name too long, or one with a NUL, is refused here by the system
@@ -126,6 +129,8 @@ def save_result(result, path: str | os.PathLike) -> Path:
         _step("staged")
         meta = {"format": FORMAT, "version": VERSION, "headcoop": _version(), "value": fields}
         save_file(writer.tensors, str(staging / TENSORS))
+        # safetensors writes through a private temporary file (0600): give it the mode every other file takes
+        os.chmod(staging / TENSORS, stat.S_IMODE((staging / MARKER).stat().st_mode))
         for name, frame in writer.frames.items():
             frame.to_parquet(staging / name)
         (staging / META).write_text(json.dumps(meta, indent=1, allow_nan=True), encoding="utf-8")  # last: complete
@@ -135,9 +140,15 @@ def save_result(result, path: str | os.PathLike) -> Path:
             _swap_in(staging, path, tag)
             print(f"replaced the headcoop result at {path}")
         else:
-            if path.exists():
-                path.rmdir()  # empty, checked above
-            os.rename(staging, path)
+            try:
+                if path.exists():
+                    path.rmdir()  # empty, checked above
+                os.rename(staging, path)
+            except OSError as err:  # another save of the same new path finished first
+                if err.errno not in (errno.ENOTEMPTY, errno.EEXIST) or _named_files(path) is None:
+                    raise
+                _swap_in(staging, path, tag)
+                print(f"replaced the headcoop result another save wrote at {path} meanwhile")
         _step("done")
     except BaseException:
         if staging.exists():
@@ -231,7 +242,10 @@ def load_result(path: str | os.PathLike):
         raise TypeError(f"load_result takes the folder a result was saved to (a str or Path), got {path!r} "
                         f"({type(path).__name__})")  # fmt: skip
     path = Path(path)
-    clean_leftovers(path)
+    try:
+        clean_leftovers(path)
+    except PermissionError:  # a killed writer's leftover in a folder this user cannot write: it is not the result
+        pass
     meta_file = path / META
     if not meta_file.is_file():
         raise ValueError(f"{path} holds no {META}: it is not a saved headcoop result (result.save(path) writes one)")
@@ -256,7 +270,7 @@ def load_result(path: str | os.PathLike):
     except Exception as err:  # safetensors raises its own error types for a damaged file
         raise ValueError(f"{path / TENSORS} is damaged: {err}") from None
     try:
-        return _Reader(path, tensors).decode(meta["value"])
+        value = _Reader(path, tensors).decode(meta["value"])
     except RecursionError:
         raise ValueError(
             f"{meta_file} nests its values too deeply to be a headcoop result: the folder is damaged"
@@ -266,6 +280,10 @@ def load_result(path: str | os.PathLike):
             f"{meta_file} is damaged: a value it holds is not what its field takes ({type(err).__name__}: "
             f"{str(err)[:160]})"
         ) from None
+    if not dataclasses.is_dataclass(value) or not type(value).__module__.startswith("headcoop."):
+        raise ValueError(f"{meta_file} holds a bare {type(value).__name__}, not a headcoop result: the folder is "
+                         "damaged or was not written by result.save")  # fmt: skip
+    return value
 
 
 def _check_target(path: Path) -> bool:
