@@ -3,6 +3,7 @@ torch (`headcoop report --out`): each error names the argument and the bad path.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
@@ -27,7 +28,23 @@ def check_out_file(out, what: str) -> Path:
         raise ValueError(f"{what}: {str(out)!r} is a special file (a device, FIFO or socket), not a regular file; "
                          "headcoop never replaces one: give a file name such as report.html")  # fmt: skip
     _no_file_above(path, what)
+    _writable(path, what)
     return path
+
+
+def _writable(path: Path, what: str) -> None:
+    """PermissionError, before any work, where this user could not write `path` (the file where it exists, else
+    the nearest folder above it that exists: the folders between are created there)."""
+    if path.exists():
+        if not os.access(path, os.W_OK):
+            raise PermissionError(errno.EACCES, f"{what}: cannot write {str(path)!r}: permission denied for this user")
+        return
+    for parent in path.absolute().parents:
+        if parent.exists():
+            if not os.access(parent, os.W_OK | os.X_OK):
+                raise PermissionError(errno.EACCES, f"{what}: cannot write {str(path)!r}: the folder {str(parent)!r} "
+                                                    "is not writable for this user")  # fmt: skip
+            return
 
 
 def check_out_folder(out, what: str) -> Path:

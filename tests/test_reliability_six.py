@@ -137,3 +137,18 @@ def test_python_dash_m_headcoop_is_the_command_line():
 
     out = subprocess.run([sys.executable, "-m", "headcoop", "--help"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "report" in out.stdout
+
+
+def test_a_report_into_a_folder_the_user_cannot_write_is_refused_before_any_work(tmp_path, monkeypatch):
+    """The report names the folder it cannot write, before it builds the page (which took 76-112 s): the check
+    is `os.access` on the folder, here as a non-root user sees it (this suite may run as root, who writes
+    anywhere)."""
+    from headcoop import paths
+
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    real = os.access
+    monkeypatch.setattr(paths.os, "access", lambda p, mode: False if str(p) == str(locked) else real(p, mode))
+    with pytest.raises(PermissionError, match="the folder .*locked.* is not writable"):
+        hc.report(hc.load("count01"), out=locked / "sub" / "report.html")
+    assert list(locked.iterdir()) == []  # refused at the argument check: nothing was created

@@ -116,6 +116,7 @@ def save_result(result, path: str | os.PathLike) -> Path:
     fields = writer.encode(result, "result")
     tag = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
     staging = path.with_name(f".{path.name}.partial-{tag}")
+    _LIVE.add(tag)  # this process's own save in progress: not a leftover (another thread's save may look)
     try:
         staging.mkdir(parents=True)
     except (OSError, ValueError) as err:  # a read-only folder, a path under a file, a name too long or with NUL
@@ -154,7 +155,12 @@ def save_result(result, path: str | os.PathLike) -> Path:
         if staging.exists():
             _remove_result(staging, staging=True)
         raise
+    finally:
+        _LIVE.discard(tag)
     return path
+
+
+_LIVE: set[str] = set()  # the tags of this process's saves in progress (its threads' own folders)
 
 
 def _swap_in(staging: Path, path: Path, tag: str) -> None:
@@ -202,7 +208,7 @@ def _remove_result(folder: Path, staging: bool = False) -> None:
 
 
 _SAFETENSORS_TMP = re.compile(r"\.tmp[A-Za-z0-9_]{6}")
-_LEFTOVER = re.compile(r"^\.(?P<name>.+)\.(?P<kind>partial|old)-(?P<pid>\d+)-[0-9a-f]{8}$")
+_LEFTOVER = re.compile(r"^\.(?P<name>.+)\.(?P<kind>partial|old)-(?P<tag>(?P<pid>\d+)-[0-9a-f]{8})$")
 
 
 def clean_leftovers(path: str | os.PathLike) -> list[Path]:
@@ -222,6 +228,8 @@ def clean_leftovers(path: str | os.PathLike) -> list[Path]:
         pid = parse_pid(match["pid"])
         if pid is None or (pid_alive(pid) and pid != os.getpid()):  # a malformed pid: not ours to judge
             continue
+        if match["tag"] in _LIVE:
+            continue  # a save of another thread of this process, still running
         if match["kind"] == "old" and _named_files(entry) is not None and not (path / META).is_file():
             if path.is_dir() and not any(path.iterdir()):
                 path.rmdir()
