@@ -1,5 +1,6 @@
-"""The suite's tiers by what they cost (issue 64): in the fast tier, a test outside the slow tier that runs past
-the limit fails with its time named; a slow-marked one is not in that tier; the full run applies no limit."""
+"""The suite's tiers by what they cost (issues 64, 77): in the fast tier, a test outside the slow tier that runs past
+the budget is listed with its time at the end and passes (no test fails on time); a slow-marked one is not in that
+tier; the full run lists nothing."""
 
 import os
 import subprocess
@@ -34,7 +35,7 @@ def test_short_in_the_fast_tier():
 """
 
 
-def test_a_fast_tier_test_over_the_limit_fails_and_the_full_run_lets_it_pass(tmp_path):
+def test_a_fast_tier_test_over_the_budget_is_listed_not_failed(tmp_path):
     target = ROOT / "tests" / f"test_tier_probe_{os.getpid()}.py"  # inside tests/, so that conftest.py applies
     target.write_text(BODY)
     env = dict(os.environ, HEADCOOP_FAST_LIMIT_S="0.25")
@@ -46,6 +47,9 @@ def test_a_fast_tier_test_over_the_limit_fails_and_the_full_run_lets_it_pass(tmp
     finally:
         target.unlink()
     out = fast.stdout + fast.stderr
-    assert fast.returncode == 1 and "1 failed, 1 passed, 1 deselected" in out, out
+    assert fast.returncode == 0 and "2 passed, 1 deselected" in out, out
+    assert "tests over the budget (not failures)" in out, out
     assert "test_long_in_the_fast_tier took" in out and "over the fast tier's 0.25 s" in out, out
+    assert "test_short_in_the_fast_tier took" not in out, out
     assert full.returncode == 0 and "3 passed" in full.stdout, full.stdout + full.stderr
+    assert "over the budget" not in full.stdout, full.stdout
