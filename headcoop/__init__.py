@@ -3,13 +3,53 @@
 `import headcoop as hc` exposes the whole API; analysis modules load on first use.
 """
 
-from __future__ import annotations
-
-import importlib
+import importlib as _importlib
+import sys as _sys
 
 import headcoop.display.progress  # noqa: F401  (before TransformerLens loads tqdm.auto: no notebook warning)
 
 __version__ = "0.1.0"
+
+# modules that moved (issue 64's packages and their predecessors): old name -> where it is now. Importing an old
+# name says where to look (issue 77) instead of a bare "No module named".
+MOVED = {
+    **{f"headcoop.{m}": f"headcoop.display.{m}" for m in ("pages", "plot", "progress", "views")},
+    **{f"headcoop.{m}": f"headcoop.models.{m}" for m in ("bridge", "fused", "tl")},
+    **{f"headcoop.{m}": f"headcoop.storage.{m}" for m in ("checkpoints", "folders", "foreign", "owners", "results")},
+    "headcoop.claims": "headcoop.training.chunk_locks", "headcoop.executors": "headcoop.training.executors",
+    "headcoop.fast_train": "headcoop.training.fast", "headcoop.sweeps": "headcoop.training.sweeps",
+    "headcoop.sweep": "headcoop.training.sweeps", "headcoop.train": "headcoop.training.loop",
+    "headcoop.report": "headcoop.reporting.page",
+    "headcoop.analysis.edge_ablation": "headcoop.analysis.edges.ablation",
+    **{f"headcoop.analysis.{m}": f"headcoop.analysis.edges.{m}" for m in ("faithfulness", "mib", "path_patching")},
+    **{f"headcoop.analysis.{m}": f"headcoop.analysis.engine.{m}" for m in ("ablation", "copies", "grid", "kernels",
+                                                                            "norms")},
+    "headcoop.analysis.common": "headcoop.analysis.engine.inputs",
+    **{f"headcoop.analysis.{m}": f"headcoop.analysis.games.{m}" for m in ("coalitions", "estimators", "interactions")},
+    "headcoop.analysis.cooperation": "headcoop.analysis.mechanisms.cooperation",
+    **{f"headcoop.analysis.{m}": f"headcoop.analysis.nodes.{m}" for m in ("attention", "attribution", "dla",
+                                                                           "intervene", "patching", "probe_patching",
+                                                                           "probes")},
+    "headcoop.analysis.composition": "headcoop.analysis.weights.composition",
+    "headcoop.analysis.circuits": "headcoop.analysis.weights.qkov",
+    "headcoop.analysis.count01_metrics": "headcoop.studies.count01",
+    "headcoop.analysis.skip_pair_metrics": "headcoop.studies.skip_pair",
+}  # fmt: skip
+
+
+class _MovedFinder:
+    """Consulted after every other finder: an old module name raises ModuleNotFoundError naming the new one."""
+
+    @staticmethod
+    def find_spec(fullname, path=None, target=None):
+        if fullname in MOVED:
+            raise ModuleNotFoundError(f"{fullname} moved to {MOVED[fullname]}: import it from there (or use "
+                                      f"`import headcoop as hc` and the hc.* names)", name=fullname)  # fmt: skip
+        return None
+
+
+if not any(isinstance(f, _MovedFinder) for f in _sys.meta_path):
+    _sys.meta_path.append(_MovedFinder())
 
 
 # name -> module defining it; imported on first access, so `import headcoop` (and `headcoop --help`) stay light.
@@ -84,7 +124,7 @@ TL_MISSING = (
 def __getattr__(name: str):
     if name in _LAZY:
         try:
-            module = importlib.import_module(_LAZY[name])
+            module = _importlib.import_module(_LAZY[name])
         except ModuleNotFoundError as err:  # whichever module imported it first, the fix is named
             if (err.name or "").split(".")[0] == "transformer_lens":
                 raise ImportError(TL_MISSING) from None
@@ -96,7 +136,8 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+    """The API (`__all__`) and the version: not the module's own helpers (TL_MISSING, MOVED, ...)."""
+    return sorted(set(_LAZY) | {"__version__"})
 
 
 __all__ = list(_LAZY)

@@ -1,0 +1,31 @@
+"""A newcomer's afternoon (issue 77): what `import headcoop` shows, and old import paths that point to the new."""
+
+from __future__ import annotations
+
+import importlib
+import tomllib
+from pathlib import Path
+
+import pytest
+
+import headcoop as hc
+
+
+def test_dir_shows_the_api_and_the_version_only():
+    shown = dir(hc)
+    assert "__version__" in shown and "cooperation" in shown and "function_bench" in shown
+    for helper in ("annotations", "importlib", "TL_MISSING", "MOVED", "_LAZY"):
+        assert helper not in shown, helper
+    version = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]["version"]
+    assert hc.__version__ == version
+
+
+@pytest.mark.parametrize("old, new", [("headcoop.foreign", "headcoop.storage.foreign"),
+                                      ("headcoop.fast_train", "headcoop.training.fast"),
+                                      ("headcoop.analysis.patching", "headcoop.analysis.nodes.patching")])  # fmt: skip
+def test_a_moved_module_names_where_it_went(old, new):
+    with pytest.raises(ModuleNotFoundError, match=f"{old} moved to {new}: import it from there"):
+        importlib.import_module(old)
+    assert importlib.import_module(new) is not None
+    with pytest.raises(ModuleNotFoundError, match="No module named 'headcoop.never_was'"):
+        importlib.import_module("headcoop.never_was")  # an unknown name stays Python's own error
