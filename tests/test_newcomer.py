@@ -29,3 +29,23 @@ def test_a_moved_module_names_where_it_went(old, new):
     assert importlib.import_module(new) is not None
     with pytest.raises(ModuleNotFoundError, match="No module named 'headcoop.never_was'"):
         importlib.import_module("headcoop.never_was")  # an unknown name stays Python's own error
+
+
+def test_the_reports_advice_runs_as_printed(tmp_path):
+    """The line a left-out section offers ("Run it with ... (after <setup>)") runs as printed: the model by its
+    shipped name, the inputs from the prompts file the report read (was: `headcoop` unbound, `tokenizer`
+    undefined, 'PROMPTS.json')."""
+    import json
+
+    from headcoop.reporting.page import _setup_code
+    from headcoop.storage.foreign import read_prompts
+
+    task = hc.Count01()
+    batch = task.sample(4, seed=0)
+    prompts = tmp_path / "prompts.json"
+    prompts.write_text(json.dumps(dict(clean=batch.tokens[:, :6].tolist(), corrupt=batch.tokens[:, :6].tolist(),
+                                       answer=[4] * 4, wrong=[5] * 4)))  # fmt: skip
+    for own, given in ((True, None), (False, read_prompts(prompts))):
+        space: dict = {}
+        exec(_setup_code("count01", own, given), space)  # noqa: S102 - the page's own line, as a user would run it
+        assert len(space["clean"]) == (256 if own else 4) and "model" in space  # the task's default, or the file's

@@ -160,7 +160,7 @@ def report_sections(
     if not covered:
         raise ValueError("heads is empty; give the heads the report covers, e.g. ['L0H1', 'L3H2'], or None for all")
     budget = Budget(budget_s, forward_seconds(model, clean.tokens), start=started or time.perf_counter(),
-                     setup=_setup_code(source or model.cfg.model_name, own_task))  # fmt: skip
+                     setup=_setup_code(source or model.cfg.model_name, own_task, task))  # fmt: skip
     ctx = Context(model=model, task=task, source=source or model.cfg.model_name, examples=examples, clean=clean,
                    corrupt=corrupt, exact_limit_s=exact_limit_s, heads=covered, budget=budget)  # fmt: skip
     chosen = _sections(task)
@@ -185,10 +185,11 @@ def report_sections(
     return out
 
 
-def _setup_code(source: str, own_task: bool) -> str:
-    """The Python that loads the report's model and inputs, for the calls the page offers: the model by the
-    shipped name or folder the report was given (a model passed in memory stays `model`), the inputs from its
-    own task or from the prompts file (--prompts)."""
+def _setup_code(source: str, own_task: bool, task=None) -> str:
+    """The Python that loads the report's model and inputs, for the calls the page offers, runnable as printed:
+    the model by the shipped name or folder the report was given (a model passed in memory stays `model`), the
+    inputs from its own task, from the prompts file the task was read from (--prompts, with its tokenizer
+    file), or from the `task` passed in memory."""
     from headcoop.storage.checkpoints import SHIPPED
     from headcoop.storage.foreign import CONFIG
 
@@ -201,8 +202,17 @@ def _setup_code(source: str, own_task: bool) -> str:
         load = f"from headcoop.storage.foreign import load_model; model = load_model({name!r}); "
     else:
         load = ""  # a model passed to hc.report in memory
-    inputs = ("model.task.patching_inputs()" if own_task else
-              "headcoop.storage.foreign.read_prompts('PROMPTS.json', tokenizer).patching_inputs()")  # fmt: skip
+    prompts = getattr(task, "prompts_file", None)
+    if own_task:
+        inputs = "model.task.patching_inputs()"
+    elif prompts is not None:
+        tokenizer = getattr(task, "tokenizer_file", None)
+        load += "from headcoop.storage.foreign import load_tokenizer, read_prompts; "
+        inputs = (
+            f"read_prompts({prompts!r}, {f'load_tokenizer({tokenizer!r})' if tokenizer else 'None'}).patching_inputs()"
+        )
+    else:
+        inputs = "task.patching_inputs()"  # the task passed to hc.report in memory
     return f"import headcoop as hc; {load}clean, corrupt = {inputs}"
 
 

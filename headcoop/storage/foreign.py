@@ -176,7 +176,11 @@ def load_tokenizer(path: str | os.PathLike):
     except (OSError, ValueError, AttributeError):
         unk = None
     try:  # the model's unknown token named, so that a word the tokenizer does not know is caught, not encoded
-        return PreTrainedTokenizerFast(tokenizer_file=str(path), **({"unk_token": unk} if isinstance(unk, str) else {}))
+        tokenizer = PreTrainedTokenizerFast(
+            tokenizer_file=str(path), **({"unk_token": unk} if isinstance(unk, str) else {})
+        )
+        tokenizer.headcoop_file = str(Path(path).resolve())  # where it came from: the report's advice reloads it
+        return tokenizer
     except Exception as err:  # noqa: BLE001 - the tokenizers library raises a bare Exception
         raise ValueError(
             f"{str(path)!r} is not a Hugging Face tokenizer.json ({' '.join(str(err).split())[:120]})"
@@ -211,5 +215,9 @@ def read_prompts(path: str | os.PathLike, tokenizer=None) -> Contrast:
     lengths = {key: len(value) for key, value in spec.items() if isinstance(value, list)}
     if len(set(lengths.values())) > 1:
         raise ValueError(f"the prompts file {path} gives lists of different lengths {lengths}; one entry per prompt")
-    return Contrast(spec["clean"], spec["corrupt"], spec["answer"], spec["wrong"], labels=spec.get("labels"),
+    task = Contrast(spec["clean"], spec["corrupt"], spec["answer"], spec["wrong"], labels=spec.get("labels"),
                     vocab=tokenizer)  # fmt: skip
+    # where the task came from, so that the report's advice ("Run it with ...") rebuilds it as it was read
+    setattr(task, "prompts_file", str(path.resolve()))  # noqa: B010 (an attribute of this reading, not the class's)
+    setattr(task, "tokenizer_file", getattr(tokenizer, "headcoop_file", None))  # noqa: B010
+    return task
