@@ -5,6 +5,7 @@ robustness.md."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -85,9 +86,9 @@ def _count01_details(one: pd.DataFrame, two: pd.DataFrame, shipped) -> str:
         parts.append(f"the {len(same)} models' deciding heads respond at |cos| {same.edit_cos_min.min():.3f}-"
                      f"{same.edit_cos_min.max():.3f}")  # fmt: skip
     for row in one[one.function_word != FUNCTION].itertuples():
-        flips = str(row.summary).split("(the readings disagree: ", 1)
+        flips = re.search(r"\(the readings disagree: (.*?)\)\. On the task's inputs", str(row.summary))
         parts.append(f"{row.model}: {row.function_word} at |cos| >= {row.edit_cos_min:.3f}"
-                     + (f" (the readings disagree: {flips[1].split(')')[0]})" if len(flips) > 1 else "")
+                     + (f" (the readings disagree: {_grouped(flips.group(1))})" if flips else "")
                      + (f"; specialised: {row.specialised}" if isinstance(row.specialised, str) and row.specialised else ""))  # fmt: skip
     parts.append(f"where an edit is made changes at most {one.position_max.max():.1%} of a deciding head's response")
     parts.append(f"on the task's inputs alone the pushes correlate as one in {int((one.same_word == SAME).sum())} of "
@@ -96,6 +97,15 @@ def _count01_details(one: pd.DataFrame, two: pd.DataFrame, shipped) -> str:
         parts.append(f"the two-layer models (zero ablation alone, for time): {_kinds(two)}, |cos| >= "
                      f"{two.edit_cos_min.min():.2f}")  # fmt: skip
     return "; ".join(parts) + ". " + _quiet(one, shipped)
+
+
+def _grouped(flips: str) -> str:
+    """"w1 under a; w2 under b; w1 under c" -> "w1 under a, c; w2 under b": each word once, with its readings."""
+    by_word: dict[str, list[str]] = {}
+    for part in flips.split("; "):
+        word, _, reading = part.rpartition(" under ")
+        by_word.setdefault(word or part, []).append(reading)
+    return "; ".join(f"{w} under {', '.join(r)}" for w, r in by_word.items())
 
 
 def _by_edits(one: pd.DataFrame, two: pd.DataFrame, shipped) -> str:
