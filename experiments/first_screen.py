@@ -37,10 +37,12 @@ def sentences(results: Path = RESULTS) -> list[tuple[str, str, str]]:
     answer = pd.read_csv(folder / "count01_answer.csv")
     one = answer[answer.layers == 1]
     same = int((one.function_word == SAME).sum())
+    open_ = int(one.function_word.isin(["undetermined", "not measurable"]).sum())
+    lead = "yes" if same > len(one) / 2 else "no" if len(one) - same - open_ >= len(one) / 2 else "undetermined"
     noisy = one[one.noise_cos_min < 0.9]
-    count01 = (f"on the counts, {'yes' if same > len(one) / 2 else 'not shown'}: the same function in {same} of "
-               f"{len(one)} one-layer models by counterfactual edits of the counts, the noise token apart"
-               + (f" (weighed differently in {len(noisy)})" if len(noisy) else "") + ".")  # fmt: skip
+    count01 = (f"on the counts, {lead}: the same function in {same} of {len(one)} one-layer models"
+               + (f", {open_} undetermined" if open_ else "") + ", by counterfactual edits of the counts, the noise "
+               "token apart" + (f" (weighed differently in {len(noisy)})" if len(noisy) else "") + ".")  # fmt: skip
     mech = pd.read_csv(folder / "count01_mechanisms.csv")
     fam = mech[(mech.metric == "accuracy") & (mech.how == "family")]
     heads = int((fam.heads_supports + fam.heads_competes + fam.heads_inactive + fam.heads_undetermined).sum())

@@ -233,12 +233,15 @@ def skip_pair(answer: pd.DataFrame, link: str) -> Answer:
     edge = "" if edge == "nan" else edge
     word = five.mechanism if five.mechanism != "undetermined" else f"undetermined, {favoured} favoured"
     holds = _holds(five) == "holds"
-    text = (f"{'Yes' if holds else 'No'}, by the post's definition, on the shipped d_head 5 model: "
-            f"{_defining(five)}. Second reading, the ablation vote on the shipped d_head 5 model: {word} ({share:.0%} "
-            f"of votes; a word needs 90%).")  # fmt: skip
+    text = (f"{'Yes' if holds else 'No'}, by the post's definition: each head's writes depend on a token it does "
+            f"not attend to on {five.conditional_a:.0%} / {five.conditional_b:.0%} of the inputs that can show it. "
+            f"Second reading, the ablation vote on the shipped d_head 5 model: {word} ({share:.0%} of votes; a word "
+            f"needs 90%).")  # fmt: skip
     kinds = "; ".join(f"{h} {getattr(five, f'vote_{h}'):.0%}" for h in ("zero", "mean", "resample")
                       if pd.notna(getattr(five, f"vote_{h}", float("nan"))))  # fmt: skip
-    details = (f"the vote is the mean of the ablation kinds that see the pair ({kinds})"
+    details = (f"both on the shipped d_head 5 model; the inputs that can show the property are {five.shown_a:.0%} / "
+               f"{five.shown_b:.0%} of those where the pair matters; the vote is the mean of the ablation kinds that "
+               f"see the pair ({kinds})"
                + (f"; knife edge: {edge}" if edge else "; no single group of readings flips it")
                + f"; the heads attend to different sources on {five.distributed:.0%} of the inputs where the pair "
                f"matters; the post's interference sentence, judged apart: the answer is the only completion both "
