@@ -100,7 +100,7 @@ def _count01_details(one: pd.DataFrame, two: pd.DataFrame, shipped) -> str:
 
 
 def _grouped(flips: str) -> str:
-    """"w1 under a; w2 under b; w1 under c" -> "w1 under a, c; w2 under b": each word once, with its readings."""
+    """ "w1 under a; w2 under b; w1 under c" -> "w1 under a, c; w2 under b": each word once, with its readings."""
     by_word: dict[str, list[str]] = {}
     for part in flips.split("; "):
         word, _, reading = part.rpartition(" under ")
@@ -170,12 +170,13 @@ def compete(summary: pd.DataFrame, two_layer: pd.DataFrame, table1: pd.DataFrame
 
 def _exceptions(heads: pd.DataFrame | None) -> str:
     """The heads a single ablation reading calls competing (one-layer models, accuracy), with their total effect
-    and its 95% interval: "under mean ablation seed 3's L0H9 competes (total effect -0.40, 95% -0.48..-0.32)"."""
+    and its 95% interval: "under mean ablation seed 3's L0H9 competes (total effect -0.40, 95% interval -0.48 to
+    -0.32)"."""
     if heads is None or "role" not in heads or "how" not in heads:
         return ""
     found = heads[(heads.how != "family") & (heads.role == "competes")]
     return "; ".join(f"under {r.how} ablation {r.model}'s {r.head} competes (total effect {r.total_effect:+.2f}, 95% "
-                     f"{r.total_low:+.2f}..{r.total_high:+.2f})" for r in found.itertuples()) or \
+                     f"interval {r.total_low:+.2f} to {r.total_high:+.2f})" for r in found.itertuples()) or \
         "no single ablation reading names a competitor"  # fmt: skip
 
 
@@ -233,13 +234,14 @@ def skip_pair(answer: pd.DataFrame, link: str) -> Answer:
     edge = "" if edge == "nan" else edge
     word = five.mechanism if five.mechanism != "undetermined" else f"undetermined, {favoured} favoured"
     holds = _holds(five) == "holds"
-    text = (f"{'Yes' if holds else 'No'}, by the post's definition: each head's writes depend on a token it does "
+    text = (f"{'Yes' if holds else 'No'}, by the post's definition, in the shipped d_head 5 model: each head's "
+            f"writes depend on a token it does "
             f"not attend to on {five.conditional_a:.0%} / {five.conditional_b:.0%} of the inputs that can show it. "
             f"Second reading, the ablation vote on the shipped d_head 5 model: {word} ({share:.0%} of votes; a word "
             f"needs 90%).")  # fmt: skip
     kinds = "; ".join(f"{h} {getattr(five, f'vote_{h}'):.0%}" for h in ("zero", "mean", "resample")
                       if pd.notna(getattr(five, f"vote_{h}", float("nan"))))  # fmt: skip
-    details = (f"both on the shipped d_head 5 model; the inputs that can show the property are {five.shown_a:.0%} / "
+    details = (f"the inputs that can show the property are {five.shown_a:.0%} / "
                f"{five.shown_b:.0%} of those where the pair matters; the vote is the mean of the ablation kinds that "
                f"see the pair ({kinds})"
                + (f"; knife edge: {edge}" if edge else "; no single group of readings flips it")

@@ -502,6 +502,18 @@ def _shipped_word(mech: pd.DataFrame, d_head: int) -> str:
     return f"{word} ({row.favoured_share:.0%} of votes; a word needs 90%)"
 
 
+def _single_readings(heads: pd.DataFrame) -> tuple:
+    """(a) under a single ablation: the heads zero or mean ablation alone calls competing, with their total effect
+    and its 95% interval (the family vote is the answer's reading; these are its exceptions)."""
+    found = heads[(heads.how != "family") & (heads.role == "competes")]
+    if not len(found):
+        return (Text("(a) under a single ablation: no head is called competing by zero or mean ablation alone."),)
+    shown = found[["model", "how", "head", "role", "role_agreement", "total_effect", "total_low", "total_high",
+                   "direct_effect"]]  # fmt: skip
+    return (Text("(a) under a single ablation, the exceptions to the family vote: the heads zero or mean ablation "
+                 "alone calls competing, with the total effect and its 95% interval."), Table(shown, digits=2))  # fmt: skip
+
+
 def section_compete(
     summary: pd.DataFrame, heads: pd.DataFrame, two_layer: pd.DataFrame, table1: pd.DataFrame | None
 ) -> Section:
@@ -533,6 +545,7 @@ def section_compete(
             "1)."
         ),
         Table(counts),
+        *_single_readings(heads),
         Text(
             f"(b): {negative_direct} of {len(h)} heads of the one-layer Count01 models have a negative mean direct "
             f"effect, the most negative {h.direct_effect.min():.3f} against the largest positive "
