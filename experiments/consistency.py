@@ -221,7 +221,7 @@ def _code(commit: str, path: str) -> str | None:
 
 SUMMARY_PAGES = ("cooperation.md", "count01.md", "skip_pair.md")  # pages with a claims summary table
 COUNT01_ANSWER = re.compile(r"same function on the counts in (\d+) of (\d+) one-layer models")
-COUNT01_REGISTRY = re.compile(r"R0, same function by edits \(favoured\): (holds|fails|not testable here)")
+COUNT01_REGISTRY = re.compile(r"R0, same function by edits \(favoured\): (holds|fails|not testable here)(?! in \d)")
 
 
 def summary_verdicts(page: Path) -> dict[str, str]:
