@@ -58,7 +58,7 @@ def test_a_stale_page_line_is_caught(copy: Path):
     page = copy / "cooperation.md"
     text = page.read_text(encoding="utf-8")
     text += "\n| 2 | stale | the shipped d_head 5 model: undetermined (78% of votes; zero 79%) | x |\n"
-    text += "\nthe example model, reading family (favoured): holds [default setup only]\n"
+    text += "\nthe example model, the post's definition (favoured): fails [default setup only]\n"
     page.write_text(text, encoding="utf-8")
     found = one_verdict(page)
     assert any("78% of votes" in f for f in found) and any("registry's favoured reading says" in f for f in found)
