@@ -116,7 +116,6 @@ def save_result(result, path: str | os.PathLike) -> Path:
     fields = writer.encode(result, "result")
     tag = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
     staging = path.with_name(f".{path.name}.partial-{tag}")
-    _LIVE.add(tag)  # this process's own save in progress: not a leftover (another thread's save may look)
     try:
         staging.mkdir(parents=True)
     except (OSError, ValueError) as err:  # a read-only folder, a path under a file, a name too long or with NUL
@@ -125,6 +124,7 @@ def save_result(result, path: str | os.PathLike) -> Path:
             getattr(err, "errno", None) or errno.EINVAL,
             f"cannot save a result to {str(path)!r}: {reason} (in {str(path.parent)!r})",
         ) from None
+    _LIVE.add(tag)  # this process's own save in progress: not a leftover (another thread's save may look)
     try:
         (staging / MARKER).write_text(this_owner())
         _step("staged")
