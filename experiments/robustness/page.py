@@ -198,7 +198,7 @@ def _section(number: str, title: str, tables: dict[str, pd.DataFrame], task: str
 SOURCES = {
     "count01-paper-summary.md": "a summary of arXiv 2502.06923 (its words; quoted text in it is the paper's)",
     "count01-paper-abstract.md": "the abstract of arXiv 2502.06923 (its arXiv page)",
-    "ov-coherent-skip-pair-post.md": 'the post "An OV-Coherent Toy Model of Attention Head Superposition"',
+    "ov-coherent-skip-pair-post.md": "the post *An OV-Coherent Toy Model of Attention Head Superposition*",
 }
 FORM_WORDS = {
     "existence": "holds when at least one unit passes",
