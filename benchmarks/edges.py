@@ -2,6 +2,7 @@
 plus 20 sampled ones, against exact edge patching of every edge, same model, inputs and run.
 
     python benchmarks/edges.py [--exact-sample 192] [--reference-sample 8] [--threads N]
+    python benchmarks/edges.py --floor 21 --threads 1   # EAP against its floor only, paired, two shapes
 
 The model: 12 layers x 12 heads, d_model 768, d_mlp 3072, vocabulary 50257, LayerNorm, random weights, on 8
 inputs of 16 tokens. Its graph has 32,936 edges (158 writers: token and positional embeddings, 144 heads, 12
@@ -40,9 +41,20 @@ def main() -> None:
     parser.add_argument("--reference-sample", type=int, default=8)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--eap-only", action="store_true", help="EAP against its floor only (no exact patching)")
+    parser.add_argument(
+        "--floor",
+        type=int,
+        default=0,
+        metavar="N",
+        help="only EAP against its floor, paired: N rounds of (floor, EAP) on both shapes (issue 72)",
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.floor:
+        for name, shape in FLOOR_SHAPES.items():
+            paired_floor(name, shape, args.floor)
+        return
     cfg = HookedTransformerConfig(n_ctx=N_POS, act_fn="gelu", normalization_type="LN", attn_only=False, seed=0, **SHAPE)
     model = HookedTransformer(cfg).eval()
     gen = torch.Generator().manual_seed(0)
@@ -136,6 +148,64 @@ def main() -> None:
         f"ratios: verified EAP is {exact_s / verified_s:.0f}x faster than exact patching of every edge on the engine, "
         f"{reference_s / verified_s:.0f}x faster than one pass per edge; the engine is {reference_s / exact_s:.1f}x "
         "faster than one pass per edge"
+    )
+
+
+FLOOR_SHAPES = {
+    "4-layer d_model 256 + MLPs": dict(n_layers=4, d_model=256, d_head=32, n_heads=8, d_mlp=1024, d_vocab=200),
+    "GPT-2-small shape": SHAPE,
+}
+
+
+def paired_floor(name: str, shape: dict, rounds: int) -> None:
+    """EAP over every edge against its floor (the source's forward pass, the target's forward and backward,
+    plain TransformerLens), in process time, each EAP call timed right after its own floor and the median of
+    the per-round ratios printed (issue 72: medians of floors and of EAP calls taken minutes apart on a loaded
+    machine gave 1.31x-1.61x for the same code), with a callable metric and with metric="logit_diff"."""
+    from headcoop.tasks.base import Batch
+
+    cfg = HookedTransformerConfig(n_ctx=N_POS, act_fn="gelu", normalization_type="LN", seed=0, **shape)
+    model = HookedTransformer(cfg).eval()
+    gen = torch.Generator().manual_seed(0)
+    clean = torch.randint(0, shape["d_vocab"], (BATCH, N_POS), generator=gen)
+    corrupt = clean.clone()
+    corrupt[:, -3] = torch.randint(0, shape["d_vocab"], (BATCH,), generator=gen)
+    answer, wrong = torch.full((BATCH,), 100), torch.full((BATCH,), 150)
+
+    def metric(logits):
+        return logits[:, -1, 100].mean() - logits[:, -1, 150].mean()
+
+    def floor() -> float:
+        start = time.process_time()
+        with torch.no_grad():
+            model(clean)
+        with torch.enable_grad():
+            metric(model(corrupt)).backward()
+        model.zero_grad(set_to_none=True)
+        return time.process_time() - start
+
+    calls = {
+        "callable metric": lambda: hc.edges(model, clean=clean, corrupt=corrupt, metric=metric, estimator="eap",
+                                            progress=False),
+        'metric="logit_diff"': lambda: hc.edges(model, clean=Batch.from_answers(clean, answer, wrong),
+                                                corrupt=Batch.from_answers(corrupt, answer, wrong),
+                                                metric="logit_diff", estimator="eap", progress=False),
+    }  # fmt: skip
+    for call in calls.values():
+        floor(), call()  # warm
+    ratios: dict = {what: [] for what in calls}
+    floors = []
+    for _ in range(rounds):
+        for what, call in calls.items():
+            f = floor()
+            start = time.process_time()
+            call()
+            ratios[what].append((time.process_time() - start) / f)
+            floors.append(f)
+    line = ", ".join(f"{what} {np.median(r):.2f}x (range {min(r):.2f}-{max(r):.2f})" for what, r in ratios.items())
+    print(
+        f"{name}, {BATCH} x {N_POS} tokens, {torch.get_num_threads()} thread(s), process time, median of "
+        f"{rounds} paired rounds: floor {np.median(floors) * 1e3:.1f} ms; EAP over every edge: {line}"
     )
 
 

@@ -250,15 +250,14 @@ def _cooperation_forwards(ctx: Context, draws: int) -> float:
 
 
 def _edit_forwards(ctx: Context) -> float:
-    """Forward passes (of the clean batch) of `hc.cooperation`'s counterfactual edits (`edits.py`): the edited
-    inputs and their originals once for the direct push, and once per head more (and the unablated run) where a
-    later layer reads some head."""
-    from headcoop.analysis.mechanisms.edits import EDIT_INPUTS, edit_inputs, read_later
+    """Forward passes (of the clean batch) of `hc.cooperation`'s counterfactual edits, as the call plans them
+    before any run (`edits.plan_edits`: the task's declared features or a seeded sample; per condition the
+    inputs' rows and each edit's rows from its position on, or whole edited inputs where the hooked path
+    runs)."""
+    from headcoop.analysis.mechanisms.edits import plan_edits
 
-    clean = ctx.clean
-    edits = len(edit_inputs(clean.tokens, clean.answer_pos)["source"])
-    rows = (edits + min(EDIT_INPUTS, len(clean.tokens))) / max(len(clean.tokens), 1)
-    return rows * (1 + ((1 + len(ctx.heads)) if any(read_later(ctx.model, ctx.heads)) else 0))
+    features = ctx.task.features() if ctx.task is not None else None
+    return plan_edits(ctx.model, ctx.clean, ctx.heads, features)["forwards"]
 
 
 def _shapley(ctx: Context, heads, max_exact: int, interactions: Callable) -> tuple:

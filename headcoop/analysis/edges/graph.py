@@ -4,6 +4,8 @@ named as MIB and EAP-IG name them."""
 
 from __future__ import annotations
 
+import functools
+
 from torch import Tensor
 
 from headcoop.analysis.vocabulary import head_name
@@ -16,12 +18,14 @@ ATTN_READERS = ("head", "kv")  # a head's q/k/v input; "kv": the k or v input of
 
 
 # --- the graph ------------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=65536)
 def writer_name(w: Writer) -> str:
     return {"embed": "embed", "pos_embed": "pos_embed"}.get(w[0]) or (
         head_name(w[1], w[2]) if w[0] == "head" else f"MLP{w[1]}"
     )
 
 
+@functools.lru_cache(maxsize=65536)
 def reader_name(r: Reader) -> tuple[str, str]:
     """(reader, via): ("L1H2", "q"), ("MLP1", "in"), ("logits", "direct")."""
     if r[0] == "head":
@@ -46,23 +50,31 @@ def has_mlp(model) -> bool:
 
 
 def graph(model: HookedTransformer) -> tuple[list[Writer], list[Reader], list[tuple[Writer, Reader]]]:
-    """Every writer, every reader and every edge (writer before reader) of the model, in forward order."""
+    """Every writer, every reader and every edge (writer before reader) of the model, in forward order (built
+    once per shape: `_graph`; fresh lists each call)."""
     cfg = model.cfg
+    shape = (cfg.n_layers, cfg.n_heads, n_kv(model), kv_kind(model), has_mlp(model),
+             cfg.positional_embedding_type == "standard")  # fmt: skip
+    writers, readers, edges = _graph(*shape)
+    return list(writers), list(readers), list(edges)
+
+
+@functools.lru_cache(maxsize=32)
+def _graph(n_layers: int, n_heads: int, kv_heads: int, kv: str, mlp: bool, positional: bool) -> tuple:
     writers: list[Writer] = [("embed",)]
-    if cfg.positional_embedding_type == "standard":
+    if positional:
         writers.append(("pos_embed",))
     readers: list[Reader] = []
-    for lay in range(cfg.n_layers):
-        writers += [("head", lay, h) for h in range(cfg.n_heads)]
-        readers += [("head", lay, h, "q") for h in range(cfg.n_heads)]
-        readers += [(kv_kind(model), lay, g, v) for g in range(n_kv(model)) for v in ("k", "v")]
-        if has_mlp(model):
+    for lay in range(n_layers):
+        writers += [("head", lay, h) for h in range(n_heads)]
+        readers += [("head", lay, h, "q") for h in range(n_heads)]
+        readers += [(kv, lay, g, v) for g in range(kv_heads) for v in ("k", "v")]
+        if mlp:
             writers.append(("mlp", lay))
             readers.append(("mlp", lay))
     readers.append(("logits",))
-    n = cfg.n_layers
-    edges = [(w, r) for r in readers for w in writers if forward_order(w, n) < forward_order(r, n)]
-    return writers, readers, edges
+    edges = [(w, r) for r in readers for w in writers if forward_order(w, n_layers) < forward_order(r, n_layers)]
+    return tuple(writers), tuple(readers), tuple(edges)
 
 
 def grouped(model) -> bool:

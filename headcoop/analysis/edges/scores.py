@@ -189,6 +189,14 @@ def _residual_grads(model: HookedTransformer, readers: list[Reader], grads: dict
     with `through_hooks`, else by hand."""
     cfg = model.cfg
     out = _local_vjps(model, readers, grads, seen) if through_hooks else {}
+    heads = [r for r in readers if r not in out and r[0] in ATTN_READERS]
+    for (lay, via), same in itertools.groupby(sorted(heads, key=lambda r: (r[1], r[3])), key=lambda r: (r[1], r[3])):
+        group = list(same)  # one layer's q, k or v inputs at once: [batch, pos, reader, d_model]
+        W = torch.stack([qkv_weights(model, lay, via, r[2])[0] for r in group])
+        g = torch.einsum("bpmh,mdh->bpmd", grads[get_act_name(via, lay)][:, :, [r[2] for r in group]], W)
+        scale = seen.get(f"blocks.{lay}.ln1.hook_scale")
+        g = norm_transpose(getattr(model.blocks[lay], "ln1", None), g, None if scale is None else scale[..., None, :])
+        out.update({r: g[:, :, m] for m, r in enumerate(group)})
     for r in readers:
         if r in out:
             continue

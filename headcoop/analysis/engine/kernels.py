@@ -18,6 +18,7 @@ compare every patch against `transformer_lens.patching`. `supported` names the m
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import einops
@@ -148,11 +149,20 @@ def run_from(
     target_logits: Float[Tensor, "batch pos vocab"],
     shortformer_pos_embed: Float[Tensor, "batch pos d_model"] | None,
     needed: Int[Tensor, " row"] | None,
+    zero: tuple[int, int] | None = None,
+    keep_z: dict | None = None,
+    readout: Callable[[Tensor], Tensor] | None = None,
+    keep_resid: dict | None = None,
 ) -> tuple[Int[Tensor, " row"], Float[Tensor, "copy_batch row vocab"] | None]:
     """Logits of copies whose residual stream entering layer `start` is the target's, except rows r0..
     (given in `x`, one [batch, n_pos - r0, d_model] block per copy): (rows, their logits [copy * batch, row,
     vocab]) for the rows that can change (r0.., and of those only `needed`, when given); every other row
-    is the target's. (rows empty, None) when the metric reads no row that can change."""
+    is the target's. (rows empty, None) when the metric reads no row that can change. `target_logits` gives
+    the width only (any [batch, n_pos, ...] tensor).
+    zero: a (layer, head) whose z is zeroed at every row run (the target's cache then holds the run with it
+    zeroed); keep_z: {layer: None} filled with (rows, z [copy * batch, row, head, d_head]) of those layers;
+    keep_resid: {layer: None} filled with the residual stream entering those layers (as x, rows r0..);
+    readout: applied to the last residual stream [copy * batch, row, d_model] instead of `unembed`."""
     n, batch, _, d_model = x.shape
     n_pos = target_logits.shape[1]
     device = x.device
@@ -160,6 +170,8 @@ def run_from(
     for layer in range(start, model.cfg.n_layers):
         block, attn = model.blocks[layer], model.blocks[layer].attn
         last = layer == model.cfg.n_layers - 1
+        if keep_resid is not None and layer in keep_resid:
+            keep_resid[layer] = x
         keep = torch.ones(len(rows), dtype=torch.bool, device=device)
         if last and needed is not None:
             keep = torch.isin(rows, needed.to(device))
@@ -180,6 +192,11 @@ def run_from(
         q_pos = rows[keep]
         pattern = pattern_at_rows(model, attn, q, k, q_pos)  # [copy*batch, head, q_row, key]
         z = attn.calculate_z_scores(v, pattern)  # [copy*batch, q_row, head, d_head]
+        if zero is not None and zero[0] == layer:
+            z = z.clone()
+            z[:, :, zero[1]] = 0
+        if keep_z is not None and layer in keep_z:
+            keep_z[layer] = (rows[keep], z)
         resid_mid = flat[:, keep] + attention_out(attn, z)
         x = finish_block(model, layer, resid_mid).view(n, batch, -1, d_model)
         rows = q_pos
@@ -188,7 +205,8 @@ def run_from(
         if not keep.any():
             return rows[:0], None
         x, rows = x[:, :, keep], rows[keep]
-    return rows, unembed(model, x.reshape(n * batch, len(rows), d_model))  # [copy*batch, row, vocab]
+    finish = readout if readout is not None else (lambda resid: unembed(model, resid))
+    return rows, finish(x.reshape(n * batch, len(rows), d_model))  # [copy*batch, row, vocab]
 
 
 def rotate_at(

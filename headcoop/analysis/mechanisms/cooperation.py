@@ -58,7 +58,7 @@ from headcoop.analysis.mechanisms.words import (
 )  # fmt: skip
 from headcoop.analysis.mechanisms.writes import check_outputs, superposed_writes
 from headcoop.analysis.vocabulary import METRIC_NAMES, READING_HOWS, MetricName, ReadingHow, head_name
-from headcoop.checks import check_float, check_int, check_seed
+from headcoop.checks import check_float, check_int, check_memory_budget, check_seed
 from headcoop.display.progress import expect, with_progress
 from headcoop.tasks.base import Batch
 
@@ -294,7 +294,7 @@ def cooperation(
     inputs=None, reference=None, seed: int = 0, threshold: float | None = None, min_share: float | None = None,
     n: int = 512, max_exact: int = INTERACTION_UP_TO, top_pairs: int | None = None, screen_budget: int | None = None,
     draws: int = 4, thresholds: dict | None = None, band: tuple[float, float] = (0.5, 2.0), agree: float = 0.9,
-    outputs=None, progress: bool | None = None,
+    outputs=None, memory_budget_mb: float = 256, progress: bool | None = None,
 ) -> Cooperation:  # fmt: skip
     """The word of every pair of heads, the role of every head and the same-computation axis over a family
     of readings (module docstring).
@@ -312,6 +312,7 @@ def cooperation(
     thresholds: overrides of `THRESHOLDS` (threshold= and min_share= set "role" and "min_share"); band: the
                factors each threshold is read at besides 1; agree: the share of votes a word needs.
     outputs:   the completions the writes are read over (token ids; default the task's, else every answer).
+    memory_budget_mb: the memory the function axis's edited runs may add to the model's (their chunks').
     progress:  a tqdm bar over the call's runs, shown after 2 s (default: `hc.set_progress`).
     max_exact: the Shapley interaction index of each pair (`interaction`, no rule uses it) is computed
                exactly up to this many heads (default 12: 2^12 coalitions; at most hc.interactions'
@@ -330,6 +331,7 @@ def cooperation(
         if value is not None:
             check_int(name, value, low)
     check_seed(seed)
+    memory_budget_mb = check_memory_budget(memory_budget_mb)
     th, band = parse_thresholds(thresholds, threshold, min_share, band, agree)
     if outputs is not None:  # checked before any run: the completions the writes are read over
         outputs = check_outputs(outputs, model.cfg.d_vocab_out)
@@ -364,7 +366,7 @@ def cooperation(
     readings = ablation_readings(model, run, hows, task, reference, draws, seed, th)
     owner = task if task is not None else getattr(model, "task", None)
     features = owner.features() if owner is not None and hasattr(owner, "features") else None
-    edits = edit_responses(model, batch, players, run.outs, features)
+    edits = edit_responses(model, batch, players, run.outs, features, memory_budget_mb=memory_budget_mb, seed=seed)
     edits["features"] = features
     return tables.result(model, run, readings, hows, primary, th, band, agree, inter, pairs_note, edits)
 

@@ -31,14 +31,14 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
+from headcoop.analysis.mechanisms import pushes
 from headcoop.analysis.mechanisms.axes import response_features, same_computation, same_function
-from headcoop.analysis.mechanisms.evidence import head_dla
-from headcoop.analysis.mechanisms.repair import run_with
 from headcoop.tasks.features import Features
 
 FUNCTION_KINDS = ("same", "agree", "different", "undetermined", "not measurable")
 EDIT_INPUTS = 64  # inputs edited; every edit of each
 MAX_EDITS = 2048  # above, the inputs are cut to the first ones whose edits fit (stated in the result)
+EDIT_SAMPLE = 256  # a task that declares no features: a seeded sample of this many substitutions (stated)
 READS = 0.5  # a head counts one semantic feature where its response to each other one alone is at most this share
 
 
@@ -80,7 +80,8 @@ def _edits_of(row: Tensor, read: int, vocab: list, features: Features | None, wi
 
 
 def edit_inputs(tokens: Int[Tensor, "batch pos"], pos: Int[Tensor, " batch"], features: Features | None = None,
-                n_inputs: int = EDIT_INPUTS, max_edits: int = MAX_EDITS) -> dict:  # fmt: skip
+                n_inputs: int = EDIT_INPUTS, max_edits: int = MAX_EDITS, sample: int | None = None,
+                seed: int = 0) -> dict:  # fmt: skip
     """The counterfactual edits of the first inputs: {tokens [edit, pos], read [edit] (the edited input's read
     row), source [edit] (the input edited), kind [edit] (0 substitution, 1 insertion, 2 deletion), position,
     old, new [edit], delta [edit, feature] (each declared feature's change; None without features), inputs (how
@@ -88,13 +89,22 @@ def edit_inputs(tokens: Int[Tensor, "batch pos"], pos: Int[Tensor, " batch"], fe
     edits of all `n_inputs`)}. At each position p from `features.start` before an input's read row, every token
     the inputs hold before their read rows at p, other than the one there; where the task's lengths vary,
     every insertion of a token its features count (at each position up to the read row) and every deletion of
-    one, within the declared lengths."""
+    one, within the declared lengths. With `sample` (a task that declares no features, whose substitutions
+    mostly mean nothing to it: issue 72), each input keeps a seeded random `sample // inputs` of its edits
+    (`how` says which: "every edit" or "a sample of N")."""
     tokens, pos = tokens.cpu(), pos.cpu()
     before = torch.arange(tokens.shape[1])[None, :] < pos[:, None]
     vocab = [sorted(set(tokens[before[:, p], p].tolist())) for p in range(tokens.shape[1])]
     per_input = [_edits_of(tokens[b], int(pos[b]), vocab, features, tokens.shape[1])
                  for b in range(min(n_inputs, len(tokens)))]  # fmt: skip
     total = sum(len(e) for e in per_input)
+    how = "every edit"
+    if sample is not None and total > sample:
+        each = max(1, sample // max(len(per_input), 1))
+        gen = torch.Generator().manual_seed(seed)
+        per_input = [[found[i] for i in sorted(torch.randperm(len(found), generator=gen)[:each].tolist())]
+                     for found in per_input]  # fmt: skip
+        how = f"a seeded sample of {sum(len(e) for e in per_input):,} of the {total:,} substitutions (seed {seed})"
     kept: list[tuple] = []
     used = 0
     for b, found in enumerate(per_input):
@@ -106,43 +116,14 @@ def edit_inputs(tokens: Int[Tensor, "batch pos"], pos: Int[Tensor, " batch"], fe
     if not kept:
         empty = torch.zeros(0, dtype=torch.long)
         return dict(tokens=tokens[:0], read=empty, source=empty, kind=empty, position=empty, old=empty, new=empty,
-                    delta=None, inputs=inputs, sampled=False, total=0)  # fmt: skip
+                    delta=None, inputs=inputs, sampled=False, total=0, how=how)  # fmt: skip
     source, kind, position, old, new, rows, read = (list(x) for x in zip(*kept))
     out: dict = dict(tokens=torch.stack(rows), read=torch.tensor(read), source=torch.tensor(source), kind=torch.tensor(kind),
                position=torch.tensor(position), old=torch.tensor(old), new=torch.tensor(new), delta=None,
-               inputs=inputs, sampled=inputs < min(n_inputs, len(tokens)), total=total)  # fmt: skip
+               inputs=inputs, sampled=inputs < min(n_inputs, len(tokens)), total=total, how=how)  # fmt: skip
     if features is not None:
         out["delta"] = features.values(out["tokens"], out["read"]) - features.values(tokens, pos)[out["source"]]
     return out
-
-
-def _centred(values: Tensor, outs: Tensor) -> Tensor:
-    """[..., out] the values on the completions, less their mean over them (a shift common to every completion
-    changes no answer)."""
-    v = values[..., outs]
-    return v - v.mean(-1, keepdim=True)
-
-
-def direct_pushes(model, tokens: Tensor, pos: Tensor, players, outs: Tensor) -> Tensor | str:
-    """[head, batch, out] each head's direct push on the centred completion logits at the read rows, or why
-    there is none (`evidence.head_dla`)."""
-    dla = head_dla(model, tokens.to(model.cfg.device), pos.to(model.cfg.device))
-    if isinstance(dla, str):
-        return dla
-    return torch.stack([_centred(dla[:, lay, h], outs) for lay, h in players])
-
-
-def total_pushes(model, tokens: Tensor, pos: Tensor, players, outs: Tensor) -> Tensor:
-    """[head, batch, out] each head's total effect on the centred completion logits at the read rows: the
-    logits with every head minus the logits with the head's z zeroed (plain hooks on hook_z)."""
-    tokens, pos = tokens.to(model.cfg.device), pos.to(model.cfg.device)
-    full, _ = run_with(model, tokens, pos, {})
-    out = []
-    for lay, h in players:
-        zero = torch.zeros(*tokens.shape, model.cfg.d_head)
-        without, _ = run_with(model, tokens, pos, {(lay, h): zero})
-        out.append(_centred(full - without, outs))
-    return torch.stack(out)
 
 
 def read_later(model, players) -> list[bool]:
@@ -152,37 +133,69 @@ def read_later(model, players) -> list[bool]:
     return [not cfg.attn_only or cfg.normalization_type is not None or lay < cfg.n_layers - 1 for lay, _ in players]
 
 
+def no_direct_push(model) -> str | None:
+    """Why no head's direct push is exact here (no exact DLA, or hooks installed), None where it is."""
+    from headcoop.analysis.engine.inputs import check_decomposable
+    from headcoop.models.bridge import user_hooks
+
+    try:
+        check_decomposable(model, "cooperation's direct effects")
+    except ValueError:
+        return "no exact DLA for this model"
+    hooks = user_hooks(model)
+    return f"the hooks installed at {', '.join(hooks[:4])} make DLA inexact" if hooks else None
+
+
+def plan_edits(model, batch, players, features: Features | None = None, n_inputs: int = EDIT_INPUTS,
+               sample: int = EDIT_SAMPLE, seed: int = 0) -> dict:  # fmt: skip
+    """The function axis's edits and their cost, before any run: {edits (`edit_inputs`: every edit of the
+    task's declared features, or a seeded sample of `sample` substitutions where it declares none), total [head]
+    (read by its total effect), no_direct (why none is read directly, or None), path ("prefix-shared" or why the
+    reference runs), rows (block rows), forwards (those rows as forward passes of `batch`)}."""
+    edits = edit_inputs(batch.tokens, batch.answer_pos, features, n_inputs, sample=None if features else sample,
+                        seed=seed)  # fmt: skip
+    later = read_later(model, players)
+    why = no_direct_push(model) if not all(later) else None
+    total = [lat or why is not None for lat in later]
+    n = edits["inputs"]
+    stood = pushes.fast_path(model)
+    width = torch.cat([batch.answer_pos[:n].cpu(), edits["read"]]) + 1
+    first = torch.cat([torch.zeros(n, dtype=torch.long), edits["position"]])
+    starts = [0] + [lay for (lay, _), t in zip(players, total) if t]
+    rows = pushes.push_rows(width, first, n, starts, model.cfg.n_layers, stood is None) if len(edits["source"]) else 0
+    full = batch.tokens.shape[0] * batch.tokens.shape[1]
+    return dict(
+        edits=edits,
+        total=total,
+        no_direct=why,
+        path="prefix-shared" if stood is None else stood,
+        rows=rows,
+        forwards=rows / max(full, 1),
+    )
+
+
 @torch.no_grad()
 def edit_responses(model, batch, players, outs: Tensor, features: Features | None = None,
-                   n_inputs: int = EDIT_INPUTS) -> dict:  # fmt: skip
-    """The edits and each head's pushes: {edits (`edit_inputs`), original [head, input, out], response [head,
-    edit, out], push [head] ("direct" or "total"), later [head], no_direct (why no direct push, or None)}. A head
-    something later reads is measured by its total effect (one forward pass per such head), the others by their
-    direct push (one forward pass); every head by its total effect where there is no direct push."""
-    edits = edit_inputs(batch.tokens, batch.answer_pos, features, n_inputs)
+                   n_inputs: int = EDIT_INPUTS, memory_budget_mb: float = 256, sample: int = EDIT_SAMPLE,
+                   seed: int = 0) -> dict:  # fmt: skip
+    """The edits and each head's pushes (`pushes`): {edits (`edit_inputs`), original [head, input, out], response
+    [head, edit, out], push [head] ("direct" or "total"), later [head], no_direct (why no direct push, or
+    None), path, forwards (`plan_edits`)}. A head something later reads is measured by its total effect, the
+    others by their direct push; every head by its total effect where there is no direct push."""
+    plan = plan_edits(model, batch, players, features, n_inputs, sample, seed)
+    edits, total = plan["edits"], plan["total"]
     n = edits["inputs"]
     tokens, pos = batch.tokens[:n].cpu(), batch.answer_pos[:n].cpu()
-    later = read_later(model, players)
-    found: dict = dict(edits=edits, later=later, no_direct=None, push=[], original=None, response=None)
+    found: dict = dict(edits=edits, later=read_later(model, players), no_direct=plan["no_direct"], push=[],
+                       original=None, response=None, path=plan["path"], forwards=plan["forwards"])  # fmt: skip
     if len(edits["source"]) == 0:
         return found
-    both = torch.cat([tokens, edits["tokens"]])
-    both_pos = torch.cat([pos, edits["read"]])
-    direct = direct_pushes(model, both, both_pos, players, outs) if not all(later) else "every head is read later"
-    found["no_direct"] = direct if isinstance(direct, str) and not all(later) else None
-    use_total = [lat or isinstance(direct, str) for lat in later]
-    total = None
-    if any(use_total):
-        total = total_pushes(model, both, both_pos, [p for p, u in zip(players, use_total) if u], outs)
-    rows, t = [], 0
-    for i, u in enumerate(use_total):
-        if u:
-            rows.append(total[t])  # type: ignore[index]
-            t += 1
-        else:
-            rows.append(direct[i])  # type: ignore[index]
-    push = torch.stack(rows)
-    found.update(push=["total" if u else "direct" for u in use_total], original=push[:, :n],
+    if plan["path"] == "prefix-shared":
+        push = pushes.prefix_pushes(model, tokens, pos, edits, players, total, outs, memory_budget_mb)
+    else:
+        push = pushes.reference_pushes(model, torch.cat([tokens, edits["tokens"]]), torch.cat([pos, edits["read"]]),
+                                       players, total, outs, memory_budget_mb)  # fmt: skip
+    found.update(push=["total" if t else "direct" for t in total], original=push[:, :n],
                  response=push[:, n:] - push[:, edits["source"]])  # fmt: skip
     return found
 
@@ -415,7 +428,8 @@ def function_table(found: dict, names, vocab, floor: float, same: float, factors
     chosen = [names[i] for i in idx.tolist()]
     scope = features.scope if features is not None else "every edit"
     numbers = dict(deciding=chosen, edits=len(edits["source"]), semantic_edits=resp.shape[1], inputs=edits["inputs"],
-                   edits_total=edits["total"], sampled=edits["sampled"], scope=scope,
+                   edits_total=edits["total"], sampled=edits["sampled"], scope=scope, how=edits.get("how", "every edit"),
+                   path=found.get("path"), forwards=found.get("forwards"),
                    push=sorted(set(found["push"])), semantic=[n for n, s in zip(features.names, features.semantic) if s]
                    if features is not None else [])  # fmt: skip
     raw = response_features(found["response"], edits["old"], edits["new"], edits["position"])
@@ -459,7 +473,7 @@ def _sentence(numbers: dict, fr: dict, idx: Tensor, names: list[str], edits: dic
     scope, chosen, n = numbers["scope"], numbers["deciding"], numbers["semantic_edits"]
     sentence = (f"{len(idx)} of {len(names)} heads respond to {scope} ({', '.join(chosen[:8])}"
                 f"{', ...' if len(idx) > 8 else ''}; each by its {' or '.join(numbers['push'])} push); over {n:,} edits "
-                f"of {scope} in {edits['inputs']} inputs their responses are proportional input by input at |cos| >= "
+                f"{'' if scope == 'every edit' else f'of {scope} '}in {edits['inputs']} inputs their responses are proportional input by input at |cos| >= "
                 f"{numbers['cos_min']:.3f} (median {numbers['cos_median']:.3f}) with {numbers['share']:.2%} on one "
                 f"direction (pooled over inputs |cos| >= {numbers['pooled_cos_min']:.3f}; on the task's inputs the "
                 f"pushes correlate at r >= {numbers['r_min']:.3f})")  # fmt: skip
@@ -474,6 +488,8 @@ def _sentence(numbers: dict, fr: dict, idx: Tensor, names: list[str], edits: dic
                      f"response")  # fmt: skip
     if other_sentences:
         sentence += "; apart from " + scope + ": " + "; ".join(other_sentences)
+    if numbers.get("how", "every edit") != "every edit":
+        sentence += f" (the edits: {numbers['how']}; the task declares no features)"
     if edits["sampled"]:
         sentence += (
             f" (the edits of the first {edits['inputs']} inputs: {len(edits['source']):,} of {edits['total']:,})"
@@ -492,7 +508,7 @@ def _feature_label(kind: str, what, label) -> str:
     return f"resp[{label(old)}->{label(new)}]"
 
 
-__all__ = ["FUNCTION_KINDS", "FUNCTION_WORDS", "EDIT_INPUTS", "MAX_EDITS", "READS", "function_words", "edit_inputs",
-           "direct_pushes", "total_pushes", "read_later", "edit_responses", "feature_responses", "per_input_alike",
+__all__ = ["FUNCTION_KINDS", "FUNCTION_WORDS", "EDIT_INPUTS", "MAX_EDITS", "EDIT_SAMPLE", "READS", "function_words",
+           "edit_inputs", "read_later", "no_direct_push", "plan_edits", "edit_responses", "feature_responses", "per_input_alike",
            "semantic_reads", "stood_function_word", "reading_kinds", "specialised", "other_features",
            "function_table"]  # fmt: skip
