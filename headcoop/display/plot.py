@@ -58,14 +58,27 @@ class Displayed:
         """In a Jupyter kernel: the repr and table (`_repr_html_`), then the figure through plotly's renderer."""
         from IPython.display import display
 
-        if not _in_kernel():  # a terminal IPython: plotly's default renderer would open a browser
+        if not in_kernel():  # a terminal IPython: plotly's default renderer would open a browser
             print(repr(self))
             return
         display({"text/html": self._repr_html_(), "text/plain": repr(self)}, raw=True)
         display(self.plot())
 
 
-def _in_kernel() -> bool:
+def notebook_renderer() -> str | None:
+    """In a Jupyter kernel, make plotly's default renderer one whose figures survive export: plotly 7 picks
+    "plotly_mimetype" there, which JupyterLab and VS Code draw but `jupyter nbconvert --to html` drops (every
+    figure vanishes from the exported page). "plotly_mimetype+notebook" keeps the mimetype and adds the notebook
+    HTML, with plotly.js inlined once per kernel (offline). Left alone where the user chose one (the
+    PLOTLY_RENDERER variable, or any default other than plotly's own in a kernel). Returns the renderer set, or
+    None."""
+    if not in_kernel() or os.environ.get("PLOTLY_RENDERER") or pio.renderers.default != "plotly_mimetype":
+        return None
+    pio.renderers.default = "plotly_mimetype+notebook"
+    return pio.renderers.default
+
+
+def in_kernel() -> bool:
     """Whether this process is a Jupyter kernel (where plotly's renderer draws in the notebook)."""
     try:
         from IPython import get_ipython
@@ -176,3 +189,6 @@ def _unique(labels: list[str]) -> list[str]:
         seen[label] = n + 1
         out.append(label if n == 0 else f"{label} ({n})")
     return out
+
+
+notebook_renderer()  # on import: figures drawn after `import headcoop` survive a notebook's export

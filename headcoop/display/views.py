@@ -25,15 +25,33 @@ def circuitsvis_bundle() -> str:
     return BUNDLE_PATH.read_text(encoding="utf-8").replace("</script>", "")
 
 
-class AttentionView(RenderedHTML):
-    """Self-contained HTML (circuitsvis bundle inlined): Jupyter renders it, `str()` gives the same HTML,
-    `save(path)` writes a standalone page, `show()` opens it in a browser. Never touches the network."""
+_SENT = {"bundle": False}  # whether this kernel has shown a view carrying the circuitsvis bundle
 
-    def __init__(self, source: str):
+
+class AttentionView(RenderedHTML):
+    """Self-contained HTML (circuitsvis bundle inlined): `str()` gives it, `save(path)` writes a standalone page,
+    `show()` opens it in a browser. In a Jupyter kernel the bundle (1.3 MB) goes out with the first view shown
+    and later views carry only their render calls (`_repr_html_`): a notebook holds it once, and its exported
+    page runs the scripts in order. Never touches the network."""
+
+    def __init__(self, source: str, markup: str | None = None, calls: str | None = None):
         super().__init__(local_src=source, cdn_src=source)
+        self._markup, self._calls = markup, calls
 
     def _repr_html_(self) -> str:
-        return self.local_src
+        from headcoop.display.plot import in_kernel
+
+        if self._calls is None or not in_kernel():
+            return self.local_src
+        if not _SENT["bundle"]:
+            _SENT["bundle"] = True
+            return self.local_src
+        missing = ("<p>the circuitsvis bundle went out with this kernel's first attention view, which this page "
+                   "no longer holds: <code>str(view)</code> or <code>view.show()</code> draws it alone</p>")  # fmt: skip
+        script = (f"const CircuitsVis = window.CircuitsVis;\nif (CircuitsVis) {{\n{self._calls}\n}} else {{\n"
+                  f"for (const div of document.querySelectorAll('[id^=circuits-vis-]')) "
+                  f"if (!div.childElementCount) div.innerHTML = {json.dumps(missing)};\n}}")  # fmt: skip
+        return self._markup + "\n" + module_script(script)
 
     def __html__(self) -> str:
         return self.local_src
@@ -79,7 +97,7 @@ def attention_heads_html(views: Sequence[tuple[str, dict]], bundle: bool = True)
         divs.append(f"<div id='{div_id}' style='margin: 15px 0;'></div>")
         js_props = convert_props(props).replace("</", "<\\/")
         calls.append(f"CircuitsVis.render({json.dumps(div_id)}, CircuitsVis.AttentionHeads, {js_props});")
-    script = "\n".join([circuitsvis_bundle(), *calls] if bundle else calls)
+    script = "\n".join([circuitsvis_bundle(), "window.CircuitsVis = CircuitsVis;", *calls] if bundle else calls)
     return "\n".join(divs), script
 
 
@@ -91,4 +109,5 @@ def module_script(script: str) -> str:
 def attention_view(views: Sequence[tuple[str, dict]]) -> AttentionView:
     """A self-contained AttentionView of the given (heading, props) views."""
     markup, script = attention_heads_html(views)
-    return AttentionView(markup + "\n" + module_script(script))
+    calls = script.split("window.CircuitsVis = CircuitsVis;\n", 1)[1]
+    return AttentionView(markup + "\n" + module_script(script), markup=markup, calls=calls)
