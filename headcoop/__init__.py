@@ -55,6 +55,7 @@ if not any(isinstance(f, _MovedFinder) for f in _sys.meta_path):
 # name -> module defining it; imported on first access, so `import headcoop` (and `headcoop --help`) stay light.
 _LAZY = {
     "load": "headcoop.storage.checkpoints",
+    "load_gguf": "headcoop.storage.gguf",
     "save": "headcoop.storage.checkpoints",
     "Batch": "headcoop.tasks",
     "Count01": "headcoop.tasks",

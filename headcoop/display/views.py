@@ -41,7 +41,7 @@ class AttentionView(RenderedHTML):
     def _repr_html_(self) -> str:
         from headcoop.display.plot import in_kernel
 
-        if self._calls is None or not in_kernel():
+        if self._calls is None or self._markup is None or not in_kernel():
             return self.local_src
         if not _SENT["bundle"]:
             _SENT["bundle"] = True
