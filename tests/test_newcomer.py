@@ -63,31 +63,3 @@ def test_the_changelog_lists_every_moved_module_with_its_new_place():
         assert len(row) == 1, f"CHANGELOG.md has no row for {old}"
         target = row[0].split("|")[2]
         assert f"`{new}`" in target or f"`{new.rsplit('.', 1)[0]}.*`" in target, (old, new, target)
-
-
-def test_the_report_says_on_the_page_when_the_clean_corrupt_gap_is_too_small_for_shares():
-    """Issue 77: on a gap of 0.0006 the shares run from -8 to 7; the report's patching section says so on the page
-    (the rule of `engine.grid.normalized`), where the Python API warns."""
-    import torch
-    from transformer_lens import HookedTransformer, HookedTransformerConfig
-
-    from headcoop.reporting.sections import _plot_warned
-    from headcoop.tasks.base import Batch
-
-    cfg = HookedTransformerConfig(n_layers=2, d_model=32, d_head=8, n_heads=4, n_ctx=8, d_vocab=20, attn_only=True,
-                                  seed=0)  # fmt: skip
-    model = HookedTransformer(cfg).eval()
-    gen = torch.Generator().manual_seed(0)
-    clean = torch.randint(0, 20, (64, 8), generator=gen)
-    corrupt = clean.clone()
-    corrupt[0, 0] = (corrupt[0, 0] + 1) % 20  # one token of one input: a tiny gap
-    answer = torch.randint(0, 20, (64,), generator=gen)
-    result = hc.patch(model, clean=Batch.from_answers(clean, answer, (answer + 1) % 20),
-                      corrupt=Batch.from_answers(corrupt, answer, (answer + 1) % 20), metric="logit_diff",
-                      progress=False)  # fmt: skip
-    assert abs(result.clean_value - result.corrupt_value) < 0.05 * abs(result.clean_value)
-    _, notes = _plot_warned(result, True, "head patching")
-    (note,) = notes
-    assert "clean - corrupt gap is 0.000581" in note.text and "mostly measure the gap" in note.text
-    big = hc.patch(hc.load("count01"), progress=False)  # the shipped model's gap is large: no note
-    assert _plot_warned(big, True, "head patching")[1] == ()

@@ -28,6 +28,16 @@ def circuitsvis_bundle() -> str:
 _SENT = {"bundle": False}  # whether this kernel has shown a view carrying the circuitsvis bundle
 
 
+def _in_kernel() -> bool:
+    """Whether this process is a Jupyter kernel (`plot.in_kernel`'s test; this leaf imports circuitsvis only)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and "IPKernelApp" in getattr(shell, "config", {})
+
+
 class AttentionView(RenderedHTML):
     """Self-contained HTML (circuitsvis bundle inlined): `str()` gives it, `save(path)` writes a standalone page,
     `show()` opens it in a browser. In a Jupyter kernel the bundle (1.3 MB) goes out with the first view shown
@@ -39,9 +49,7 @@ class AttentionView(RenderedHTML):
         self._markup, self._calls = markup, calls
 
     def _repr_html_(self) -> str:
-        from headcoop.display.plot import in_kernel
-
-        if self._calls is None or self._markup is None or not in_kernel():
+        if self._calls is None or self._markup is None or not _in_kernel():
             return self.local_src
         if not _SENT["bundle"]:
             _SENT["bundle"] = True

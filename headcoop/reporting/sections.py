@@ -222,15 +222,15 @@ def section_patching(ctx: Context) -> tuple:
         ]
     elif heads is not None:
         gap = heads.clean_value != heads.corrupt_value  # else show the raw metric: there is no gap to share
-        figure, small = _plot_warned(heads, gap, "head patching: all positions (exact)")
         blocks += [
             page_note(
                 f"Denoising: run the corrupt inputs and patch in one head's clean output <code>z</code>. Values are "
                 f"the share of the clean &minus; corrupt gap restored (clean mean logit diff {heads.clean_value:.3f}, "
                 f"corrupt {heads.corrupt_value:.3f})" + ("." if ctx.all_heads else "; heads not covered are blank.")
             ),
-            *small,
-            Figure(figure, height=300 + 40 * n_layers),
+            Figure(
+                heads.plot(normalized=gap, title="head patching: all positions (exact)"), height=300 + 40 * n_layers
+            ),
         ]
     if each is None:
         blocks.append(ctx.budget.note(EACH_PATCH))
@@ -252,26 +252,10 @@ def section_patching(ctx: Context) -> tuple:
         ]
     else:
         gap = each.clean_value != each.corrupt_value
-        figure, small = _plot_warned(each, gap, "head patching: one position at a time (exact)")
-        blocks += [*small, Figure(figure, height=height)]
+        blocks.append(
+            Figure(each.plot(normalized=gap, title="head patching: one position at a time (exact)"), height=height)
+        )
     return tuple(blocks)
-
-
-def _plot_warned(result, normalized: bool, title: str) -> tuple:
-    """(the patching figure, the page notes of what drawing it warned about): a clean - corrupt gap too small
-    for its shares to mean much (`engine.grid.normalized`'s rule) is said on the page, not only in Python."""
-    import html
-    import warnings
-
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        figure = result.plot(normalized=normalized, title=title)
-    notes = tuple(page_note(f"<b>Warning:</b> {html.escape(str(w.message))}.") for w in caught
-                  if "clean - corrupt gap" in str(w.message))  # fmt: skip
-    for w in caught:
-        if "clean - corrupt gap" not in str(w.message):
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-    return figure, notes
 
 
 def section_dla(ctx: Context) -> tuple:
