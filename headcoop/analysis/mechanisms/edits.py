@@ -27,6 +27,8 @@ a head's normalisation by the noise and the length). Tasks that declare no featu
 
 from __future__ import annotations
 
+import math
+
 import torch
 from jaxtyping import Int
 from torch import Tensor
@@ -177,13 +179,14 @@ def plan_edits(model, batch, players, features: Features | None = None, n_inputs
 @torch.no_grad()
 def edit_responses(model, batch, players, outs: Tensor, features: Features | None = None,
                    n_inputs: int = EDIT_INPUTS, memory_budget_mb: float = 256, sample: int = EDIT_SAMPLE,
-                   seed: int = 0) -> dict:  # fmt: skip
+                   seed: int = 0, plan: dict | None = None) -> dict:  # fmt: skip
     """The edits and each head's pushes (`pushes`): {edits (`edit_inputs`), original [head, input, out], response
     [head, edit, out], push [head] ("direct" or "total"), later [head], no_direct (why no direct push, or
     None), path, forwards (`plan_edits`)}. A head something later reads is measured by its total effect, the
     others by their direct push; every head by its total effect where there is no direct push."""
-    plan = plan_edits(model, batch, players, features, n_inputs, sample, seed)
+    plan = plan if plan is not None else plan_edits(model, batch, players, features, n_inputs, sample, seed)
     edits, total = plan["edits"], plan["total"]
+    bar = pushes.RowCounter(batch.tokens.shape[0] * batch.tokens.shape[1])  # the edits in forward passes of the batch
     n = edits["inputs"]
     tokens, pos = batch.tokens[:n].cpu(), batch.answer_pos[:n].cpu()
     found: dict = dict(edits=edits, later=read_later(model, players), no_direct=plan["no_direct"], push=[],
@@ -191,10 +194,11 @@ def edit_responses(model, batch, players, outs: Tensor, features: Features | Non
     if len(edits["source"]) == 0:
         return found
     if plan["path"] == "prefix-shared":
-        push = pushes.prefix_pushes(model, tokens, pos, edits, players, total, outs, memory_budget_mb)
+        push = pushes.prefix_pushes(model, tokens, pos, edits, players, total, outs, memory_budget_mb, bar)
     else:
         push = pushes.reference_pushes(model, torch.cat([tokens, edits["tokens"]]), torch.cat([pos, edits["read"]]),
-                                       players, total, outs, memory_budget_mb)  # fmt: skip
+                                       players, total, outs, memory_budget_mb, bar)  # fmt: skip
+    bar.close(math.ceil(plan["forwards"]))  # the runs announced for the edits, whatever the rounding
     found.update(push=["total" if t else "direct" for t in total], original=push[:, :n],
                  response=push[:, n:] - push[:, edits["source"]])  # fmt: skip
     return found
