@@ -93,3 +93,22 @@ def test_a_sampled_estimate_announces_its_runs_before_the_first_batch(model_and_
                     pair_samples=4, progress=True)  # fmt: skip
     (line,) = [line for line in capsys.readouterr().err.splitlines() if "about" in line]
     assert "for 342 runs" in line and "budget=" in line  # 2 + 200 + 100 + 2 x (4 x 4 + 4)
+
+
+def test_cooperations_bar_counts_its_edits_and_ends_at_the_total_it_announced(model_and_inputs, shown, capsys):
+    """Issue 72: the function axis's edits are in the bar (in forward passes of the batch), announced before any
+    run, so the bar reaches its total when the call ends, not minutes before."""
+    import re
+
+    from headcoop.analysis.mechanisms.edits import plan_edits
+
+    model, clean, corrupt = model_and_inputs
+    inputs = hc.contrast(clean, corrupt, [4] * 4, [7] * 4).clean
+    players = [(0, 0), (1, 1)]
+    edits = plan_edits(model, inputs, players)
+    assert edits["forwards"] >= 1
+    hc.cooperation(model, inputs=inputs, heads=["L0H0", "L1H1"], metric="logit_diff", reference=inputs, draws=1,
+                   progress=True)  # fmt: skip
+    counts = re.findall(r"(\d+)/(\d+)", capsys.readouterr().err)
+    done, total = (int(x) for x in counts[-1])
+    assert done == total, counts[-3:]

@@ -25,6 +25,7 @@ so. Where no pair matters in the full model, the summary's first line says it, w
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable
 from typing import cast
 
@@ -44,7 +45,7 @@ from headcoop.analysis.mechanisms.assemble import (
     zeroed_keys,
     zeroed_mask,
 )  # fmt: skip
-from headcoop.analysis.mechanisms.edits import edit_responses
+from headcoop.analysis.mechanisms.edits import edit_responses, plan_edits
 from headcoop.analysis.mechanisms.evidence import Evidence, RowMetric, additive_by_construction, per_input, signed
 from headcoop.analysis.mechanisms.references import KINDS, blind, draw_references, replacements
 from headcoop.analysis.mechanisms.repair import backup, composition, head_direct
@@ -350,9 +351,13 @@ def cooperation(
         raise ValueError(f"cooperation reads every pair of up to {ALL_PAIRS_UP_TO} heads; {k} given: pass heads= "
                          f"(the heads to compare) or top_pairs= (the strongest pairs by interaction)")  # fmt: skip
     names = tuple(head_name(*p) for p in players)
+    owner = task if task is not None else getattr(model, "task", None)
+    features = owner.features() if owner is not None and hasattr(owner, "features") else None
+    plan = plan_edits(model, batch, players, features, seed=seed)  # the function axis's edits and their cost
     expect(
         planned_runs(k, len(hows) + ("zero" not in hows), max_exact, top_pairs, linear_applies(model, "logit_diff"))
-    )  # the bar's total, known before any run: it never grows
+        + math.ceil(plan["forwards"])
+    )  # the bar's total, known before any run: it never grows (the edits counted in forward passes of the batch)
     primary = "mean" if "mean" in hows else hows[0]
     refs = None if primary == "zero" else draw_references(task, reference, 1, seed)
     reading = metric if isinstance(metric, str) else \
@@ -364,9 +369,8 @@ def cooperation(
         inter = -inter
     run = clean_evidence(model, task, batch, players, names, pairs, reading, outputs, coalition_masks(k, pairs))
     readings = ablation_readings(model, run, hows, task, reference, draws, seed, th)
-    owner = task if task is not None else getattr(model, "task", None)
-    features = owner.features() if owner is not None and hasattr(owner, "features") else None
-    edits = edit_responses(model, batch, players, run.outs, features, memory_budget_mb=memory_budget_mb, seed=seed)
+    edits = edit_responses(model, batch, players, run.outs, features, memory_budget_mb=memory_budget_mb, seed=seed,
+                           plan=plan)  # fmt: skip
     edits["features"] = features
     return tables.result(model, run, readings, hows, primary, th, band, agree, inter, pairs_note, edits)
 

@@ -27,6 +27,8 @@ a head's normalisation by the noise and the length). Tasks that declare no featu
 
 from __future__ import annotations
 
+import math
+
 import torch
 from jaxtyping import Int
 from torch import Tensor
@@ -177,13 +179,14 @@ def plan_edits(model, batch, players, features: Features | None = None, n_inputs
 @torch.no_grad()
 def edit_responses(model, batch, players, outs: Tensor, features: Features | None = None,
                    n_inputs: int = EDIT_INPUTS, memory_budget_mb: float = 256, sample: int = EDIT_SAMPLE,
-                   seed: int = 0) -> dict:  # fmt: skip
+                   seed: int = 0, plan: dict | None = None) -> dict:  # fmt: skip
     """The edits and each head's pushes (`pushes`): {edits (`edit_inputs`), original [head, input, out], response
     [head, edit, out], push [head] ("direct" or "total"), later [head], no_direct (why no direct push, or
     None), path, forwards (`plan_edits`)}. A head something later reads is measured by its total effect, the
     others by their direct push; every head by its total effect where there is no direct push."""
-    plan = plan_edits(model, batch, players, features, n_inputs, sample, seed)
+    plan = plan if plan is not None else plan_edits(model, batch, players, features, n_inputs, sample, seed)
     edits, total = plan["edits"], plan["total"]
+    bar = pushes.RowCounter(batch.tokens.shape[0] * batch.tokens.shape[1])  # the edits in forward passes of the batch
     n = edits["inputs"]
     tokens, pos = batch.tokens[:n].cpu(), batch.answer_pos[:n].cpu()
     found: dict = dict(edits=edits, later=read_later(model, players), no_direct=plan["no_direct"], push=[],
@@ -191,10 +194,11 @@ def edit_responses(model, batch, players, outs: Tensor, features: Features | Non
     if len(edits["source"]) == 0:
         return found
     if plan["path"] == "prefix-shared":
-        push = pushes.prefix_pushes(model, tokens, pos, edits, players, total, outs, memory_budget_mb)
+        push = pushes.prefix_pushes(model, tokens, pos, edits, players, total, outs, memory_budget_mb, bar)
     else:
         push = pushes.reference_pushes(model, torch.cat([tokens, edits["tokens"]]), torch.cat([pos, edits["read"]]),
-                                       players, total, outs, memory_budget_mb)  # fmt: skip
+                                       players, total, outs, memory_budget_mb, bar)  # fmt: skip
+    bar.close(math.ceil(plan["forwards"]))  # the runs announced for the edits, whatever the rounding
     found.update(push=["total" if t else "direct" for t in total], original=push[:, :n],
                  response=push[:, n:] - push[:, edits["source"]])  # fmt: skip
     return found
@@ -255,7 +259,31 @@ def _position_share(resp: Tensor, source: Tensor, delta: Tensor) -> Tensor:
 def per_input_alike(resp: Tensor, source: Tensor) -> dict:
     """How proportional heads' responses are input by input: {cos [head, head] (|cos| of each input's responses,
     averaged with each input weighted by its response energy), share (of each input's response energy on one
-    direction, averaged the same way), cos_min, cos_median (over pairs)}. resp: [head, edit, out]."""
+    direction, averaged the same way), cos_min, cos_median (over pairs)}. resp: [head, edit, out].
+    All inputs at once from each input's Gram matrix of the heads' responses (its trace the energy, its diagonal
+    the norms, its largest eigenvalue the top singular value squared): `per_input_alike_reference`'s numbers."""
+    k = resp.shape[0]
+    inputs, at = source.unique(return_inverse=True)
+    r = resp.double()
+    gram = torch.zeros(len(inputs), k, k, dtype=torch.float64).index_add_(0, at, torch.einsum("keo,jeo->ekj", r, r))
+    energy = gram.diagonal(dim1=1, dim2=2).sum(-1)  # [input]
+    live = energy > 0
+    gram, energy = gram[live], energy[live]
+    norm = gram.diagonal(dim1=1, dim2=2).clamp(min=0).sqrt().clamp(min=1e-30)  # [input, head]
+    cos_each = (gram / (norm[:, :, None] * norm[:, None, :])).abs()
+    top = torch.linalg.eigvalsh(gram)[:, -1].clamp(min=0)
+    weight = float(energy.sum())
+    cos = (energy[:, None, None] * cos_each).sum(0) / max(weight, 1e-30)
+    share = float((energy * top / energy.clamp(min=1e-30)).sum()) / max(weight, 1e-30)
+    upper = cos[torch.triu(torch.ones(k, k, dtype=torch.bool), 1)]
+    return dict(cos=cos, share=share,
+                cos_min=float(upper.min()) if len(upper) else float("nan"),
+                cos_median=float(upper.median()) if len(upper) else float("nan"))  # fmt: skip
+
+
+def per_input_alike_reference(resp: Tensor, source: Tensor) -> dict:
+    """`per_input_alike` input by input: each input's responses [head, edit * out], their |cos| and singular
+    values (the obviously-correct loop the batched version is tested against)."""
     k = resp.shape[0]
     cos_sum = torch.zeros(k, k, dtype=torch.float64)
     share_sum, weight_sum = 0.0, 0.0
@@ -510,5 +538,6 @@ def _feature_label(kind: str, what, label) -> str:
 
 __all__ = ["FUNCTION_KINDS", "FUNCTION_WORDS", "EDIT_INPUTS", "MAX_EDITS", "EDIT_SAMPLE", "READS", "function_words",
            "edit_inputs", "read_later", "no_direct_push", "plan_edits", "edit_responses", "feature_responses", "per_input_alike",
+           "per_input_alike_reference",
            "semantic_reads", "stood_function_word", "reading_kinds", "specialised", "other_features",
            "function_table"]  # fmt: skip

@@ -65,7 +65,7 @@ def push_rows(n_pos: Int[Tensor, " row"], first: Int[Tensor, " row"], n_inputs: 
 
 @torch.no_grad()
 def reference_pushes(model, tokens: Int[Tensor, "row pos"], pos: Int[Tensor, " row"], players, total: list[bool],
-                     outs: Tensor, memory_budget_mb: float) -> Float[Tensor, "head row out"]:  # fmt: skip
+                     outs: Tensor, memory_budget_mb: float, bar: "RowCounter | None" = None) -> Float[Tensor, "head row out"]:  # fmt: skip
     """[head, row, out] each head's centred push at each row's read position by full runs with plain hooks: the
     total effect for the heads `total` marks, the direct push (`evidence.head_dla`) for the others."""
     from headcoop.analysis.mechanisms.evidence import head_dla
@@ -77,6 +77,7 @@ def reference_pushes(model, tokens: Int[Tensor, "row pos"], pos: Int[Tensor, " r
         per_row = (cfg.n_layers * (cfg.n_heads + 1) + 3) * cfg.d_vocab_out * 12
         size = max(1, min(size, int(memory_budget_mb * 2**20 // per_row)))
     out = torch.zeros(len(players), len(tokens), len(outs), dtype=torch.float64)
+    bar = bar or RowCounter(None)
     for lo, hi in chunks(0, len(tokens), size):
         t, p = tokens[lo:hi].to(model.cfg.device), pos[lo:hi].to(model.cfg.device)
         if not all(total):
@@ -93,7 +94,32 @@ def reference_pushes(model, tokens: Int[Tensor, "row pos"], pos: Int[Tensor, " r
                     zero = torch.zeros(*t.shape, model.cfg.d_head)
                     without, _ = run_with(model, t, p, {(lay, h): zero})
                     out[i, lo:hi] = _centred((full - without)[:, outs])
+        bar.ran(t.numel() * (1 + sum(total)))
     return out
+
+
+class RowCounter:
+    """Counts block rows run into the open progress bar, `unit` rows to a run (None: no counting); `close`
+    brings the count to the runs announced for them."""
+
+    def __init__(self, unit: int | None):
+        self.unit, self.rows, self.counted = unit, 0.0, 0
+
+    def ran(self, rows: float) -> None:
+        if self.unit:
+            self.rows += rows
+            self._to(int(self.rows // self.unit))
+
+    def close(self, runs: int) -> None:
+        if self.unit:
+            self._to(runs)
+
+    def _to(self, runs: int) -> None:
+        from headcoop.display.progress import advance
+
+        if runs > self.counted:
+            advance(runs - self.counted)
+            self.counted = runs
 
 
 def _logits_at(model, resid: Float[Tensor, "row d_model"], outs: Tensor) -> Float[Tensor, "row out"]:
@@ -132,7 +158,8 @@ def _direct(model, z: Float[Tensor, "row d_head"], head: tuple[int, int], scale,
 
 @torch.no_grad()
 def prefix_pushes(model, tokens: Int[Tensor, "input pos"], pos: Int[Tensor, " input"], edits: dict, players,
-                  total: list[bool], outs: Tensor, memory_budget_mb: float) -> Float[Tensor, "head row out"]:  # fmt: skip
+                  total: list[bool], outs: Tensor, memory_budget_mb: float,
+                  bar: RowCounter | None = None) -> Float[Tensor, "head row out"]:  # fmt: skip
     """[head, input + edit, out] the pushes of the inputs then of their edits (`edits`: tokens [edit, pos], read,
     source, position [edit]), each edit's rows before its position taken from its input's run under the same
     condition, and a zeroed head's run started at its own layer from the unablated run's residual stream there
@@ -155,6 +182,8 @@ def prefix_pushes(model, tokens: Int[Tensor, "input pos"], pos: Int[Tensor, " in
     shortformer = continuation(model, etoks)["shortformer_pos_embed"]
     embed = model.embed(etoks) + (model.pos_embed(etoks) if cfg.positional_embedding_type == "standard" else 0)
     size = copies_per_chunk(model, 1, width, memory_budget_mb, rows_out=1)
+    bar = bar or RowCounter(None)
+    bar.ran(len(caches) * int(pos.to(torch.long).add(1).sum()))
     for p in edits["position"].unique().tolist():
         at = (edits["position"] == p).nonzero().flatten()
         for lo, hi in chunks(0, len(at), size):
@@ -176,6 +205,7 @@ def prefix_pushes(model, tokens: Int[Tensor, "input pos"], pos: Int[Tensor, " in
                 if last is None:  # cannot happen: an edit's read row is at or after its position
                     raise RuntimeError(f"edits at position {p} read no row at or after it")
                 resid[c][n + idx] = last[one, torch.searchsorted(rows, reads)]
+                bar.ran(float((reads + 1 - p).sum()) * (cfg.n_layers - start) / cfg.n_layers)
             for lay, (z_rows, z) in keep_z.items():
                 z_read[lay][n + idx] = z[one, torch.searchsorted(z_rows, reads)]
     logits = {c: _logits_at(model, r, outs) for c, r in resid.items()}
@@ -216,4 +246,4 @@ def _zero_hook(head: int):
     return hook
 
 
-__all__ = ["fast_path", "push_rows", "reference_pushes", "prefix_pushes"]
+__all__ = ["fast_path", "push_rows", "reference_pushes", "prefix_pushes", "RowCounter"]

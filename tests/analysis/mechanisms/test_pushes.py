@@ -113,3 +113,18 @@ def test_a_task_without_features_gets_a_stated_seeded_sample_its_cost_known_befo
                             progress=False)  # fmt: skip
     assert result.function_numbers["how"].startswith(f"a seeded sample of {EDIT_SAMPLE // 16 * 16}")
     assert "the task declares no features" in result.summary
+
+
+@pytest.mark.parametrize(("k", "edits", "inputs"), [(16, 2048, 30), (3, 50, 5), (2, 7, 7)])
+def test_per_input_alike_at_once_equals_its_loop(k, edits, inputs):
+    from headcoop.analysis.mechanisms.edits import per_input_alike, per_input_alike_reference
+
+    gen = torch.Generator().manual_seed(k)
+    resp = torch.randn(k, edits, 5, generator=gen, dtype=torch.float64)
+    resp *= torch.rand(k, 1, 1, generator=gen, dtype=torch.float64)
+    source = torch.randint(0, inputs, (edits,), generator=gen)
+    resp[:, source == 0] = 0  # an input with no response is left out of both
+    fast, slow = per_input_alike(resp, source), per_input_alike_reference(resp, source)
+    assert torch.allclose(fast["cos"], slow["cos"], atol=1e-12)
+    for key in ("share", "cos_min", "cos_median"):
+        assert fast[key] == pytest.approx(slow[key], abs=1e-12)
