@@ -9,6 +9,7 @@ import stat
 import threading
 
 import pytest
+import torch
 
 import headcoop as hc
 from headcoop.storage import results as storage
@@ -152,3 +153,36 @@ def test_a_report_into_a_folder_the_user_cannot_write_is_refused_before_any_work
     with pytest.raises(PermissionError, match="the folder .*locked.* is not writable"):
         hc.report(hc.load("count01"), out=locked / "sub" / "report.html")
     assert list(locked.iterdir()) == []  # refused at the argument check: nothing was created
+
+
+# --- issue 76, item 5 -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("heads, text", [
+    ((0, 3), r"heads=\(0, 3\) is one head, L0H3 .*\[\(0, 0\), \(0, 3\)\]"),
+    (["L0H3", "L0H3"], "names L0H3 2 times"),
+    (["L0H3"], "is one head, L0H3"),
+])  # fmt: skip
+def test_cooperation_says_how_it_read_heads_that_give_fewer_than_two(heads, text):
+    model = hc.load("count01")
+    with pytest.raises(ValueError, match=text):
+        hc.cooperation(model, heads=heads)
+    with pytest.raises(ValueError, match=text):
+        hc.pair_map(model, heads=heads)
+
+
+def test_loading_onto_a_device_this_machine_lacks_is_named_before_any_read(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(RuntimeError, match="no CUDA device on this machine.*device='cpu'"):
+        hc.load("count01", device="cuda")
+    with pytest.raises(RuntimeError, match="no CUDA device"):
+        hc.load_gguf("a-name-that-is-checked-later", device="cuda")
+
+
+def test_an_mib_export_under_a_regular_file_is_named(tmp_path):
+    model = hc.load("count01")
+    edges = hc.edges(model, estimator="eap")
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="notes.txt"):
+        hc.export_mib(edges, tmp_path / "notes.txt" / "circuit.json", model)
+    assert (tmp_path / "notes.txt").read_text() == "mine"

@@ -46,6 +46,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from headcoop.checks import check_float
+
 HERE = Path(__file__).resolve().parent
 DETACHED = HERE / "detached"  # reverse as the recipe before issue 63 trained it: the near-miss the gate fails
 GATED = HERE / "gated"  # models of issue 63's recipe, each saved as NAME once its gate passes (NAME.unpassed if not)
@@ -551,6 +553,7 @@ def train(name: str, recipe: Recipe, out: Path = GATED, seed: int = SEED, iit_no
     from experiments.groundtruth.resume import load_state, save_state, state_folder
     from experiments.tracr.common import load
 
+    check_float("recipe.checkpoint_s", recipe.checkpoint_s, 0.0)  # NaN would never save a state
     high, info = load(name)
     high.eval()
     for p in high.parameters():
@@ -569,7 +572,7 @@ def train(name: str, recipe: Recipe, out: Path = GATED, seed: int = SEED, iit_no
     config = dict(program=name, seed=seed, iit_nodes=iit_nodes, norm=norm,
                   recipe={k: v for k, v in dataclasses.asdict(recipe).items() if k not in operational})  # fmt: skip
     meta = load_state(folder, low, opt, {"data": gen, "pick": pick})
-    if meta is not None and meta["config"] != config:
+    if meta is not None and meta.get("config") != config:
         raise ValueError(f"{folder} holds a run of another recipe ({meta['config']}); delete it to start over, or run "
                          f"the same command as before")  # fmt: skip
     state = meta or dict(config=config, step=0, seconds=0.0, history=[], gates=[], iit_mean=None, share={},

@@ -26,7 +26,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from headcoop.checks import check_device, check_finite, weight_shapes
+from headcoop.checks import check_finite, usable_device, weight_shapes
 from headcoop.models.tl import HookedTransformer, HookedTransformerConfig, attach, require_hooked_transformer
 from headcoop.storage.folders import exchange
 from headcoop.storage.owners import pid_alive, this_owner
@@ -554,7 +554,7 @@ def load(name_or_path: str | os.PathLike, device: str | None = None) -> HookedTr
     the parameter).
     """
     require_hooked_transformer("hc.load")
-    device = check_device(device)
+    device = usable_device(device)  # a device this machine lacks is named before any read
     path = resolve(name_or_path)
     for name in (META, WEIGHTS):
         if not os.access(path / name, os.R_OK):

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from headcoop.checks import usable_device
 from headcoop.models.tl import HookedTransformer, HookedTransformerConfig
 
 # name -> (the Python package that ships it, its file, what the weights are)
@@ -167,6 +168,7 @@ def load_gguf(name: str = "smollm2-135m", cache: bool = True, device: str | None
     `cfg.model_name` says what the weights are (SmolLM2: 4-bit quantized)."""
     from headcoop.storage.foreign import export, load_model, load_tokenizer
 
+    device = usable_device(device)  # named before the conversion's 40 s
     path = gguf_file(name)
     folder = cache_dir() / f"{path.stem}-{path.stat().st_size}"
     if cache and (folder / SPECIAL).is_file():

@@ -85,6 +85,8 @@ class Batch:
                 f"tokens must be [batch, pos] integer ids, got shape {tuple(tokens.shape)} ({tokens.dtype})"
             )
         n, width = tokens.shape
+        if n == 0:
+            raise ValueError("tokens hold 0 inputs (shape [0, ...]): a Batch needs at least one")
         pos = torch.full((n,), width - 1) if answer_pos is None else torch.as_tensor(answer_pos).expand(n).clone()
         if pos.dtype.is_floating_point or ((pos < 0) | (pos >= width)).any():
             raise ValueError(f"answer_pos must be integer positions in 0..{width - 1}, got {pos.tolist()}")

@@ -186,3 +186,79 @@ def test_tokens_without_answers_are_refused(small):
     model, batch, _ = small
     with pytest.raises(ValueError, match="answer= and wrong="):
         hc.pair_map(model, batch.tokens, named=0, progress=False)
+
+
+# --- issue 76, item 2: refuse what cannot be right, never lose a computed map -----------------------------------
+
+
+def test_a_model_with_a_nan_weight_is_refused(small):
+    model, batch, _ = small
+    broken = random_model()[0]
+    with torch.no_grad():
+        broken.blocks[1].attn.W_O[2, 0, 0] = float("nan")
+    with pytest.raises(ValueError, match="non-finite weights"):
+        hc.pair_map(broken, batch, named=0, progress=False)
+
+
+@pytest.mark.parametrize("inputs, kwargs, error, text", [
+    ("the cat sat", {}, TypeError, "Batch or tokens"),
+    ({"tokens": 1}, {}, TypeError, "Batch or tokens"),
+    ("batch", dict(answer=torch.zeros(8, dtype=torch.long)), ValueError, "a Batch carries its own answers"),
+    ("empty", {}, ValueError, "0 inputs"),
+])  # fmt: skip
+def test_inputs_of_the_wrong_kind_are_named(small, inputs, kwargs, error, text):
+    model, batch, _ = small
+    if inputs == "batch":
+        inputs = batch
+    with pytest.raises(error, match=text):
+        if inputs == "empty":
+            inputs = hc.Batch.from_answers(batch.tokens[:0], batch.answer[:0], batch.wrong[:0])
+        hc.pair_map(model, inputs, named=0, progress=False, **kwargs)
+
+
+def test_budget_zero_is_no_limit_and_threshold_zero_counts_every_nonzero_pair(small):
+    model, batch, _ = small
+    result = hc.pair_map(model, batch, named=0, progress=False, budget_s=0, heads=["L0H0", "L1H1", "L2H2"])
+    assert result.exact  # 0 reads as "no limit", as everywhere else in the API
+    every = hc.pair_map(model, batch, named=0, progress=False, threshold=0, heads=["L0H0", "L1H1", "L2H2"])
+    frame = every.to_dataframe()
+    assert bool(frame.interacts.eq(frame.interaction.abs() > 0).all()) and int(frame.interacts.sum()) == 3
+
+
+def test_naming_without_a_task_reads_the_inputs_as_reference_and_a_callable_metric_says_what_it_read(small):
+    model, batch, _ = small
+
+    def loss(logits):  # a user's metric that happens to share a built-in's name
+        return logits[:, -1].logsumexp(-1).mean()
+
+    result = hc.pair_map(model, batch, how="zero", metric=loss, named=1, threshold=0, progress=False,
+                         heads=["L0H0", "L2H1"])  # fmt: skip
+    assert result.metric == "callable loss"
+    assert len(result.named) == 1 and result.named.read_on.iloc[0].startswith("accuracy")
+    assert any("read on accuracy" in line for line in result.lines())
+
+
+def test_a_failed_naming_returns_the_map_unnamed_with_how_to_name_it(small, monkeypatch):
+    from headcoop.analysis.pairs import result as result_module
+
+    model, batch, _ = small
+
+    def fails(*args, **kwargs):
+        raise RuntimeError("the naming broke")
+
+    monkeypatch.setattr(result_module.PairMap, "with_words", fails)
+    with pytest.warns(UserWarning, match="returned unnamed.*with_words"):
+        result = hc.pair_map(model, batch, named=1, threshold=0, progress=False, heads=["L0H0", "L2H1"])
+    assert result.named.empty and result.exact and not torch.isnan(result.interaction[0, 1])
+
+
+def test_a_saved_map_whose_heads_disagree_with_its_matrix_is_refused(small, tmp_path):
+    import json
+
+    _, _, result = small
+    folder = result.save(tmp_path / "map")
+    meta = json.loads((folder / "result.json").read_text())
+    text = json.dumps(meta).replace('"L2H3"', '"L9H9", "L9H8"', 1)
+    (folder / "result.json").write_text(text)
+    with pytest.raises(ValueError, match="head list and matrices disagree"):
+        hc.load_result(folder)

@@ -98,12 +98,12 @@ def export_mib(edges: EdgeResult, path: str | os.PathLike, model, circuit=None, 
     if not isinstance(overwrite, bool):
         raise TypeError(f"overwrite must be True or False, got {overwrite!r}")
     path = Path(path)
-    if path.is_symlink() or (path.exists() and not path.is_dir()):
-        path = check_out_file(path, "the MIB export")  # a FIFO, a device or a dangling link is never replaced
+    if path.exists() and path.is_dir() and not path.is_symlink():
+        raise IsADirectoryError(f"{str(path)!r} is a folder; give a file name such as circuit.json")
+    # a FIFO, a device, a dangling link or a path under a regular file is never written, and named
+    path = check_out_file(path, "the MIB export")
     if path.exists() and not overwrite:
         raise FileExistsError(f"{str(path)!r} exists; pass overwrite=True to replace it")
-    if path.exists() and path.is_dir():
-        raise IsADirectoryError(f"{str(path)!r} is a folder; give a file name such as circuit.json")
     data = json.dumps(mib_graph(edges, circuit, model), allow_nan=False)
     path.parent.mkdir(parents=True, exist_ok=True)
     for stale in path.parent.glob(f".{path.name}.mib-*.tmp"):  # what a killed export left

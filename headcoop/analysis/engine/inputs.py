@@ -177,6 +177,26 @@ def parse_heads(model: HookedTransformer, heads, layer: int | None = None) -> li
     return pairs
 
 
+def parse_players(model: HookedTransformer, heads, what: str) -> list[tuple[int, int]]:
+    """The players of a pair analysis (`parse_heads`; every head for None), at least 2: ValueError saying how
+    `heads` was read where it gives fewer (a bare (layer, head) tuple is one head; duplicates count once)."""
+    if heads is None:
+        return [(lay, h) for lay in range(model.cfg.n_layers) for h in range(model.cfg.n_heads)]
+    players = parse_heads(model, heads)
+    if len(players) >= 2:
+        return players
+    name = "L{}H{}".format(*players[0])
+    if isinstance(heads, tuple) and len(heads) == 2 and all(isinstance(h, int) for h in heads):
+        a, b = heads
+        how = (f"heads={heads!r} is one head, {name} (a (layer, head) tuple); for heads {a} and {b} of layer 0 pass "
+               f"a list: [(0, {a}), (0, {b})] or ['L0H{a}', 'L0H{b}']")  # fmt: skip
+    elif isinstance(heads, (list, tuple)) and len(heads) > 1:
+        how = f"heads={heads!r} names {name} {len(heads)} times (duplicates count once)"
+    else:
+        how = f"heads={heads!r} is one head, {name}"
+    raise ValueError(f"{what} needs at least 2 heads: {how}")
+
+
 def head_selection(model: HookedTransformer, head, layer: int | None) -> tuple[int | None, list[int] | None]:
     """(layer, heads) from `head` in any form `parse_heads` reads: None (every head), an int or a list of
     ints (heads of `layer`, or of every layer when layer is None), a (layer, head) pair, a name "L0H3", or a

@@ -32,7 +32,7 @@ from typing import cast
 import torch
 
 from headcoop.analysis.engine.copies import per_input_metric
-from headcoop.analysis.engine.inputs import check_choice, parse_heads, require_model, require_task
+from headcoop.analysis.engine.inputs import check_choice, parse_players, require_model, require_task
 from headcoop.analysis.games.coalitions import CoalitionGame, linear_applies
 from headcoop.analysis.games.estimators import HeadGame, top_interactions
 from headcoop.analysis.games.interactions import interactions
@@ -342,11 +342,8 @@ def cooperation(
     if not isinstance(batch, Batch):
         raise TypeError(f"inputs= must be a Batch (answers known, e.g. task.sample(n) or Batch.from_answers), "
                         f"got {type(batch).__name__}")  # fmt: skip
-    players = [(lay, h) for lay in range(model.cfg.n_layers) for h in range(model.cfg.n_heads)] if heads is None \
-        else parse_heads(model, heads)  # fmt: skip
+    players = parse_players(model, heads, "cooperation")
     k = len(players)
-    if k < 2:
-        raise ValueError(f"cooperation needs at least 2 heads, got {k}")
     if k > ALL_PAIRS_UP_TO and top_pairs is None:
         raise ValueError(f"cooperation reads every pair of up to {ALL_PAIRS_UP_TO} heads; {k} given: pass heads= "
                          f"(the heads to compare) or top_pairs= (the strongest pairs by interaction)")  # fmt: skip

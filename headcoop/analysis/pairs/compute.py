@@ -28,7 +28,9 @@ Paths:
 from __future__ import annotations
 
 import itertools
+import math
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -38,12 +40,12 @@ from torch import Tensor
 from transformer_lens.utilities import get_act_name
 
 from headcoop.analysis.engine.copies import Score
-from headcoop.analysis.engine.inputs import check_choice, parse_heads, require_model, require_task
+from headcoop.analysis.engine.inputs import check_choice, parse_players, require_model, require_task
 from headcoop.analysis.engine.verification import miss_bound, pick
 from headcoop.analysis.games.coalitions import CoalitionGame, layered_passes
 from headcoop.analysis.pairs.result import PairMap, relative
 from headcoop.analysis.vocabulary import ABLATION_HOWS, PAIR_METHODS, AblationHow, PairMethod, head_name
-from headcoop.checks import check_float, check_int, check_seed
+from headcoop.checks import check_finite, check_float, check_int, check_seed
 from headcoop.display.progress import advance, expect, set_total
 from headcoop.display.progress import task as progress_task
 from headcoop.tasks.base import Batch
@@ -60,12 +62,23 @@ def _inputs(model, inputs, answer, wrong, n: int, seed: int) -> Batch:
     """The Batch the map reads: `inputs` as given (a Batch, or tokens with `answer` / `wrong`), else the
     model's task's mechanism inputs."""
     if isinstance(inputs, Batch):
-        return inputs
-    if inputs is not None:
+        if answer is not None or wrong is not None:
+            raise ValueError("answer= and wrong= go with tokens; a Batch carries its own answers (leave them out, "
+                             "or pass the tokens with answer= and wrong=)")  # fmt: skip
+        batch = inputs
+    elif inputs is not None:
+        if not isinstance(inputs, (Tensor, list, tuple)) or isinstance(inputs, str):
+            raise TypeError(f"pair_map's inputs= must be a Batch or tokens [batch, pos] (a tensor of token ids) with "
+                            f"answer= and wrong=, got {type(inputs).__name__}; text: tokenize it first "
+                            f"(hc.Batch.from_prompts)")  # fmt: skip
         if answer is None or wrong is None:
             raise ValueError("pair_map needs answer= and wrong= with tokens (or a Batch: hc.Batch.from_answers)")
-        return Batch.from_answers(inputs, answer, wrong)
-    return require_task(model, "pair_map's inputs").mechanism_inputs(n, seed=seed)
+        batch = Batch.from_answers(torch.as_tensor(inputs), answer, wrong)
+    else:
+        batch = require_task(model, "pair_map's inputs").mechanism_inputs(n, seed=seed)
+    if len(batch.tokens) == 0:
+        raise ValueError("pair_map's inputs are empty (0 inputs): the map needs at least one")
+    return batch
 
 
 def _masks(k: int, pairs: list[tuple[int, int]]) -> Tensor:
@@ -198,11 +211,16 @@ def pair_map(
                better; how: "zero", "mean" or "resample" (reference: the ablation's reference inputs,
                default the task's samples, or the inputs themselves for a model with no task).
     heads:     the players (any form `hc.ablate` takes; default every head).
-    method:    "auto" (exact when the predicted time is within budget_s, else the screen), "exact", "screen".
+    method:    "auto" (exact when the predicted time is within budget_s, else the screen; budget_s=0: no
+               limit), "exact", "screen".
     verify, sample: the screen's exact top and random sample of the rest (the miss bound).
-    threshold: a pair interacts when |I| >= threshold x the largest single head's |effect|.
+    threshold: a pair interacts when |I| >= threshold x the largest single head's |effect| (0: every pair
+               whose |I| > 0).
     named:     how many of the strongest interacting pairs `hc.cooperation` names (0: none); each costs one
-               2-head hc.cooperation (about 8 minutes at GPT-2-small size on 2 cores).
+               2-head hc.cooperation (about 8 minutes at GPT-2-small size on 2 cores), read on the map's
+               metric where hc.cooperation has it by name, else on accuracy (a callable gives one number per
+               batch; the words read each input), as the named table's `read_on` says. Should naming fail,
+               the map is returned unnamed with a warning (never lost).
     progress:  a tqdm bar whose total (coalitions, or screen runs and coalitions) is known before any run.
     Runs with torch's threads fitted to the idle cores unless the count is the user's (`headcoop.threads`).
     """
@@ -214,21 +232,19 @@ def pair_map(
 def _pair_map(model, inputs, metric, how, reference, heads, answer, wrong, n, seed, method, budget_s, verify, sample,
               threshold, named, memory_budget_mb, progress) -> PairMap:  # fmt: skip
     require_model(model, "pair_map")
+    check_finite(model, "hc.pair_map")
     check_choice("how", how, ABLATION_HOWS)
     check_choice("method", method, PAIR_METHODS)
-    check_float("budget_s", budget_s, 0.0)
+    budget_s = check_float("budget_s", budget_s, 0.0) or math.inf  # 0: no limit, as everywhere in the API
     check_float("threshold", threshold, 0.0)
     for name, value in (("verify", verify), ("sample", sample), ("named", named), ("n", n)):
         check_int(name, value, 0)
     check_seed(seed)
     batch = _inputs(model, inputs, answer, wrong, n, seed)
-    players = [(lay, h) for lay in range(model.cfg.n_layers) for h in range(model.cfg.n_heads)] if heads is None \
-        else parse_heads(model, heads)  # fmt: skip
+    players = parse_players(model, heads, "pair_map")
     k = len(players)
-    if k < 2:
-        raise ValueError(f"pair_map needs at least 2 heads, got {k}")
-    if how != "zero" and reference is None and getattr(model, "task", None) is None:
-        reference = batch  # stated in the result's ablation
+    if reference is None and getattr(model, "task", None) is None and (how != "zero" or named):
+        reference = batch  # stated in the result's ablation (the naming's mean and resample read it too)
     start = time.perf_counter()
     game = CoalitionGame(model, players, tokens=batch, metric=metric, how=how,
                          reference=None if how == "zero" else reference, seed=seed,
@@ -274,13 +290,23 @@ def _pair_map(model, inputs, metric, how, reference, heads, answer, wrong, n, se
     result = PairMap(
         heads=tuple(head_name(*p) for p in players), interaction=interaction, pair_effect=pair_effect,
         effect=effect.double(), v_full=v_full, estimate=estimate, exact=exact, missed=missed,
-        threshold_share=threshold, metric=metric if isinstance(metric, str) else getattr(metric, "__name__", "callable"),
+        threshold_share=threshold, metric=metric if isinstance(metric, str) else callable_name(metric),
         how=how, ablation=game.ablation, method=_describe(game, exact, screened_on, len(top), len(drawn)),
         cost=cost, named=pd.DataFrame(),
     )  # fmt: skip
-    if named:
-        result = result.with_words(model, batch, reference, named, seed)
+    if named:  # a failure here keeps the computed map: returned unnamed, with how to name it
+        try:
+            result = result.with_words(model, batch, reference, named, seed)
+        except Exception as error:  # noqa: BLE001 - the map is the call's work; the naming is its extra
+            warnings.warn(f"hc.pair_map: the map is computed, but naming its pairs failed ({type(error).__name__}: "
+                          f"{error}); the map is returned unnamed. Name them with "
+                          f"result.with_words(model, inputs, reference, named={named})", stacklevel=3)  # fmt: skip
     return result
+
+
+def callable_name(metric: Callable) -> str:
+    """How a user's metric is recorded: never a built-in's name ("loss" is ours; a user's `loss` is not)."""
+    return f"callable {getattr(metric, '__name__', type(metric).__name__)}"
 
 
 def _describe(game: CoalitionGame, exact: bool, screened_on: str, verify: int, sample: int) -> str:

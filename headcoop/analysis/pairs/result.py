@@ -63,6 +63,18 @@ class PairMap(Result):
 
     display_rows = 16
 
+    def __post_init__(self) -> None:  # a PairMap made or loaded whole: its matrices are its heads'
+        k = len(self.heads)
+        shapes = {"interaction": (k, k), "pair_effect": (k, k), "effect": (k,)}
+        if self.estimate is not None:
+            shapes["estimate"] = (k, k)
+        for name, shape in shapes.items():
+            value = getattr(self, name)
+            if not isinstance(value, Tensor) or tuple(value.shape) != shape:
+                got = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
+                raise ValueError(f"a PairMap of {k} heads needs {name} of shape {list(shape)}, got {got} (a saved map "
+                                 f"whose head list and matrices disagree is damaged)")  # fmt: skip
+
     @property
     def threshold(self) -> float:
         """The interaction a pair must reach to count: threshold_share x the largest single |effect|."""
@@ -83,7 +95,7 @@ class PairMap(Result):
                 a, b, both = float(self.effect[i]), float(self.effect[j]), float(self.pair_effect[i, j])
                 rows.append(dict(head_a=self.heads[i], head_b=self.heads[j], interaction=value,
                                  relative=relative(value, a, b, both), effect_a=a, effect_b=b,
-                                 pair_effect=both, interacts=abs(value) >= threshold > 0,
+                                 pair_effect=both, interacts=abs(value) >= threshold and abs(value) > 0,
                                  estimate=float("nan") if self.estimate is None else float(self.estimate[i, j])))  # fmt: skip
         frame = pd.DataFrame(rows)
         if frame.empty:
@@ -105,15 +117,17 @@ class PairMap(Result):
         from headcoop.analysis.mechanisms.cooperation import cooperation
 
         rows = []
+        read_on = self.metric if self.metric in ("accuracy", "logit_diff", "prob", "loss") else "accuracy"
         for row in self.interacting().head(named).itertuples():
             coop = cooperation(model, inputs=inputs, heads=[row.head_a, row.head_b], reference=reference,
-                               metric=self.metric if self.metric in ("accuracy", "logit_diff", "prob", "loss") else "accuracy",
-                               draws=1, seed=seed, progress=False)  # fmt: skip
+                               metric=read_on, draws=1, seed=seed, progress=False)  # fmt: skip
             pair = coop.to_dataframe().iloc[0]
             rows.append(dict(head_a=row.head_a, head_b=row.head_b, interaction=row.interaction, relative=row.relative,
                              word=pair.mechanism, agreement=float(pair.agreement), flips_under=pair.flips_under,
                              reason=pair.reason,
-                             role_a=coop.roles[row.head_a], role_b=coop.roles[row.head_b]))  # fmt: skip
+                             role_a=coop.roles[row.head_a], role_b=coop.roles[row.head_b],
+                             read_on=read_on if read_on == self.metric else
+                             f"accuracy (the map's metric, {self.metric}, gives one number per batch)"))  # fmt: skip
         return dataclasses.replace(self, named=pd.DataFrame(rows))
 
     def _strongest(self, words: tuple[str, ...], count: int = 3) -> str:
@@ -134,6 +148,8 @@ class PairMap(Result):
                f"head's effect)"]  # fmt: skip
         out.append(f"backups (redundant): {self._strongest(BACKUP)}; competitors: {self._strongest(AGAINST)}; "
                    f"conjunctions and compositions: {self._strongest(TOGETHER)}")  # fmt: skip
+        if not self.named.empty and "read_on" in self.named and str(self.named.read_on.iloc[0]) != self.metric:
+            out.append(f"the named pairs' words are read on {self.named.read_on.iloc[0]}")
         if self.exact:
             out.append("misses: none possible (every pair computed exactly)")
         elif self.missed:
