@@ -108,8 +108,10 @@ def gpt2_shape(repeats: int) -> None:
 
     # each phase's block rows and seconds: the module-level functions hc.cooperation calls, wrapped
     phases = {"interaction index": (coop, "pair_interactions"), "clean runs": (coop, "clean_evidence"),
-              "pair words and roles (coalitions)": (CoalitionGame, "row_logits"),
-              "replacement checks (zeroed runs)": (coop, "zeroed_runs"), "roles: composition": (coop, "composition"),
+              "coalitions (pair words, roles; and the replacement checks' zeroed runs in the same call since they "
+              "share its prefixes)": (CoalitionGame, "row_logits"),
+              "replacement checks (their own runs, before they joined the coalitions' call)": (coop, "zeroed_runs"),
+              "roles: composition": (coop, "composition"),
               "roles: backup": (coop, "backup"), "function axis: edits": (coop, "edit_responses")}  # fmt: skip
     spent: dict = {name: [0, 0.0, 0.0] for name in phases}  # block rows, seconds, peak MB above the phase's start
     phases = {name: (owner, attr) for name, (owner, attr) in phases.items() if hasattr(owner, attr)}  # older code

@@ -229,7 +229,7 @@ def _cooperation_forwards(ctx: Context, draws: int) -> float:
     and kind); and the clean runs."""
     import itertools
 
-    from headcoop.analysis.games.coalitions import game_seconds, linear_applies
+    from headcoop.analysis.games.coalitions import game_seconds
     from headcoop.analysis.mechanisms.cooperation import coalition_masks
     from headcoop.analysis.mechanisms.words import THRESHOLDS, band
 
@@ -242,11 +242,29 @@ def _cooperation_forwards(ctx: Context, draws: int) -> float:
     # measured on the shipped Count01 and SkipPair models (benchmarks/report_predictions.py)
     readings = (1 + 2 * draws) * len(band(THRESHOLDS, (0.5, 2.0)))
     python_s = 0.2 + 6e-5 * readings * k * (k - 1) / 2
-    # mean's and resample's coalitions with one head zeroed (`zeroed_runs`): none where the game is linear
-    pairs = k * (k - 1) // 2
-    zeroed = 0.0 if linear_applies(ctx.model, "logit_diff") else per_kind * (k + 4 * pairs) / len(masks) * 2 * draws
+    # mean's and resample's coalitions with one head zeroed (`zeroed_coalitions`), in the same call as the
+    # coalitions: on the layered path they add only the layer states they do not share with them
+    zeroed = ctx.once("cooperation-zeroed", lambda: _zeroed_share(ctx, masks)) * per_kind * 2 * draws
     return (per_kind * (1 + 2 * draws) + zeroed + (_shapley_forwards(ctx) if k <= 16 else 0) + 2 * draws + 6 * cross
             + 4 + python_s / ctx.budget.forward_s + _edit_forwards(ctx))  # fmt: skip
+
+
+def _zeroed_share(ctx: Context, masks) -> float:
+    """What the zeroed coalitions add to one kind's coalition call, as a share of that call: the layer states
+    they add on the layered path (`layered_passes` of both together), else their count over the coalitions'."""
+    import itertools
+
+    from headcoop.analysis.games.coalitions import layered_passes
+    from headcoop.analysis.mechanisms.cooperation import zeroed_coalitions
+
+    k = len(ctx.heads)
+    _, zmasks, zeroed = zeroed_coalitions(k, list(itertools.combinations(range(k), 2)), "mean")
+    game = _game(ctx)
+    if game.linear or not game.layered:
+        return len(zmasks) / len(masks) if not game.linear else 0.0
+    both = torch.cat([masks.to(torch.int8), torch.where(zeroed, 2, zmasks.to(torch.int8)).to(torch.int8)])
+    alone = layered_passes(ctx.model, ctx.heads, masks)
+    return (layered_passes(ctx.model, ctx.heads, both) - alone) / max(alone, 1e-9)
 
 
 def _edit_forwards(ctx: Context) -> float:

@@ -28,6 +28,7 @@ metric is its default). The paths (`method`), each compared with the reference i
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import cast
 
@@ -72,6 +73,9 @@ def linear_applies(model: HookedTransformer, metric) -> bool:
     cfg = model.cfg
     return (isinstance(metric, str) and cfg.n_layers == 1 and cfg.attn_only and cfg.normalization_type is None
             and not (cfg.output_logits_soft_cap or 0) > 0 and not hooks_in_the_way(model))  # fmt: skip
+
+
+REPLACED, KEPT, ZEROED = 0, 1, 2  # a player's state in one coalition (`CoalitionGame.values`' zeroed=)
 
 
 class CoalitionGame:
@@ -166,11 +170,14 @@ class CoalitionGame:
         rows = torch.arange(len(self.tokens), device=logits.device)
         self.full = logits[rows, self.pos].double()  # [batch, vocab]
         z = cache[get_act_name("z", 0)][rows, self.pos]  # [batch, head, d_head]
-        deltas = []
+        deltas, writes = [], []
         for lay, head in self.players:
             change = z[:, head] - self.replacement[(lay, head)][rows, self.pos]
             deltas.append((change @ model.blocks[lay].attn.W_O[head] @ model.W_U).double())
+            writes.append((self.replacement[(lay, head)][rows, self.pos] @ model.blocks[lay].attn.W_O[head]
+                           @ model.W_U).double())  # fmt: skip
         self.delta = torch.stack(deltas)  # [player, batch, vocab]: what ablating each player removes
+        self.writes = torch.stack(writes)  # [player, batch, vocab]: what its replacement writes (zeroing removes it)
 
     # --- evaluation ---------------------------------------------------------------------------------
     def _path(self) -> str:
@@ -193,13 +200,17 @@ class CoalitionGame:
 
     @torch.no_grad()
     def values(
-        self, masks: Bool[Tensor, "coalition player"], score: Score | None = None
-    ) -> Float[Tensor, " coalition"]:
+        self, masks: Bool[Tensor, "coalition player"], score: Score | None = None,
+        zeroed: Bool[Tensor, "coalition player"] | None = None,
+    ) -> Float[Tensor, " coalition"]:  # fmt: skip
         """v(S) for each row of `masks` (True: active), float64; `score`: another reading of each coalition's
-        logits than the game's metric (`row_logits` reads the logits themselves)."""
+        logits than the game's metric (`row_logits` reads the logits themselves); `zeroed`: absent players
+        zeroed instead of replaced, per coalition (a third state beside kept and replaced, so that runs
+        that differ only there share their prefixes)."""
         masks = torch.as_tensor(masks, dtype=torch.bool, device=self.tokens.device)
         if masks.ndim != 2 or masks.shape[1] != len(self.players):
             raise ValueError(f"masks must be [coalition, {len(self.players)}] booleans, got {tuple(masks.shape)}")
+        masks = self._states(masks, zeroed)
         path = self._path()  # hooks may have been installed since the game was built
         self.method = self._describe(path)
         first = min(lay for lay, _ in self.players)
@@ -209,10 +220,12 @@ class CoalitionGame:
         result_rows = score is not None and score.named is not None and score.named[0] == "logits"
         copies = self._copies(masks, target, first, path, named, result_rows)
         engine_path = cast(Path, {"linear": "local", "layered": "local"}.get(path, path))
-        values = evaluate(target, copies, engine_path, self.memory_budget_mb, head_local=False).double()
+        values = evaluate(target, copies, engine_path, self.memory_budget_mb, head_local=False)
+        if not result_rows or path == "linear":  # the logits themselves stay as computed: .double() of them is exact
+            values = values.double()
         bad = (~torch.isfinite(values.reshape(len(values), -1)).all(1)).nonzero().flatten()
         if len(bad):
-            active = [i for i, on in enumerate(masks[int(bad[0])].tolist()) if on]
+            active = [i for i, on in enumerate(masks[int(bad[0])].tolist()) if on == KEPT]
             flat = values[bad[0]].flatten()
             raise ValueError(
                 f"the metric is {float(flat[~torch.isfinite(flat)][0])} for {len(bad)} of {len(values)} coalitions (first: the "
@@ -221,10 +234,25 @@ class CoalitionGame:
         return values
 
     @torch.no_grad()
-    def row_logits(self, masks: Bool[Tensor, "coalition player"]) -> Float[Tensor, "coalition batch vocab"]:
-        """The logits of each coalition at each input's read row (float64, no metric, no mean over inputs):
-        the per-input evidence `hc.cooperation` reads. Same paths as `values`."""
-        return self.values(masks, score=Score.of_name("logits", self.pos, None, self.pos))
+    def row_logits(
+        self, masks: Bool[Tensor, "coalition player"], zeroed: Bool[Tensor, "coalition player"] | None = None
+    ) -> Float[Tensor, "coalition batch vocab"]:
+        """The logits of each coalition at each input's read row (no metric, no mean over inputs): the per-input
+        evidence `hc.cooperation` reads, in the model's dtype as computed (float64 on the linear path; their
+        .double() is exact, at half the memory of storing it). Same paths as `values` (`zeroed` as there)."""
+        return self.values(masks, score=Score.of_name("logits", self.pos, None, self.pos), zeroed=zeroed)
+
+    def _states(self, masks: Tensor, zeroed) -> Tensor:
+        """[coalition, player] int8: each player KEPT, REPLACED or ZEROED (`values`)."""
+        states = torch.where(masks, KEPT, REPLACED).to(torch.int8)
+        if zeroed is None:
+            return states
+        zeroed = torch.as_tensor(zeroed, dtype=torch.bool, device=masks.device)
+        if zeroed.shape != masks.shape:
+            raise ValueError(f"zeroed must be {list(masks.shape)} booleans like masks, got {tuple(zeroed.shape)}")
+        if bool((zeroed & masks).any()):
+            raise ValueError("zeroed marks a player the same coalition keeps: only an absent player can be zeroed")
+        return torch.where(zeroed, torch.tensor(ZEROED, dtype=torch.int8), states)
 
     def _target(self, cached_layer: int | None, score: Score) -> Target:
         """The unablated run: tokens and score, with the residual stream entering `cached_layer` cached."""
@@ -251,15 +279,22 @@ class CoalitionGame:
             return [(get_act_name("z", lay), self._z_hook(lay, chunk, n)) for lay in player_layers]
 
         def reference(i: int) -> Tensor:
-            off = [head_name(*p) for p, on in zip(self.players, masks[i].tolist()) if not on]
-            if not off:
+            state = masks[i].tolist()
+            off = [head_name(*p) for p, on in zip(self.players, state) if on == REPLACED]
+            zero = [head_name(*p) for p, on in zip(self.players, state) if on == ZEROED]
+            if not off and not zero:
                 return model(self.tokens)
-            if self.custom:  # the caller's replacement values, set on z by plain hooks
-                off_players = [p for p, on in zip(self.players, masks[i].tolist()) if not on]
-                with hooks_added(model, z_hooks({p: self.replacement[p] for p in off_players})):
+            if self.custom:  # the caller's replacement values (or zeros), set on z by plain hooks
+                values = {p: self.replacement[p] if on == REPLACED else torch.zeros_like(self.replacement[p])
+                          for p, on in zip(self.players, state) if on != KEPT}  # fmt: skip
+                with hooks_added(model, z_hooks(values)):
                     return model(self.tokens)
-            with ablate(model, heads=off, how=self.how, reference=None if self.how == "zero" else self.reference,
-                        seed=self.seed):  # fmt: skip
+            with contextlib.ExitStack() as stack:
+                if zero:
+                    stack.enter_context(ablate(model, heads=zero, how="zero"))
+                if off:
+                    stack.enter_context(ablate(model, heads=off, how=self.how, seed=self.seed,
+                                               reference=None if self.how == "zero" else self.reference))  # fmt: skip
                 return model(self.tokens)
 
         def local(_layer: int, lo: int, hi: int):
@@ -282,8 +317,12 @@ class CoalitionGame:
 
     def _linear_chunk(self, masks: Tensor) -> AtRows:
         n, vocab = self.full.shape
-        off = (~masks).double()
+        off = (masks != KEPT).double()  # replaced or zeroed: the head's own write minus the replacement's
         logits = self.full - (off @ self.delta.reshape(len(self.players), -1)).view(-1, n, vocab)
+        if bool((masks == ZEROED).any()):  # a zeroed player removes the replacement's write too
+            logits = logits - ((masks == ZEROED).double() @ self.writes.reshape(len(self.players), -1)).view(
+                -1, n, vocab
+            )
         return AtRows(logits, self.pos)
 
     # --- layer by layer, prefixes shared ---------------------------------------------------------------
@@ -297,20 +336,24 @@ class CoalitionGame:
         return self._embedded
 
     def _z_hook(self, layer: int, active: Tensor, n: int):
-        """A hook on layer's z for a stack of len(active) states: each state's ablated players of that
-        layer get their replacement."""
+        """A hook on layer's z for a stack of len(active) states ([state, player] KEPT, REPLACED or ZEROED):
+        each state's ablated players of that layer get their replacement, its zeroed ones zeros."""
         idx = [i for i, (lay, _) in enumerate(self.players) if lay == layer]
         if not idx:
             return None
         heads = [self.players[i][1] for i in idx]
         source = torch.stack([self.replacement[self.players[i]] for i in idx], 2)  # [batch, pos, k, d_head]
-        off = ~active[:, idx]  # [state, k]
+        off = active[:, idx] != KEPT  # [state, k]
+        zero = active[:, idx] == ZEROED if bool((active[:, idx] == ZEROED).any()) else None
         states = len(active)
 
         def hook(z: Tensor, hook=None) -> Tensor:
             z = z.view(states, n, z.shape[1], *z.shape[2:]).clone()
             current = z[:, :, :, heads]  # [state, batch, pos, k, d_head]
-            z[:, :, :, heads] = torch.where(off[:, None, None, :, None], source[:, : z.shape[2]].to(z), current)
+            new = source[None, :, : z.shape[2]].to(z)
+            if zero is not None:
+                new = torch.where(zero[:, None, None, :, None], torch.zeros((), dtype=z.dtype, device=z.device), new)
+            z[:, :, :, heads] = torch.where(off[:, None, None, :, None], new, current)
             return z.view(states * n, *z.shape[2:])
 
         return hook
@@ -398,8 +441,11 @@ class CoalitionGame:
         if idx:
             heads = [self.players[i][1] for i in idx]
             source = torch.stack([self.replacement[self.players[i]][torch.arange(n), self.pos] for i in idx], 1)
-            off = (~active[:, idx]).repeat_interleave(n, 0)  # [state*batch, k]
-            z[:, 0, heads] = torch.where(off[:, :, None], source.repeat(states, 1, 1).to(z), z[:, 0, heads])
+            off = (active[:, idx] != KEPT).repeat_interleave(n, 0)  # [state*batch, k]
+            new = source.repeat(states, 1, 1).to(z)
+            zero = (active[:, idx] == ZEROED).repeat_interleave(n, 0)
+            new = torch.where(zero[:, :, None], torch.zeros((), dtype=z.dtype, device=z.device), new)
+            z[:, 0, heads] = torch.where(off[:, :, None], new, z[:, 0, heads])
         x = finish_block(model, layer, flat[rows, at] + attention_out(attn, z[:, 0]))
         return unembed(model, x[:, None])[:, 0]
 
@@ -411,7 +457,7 @@ def layered_passes(model, players: list[tuple[int, int]], masks: Bool[Tensor, "c
     if is_bridge(model):
         return float(len(masks))
     n_layers = model.cfg.n_layers
-    masks = torch.as_tensor(masks, dtype=torch.bool)
+    masks = torch.as_tensor(masks)  # booleans, or the game's KEPT / REPLACED / ZEROED states
     layer_of = torch.tensor([lay for lay, _ in players])
     states = 0
     for layer in range(n_layers):

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from headcoop.analysis.mechanisms.axes import attended_sources, effect_interval
-from headcoop.analysis.mechanisms.evidence import additive_by_construction, clean_run, head_dla, prompt_shares
+from headcoop.analysis.mechanisms.evidence import additive_by_construction, clean_run, player_dla, prompt_shares
 from headcoop.analysis.mechanisms.repair import composition_share
 from headcoop.analysis.mechanisms.words import (
     ABSTAIN,
@@ -40,7 +40,8 @@ class Run:
     pos: Tensor
     logits_clean: Tensor
     z: dict
-    heads_dla: Any  # [batch, layer, head, vocab], or the reason there is none (str)
+    clean_cache: dict  # z and the residual stream entering each player's layer, the final norm's scale
+    heads_dla: Any  # [batch, player, vocab] (`player_dla`), or the reason there is none (str)
     direct: Tensor
     writes: Writes
     by_construction: list
@@ -75,16 +76,16 @@ def clean_evidence(model, task, batch, players, names, pairs, metric, outputs, m
     device = batch.tokens.device
     pos = batch.answer_pos.to(device)
     answer = batch.answer.cpu()
-    logits_clean, patterns, z = clean_run(model, batch.tokens, pos, players)
+    logits_clean, patterns, z, cache = clean_run(model, batch.tokens, pos, players)
     wrong = batch.wrong.cpu() if batch.wrong is not None else None
     best_other = logits_clean.scatter(-1, answer[:, None], float("-inf")).argmax(-1)
     sign_wrong = best_other if metric == "accuracy" or wrong is None else wrong
-    heads_dla = head_dla(model, batch.tokens, pos)
+    heads_dla = player_dla(model, batch.tokens, pos, players, cache)
     rows = torch.arange(len(batch))
     direct = torch.full((len(players),), float("nan"), dtype=torch.float64)
     if not isinstance(heads_dla, str):
-        direct = torch.stack([(heads_dla[rows, lay, h, answer] - heads_dla[rows, lay, h, sign_wrong]).mean()
-                              for lay, h in players])  # fmt: skip
+        direct = torch.stack([(heads_dla[rows, i, answer] - heads_dla[rows, i, sign_wrong]).mean()
+                              for i in range(len(players))])  # fmt: skip
     source = torch.stack([attended_sources(patterns[lay][:, h:h + 1], batch.tokens.cpu())[1][:, 0]
                           for lay, h in players], 1)  # [batch, player]: the token each head attends most  # fmt: skip
     declared = None if task is None or outputs is not None else task.completions()
@@ -98,7 +99,7 @@ def clean_evidence(model, task, batch, players, names, pairs, metric, outputs, m
     shares, share_ids = prompt_shares(batch.tokens, pos)
     return Run(batch=batch, players=players, names=names, pairs=pairs, metric=metric, masks=masks, answer=answer,
                wrong=wrong, fixed_wrong=wrong if wrong is not None else best_other, sign_wrong=sign_wrong, pos=pos,
-               logits_clean=logits_clean, z=z, heads_dla=heads_dla, direct=direct, writes=writes,
+               logits_clean=logits_clean, z=z, clean_cache=cache, heads_dla=heads_dla, direct=direct, writes=writes,
                by_construction=[additive_by_construction(model, players[i], players[j]) for i, j in pairs],
                shares=shares, share_ids=share_ids, outs=outs,
                later=not model.cfg.attn_only or any(lay < model.cfg.n_layers - 1 for lay, _ in players))  # fmt: skip
@@ -154,12 +155,12 @@ def replaced_like_zero(run: Run, zero, zeroing: tuple[Tensor, Tensor], replacing
                f"not beyond {tau:.3g} with 95% confidence)"))  # fmt: skip
 
 
-def zeroed_keys(run: Run, i: int) -> list[tuple]:
+def zeroed_keys(pairs: list, i: int) -> list[tuple]:
     """The coalitions of the 2 x 2 games of head i's pairs (besides the full model's) in which head i is
     zeroed while every other absent head takes this ablation's replacement: ("none",) every other head
     replaced (isolated, partner removed), ("without", j) all but j (full, partner removed), ("alone", j) j
     alone (isolated, partner present)."""
-    partners = [b if a == i else a for a, b in run.pairs if i in (a, b)]
+    partners = [b if a == i else a for a, b in pairs if i in (a, b)]
     return ([("none",)] if partners else []) + [(kind, j) for j in partners for kind in ("without", "alone")]
 
 

@@ -33,9 +33,9 @@ import torch
 
 from headcoop.analysis.engine.copies import per_input_metric
 from headcoop.analysis.engine.inputs import check_choice, parse_players, require_model, require_task
-from headcoop.analysis.games.coalitions import CoalitionGame, linear_applies
+from headcoop.analysis.games.coalitions import CoalitionGame, all_masks
 from headcoop.analysis.games.estimators import HeadGame, top_interactions
-from headcoop.analysis.games.interactions import interactions
+from headcoop.analysis.games.interactions import exact_shapley
 from headcoop.analysis.mechanisms import tables
 from headcoop.analysis.mechanisms.assemble import (
     clean_evidence,
@@ -48,7 +48,7 @@ from headcoop.analysis.mechanisms.assemble import (
 from headcoop.analysis.mechanisms.edits import edit_responses, plan_edits
 from headcoop.analysis.mechanisms.evidence import Evidence, RowMetric, additive_by_construction, per_input, signed
 from headcoop.analysis.mechanisms.references import KINDS, blind, draw_references, replacements
-from headcoop.analysis.mechanisms.repair import backup, composition, head_direct
+from headcoop.analysis.mechanisms.repair import HookedRuns, backup, composition, head_direct
 from headcoop.analysis.mechanisms.result import Cooperation
 from headcoop.analysis.mechanisms.words import (
     INPUT_CLASSES,
@@ -115,19 +115,16 @@ def pushes_up(direct: torch.Tensor) -> torch.Tensor:
     return direct > 1e-6 * direct.abs().max(-1, keepdim=True).values
 
 
-def planned_runs(k: int, kinds: int, max_exact: int, top_pairs: int | None, linear: bool = False) -> int:
-    """The modified runs a call makes on k heads (its progress bar's total): the exact interaction index
-    (v(all), v(none), every coalition, and the ablation interaction of every pair) up to max_exact heads,
+def planned_runs(k: int, kinds: int, max_exact: int, top_pairs: int | None) -> int:
+    """The modified runs a call makes on k heads (its progress bar's total): the exact interaction index's
+    coalitions (every one, above 5 heads and up to max_exact; below, the primary kind's own),
     and per ablation kind (zero always, as the replacements' comparison) the coalitions of `coalition_masks`
     (the draws stacked on the batch axis), and per replacing kind each head's pairs' coalitions with the head
-    zeroed (`zeroed_runs`; none where the game is linear; with top_pairs, as if every read pair had heads of its
-    own). Above max_exact with top_pairs, shapiq's screening adds its own runs to the total as it announces them."""
+    zeroed (`zeroed_coalitions`, in the same call; with top_pairs, as if every read pair had heads of its own). Above max_exact with top_pairs, shapiq's screening adds its own runs to the total as it announces them."""
     pairs = k * (k - 1) // 2
-    exact = 2 + 2**k + 1 + k + pairs if k <= max_exact else 0
+    exact = 2**k if 5 < k <= max_exact else 0  # up to 5 heads the index reads the primary kind's coalitions
     read = pairs if k <= max_exact or top_pairs is None else min(pairs, top_pairs)
-    zeroed = (
-        0 if linear else min(k, 2 * read) + 4 * read
-    )  # per replacing kind: each head's pairs' coalitions, it zeroed
+    zeroed = min(k, 2 * read) + 4 * read  # per replacing kind: each head's pairs' coalitions, it zeroed
     return exact + kinds * (2 + 2 * k + 2 * read) + (kinds - 1) * zeroed
 
 
@@ -145,17 +142,12 @@ def coalition_masks(k: int, pairs: list) -> torch.Tensor:
     return torch.stack(masks)
 
 
-def pair_interactions(model, batch, players, names, metric, how, refs, seed, max_exact, top_pairs, screen_budget):
-    """(Shapley interaction index [k, k], the pairs read, a note): exact up to max_exact heads (the primary
-    ablation's first reference), shapiq's ranking of the strongest pairs with top_pairs, else NaN."""
+def ranked_pairs(model, batch, players, metric, how, refs, seed, max_exact, top_pairs, screen_budget):
+    """Above max_exact heads: (Shapley interaction index [k, k] estimated for the ranked pairs (NaN elsewhere),
+    the pairs read, a note): shapiq's ranking of the strongest pairs with top_pairs (the primary ablation's
+    first reference), else every pair with the index not computed."""
     k = len(players)
     pairs = list(itertools.combinations(range(k), 2))
-    game_how = "zero" if how == "zero" else ("resample" if how == "resample" else "mean")
-    reference = None if how == "zero" else refs[0]
-    if k <= max_exact:
-        inter = interactions(model, tokens=batch, heads=list(names), metric=metric, how=game_how,
-                             reference=reference, seed=seed, estimator="exact").interaction  # fmt: skip
-        return inter, pairs, ""
     if top_pairs is None:
         return (
             torch.full((k, k), float("nan")),
@@ -164,10 +156,29 @@ def pair_interactions(model, batch, players, names, metric, how, refs, seed, max
         )
     screen = screen_budget if screen_budget is not None else max(2000, 20 * k)
     ranking = CoalitionGame(model, players, tokens=batch, metric=metric, how="zero" if how == "zero" else "mean",
-                            seed=seed, reference=reference)  # fmt: skip
+                            seed=seed, reference=None if how == "zero" else refs[0])  # fmt: skip
     inter, _, pairs = top_interactions(HeadGame(ranking), top_pairs, screen, 64, seed)
     return inter, sorted(pairs), (f"; per-input evidence for the top {len(pairs)} of {k * (k - 1) // 2:,} pairs by "
                                   f"|interaction| only (shapiq SVARM-IQ at {screen:,} coalitions, then 64 draws per pair)")  # fmt: skip
+
+
+def interaction_index(model, run, kind: dict, metric) -> torch.Tensor:
+    """[k, k] the exact Shapley interaction index of every pair (no rule reads it) under the primary ablation's
+    first draw, the replacement the words' first reading uses: from that reading's own coalitions where they
+    hold all 2^k (up to 5 heads: no run of its own), else one game over every coalition with the same
+    replacement values. metric: the mean over inputs (a name, or the user's callable); higher is better."""
+    k = len(run.players)
+    subsets = all_masks(k)
+    at = {tuple(m.tolist()): c for c, m in enumerate(run.masks)}
+    if all(tuple(s.tolist()) in at for s in subsets):
+        v = kind["draws"][0][0].v  # [mask, batch]: the metric per input, higher is better (loss negated)
+        values = torch.stack([v[at[tuple(s.tolist())]].double().mean() for s in subsets])
+    else:
+        game = CoalitionGame(model, run.players, tokens=run.batch, metric=metric, replacements=kind["first"],
+                             how="zero" if kind["how"] == "zero" else "mean")  # fmt: skip
+        values = game.values(subsets)
+        values = -values if metric == "loss" else values
+    return exact_shapley(values, k)[1]
 
 
 def unseen_heads(model, run, values: dict, tol: float = 0.05) -> list[str | None]:
@@ -186,7 +197,7 @@ def unseen_heads(model, run, values: dict, tol: float = 0.05) -> list[str | None
             return (write[run.rows, run.answer] - write[run.rows, run.wrong])[:, None]
         return write - write.mean(-1, keepdim=True)
 
-    clean = [read(run.heads_dla[:, lay, h]).abs().amax() for lay, h in run.players]
+    clean = [read(run.heads_dla[:, i]).abs().amax() for i in range(run.k)]
     scale = float(torch.stack(clean).max().clamp(min=1e-12))
     for i, p in enumerate(run.players):
         if out[i] is None and additive_by_construction(model, p, p) and float(clean[i]) <= tol * scale:
@@ -197,35 +208,24 @@ def unseen_heads(model, run, values: dict, tol: float = 0.05) -> list[str | None
     return out
 
 
-def zeroed_runs(model, run, game, values: list, inputs, logits: torch.Tensor, seed: int) -> dict:
-    """{(head i, key): metric [draw, batch]} of the coalitions `zeroed_keys` names, head i zeroed and every
-    other absent head given this ablation's replacement (values: per draw {player: [batch, pos, d_head]}):
-    what the replacement of head i is compared with inside its pairs' 2 x 2 games (`coalition_blind`).
-    game: this kind's `CoalitionGame`; logits: its coalitions' [mask, draw, batch, vocab]. Where the game is
-    linear (one attention-only layer, no norm, no hooks), zeroing instead of replacing head i removes the
-    replacement's direct write from the same coalition's logits, exactly: no run; else one game per head,
-    its replacement zeros."""
-    out, n_draws = {}, len(values)
-    at: dict[tuple, int] = {("none",): 1, **{("alone", j): 3 + 2 * j for j in range(run.k)}}
-    at.update({(("without", b), a): 2 + 2 * run.k + 2 * m for m, (a, b) in enumerate(run.pairs)})
-    at.update({(("without", a), b): 2 + 2 * run.k + 2 * m for m, (a, b) in enumerate(run.pairs)})
-    stacked = {p: torch.cat([v[p] for v in values]) for p in run.players}
-    for i, player in enumerate(run.players):
-        keys = zeroed_keys(run, i)
-        if not keys:
-            continue
-        if game.linear:
-            write = torch.stack([head_direct(model, v[player], player, run.rows, run.pos.cpu(), None) for v in values])
-            idx = [at[key] if key[0] != "without" else at[(key, i)] for key in keys]
-            lg = logits[idx] - write[None]  # [key, draw, batch, vocab]
-        else:
-            zeroed = {**stacked, player: torch.zeros_like(stacked[player])}
-            own = CoalitionGame(model, run.players, tokens=inputs, metric="logit_diff", how="mean", seed=seed,
-                                reference=None, replacements=zeroed)  # fmt: skip
-            masks = torch.stack([zeroed_mask(run.k, i, key) for key in keys])
-            lg = own.row_logits(masks).cpu().reshape(len(keys), n_draws, len(run.batch), -1)
-        metric = per_input(run.metric, lg, run.answer, run.wrong)  # [key, draw, batch]
-        out.update({(i, key): metric[c] for c, key in enumerate(keys)})
+def zeroed_coalitions(k: int, pairs: list, how: str) -> tuple[list[tuple], torch.Tensor, torch.Tensor]:
+    """(keys (head i, `zeroed_keys` key), masks [key, k], zeroed [key, k]) of the coalitions in which head i is
+    zeroed and every other absent head takes this ablation's replacement: what the replacement of head i is
+    compared with inside its pairs' 2 x 2 games (`coalition_blind`); none under zero ablation."""
+    keys = [] if how == "zero" else [(i, key) for i in range(k) for key in zeroed_keys(pairs, i)]
+    masks = torch.zeros(len(keys), k, dtype=torch.bool)
+    zeroed = torch.zeros(len(keys), k, dtype=torch.bool)
+    for c, (i, key) in enumerate(keys):
+        masks[c], zeroed[c, i] = zeroed_mask(k, i, key), True
+    return keys, masks, zeroed
+
+
+def zeroed_runs(run, keys: list[tuple], logits: torch.Tensor) -> dict:
+    """{(head i, key): metric [draw, batch]} of `zeroed_coalitions`' keys, from their logits [key, draw, batch,
+    vocab] (run in the same call as the game's coalitions, sharing their prefixes)."""
+    out = {}
+    for c, key in enumerate(keys):
+        out[key] = per_input(run.metric, logits[c].double(), run.answer, run.wrong)  # [draw, batch]
     return out
 
 
@@ -236,6 +236,8 @@ def ablation_readings(model, run, hows, task, reference, draws, seed, th) -> dic
     drawn = draw_references(task, reference, draws, seed) if set(hows) - {"zero"} else None
     runs: dict = {}  # each reference batch run once, shared by mean and resample
     zero_ev = None  # zero ablation's evidence: what a replacement is compared with (`replacement_blind`)
+    # composition's and backup's runs, shared, from the clean run's cache
+    hooked = HookedRuns(model, run.batch.tokens, run.pos, run.players, (run.logits_clean, run.clean_cache))
     for h in ("zero",) + tuple(x for x in hows if x != "zero"):  # zero first: the others are compared with it
         refs: list = [None] if h == "zero" else cast(list, drawn)  # drawn whenever an ablation other than zero is read
         values, answers = replacements(model, run.players, run.batch, h, refs, seed, runs)
@@ -243,12 +245,17 @@ def ablation_readings(model, run, hows, task, reference, draws, seed, th) -> dic
         inputs = Batch.cat([run.batch] * len(values)) if len(values) > 1 else run.batch
         game = CoalitionGame(model, run.players, tokens=inputs, metric="logit_diff", how="zero" if h == "zero" else "mean",
                              reference=None if h == "zero" else refs[0], seed=seed, replacements=stacked)  # fmt: skip
-        logits = game.row_logits(run.masks).cpu().reshape(len(run.masks), len(values), len(run.batch), -1)
+        # one call: the coalitions with one head zeroed share the game's prefixes
+        keys, zmasks, zflags = zeroed_coalitions(run.k, run.pairs, h)
+        every = game.row_logits(torch.cat([run.masks, zmasks]), zeroed=torch.cat([torch.zeros_like(run.masks), zflags]))
+        every = every.cpu().reshape(len(run.masks) + len(keys), len(values), len(run.batch), -1)
+        logits = every[: len(run.masks)]  # as computed (float32 on most models): each draw's .double() is exact
         draws_ev = []
         for d in range(len(values)):
             lg = logits[:, d]
-            ev = Evidence(per_input(run.metric, lg, run.answer, run.wrong), signed(run.metric, lg, run.answer, run.wrong),
-                          per_input_metric("logit_diff", lg, run.answer, run.fixed_wrong), run.k, run.pairs, run.binary)  # fmt: skip
+            exact = lg.double()
+            ev = Evidence(per_input(run.metric, exact, run.answer, run.wrong), signed(run.metric, exact, run.answer, run.wrong),
+                          per_input_metric("logit_diff", exact, run.answer, run.fixed_wrong), run.k, run.pairs, run.binary)  # fmt: skip
             unseen = [None] * run.k if h == "zero" else unseen_heads(model, run, values[d])
             injected = (
                 None
@@ -267,7 +274,7 @@ def ablation_readings(model, run, hows, task, reference, draws, seed, th) -> dic
             evs = [x[0] for x in draws_ev]
             pooled = replacement_blind(run, zero_ev, evs, th, h)
             draws_ev = [(ev, [u or b for u, b in zip(unseen, pooled)], inj, lg) for ev, unseen, inj, lg in draws_ev]
-            zeroed = zeroed_runs(model, run, game, values, inputs, logits, seed)
+            zeroed = zeroed_runs(run, keys, every[len(run.masks) :])
             blind_pairs = coalition_blind(run, zero_ev, evs, zeroed, th, h)
             for d, ev in enumerate(evs):
                 ev.replaced_inputs = replaced_inputs(run, zero_ev, ev, zeroed, d, th)
@@ -276,15 +283,14 @@ def ablation_readings(model, run, hows, task, reference, draws, seed, th) -> dic
             if "zero" not in hows:  # run only to compare the replacements with
                 continue
         first = values[0]
-        comp = composition(model, run.batch.tokens, run.pos, run.players, run.cross, first, draws_ev[0][0], run.metric,
-                           run.answer, run.wrong)  # fmt: skip
+        comp = composition(hooked, h, run.players, run.cross, first, draws_ev[0][0], run.metric, run.answer, run.wrong)
         repair = None
         if run.no_dla is None and run.cross:
             tau = th["role"] * draws_ev[0][0].scale_s / run.k
-            repair = backup(model, run.batch.tokens, run.pos, run.players, run.names, run.cross, first, h, run.answer,
+            repair = backup(hooked, run.players, run.names, run.cross, first, h, run.answer,
                             run.sign_wrong, run.direct, run.metric, run.wrong, run.logits_clean, th, tau)  # fmt: skip
         out[h] = dict(draws=draws_ev, composition=comp, backup=repair, method=game.method, n_refs=len(refs),
-                      blind_pairs=blind_pairs)  # fmt: skip
+                      blind_pairs=blind_pairs, first=first, how=h)  # fmt: skip
     return out
 
 
@@ -352,20 +358,23 @@ def cooperation(
     features = owner.features() if owner is not None and hasattr(owner, "features") else None
     plan = plan_edits(model, batch, players, features, seed=seed)  # the function axis's edits and their cost
     expect(
-        planned_runs(k, len(hows) + ("zero" not in hows), max_exact, top_pairs, linear_applies(model, "logit_diff"))
-        + math.ceil(plan["forwards"])
+        planned_runs(k, len(hows) + ("zero" not in hows), max_exact, top_pairs) + math.ceil(plan["forwards"])
     )  # the bar's total, known before any run: it never grows (the edits counted in forward passes of the batch)
     primary = "mean" if "mean" in hows else hows[0]
     refs = None if primary == "zero" else draw_references(task, reference, 1, seed)
     reading = metric if isinstance(metric, str) else \
         RowMetric(metric, batch.answer_pos, batch.tokens.shape[1]).checked(model(batch.tokens))  # fmt: skip
     mean = metric if isinstance(metric, str) else (lambda logits: torch.as_tensor(metric(logits)).double().mean())
-    inter, pairs, pairs_note = pair_interactions(model, batch, players, names, mean, primary, refs, seed,
-                                                 max_exact, top_pairs, screen_budget)  # fmt: skip
-    if metric == "loss":  # the words read the loss negated (higher is better): the index takes the same sign
-        inter = -inter
+    pairs, pairs_note = list(itertools.combinations(range(k), 2)), ""
+    if k > max_exact:  # the index estimated (shapiq) for the strongest pairs, which are the ones read
+        inter, pairs, pairs_note = ranked_pairs(model, batch, players, mean, primary, refs, seed, max_exact, top_pairs,
+                                                screen_budget)  # fmt: skip
+        if metric == "loss":  # the words read the loss negated (higher is better): the index takes the same sign
+            inter = -inter
     run = clean_evidence(model, task, batch, players, names, pairs, reading, outputs, coalition_masks(k, pairs))
     readings = ablation_readings(model, run, hows, task, reference, draws, seed, th)
+    if k <= max_exact:
+        inter = interaction_index(model, run, readings[primary], mean)
     edits = edit_responses(model, batch, players, run.outs, features, memory_budget_mb=memory_budget_mb, seed=seed,
                            plan=plan)  # fmt: skip
     edits["features"] = features

@@ -148,16 +148,51 @@ def head_dla(model: HookedTransformer, tokens: Tensor, pos: Tensor) -> Tensor | 
     return result.heads().double().cpu()
 
 
-def clean_run(model: HookedTransformer, tokens: Tensor, pos: Tensor, players) -> tuple[Tensor, dict, dict]:
+def player_dla(
+    model: HookedTransformer, tokens: Tensor, pos: Tensor, players, cache: dict | None = None
+) -> Tensor | str:
+    """The players' direct logit attribution [batch, player, vocab] (float64) at the read rows, the final norm's
+    scale frozen, or why there is none: `head_dla`'s numbers for the players only (each head's z at its read
+    row through W_O, the frozen norm and W_U), without every other component's full-vocabulary DLA (at GPT-2
+    size that was 1.7 GB for 4 heads). cache: the clean run's z at the players' layers and the final norm's
+    scale (`clean_run`), else one run. With a hook installed on the model, `head_dla` itself (its sum check
+    decides whether the hooks leave DLA exact)."""
+    from headcoop.analysis.engine.inputs import check_decomposable
+    from headcoop.analysis.engine.norms import norm_kind, through_norm
+
+    try:
+        check_decomposable(model, "cooperation's direct effects")
+    except ValueError:
+        return "no exact DLA for this model"
+    if user_hooks(model):
+        every = head_dla(model, tokens, pos)
+        return every if isinstance(every, str) else torch.stack([every[:, lay, h] for lay, h in players], 1)
+    norm = getattr(model, "ln_final", None)
+    if cache is None:
+        names = {get_act_name("z", lay) for lay, _ in players} | {"ln_final.hook_scale"}
+        cache = dict(model.run_with_cache(tokens, names_filter=lambda n: n in names)[1])
+    rows, at = torch.arange(len(tokens), device=tokens.device), pos.to(tokens.device)
+    parts = torch.stack([cache[get_act_name("z", lay)][rows, at, h] @ model.blocks[lay].attn.W_O[h]
+                         for lay, h in players], 1)  # [batch, player, d_model]  # fmt: skip
+    scale = cache["ln_final.hook_scale"][rows, at] if norm_kind(norm) is not None else None
+    normed, _ = through_norm(parts, norm, scale)
+    return (normed @ model.W_U).double().cpu()
+
+
+def clean_run(model: HookedTransformer, tokens: Tensor, pos: Tensor, players) -> tuple[Tensor, dict, dict, dict]:
     """(logits at the read rows [batch, vocab], {layer: attention pattern of the read rows [batch, head,
-    key]}, {player: z [batch, pos, d_head]}) of the clean run, in one forward pass."""
+    key]}, {player: z [batch, pos, d_head]}, the cache: z and the residual stream entering each player's layer
+    and the final norm's scale, for `player_dla` and composition's and backup's runs) of the clean run, in one
+    forward pass."""
     layers = sorted({lay for lay, _ in players})
     names = {get_act_name("pattern", lay) for lay in layers} | {get_act_name("z", lay) for lay in layers}
-    logits, cache = model.run_with_cache(tokens, names_filter=lambda n: n in names)
+    kept = {get_act_name("z", lay) for lay in layers} | {get_act_name("resid_pre", lay) for lay in layers}
+    kept |= {"ln_final.hook_scale"}
+    logits, cache = model.run_with_cache(tokens, names_filter=lambda n: n in names | kept)
     rows = torch.arange(len(tokens), device=tokens.device)
     patterns = {lay: cache[get_act_name("pattern", lay)][rows, :, pos.to(tokens.device)].cpu() for lay in layers}
     z = {(lay, h): cache[get_act_name("z", lay)][:, :, h].cpu() for lay, h in players}
-    return logits[rows, pos.to(tokens.device)].double().cpu(), patterns, z
+    return logits[rows, pos.to(tokens.device)].double().cpu(), patterns, z, {n: cache[n] for n in kept if n in cache}
 
 
 def prompt_shares(tokens: Int[Tensor, "batch pos"], upto: Int[Tensor, " batch"], most: int = 16
@@ -341,5 +376,5 @@ class Evidence:
         return ((x > 0.5) != (y > 0.5)) if self.binary else ((x - y).abs() > tau)
 
 
-__all__ = ["RowMetric", "per_input", "signed", "additive_by_construction", "head_dla", "clean_run", "prompt_shares",
+__all__ = ["RowMetric", "per_input", "signed", "additive_by_construction", "head_dla", "player_dla", "clean_run", "prompt_shares",
            "same_computation_axis", "Evidence"]  # fmt: skip

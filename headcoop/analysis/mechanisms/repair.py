@@ -37,6 +37,71 @@ def run_with(model, tokens, pos, values: dict, cache_names=()) -> tuple[Tensor, 
     return logits[torch.arange(len(tokens)), pos].double().cpu(), cache
 
 
+class HookedRuns:
+    """The plain-hook runs composition and backup read on one batch, each run once per call (the clean run,
+    and each earlier head's ablated run, shared by composition and backup) and started at the first layer it
+    changes, from the residual stream of a run identical below that layer (TransformerLens's start_at_layer:
+    the blocks below give the same numbers, so they are not run again). A TransformerBridge, a model with
+    shortformer positions or an attention mask, or any hook installed on the model runs every run from the
+    tokens (`from_tokens`). clean: the clean run's (logits at the read rows, cache of `names`), if made."""
+
+    def __init__(self, model, tokens: Tensor, pos: Tensor, players: list[tuple[int, int]], clean: tuple | None = None):
+        from headcoop.analysis.engine.copies import hooks_in_the_way
+        from headcoop.models.bridge import is_bridge
+
+        self.model, self.tokens, self.pos = model, tokens, pos
+        self.layers = sorted({lay for lay, _ in players})
+        self.has_norm = getattr(model, "ln_final", None) is not None and model.cfg.normalization_type is not None
+        self.names = [get_act_name("z", lay) for lay in self.layers] + [get_act_name("resid_pre", lay) for lay in
+                                                                         self.layers]  # fmt: skip
+        self.names += ["ln_final.hook_scale"] if self.has_norm else []
+        self.from_tokens = (is_bridge(model) or bool(hooks_in_the_way(model))
+                            or model.cfg.positional_embedding_type == "shortformer")  # fmt: skip
+        if not self.from_tokens:
+            self.from_tokens = model.input_to_embed(tokens)[3] is not None  # an attention mask: padding
+        self._clean: tuple | None = clean  # (logits at the read rows, cache) of a clean run made already
+        self._ablated: dict = {}
+
+    def clean(self) -> tuple[Tensor, dict]:
+        """(logits at the read rows, cache of the players' layers' z and residual stream, the final norm's
+        scale) of the unablated run."""
+        if self._clean is None:
+            self._clean = self.run({}, keep=True)
+        return self._clean
+
+    def ablated(self, key, values: dict) -> tuple[Tensor, dict]:
+        """The run with `values` (one earlier head's replacement), cached under `key`."""
+        if key not in self._ablated:
+            self._ablated[key] = self.run(values, keep=True, below=self.clean()[1])
+        return self._ablated[key]
+
+    def run(self, values: dict, keep: bool = False, below: dict | None = None,
+            start: int | None = None) -> tuple[Tensor, dict]:  # fmt: skip
+        """(logits at the read rows [batch, vocab] float64, cache) with each (layer, head) of `values` writing
+        its z; `below`: the cache of a run that equals this one below `start` (default the first layer
+        `values` changes; a player layer)."""
+        start = min((lay for lay, _ in values), default=None) if start is None else start
+        if self.from_tokens or below is None or start is None or start == 0:
+            return run_with(self.model, self.tokens, self.pos, values, self.names if keep else ())
+        cache = {k: v for k, v in below.items() if _layer_of(k, start) < start}  # what the blocks below wrote
+        with hooks_added(self.model, z_hooks(values) + [(n, _keeper(cache)) for n in (self.names if keep else ())]):
+            logits = self.model(below[get_act_name("resid_pre", start)], start_at_layer=start)
+        return logits[torch.arange(len(self.tokens)), self.pos].double().cpu(), cache
+
+
+def _layer_of(name: str, after: int) -> int:
+    """The block of a cached activation's name ("blocks.3.attn.hook_z": 3); `after` for one after the blocks."""
+    parts = name.split(".")
+    return int(parts[1]) if parts[0] == "blocks" else after
+
+
+def _keeper(cache: dict):
+    def keep(x, hook):
+        cache[hook.name] = x.detach()
+
+    return keep
+
+
 def head_direct(model, z: Tensor, head: tuple[int, int], rows, pos, scale: Tensor | None) -> Tensor:
     """[batch, vocab] head's direct contribution to the logits at the read rows from its z [batch, pos,
     d_head], through the final norm with its scale held at `scale` ([batch, 1])."""
@@ -50,22 +115,24 @@ def head_direct(model, z: Tensor, head: tuple[int, int], rows, pos, scale: Tenso
     return (out @ model.W_U.cpu()).double()
 
 
-def composition(model, tokens, pos, players, cross, repl_first, ev: Evidence, metric, answer, wrong) -> dict:
+def composition(runs: HookedRuns, how: str, players, cross, repl_first, ev: Evidence, metric, answer,
+                wrong) -> dict:  # fmt: skip
     """{pair index: (earlier head, later head, through on the metric, through on its continuous reading)}:
     the drop of the metric when only the later head's z takes the value it has with the earlier head
-    ablated (every path from the earlier head into the later one's q, k and v; the rest of the run as it
-    is). Plain hooks on hook_z: HookedTransformers and TransformerBridges alike."""
+    ablated (`how`: repl_first's kind; every path from the earlier head into the later one's q, k and v; the
+    rest of the run as it is). Plain hooks on hook_z (`HookedRuns`): HookedTransformers and TransformerBridges
+    alike."""
     out = {}
     by_earlier: dict[int, list] = {}
     for m, i, j in cross:
         e, l = (i, j) if players[i][0] < players[j][0] else (j, i)
         by_earlier.setdefault(e, []).append((m, l))
+    clean = runs.clean()[1]
     for e, items in by_earlier.items():
-        names = sorted({get_act_name("z", players[l][0]) for _, l in items})
-        _, ablated = run_with(model, tokens, pos, {players[e]: repl_first[players[e]]}, names)
+        _, ablated = runs.ablated((how, e), {players[e]: repl_first[players[e]]})
         for m, l in items:
             lay, head = players[l]
-            logits, _ = run_with(model, tokens, pos, {players[l]: ablated[get_act_name("z", lay)][:, :, head]})
+            logits, _ = runs.run({players[l]: ablated[get_act_name("z", lay)][:, :, head]}, below=clean)
             through_v = float((ev.v[0] - per_input(metric, logits, answer, wrong)).mean())
             through_s = float((ev.s[0] - signed(metric, logits, answer, wrong)).mean())
             out[m] = (e, l, through_v, through_s)
@@ -131,19 +198,19 @@ def share_or_nan(comp, ev: Evidence, th: dict, held: dict | None = None) -> floa
     return float("nan") if share is None else share
 
 
-def backup(model, tokens, pos, players, names, cross, repl_first, how, answer, sign_wrong, direct, metric, wrong,
-            logits_clean, th, tau: float) -> tuple[list, Tensor, dict]:  # fmt: skip
+def backup(runs: HookedRuns, players, names, cross, repl_first, how, answer, sign_wrong, direct, metric, wrong,
+           logits_clean, th, tau: float) -> tuple[list, Tensor, dict]:  # fmt: skip
     """Backup rows (module docstring) for every (earlier head i, later head j), compensation [i, j], and the
     metric and its continuous reading per input [batch] with i ablated and j held at its unablated output
     ({(i, j): (values, continuous)})."""
+    model, tokens, pos = runs.model, runs.tokens, runs.pos
     k = len(players)
     rows = torch.arange(len(tokens))
     comp = torch.zeros(k, k, dtype=torch.float64)
     out = []
-    has_norm = getattr(model, "ln_final", None) is not None and model.cfg.normalization_type is not None
+    has_norm = runs.has_norm
     scale_name = "ln_final.hook_scale"
-    zl = sorted({get_act_name("z", lay) for lay, _ in players})
-    _, clean = run_with(model, tokens, pos, {}, zl + ([scale_name] if has_norm else []))
+    _, clean = runs.clean()
     scale0 = clean[scale_name][rows, pos].cpu() if has_norm else None  # [batch, 1]
     pairs: dict = {}
     for _, i, j in cross:
@@ -153,7 +220,7 @@ def backup(model, tokens, pos, players, names, cross, repl_first, how, answer, s
     held_values = {}
     for e, laters in pairs.items():
         value = {players[e]: repl_first[players[e]]}
-        ablated_logits, abl = run_with(model, tokens, pos, value, zl + ([scale_name] if has_norm else []))
+        ablated_logits, abl = runs.ablated((how, e), value)
         scale1 = abl[scale_name][rows, pos].cpu() if has_norm else None
         ok_free = per_input("accuracy", ablated_logits, answer, None) > 0.5
         for l in laters:
@@ -167,7 +234,7 @@ def backup(model, tokens, pos, players, names, cross, repl_first, how, answer, s
             norm = float((ld(free) - ld(frozen)).mean())
             held = dict(value)
             held[players[l]] = clean[zname][:, :, head]
-            held_logits, _ = run_with(model, tokens, pos, held)
+            held_logits, _ = runs.run(held, below=abl, start=lay)  # the ablated run's below the later head's layer
             ok_held = per_input("accuracy", held_logits, answer, None) > 0.5
             held_values[(e, l)] = (
                 per_input(metric, held_logits, answer, wrong),
@@ -188,6 +255,7 @@ def backup(model, tokens, pos, players, names, cross, repl_first, how, answer, s
 
 __all__ = [
     "BACKUP_COLUMNS",
+    "HookedRuns",
     "run_with",
     "head_direct",
     "composition",

@@ -127,10 +127,12 @@ def pushes(run: Run, by_kind: dict, primary: str) -> tuple[torch.Tensor, str]:
     push (DLA) where nothing reads the heads later, else the total (the logits with every head minus
     without it, the primary ablation's first draw)."""
     if run.no_dla is None and not run.later:
-        return torch.stack([run.heads_dla[:, lay, h][:, run.outs] for lay, h in run.players]), "direct"
-    lg = by_kind[primary]["draws"][0][3]  # [mask, batch, vocab]
-    full = lg[0][:, run.outs]
-    return torch.stack([full - lg[2 + 2 * i][:, run.outs] for i in range(run.k)]), f"total ({primary} ablation)"
+        return torch.stack([run.heads_dla[:, i][:, run.outs] for i in range(run.k)]), "direct"
+    lg = by_kind[primary]["draws"][0][3]  # [mask, batch, vocab], as computed: float64 of it is exact
+    full = lg[0][:, run.outs].double()
+    return torch.stack(
+        [full - lg[2 + 2 * i][:, run.outs].double() for i in range(run.k)]
+    ), f"total ({primary} ablation)"
 
 
 def same_table(run: Run, by_kind: dict, primary: str, th: dict, factors) -> tuple[pd.DataFrame, str, str, dict]:

@@ -88,14 +88,14 @@ def superposed_writes(
 
 class Writes:
     """The writes and attention axes of every pair (clean run), per write reading and floor, computed once
-    each. heads_dla: [batch, layer, head, vocab] or why there is none; source: [batch, player] the token each
+    each. heads_dla: [batch, player, vocab] or why there is none; source: [batch, player] the token each
     head attends most; tokens [batch, key] and upto [batch] (the read row) give the completions containing
     a token; outs [output] the completions."""
 
     def __init__(self, heads_dla, players, pairs, answer, outs, source, tokens, upto):
         self.ok = not isinstance(heads_dla, str)
         self.players, self.pairs, self.answer, self.outs, self.source = players, pairs, answer, outs, source
-        self.dla = None if not self.ok else [heads_dla[:, lay, h][:, outs] for lay, h in players]
+        self.dla = None if not self.ok else [heads_dla[:, i][:, outs] for i in range(len(players))]
         position = torch.full((int(max(outs.max(), answer.max())) + 1,), -1, dtype=torch.long)
         position[outs] = torch.arange(len(outs))
         self.col = position[answer]

@@ -259,27 +259,26 @@ def test_conjunction_and_superposition_need_each_heads_own_removal():
 
 
 def test_zeroed_coalitions_on_the_linear_path_equal_their_runs(monkeypatch):
-    """The coalitions in which a head is zeroed and every other absent head replaced (issue 59, item 2) are read
-    on a one-layer attention-only model from the replaced run's logits minus the replacement's direct write:
-    the same numbers as running each coalition (one game per head, its replacement zeros)."""
-    from types import SimpleNamespace
+    """The coalitions in which a head is zeroed and every other absent head replaced (issue 59, item 2) run in the
+    same call as the game's coalitions (a third state: `CoalitionGame.values(zeroed=)`); on a one-layer
+    attention-only model, on the linear path: the same numbers as the reference path's plain hooks on z."""
+    from headcoop.analysis.games.coalitions import CoalitionGame
 
-    import headcoop.analysis.mechanisms.cooperation as coop
+    original, checked = CoalitionGame.row_logits, []
 
-    original, checked = coop.zeroed_runs, []
-
-    def both(model, run, game, values, inputs, logits, seed):
-        fast = original(model, run, game, values, inputs, logits, seed)
-        slow = original(model, run, SimpleNamespace(linear=False), values, inputs, logits, seed)
-        assert game.linear and fast.keys() == slow.keys() and len(fast) == 3 * 5  # 3 heads: alone, and 2 per partner
-        for key in fast:
-            torch.testing.assert_close(fast[key], slow[key], atol=1e-4, rtol=1e-5)
-        checked.append(len(fast))
+    def both(game, masks, zeroed=None):
+        fast = original(game, masks, zeroed=zeroed)
+        if zeroed is not None and bool(zeroed.any()):
+            ref = CoalitionGame(game.model, game.players, tokens=game.measurement.batch, metric="logit_diff",
+                                how="mean", replacements=game.replacement, method="reference")  # fmt: skip
+            assert game.linear
+            torch.testing.assert_close(fast, original(ref, masks, zeroed=zeroed).to(fast), atol=1e-4, rtol=1e-5)
+            checked.append(int(zeroed.any(1).sum()))
         return fast
 
-    monkeypatch.setattr(coop, "zeroed_runs", both)
+    monkeypatch.setattr(CoalitionGame, "row_logits", both)
     hc.cooperation(hc.planted("mixed"), n=64, draws=2, metric="logit_diff")
-    assert checked == [15, 15]  # mean and resample
+    assert checked == [15, 15]  # mean and resample; 3 heads: alone, and 2 per partner
 
 
 def test_a_replacement_that_outdoes_the_head_abstains_instead_of_reversing_it():
