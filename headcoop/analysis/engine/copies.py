@@ -298,8 +298,8 @@ def _best_other(logits: Tensor, answer: Tensor, wrong: Tensor | None) -> Tensor:
 def named_metric(name: str, logits: Float[Tensor, "*copy batch vocab"], answer: Tensor, wrong: Tensor | None) -> Tensor:
     """A named metric of logits at the answer positions, one value per leading copy (`per_input_metric`'s mean
     over inputs; accuracy counts a tie for the top logit as no answer, the rule `hc.cooperation` reads per
-    input): "logit_diff", "accuracy", "loss", "prob"; "logits": the logits themselves, no mean (what per-input
-    evidence reads)."""
+    input): "logit_diff", "accuracy", "loss", "prob"; "logits": the logits themselves, no mean, in the dtype they
+    were computed in (what per-input evidence reads; their float64 is exact, at twice the memory)."""
     if name == "logits":
         return logits
     if name == "logit_diff" and wrong is None:
@@ -328,7 +328,8 @@ class Score:
         batch = torch.arange(len(pos), device=pos.device)
 
         def metric(logits):  # the same metric on one copy's full logits (for read_rows and the reference)
-            return named_metric(name, logits[..., batch, pos, :].double(), answer, wrong)
+            at = logits[..., batch, pos, :]
+            return named_metric(name, at if name == "logits" else at.double(), answer, wrong)
 
         return cls(metric=metric, named=(name, answer, wrong, pos), rows=pos)
 
@@ -354,7 +355,8 @@ class Score:
             if self.named is None:
                 raise TypeError("logits at one row per input can only be scored by a named metric")
             name, answer, wrong, _ = self.named
-            return named_metric(name, logits.values.double(), answer, wrong)
+            values = logits.values if name == "logits" else logits.values.double()  # the logits: as computed
+            return named_metric(name, values, answer, wrong)
         if isinstance(logits, RowLogits):
             if self.stacked or self.named is not None:
                 logits = logits.full()
@@ -365,7 +367,7 @@ class Score:
         if self.named is not None:
             name, answer, wrong, pos = self.named
             at = logits[:, torch.arange(batch, device=logits.device), pos]
-            return named_metric(name, at.double(), answer, wrong)
+            return named_metric(name, at if name == "logits" else at.double(), answer, wrong)
         if self.stacked:
             values = self.metric(logits)
             if values.shape != logits.shape[:1]:
@@ -615,7 +617,7 @@ def evaluate(target: Target, copies: Copies, path: Path, memory_budget_mb: float
                 logits = run_stacked(target, layer, stop - start, copies.setter(start, stop))
             out.append(target.score(logits, stop - start, batch))
             advance(done=stop - start)
-    return torch.cat(out)
+    return out[0] if len(out) == 1 else torch.cat(out)  # one chunk: no copy
 
 
 @torch.no_grad()

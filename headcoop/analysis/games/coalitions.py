@@ -385,6 +385,10 @@ class CoalitionGame:
             mask = None if attention_mask is None else attention_mask.repeat(len(unique), 1)
             if layer == cfg.n_layers - 1:
                 if row_only:
+                    if len(unique) == len(masks):  # no two coalitions alike: the states, not the logits, reordered
+                        flat = x[inverse].reshape(len(masks) * n, width, -1)
+                        logits = self._last_layer_rows(flat, extra, masks)
+                        return AtRows(logits.view(len(masks), n, -1), self.pos)
                     logits = self._last_layer_rows(flat, extra, active).view(len(unique), n, -1)
                     return AtRows(logits[inverse], self.pos)
                 with model.hooks(fwd_hooks=hooks):

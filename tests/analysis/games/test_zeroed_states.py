@@ -58,7 +58,7 @@ def test_zeroed_players_equal_plain_hooks(n_layers, attn_only, norm, method):
         values = {p: (torch.zeros(5, 8, 8) if bool(zeroed[c, i]) else repl[p])
                   for i, p in enumerate(players) if not bool(masks[c, i])}  # fmt: skip
         want = plain(model, tokens, batch.answer_pos, values)
-        torch.testing.assert_close(got[c], want, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(got[c].double(), want, atol=1e-4, rtol=1e-4)
 
 
 def test_zeroed_must_be_an_absent_player():
