@@ -295,11 +295,22 @@ def stand(words: list[str], readings: list[Reading], agree: float, reasons: list
     return (word if share >= agree else "undetermined"), share, "; ".join(x for x in (flip, blind_note) if x)
 
 
+def standing(words: list[str], readings: list[Reading], agree: float) -> tuple[str, float]:
+    """`stand`'s (word, share) alone, without what flips it (what `knife_edges` asks of each group)."""
+    shares = vote(words, readings)
+    if not shares:
+        return "undetermined", 0.0
+    word, share = max(shares.items(), key=lambda kv: (kv[1], kv[0] != "undetermined"))
+    if share >= 1.0 - 1e-12 or all(w == "undetermined" for w in shares):
+        return word, share
+    return (word if share >= agree else "undetermined"), share
+
+
 def knife_edges(words: list[str], readings: list[Reading], agree: float) -> str:
     """The groups of readings whose removal alone changes the word that stands (a knife edge), each with the
     word and vote without it, e.g. "without universal: superposition 91%"; "" where none does. Groups: each
     ablation kind, and each threshold or write reading at each factor (`stand`'s groups)."""
-    word = stand(words, readings, agree)[0]
+    word = standing(words, readings, agree)[0]
     keys = [r.how if r.threshold is None else r.threshold if r.factor == 1.0 else f"{r.threshold} x{r.factor:g}"
             for r in readings]  # fmt: skip
     groups = list(dict.fromkeys([r.how for r in readings] + [k for k, r in zip(keys, readings) if r.threshold]))
@@ -308,11 +319,11 @@ def knife_edges(words: list[str], readings: list[Reading], agree: float) -> str:
         keep = [x for x, (r, k) in enumerate(zip(readings, keys)) if r.how != g and k != g]
         if not keep or len(keep) == len(readings):
             continue
-        other, share, _ = stand([words[x] for x in keep], [readings[x] for x in keep], agree)
+        other, share = standing([words[x] for x in keep], [readings[x] for x in keep], agree)
         if other != word:
             out.append(f"without {g}: {other} {share:.0%}")
     return "; ".join(out)
 
 
 __all__ = ["MECHANISMS", "ABSTAIN", "ROLES", "INPUT_CLASSES", "CLASSES", "THRESHOLDS", "THRESHOLD_MEANINGS", "WORD_SOURCES", "Reading",
-           "band", "superposition_word", "necessity_word", "blind_reason", "by_ablation", "model_word", "vote", "stand", "knife_edges"]  # fmt: skip
+           "band", "superposition_word", "necessity_word", "blind_reason", "by_ablation", "model_word", "vote", "stand", "standing", "knife_edges"]  # fmt: skip

@@ -116,3 +116,19 @@ def test_the_interaction_column_is_hc_interactions_exact_index_under_the_same_ab
     for row in result.pairs.itertuples():
         i, j = heads.index(row.head_a), heads.index(row.head_b)
         assert row.interaction == pytest.approx(float(want.interaction[i, j]), abs=1e-5)
+
+
+def test_standing_is_stands_word_and_share_on_random_votes():
+    import random
+
+    from headcoop.analysis.mechanisms.words import Reading, stand, standing
+
+    rng = random.Random(0)
+    pool = ["redundant", "undetermined", "division", "unseen", "inactive"]
+    for _ in range(400):
+        n = rng.randint(1, 12)
+        readings = [Reading(rng.choice(["zero", "mean", "resample"]), 0, rng.choice([None, "role"]),
+                            rng.choice([0.5, 1.0, 2.0])) for _ in range(n)]  # fmt: skip
+        words = [rng.choice(pool) for _ in range(n)]
+        agree = rng.choice([0.5, 0.9, 1.0])
+        assert standing(words, readings, agree) == stand(words, readings, agree)[:2]
