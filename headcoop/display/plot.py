@@ -24,6 +24,30 @@ pio.templates[TEMPLATE] = go.layout.Template(
 )
 
 
+# a result's text as a notebook shows it: at most MAX_LINES lines of WIDTH characters, the rest one call away
+WIDTH, MAX_LINES = 110, 10
+CELL = 80  # a table cell's text in a preview: longer reasons are cut, whole in to_dataframe()
+
+
+def brief(text: str, width: int = WIDTH, max_lines: int = MAX_LINES) -> str:
+    """`text` wrapped at `width` and cut to `max_lines` lines, the last saying how to read the rest."""
+    lines: list[str] = []
+    for paragraph in text.splitlines():
+        lines += textwrap.wrap(paragraph, width=width, break_long_words=False, break_on_hyphens=False) or [""]
+    if len(lines) <= max_lines:
+        return "\n".join(lines)
+    rest = len(lines) - (max_lines - 1)
+    return "\n".join(lines[: max_lines - 1] + [f"... {rest} more lines: print(repr(result)) shows them all; "
+                                               f"result.to_dataframe() has every row with its reasons"])  # fmt: skip
+
+
+def cut(value, limit: int = CELL):
+    """A table cell for a preview: text longer than `limit` cut with an ellipsis, anything else as it is."""
+    if isinstance(value, str) and len(value) > limit:
+        return value[: limit - 1].rstrip() + "…"
+    return value
+
+
 class Displayed:
     """What every analysis result shares: as the last expression of a Jupyter cell it shows its short repr,
     a compact table (`to_dataframe()`, the first rows) and its figure (`plot()`), the figure through plotly's
@@ -42,26 +66,29 @@ class Displayed:
         raise NotImplementedError
 
     def _repr_html_(self) -> str:
-        """The repr and the first rows of the table as HTML (the figure is `plot()`)."""
+        """The repr (at most 10 lines, `brief`) and the first rows of the table as HTML, long text cells cut
+        (the figure is `plot()`; the whole text and table are one call away)."""
         import html
 
         frame = self.to_dataframe()
-        shown = frame.head(self.display_rows).to_html(float_format=lambda v: f"{v:.4g}", max_cols=12)
+        preview = frame.head(self.display_rows)
+        preview = preview.apply(lambda column: column.map(cut)) if len(preview) else preview
+        shown = preview.to_html(float_format=lambda v: f"{v:.4g}", max_cols=12)
         more = (
-            f"<p>{len(frame)} rows; <code>.to_dataframe()</code> has them all</p>"
-            if len(frame) > self.display_rows
+            f"<p>{len(frame)} rows; <code>.to_dataframe()</code> has them all, with every reason whole</p>"
+            if len(frame) > self.display_rows or not preview.equals(frame.head(self.display_rows))
             else ""
         )
-        return f"<div><pre>{html.escape(repr(self))}</pre>{shown}{more}</div>"
+        return f"<div><pre>{html.escape(brief(repr(self)))}</pre>{shown}{more}</div>"
 
     def _ipython_display_(self) -> None:
         """In a Jupyter kernel: the repr and table (`_repr_html_`), then the figure through plotly's renderer."""
         from IPython.display import display
 
         if not in_kernel():  # a terminal IPython: plotly's default renderer would open a browser
-            print(repr(self))
+            print(brief(repr(self)))
             return
-        display({"text/html": self._repr_html_(), "text/plain": repr(self)}, raw=True)
+        display({"text/html": self._repr_html_(), "text/plain": brief(repr(self))}, raw=True)
         display(self.plot())
 
 
