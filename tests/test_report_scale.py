@@ -232,7 +232,7 @@ def test_too_many_heads_for_cooperation_get_the_top_heads_by_patching_as_a_stand
                                   attn_only=True, normalization_type="LN", positional_embedding_type="standard", seed=1)  # fmt: skip
     model = HookedTransformer(cfg).eval()
     task = _contrast(model)
-    monkeypatch.setattr(report_cooperation, "_pair_map_blocks", lambda ctx: None)
+    monkeypatch.setattr(report_cooperation, "_pair_map_blocks", lambda ctx, why=None: None)
     path = hc.report(model, out=tmp_path / "r.html", task=task, progress=False, budget_s=None,
                      sections=["patching", "cooperation", "circuits"])  # fmt: skip
     text = path.read_text(encoding="utf-8")
@@ -251,3 +251,15 @@ def test_too_many_heads_for_cooperation_get_the_top_heads_by_patching_as_a_stand
     circuits = page["circuits"]
     assert "in order of their effect by exact patching" in circuits
     assert circuits.index(f"<summary>{top[0]}") < circuits.index(f"<summary>{top[1]}")
+
+
+def test_where_the_pair_words_cannot_see_the_section_shows_the_map_on_the_logit_difference(tmp_path):
+    """Issue 74, item 4: on the shipped Count01 model no pair changes an answer (a margin of about 18 logits), so
+    the words are undetermined on most pairs; the section then shows the pair map on the logit difference, saying
+    why, beside the words."""
+    path = hc.report(hc.load("count01"), out=tmp_path / "r.html", progress=False, budget_s=None,
+                     sections=["cooperation"])  # fmt: skip
+    cooperation = _section(path.read_text(encoding="utf-8"), "cooperation")
+    assert "Mechanism of each pair of heads" in cooperation  # the words stay
+    assert "The pair map" in cooperation and "cannot name" in cooperation and "logit difference" in cooperation
+    assert "PairMap(16 heads, 120 pairs, logit_diff" in cooperation

@@ -129,16 +129,37 @@ def section_cooperation(ctx: Context) -> tuple:
                 digits=3,
             ),  # fmt: skip
         ]
+        blocks += _map_where_words_cannot_see(ctx, coop)
     return (*blocks, *_shapley(ctx, heads, MAX_EXACT, interactions), *_head_to_head(ctx))
+
+
+UNSEEN_SHARE = 0.5  # at least this share of the pairs undetermined or unseen: the words cannot see the structure
+
+
+def _map_where_words_cannot_see(ctx: Context, coop) -> tuple:
+    """Where most pair words are undetermined (no pair changes an answer, the readings disagree), the pair map on
+    the logit difference (hc.pair_map), which reads a continuous metric and shows the structure the words
+    cannot, with a sentence relating the two; nothing where the words see, or where the map does not fit."""
+    words = coop.pairs.mechanism
+    blind = int(words.isin(["undetermined", "unseen", "inactive"]).sum())
+    if len(words) == 0 or blind < UNSEEN_SHARE * len(words):
+        return ()
+    why = (f"hc.cooperation's words are <b>{html.escape(coop.mechanism)}</b> at the model level and cannot name "
+           f"{blind} of its {len(words)} pairs (undetermined, unseen or inactive: on accuracy no pair changes enough "
+           "answers, or the readings disagree), so the pair map below reads every pair on the logit difference, "
+           "which moves where answers do not")  # fmt: skip
+    mapped = _pair_map_blocks(ctx, why=why)
+    return () if mapped is None else mapped
 
 
 PAIR_MAP_NAMED = 3  # pairs of the map the report names by hc.cooperation, as many as fit in the budget
 
 
-def _pair_map_blocks(ctx: Context) -> tuple | None:
+def _pair_map_blocks(ctx: Context, why: str | None = None) -> tuple | None:
     """Every pair's interaction (hc.pair_map: exact where its predicted cost fits the budget, else its screen),
     the strongest pairs named by hc.cooperation as far as the budget allows; None when neither fits (the
-    budget lists the map as left out)."""
+    budget lists the map as left out). why: the sentence that says why the map is shown (default: too many
+    heads for the words on every pair)."""
     from headcoop.analysis.pairs.compute import exact_passes, pair_map, screen_passes
 
     k, game, left = len(ctx.heads), _game(ctx), ctx.budget.remaining()
@@ -170,9 +191,11 @@ def _pair_map_blocks(ctx: Context) -> tuple | None:
     shown = [c for c in ("head_a", "head_b", "interaction", "relative", "effect_a", "effect_b", "pair_effect", "word",
                          "agreement", "flips_under", "role_a", "role_b") if c in frame.columns]  # fmt: skip
     blocks: list = [
-        page_note(f"<b>The pair map</b> (<code>hc.pair_map</code>): this report covers {k} heads, too many for "
-              f"hc.cooperation's words on every pair (at most {MAX_REPORT_PAIRS_HEADS}), so every one of the "
-              f"{k * (k - 1) // 2:,} pairs gets its interaction instead: I = v(both removed) - v(first removed) - "
+        page_note(f"<b>The pair map</b> (<code>hc.pair_map</code>): "
+              + (why or f"this report covers {k} heads, too many for hc.cooperation's words on every pair (at most "
+                 f"{MAX_REPORT_PAIRS_HEADS}), so every one of the {k * (k - 1) // 2:,} pairs gets its interaction "
+                 "instead")
+              + ": I = v(both removed) - v(first removed) - "
               "v(second removed) + v(none removed), on the logit difference, mean ablation over the clean inputs "
               f"({'exact, every pair' if result.exact else 'screened by second-order attribution, its top and a sample computed exactly'}; "
               f"predicted {predicted:.0f} s, took {result.cost['seconds']:.0f} s). I &lt; 0: removing both costs more "
