@@ -110,3 +110,24 @@ def test_a_missing_package_or_file_is_named():
 
     with pytest.raises(ValueError, match="unknown GGUF model 'smollm3'"):
         gguf_file("smollm3")
+
+
+def test_the_ioi_prompts_name_one_token_each_and_the_model_answers_them(smol):
+    """experiments/smollm2/ioi.py's prompts: every template block of one length, the answer and the wrong name one
+    token each and in the prompt, the corrupt prompt of the same length without the clean prompt's names; the
+    model puts the indirect object above the subject on most of them."""
+    from experiments.smollm2.ioi import prompts
+
+    model = smol[0] if isinstance(smol, tuple) else smol
+    blocks = prompts(model.tokenizer, 6, seed=0)
+    assert sum(len(b[0]) for b in blocks) == 6
+    right = 0
+    for clean, corrupt, answer, wrong in blocks:
+        assert clean.shape == corrupt.shape
+        for i in range(len(clean)):
+            assert int(answer[i]) in clean[i].tolist() and int(wrong[i]) in clean[i].tolist()
+            assert int(answer[i]) not in corrupt[i].tolist() and int(wrong[i]) not in corrupt[i].tolist()
+        with torch.no_grad():
+            last = model(clean)[:, -1]
+        right += int((last.gather(1, answer[:, None]) > last.gather(1, wrong[:, None])).sum())
+    assert right >= 5, right
