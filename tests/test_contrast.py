@@ -182,3 +182,19 @@ def test_attention_views_label_tokens_by_word_from_the_tokenizer(setup):
     assert task.token_strings(ids) == labels
     bare = hc.contrast(task.clean.tokens, task.corrupted.tokens, task.clean.answer, task.clean.wrong)
     assert bare.token_strings(ids[:2]) == [str(i) for i in ids[:2]]  # no tokenizer, no vocabulary: the ids
+
+
+def test_an_export_with_its_tokenizer_labels_tokens_by_their_text(tmp_path):
+    """Issue 77, item 5: a folder with tokenizer.json gives the model its tokenizer, so QK / OV tables and the
+    report's lists show the words, not token ids; a folder without one still shows ids."""
+    from helpers import WORDS
+
+    from headcoop.storage.foreign import export, load_model
+
+    model = attn_only_2l_like(seed=3)
+    words = load_model(export(model, tmp_path / "with", tokenizer=tiny_tokenizer()))
+    frame = hc.ov(words, "L0H1").to_dataframe()
+    assert set(WORDS) <= set(map(str, frame.columns)) and set(WORDS) <= set(map(str, frame.index))
+    ids = load_model(export(model, tmp_path / "without"))
+    assert getattr(ids, "tokenizer", None) is None
+    assert "Mary" not in set(map(str, hc.ov(ids, "L0H1").to_dataframe().columns))

@@ -191,7 +191,7 @@ def _pair_map_blocks(ctx: Context, why: str | None = None) -> tuple | None:
     shown = [c for c in ("head_a", "head_b", "interaction", "relative", "effect_a", "effect_b", "pair_effect", "word",
                          "agreement", "flips_under", "role_a", "role_b") if c in frame.columns]  # fmt: skip
     blocks: list = [
-        page_note(f"<b>The pair map</b> (<code>hc.pair_map</code>): "
+        page_note("<b>The pair map</b> (<code>hc.pair_map</code>): "
               + (why or f"this report covers {k} heads, too many for hc.cooperation's words on every pair (at most "
                  f"{MAX_REPORT_PAIRS_HEADS}), so every one of the {k * (k - 1) // 2:,} pairs gets its interaction "
                  "instead")

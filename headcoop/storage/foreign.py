@@ -58,7 +58,8 @@ def export(model: HookedTransformer, folder: str | os.PathLike, tokenizer=None) 
 
 
 def load_model(folder: str | os.PathLike) -> HookedTransformer:
-    """A headcoop checkpoint (`hc.load`) or a plain export (module docstring) from `folder`."""
+    """A headcoop checkpoint (`hc.load`) or a plain export (module docstring) from `folder`, with the folder's
+    tokenizer.json as `model.tokenizer` where it has one (ValueError naming a damaged one)."""
     folder = Path(folder)
     if (folder / META).is_file():
         from headcoop.storage.checkpoints import load
@@ -108,6 +109,8 @@ def load_model(folder: str | os.PathLike) -> HookedTransformer:
     missing = [k for k in missing if k in dict(model.named_parameters())]  # buffers are rebuilt from the config
     if missing or unexpected:
         raise ValueError(f"the weights in {folder} do not match its config: missing {missing}, unexpected {unexpected}")
+    if (folder / TOKENIZER).is_file():  # the folder's tokenizer: analyses label tokens by their text, not ids
+        model.tokenizer = load_tokenizer(folder / TOKENIZER)  # assigned: set_tokenizer would reload it from a hub
     return model.eval()
 
 
