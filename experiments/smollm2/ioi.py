@@ -180,6 +180,8 @@ def main(argv=None) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     write_table(heads, folder, "ioi_heads")
     write_table(pairs, folder, "ioi_cooperation")
+    summary["seconds"] = {k: round(v, 1) for k, v in times.items()}
+    (folder / "ioi.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")  # kept if the map fails
     if not args.no_map:
         tick = time.perf_counter()
         result = hc.pair_map(model, batch, how="mean", reference=hc.Batch.from_answers(corrupt, answer, wrong),
