@@ -242,8 +242,8 @@ Duplicate-token heads:
   by `hc.edges`, which is not yet tested against plain hooks on this model (issue 73, item 4), nor is the
   circuit's faithfulness shown.
 - The IOI circuit's S-inhibition heads by path patching (the same refusal), and `headcoop report` on this model.
-- The pair map's miss bound is counted against the weakest verified pair (|I| 0.0035, noise level), so it
-  reads "about 6,320 of 36,115 pairs missed"; the bound at the interaction threshold is not stated yet (issue 74,
+- The pair map's miss bound is counted against the weakest verified pair (a noise-level |I|), so its count of
+  pairs missed (in the map's lines above) counts noise; the bound at the interaction threshold is not stated yet (issue 74,
   item 4). hc.cooperation's words on the four key IOI heads are undetermined on these 8 prompts.
 """
     (RESULTS / "smollm2.md").write_text(text, encoding="utf-8")
