@@ -22,7 +22,7 @@ def test_a_long_result_shows_ten_short_lines_and_says_where_the_rest_is(coop):
     html = coop._repr_html_()
     shown = unescape(re.search(r"<pre>(.*?)</pre>", html, re.S).group(1)).splitlines()
     assert len(shown) <= 10 and max(len(line) for line in shown) <= 110
-    assert "print(repr(result))" in shown[-1]
+    assert "print(repr(result))" in shown[-1] and shown[-2].startswith("Cooperation(")
     cells = [unescape(c) for c in re.findall(r"<td>(.*?)</td>", html, re.S)]
     assert cells and max(len(c) for c in cells) <= 80
     assert "every reason whole" in html
@@ -33,7 +33,8 @@ def test_brief_keeps_a_short_text_whole():
     text = "\n".join(f"line {i}" for i in range(10))
     assert brief(text) == text
     eleven = brief("\n".join(f"line {i}" for i in range(11)))
-    assert eleven.splitlines()[:9] == [f"line {i}" for i in range(9)] and "2 more lines" in eleven
+    shown = eleven.splitlines()  # the last paragraph's first line (a result's header) is kept
+    assert shown[:8] == [f"line {i}" for i in range(8)] and shown[8] == "line 10" and "2 more lines" in shown[9]
 
 
 def test_a_terminal_ipython_prints_the_brief_text(coop, capsys, monkeypatch):

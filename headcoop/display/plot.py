@@ -30,15 +30,23 @@ CELL = 80  # a table cell's text in a preview: longer reasons are cut, whole in 
 
 
 def brief(text: str, width: int = WIDTH, max_lines: int = MAX_LINES) -> str:
-    """`text` wrapped at `width` and cut to `max_lines` lines, the last saying how to read the rest."""
-    lines: list[str] = []
-    for paragraph in text.splitlines():
-        lines += textwrap.wrap(paragraph, width=width, break_long_words=False, break_on_hyphens=False) or [""]
+    """`text` wrapped at `width` and cut to `max_lines` lines, the last saying how to read the rest; a text of
+    several paragraphs keeps the first line of its last one (a result's one-line header, e.g. "Cooperation(")."""
+    paragraphs = [textwrap.wrap(p, width=width, break_long_words=False, break_on_hyphens=False) or [""]
+                  for p in text.splitlines()]  # fmt: skip
+    lines = [line for wrapped in paragraphs for line in wrapped]
     if len(lines) <= max_lines:
         return "\n".join(lines)
-    rest = len(lines) - (max_lines - 1)
-    return "\n".join(lines[: max_lines - 1] + [f"... {rest} more lines: print(repr(result)) shows them all; "
-                                               f"result.to_dataframe() has every row with its reasons"])  # fmt: skip
+    header = paragraphs[-1][0] if len(paragraphs) > 1 else None
+    kept = lines[: max_lines - 1 - (header is not None)]
+    rest = len(lines) - len(kept) - (header is not None)
+    return "\n".join(
+        kept
+        + ([header] if header is not None else [])
+        + [
+            f"... {rest} more lines: print(repr(result)) shows them all; result.to_dataframe() has every row with its reasons"
+        ]
+    )
 
 
 def cut(value, limit: int = CELL):

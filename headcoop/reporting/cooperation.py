@@ -142,7 +142,7 @@ def _map_where_words_cannot_see(ctx: Context, coop) -> tuple:
     cannot, with a sentence relating the two; nothing where the words see, or where the map does not fit."""
     words = coop.pairs.mechanism
     blind = int(words.isin(["undetermined", "unseen", "inactive"]).sum())
-    if len(words) == 0 or blind < UNSEEN_SHARE * len(words):
+    if len(words) < 3 or blind < UNSEEN_SHARE * len(words):  # one or two pairs: their rows hold their interaction
         return ()
     why = (f"hc.cooperation's words are <b>{html.escape(coop.mechanism)}</b> at the model level and cannot name "
            f"{blind} of its {len(words)} pairs (undetermined, unseen or inactive: on accuracy no pair changes enough "
